@@ -1,0 +1,1 @@
+"""Read-acceleration cache sidecar for the cold segments of Kafka tiered storage."""

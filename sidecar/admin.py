@@ -1,0 +1,75 @@
+"""Admin port: /healthz, /readyz, /metrics and /api/v1/stats."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from sidecar.metrics import Metrics
+
+
+def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
+    """The hit-rate summary, computed from the one registry (no second set of counters)."""
+    hits = metrics.value("sidecar_cache_lookups_total", {"result": "hit"})
+    misses = metrics.value("sidecar_cache_lookups_total", {"result": "miss"})
+    from_cache = metrics.value("sidecar_served_bytes_total", {"source": "cache"})
+    from_origin = metrics.value("sidecar_served_bytes_total", {"source": "origin"})
+    origin_bytes = sum(
+        metrics.value("sidecar_origin_bytes_total", {"lane": lane})
+        for lane in ("foreground", "prefetch", "warm")
+    )
+    lookups = hits + misses
+    served = from_cache + from_origin
+    return {
+        "hits": int(hits),
+        "misses": int(misses),
+        "block_hit_ratio": hits / lookups if lookups else None,
+        "byte_hit_ratio": from_cache / served if served else None,
+        "served_bytes": {"cache": int(from_cache), "origin": int(from_origin)},
+        "origin_bytes": int(origin_bytes),
+        "cache": {
+            "used_bytes": int(metrics.value("sidecar_cache_used_bytes")),
+            "capacity_bytes": int(metrics.value("sidecar_cache_capacity_bytes")),
+            "blocks": int(metrics.value("sidecar_cache_blocks")),
+            "evictions": int(sum(
+                metrics.value("sidecar_cache_evictions_total", {"reason": reason})
+                for reason in ("capacity", "checksum", "invalidated")
+            )),
+            "checksum_failures": int(metrics.value("sidecar_cache_checksum_failures_total")),
+        },
+    }
+
+
+class AdminPort:
+    def __init__(self, metrics: Metrics, is_ready: Callable[[], bool]) -> None:
+        self._metrics = metrics
+        self._is_ready = is_ready
+
+    def app(self) -> web.Application:
+        application = web.Application()
+        application.router.add_get("/healthz", self.healthz)
+        application.router.add_get("/readyz", self.readyz)
+        application.router.add_get("/metrics", self.metrics)
+        application.router.add_get("/api/v1/stats", self.stats)
+        return application
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        ready = self._is_ready()
+        return web.json_response(
+            {"ready": ready}, status=200 if ready else 503,
+        )
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self._metrics.registry)
+        response = web.Response(body=body)
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return web.json_response(stats_snapshot(self._metrics))

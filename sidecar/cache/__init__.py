@@ -1,0 +1,12 @@
+"""Block cache: fixed-size blocks of S3 objects in one memory-mapped slab file.
+
+Self-contained on purpose (no HTTP, no origin): the engine looks blocks up,
+reads them and writes what it fetched; everything else is in here.
+"""
+
+from __future__ import annotations
+
+from sidecar.cache.ident import BlockIdent, SlotRecord
+from sidecar.cache.store import BlockStore, CacheMetrics
+
+__all__ = ["BlockIdent", "BlockStore", "CacheMetrics", "SlotRecord"]

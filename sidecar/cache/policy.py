@@ -1,0 +1,183 @@
+"""S3-FIFO eviction (Yang et al., "FIFO queues are all you need for cache
+eviction", SOSP'23): pure bookkeeping, no I/O.
+
+Why not LRU: Kafka consumers catching up from tiered storage read whole
+segments once, front to back. Under LRU one such scan larger than the cache
+flushes everything, including the blocks that many consumers share (recent
+segments, index files). S3-FIFO is scan resistant because a new block first
+lands in a *small* FIFO (~10% of the capacity) and only blocks that are hit
+again while there are promoted into the *main* FIFO; one-hit wonders leave
+from the small FIFO without ever displacing the main one.
+
+    small FIFO   new ids (not seen recently). Evicting from it: an entry that
+                 was hit while in small (freq > 0) moves to main, otherwise it
+                 leaves the cache and its id goes to the ghost FIFO.
+    main FIFO    ids that proved reuse. Each carries a 2-bit hit counter
+                 (capped at 3). Evicting from it: freq > 0 -> decrement and
+                 reinsert at the head (a "second chance"), else evict.
+    ghost FIFO   ids only (no data) of entries recently evicted from small,
+                 as many as the main FIFO holds. An id inserted again while in
+                 ghost was reused just too late for small: it goes to main.
+
+Capacity counts slots: every entry takes one. Eviction takes from small while
+small holds at least its share (or main is empty), otherwise from main.
+
+Pinned entries (being read right now) are never returned as victims: one that
+reaches the eviction point is moved to the head of main and skipped.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, Literal, TypeVar
+
+from sidecar.cache.errors import CacheFullError
+
+K = TypeVar("K", bound=Hashable)
+
+_MAX_FREQ = 3  # a 2-bit counter: more hits than 3 carry no extra information
+
+
+def _never_pinned(key: object) -> bool:
+    return False
+
+
+class EvictionPolicy(Generic[K]):
+    """Which resident key to drop next. Keys must not be ``None``.
+
+    The FIFOs are ``OrderedDict``s: the first item is the tail (next to be
+    considered for eviction), the last item is the head (most recently queued).
+    """
+
+    def __init__(self, capacity: int, small_ratio: float = 0.1) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1 slot, got {capacity}")
+        if not 0.0 < small_ratio < 1.0:
+            raise ValueError(f"small_ratio must be in (0, 1), got {small_ratio}")
+        self._capacity = capacity
+        self._small_target = max(1, int(capacity * small_ratio))
+        # The paper sizes the ghost like main: it then remembers ids for about
+        # as long as main would have kept them.
+        self._ghost_capacity = max(1, capacity - self._small_target)
+        self._small: OrderedDict[K, None] = OrderedDict()
+        self._main: OrderedDict[K, None] = OrderedDict()
+        self._ghost: OrderedDict[K, None] = OrderedDict()
+        self._freq: dict[K, int] = {}  # resident keys (small and main) -> hits
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._freq
+
+    def __len__(self) -> int:
+        return len(self._freq)
+
+    def segment_of(self, key: K) -> Literal["small", "main", "ghost"] | None:
+        """Where ``key`` is tracked (for tests and debugging)."""
+        if key in self._small:
+            return "small"
+        if key in self._main:
+            return "main"
+        if key in self._ghost:
+            return "ghost"
+        return None
+
+    def touch(self, key: K) -> None:
+        """Record a hit; ignored for keys that are not resident."""
+        freq = self._freq.get(key)
+        if freq is not None and freq < _MAX_FREQ:
+            self._freq[key] = freq + 1
+
+    def insert(self, key: K, pinned: Callable[[K], bool] = _never_pinned) -> list[K]:
+        """Admit ``key``; returns the keys evicted (in order) to make room.
+
+        Raises ``CacheFullError`` (admitting nothing) if the policy is full and
+        every resident key is pinned.
+        """
+        if key in self._freq:
+            raise KeyError(f"{key!r} is already resident")
+        victims: list[K] = []
+        if len(self._freq) >= self._capacity:
+            victim = self._evict_one(pinned)
+            if victim is None:
+                raise CacheFullError(f"all {len(self._freq)} resident entries are pinned")
+            victims.append(victim)
+        if key in self._ghost:
+            del self._ghost[key]
+            self._main[key] = None
+        else:
+            self._small[key] = None
+        self._freq[key] = 0
+        return victims
+
+    def remove(self, key: K) -> None:
+        """Forget ``key`` entirely (explicit invalidation); no-op if unknown."""
+        self._small.pop(key, None)
+        self._main.pop(key, None)
+        self._ghost.pop(key, None)
+        self._freq.pop(key, None)
+
+    def choose_victims(
+        self, count: int, pinned: Callable[[K], bool] = _never_pinned
+    ) -> list[K]:
+        """Evict up to ``count`` unpinned keys now and return them in order.
+
+        Fewer are returned when fewer unpinned keys are resident.
+        """
+        victims: list[K] = []
+        while len(victims) < count:
+            victim = self._evict_one(pinned)
+            if victim is None:
+                break
+            victims.append(victim)
+        return victims
+
+    def _evict_one(self, pinned: Callable[[K], bool]) -> K | None:
+        if len(self._small) >= self._small_target or not self._main:
+            order = (self._evict_small, self._evict_main)
+        else:
+            order = (self._evict_main, self._evict_small)
+        for evict in order:
+            victim = evict(pinned)
+            if victim is not None:
+                return victim
+        return None
+
+    def _evict_small(self, pinned: Callable[[K], bool]) -> K | None:
+        while self._small:
+            key, _ = self._small.popitem(last=False)
+            if self._freq[key] > 0 or pinned(key):
+                # Reused while on probation (or in use right now): promote. The
+                # hit count travels along, as in the paper.
+                self._main[key] = None
+                continue
+            del self._freq[key]
+            self._ghost[key] = None
+            while len(self._ghost) > self._ghost_capacity:
+                self._ghost.popitem(last=False)
+            return key
+        return None
+
+    def _evict_main(self, pinned: Callable[[K], bool]) -> K | None:
+        # Every unpinned pass decrements a counter, so the loop ends once all
+        # counters are 0; `skipped` stops it when only pinned keys remain.
+        skipped = 0
+        while skipped < len(self._main):
+            key = next(iter(self._main))
+            if pinned(key):
+                self._main.move_to_end(key)
+                skipped += 1
+                continue
+            freq = self._freq[key]
+            if freq > 0:
+                self._freq[key] = freq - 1
+                self._main.move_to_end(key)
+                skipped = 0
+                continue
+            del self._main[key]
+            del self._freq[key]
+            return key
+        return None

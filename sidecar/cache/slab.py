@@ -1,0 +1,451 @@
+"""The on-disk slab: one preallocated, memory-mapped file of fixed-size slots.
+
+All blocks live in ONE file, ``slab.dat`` in the cache directory, created at its
+full size up front (``posix_fallocate``) so that a too-small disk fails at
+startup rather than halfway through a busy day, and so that the file system
+can lay it out contiguously. Every slot holds at most one block.
+
+File layout (all integers little-endian)
+========================================
+
+The file is ``4096 + slot_count * (4096 + block_size)`` bytes::
+
+    offset                                  size        content
+    0                                       4096        file header
+    4096 + i * (4096 + block_size)          4096        slot i header
+    4096 + i * (4096 + block_size) + 4096   block_size  slot i data
+
+``block_size`` is a multiple of 4096, so every data area starts on a page
+boundary: a data page never shares a page with a header.
+
+File header (first 4096 bytes)::
+
+    offset  size  field
+    0       8     magic b"KCSLAB01"
+    8       2     format version, u16 = 1
+    10      2     reserved, zero
+    12      4     slot header size, u32 = 4096
+    16      8     block_size, u64 (multiple of 4096, at most 256 MiB)
+    24      8     slot_count, u64
+    32      8     xxh64 (seed 0) of bytes 0..31
+    40      4056  zero
+
+Slot header (first 4096 bytes of each slot)::
+
+    offset          size   field
+    0               4      magic b"SLOT"
+    4               2      version, u16 = 1
+    6               2      flags, u16: bit 0 = valid; other bits zero
+    8               4      data_length, u32 (<= block_size)
+    12              8      block_index, u64 (the block's number within its object)
+    20              8      generation, u64 (slab-wide monotonic write counter)
+    28              4      chunk_size, u32 = min(1 MiB, block_size)
+    32              2      chunk_count, u16 = ceil(data_length / chunk_size)
+    34              2      bucket_len, u16 (<= 63)
+    36              2      key_len, u16 (<= 1024)
+    38              2      etag_len, u16 (<= 256)
+    40              B      bucket, UTF-8 (B = bucket_len)
+    40+B            K      key, UTF-8 (K = key_len)
+    40+B+K          E      etag, UTF-8 (E = etag_len)
+    V = 40+B+K+E    8*C    chunk checksums, u64 each (C = chunk_count): xxh3_64
+                           (seed 0) of data[j*chunk_size : min((j+1)*chunk_size,
+                           data_length)] for chunk j
+    H = V+8*C       8      xxh3_64 (seed 0) of header bytes 0..H-1
+    H+8             rest   unspecified (leftovers of older headers); ignored
+
+With the limits above H+8 <= 40+63+1024+256+8*256+8 = 3439, so a header always
+fits its 4096 bytes. A slot holds a block iff its header has the magic, version
+1, the valid flag, sane lengths and a matching header checksum; its data is
+trusted only chunk by chunk, when each chunk matches its checksum.
+
+Writing a slot, and what a crash leaves behind
+==============================================
+
+A slot is written in three steps (``write_block``):
+
+1. clear the valid flag (2 bytes at offset 6 of the header);
+2. write the data;
+3. write the whole new header: names, chunk checksums, valid flag, header
+   checksum.
+
+Crash before or during step 1: the old header and old data are intact, so the
+slot still holds the old block. After step 1, up to the end of step 2: the flag
+is clear, the slot is empty. During step 3: a torn header fails its own
+checksum, the slot is empty. After step 3: the slot holds the new block.
+
+Nothing is ever fsynced or msynced: a cache may lose blocks, it must never
+serve wrong bytes, and correctness never depends on the order in which pages
+reach the disk. That matters because only a process crash keeps the writes in
+program order (they sit in the kernel's page cache); after a power loss any mix
+of old and new pages of a slot may be on disk. A header is trusted only if its
+own checksum matches, so a half-written header is no header; data is trusted
+only if it matches the chunk checksums of the header that describes it, so an
+old header over partly new data (or a new header over old data) fails at the
+first read of a bad chunk, which the store turns into a miss and a refetch.
+The worst a crash can do is cost a refetch.
+
+The generation orders writes: if two valid headers ever name the same block
+(a replacement was written to a new slot while the old slot's invalidation had
+not reached disk), the higher generation is the newer one.
+
+Reopening
+=========
+
+``Slab.open`` reuses an existing file whose header and size match the
+requested geometry, leaving its slots as they are; any other file is truncated
+and recreated, the file header being written last so that a crash during
+creation leaves a file that is recreated again at the next start. The store
+currently treats every slot of a reused file as empty: stale headers are
+harmless because the first write to a slot clears its valid flag before
+anything else. Recovering the index after a restart is a scan of the slot
+headers with ``read_record`` (4 KiB per slot, the data is verified lazily by
+every read anyway), resuming the generation counter after the largest one seen.
+
+I/O
+===
+
+Reads go through the shared mapping: the overlapping chunks are hashed in
+place (xxhash releases the GIL for large inputs, so the page faults that pull
+the data from disk happen off the GIL), then one slice of the mapping copies the
+requested range out. Writes go through ``os.pwrite`` on the same file rather
+than through the mapping: pwrite also releases the GIL, and overwriting whole
+pages that way does not first fault the old contents in from disk as a store
+into the mapping would. Linux's page cache is shared by both paths, so the
+mapping sees the writes at once. The mapping is read-only for that reason.
+
+A ``Slab`` is not thread safe by itself: calls on *different* slots may run
+concurrently, but the caller (the store) must never overlap a write of a slot
+with any other call on that slot, nor ``close`` with anything.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import struct
+from io import FileIO
+from pathlib import Path
+
+import xxhash
+
+from sidecar.cache.errors import ChecksumMismatch
+from sidecar.cache.ident import BlockIdent, SlotRecord
+
+SLAB_FILE_NAME = "slab.dat"
+FILE_MAGIC = b"KCSLAB01"
+FORMAT_VERSION = 1
+FILE_HEADER_SIZE = 4096
+SLOT_HEADER_SIZE = 4096
+SLOT_MAGIC = b"SLOT"
+SLOT_VERSION = 1
+FLAG_VALID = 0x0001
+
+PAGE_SIZE = 4096
+MAX_CHUNK_SIZE = 1024 * 1024
+MAX_BLOCK_SIZE = 256 * 1024 * 1024
+MAX_BUCKET_BYTES = 63
+MAX_KEY_BYTES = 1024
+MAX_ETAG_BYTES = 256
+
+_FILE_HEADER = struct.Struct("<8sHHIQQ")  # magic .. slot_count: bytes 0..31
+_SLOT_FIXED = struct.Struct("<4sHHIQQIHHHH")  # magic .. etag_len: bytes 0..39
+_U64 = struct.Struct("<Q")
+_FLAGS_OFFSET = 6
+_NOT_VALID = struct.pack("<H", 0)
+
+assert _FILE_HEADER.size == 32 and _SLOT_FIXED.size == 40
+# The largest possible header (see the module docstring) must fit its page.
+assert (
+    _SLOT_FIXED.size + MAX_BUCKET_BYTES + MAX_KEY_BYTES + MAX_ETAG_BYTES
+    + _U64.size * (MAX_BLOCK_SIZE // MAX_CHUNK_SIZE) + _U64.size
+    <= SLOT_HEADER_SIZE
+)
+
+
+def chunk_checksum(data: bytes | memoryview) -> int:
+    """xxh3_64 of one data chunk (also the slot header checksum)."""
+    return xxhash.xxh3_64_intdigest(data)
+
+
+def chunk_size_for(block_size: int) -> int:
+    return min(MAX_CHUNK_SIZE, block_size)
+
+
+def slab_file_size(slot_count: int, block_size: int) -> int:
+    return FILE_HEADER_SIZE + slot_count * (SLOT_HEADER_SIZE + block_size)
+
+
+def encode_file_header(block_size: int, slot_count: int) -> bytes:
+    fields = _FILE_HEADER.pack(
+        FILE_MAGIC, FORMAT_VERSION, 0, SLOT_HEADER_SIZE, block_size, slot_count
+    )
+    return fields + _U64.pack(xxhash.xxh64_intdigest(fields))
+
+
+def encode_slot_header(
+    ident: BlockIdent, generation: int, length: int, chunk_size: int, checksums: tuple[int, ...]
+) -> bytes:
+    """The used part of a valid slot header (bytes 0..H+7 of the docstring)."""
+    bucket = ident.bucket.encode()
+    key = ident.key.encode()
+    etag = ident.etag.encode()
+    for name, value, limit in (
+        ("bucket", bucket, MAX_BUCKET_BYTES),
+        ("key", key, MAX_KEY_BYTES),
+        ("etag", etag, MAX_ETAG_BYTES),
+    ):
+        if len(value) > limit:
+            raise ValueError(f"{name} is {len(value)} bytes in UTF-8, the limit is {limit}")
+    if not 0 <= ident.block < 2**64:
+        raise ValueError(f"block index {ident.block} does not fit a u64")
+    if not 0 <= generation < 2**64:
+        raise ValueError(f"generation {generation} does not fit a u64")
+    body = b"".join((
+        _SLOT_FIXED.pack(
+            SLOT_MAGIC, SLOT_VERSION, FLAG_VALID, length, ident.block, generation,
+            chunk_size, len(checksums), len(bucket), len(key), len(etag),
+        ),
+        bucket,
+        key,
+        etag,
+        struct.pack(f"<{len(checksums)}Q", *checksums),
+    ))
+    return body + _U64.pack(chunk_checksum(body))
+
+
+def decode_slot_header(header: bytes, slot: int, block_size: int) -> SlotRecord | None:
+    """The block a slot header describes, or None if it describes none."""
+    if len(header) < _SLOT_FIXED.size:
+        return None
+    (
+        magic, version, flags, length, block, generation,
+        chunk_size, chunk_count, bucket_len, key_len, etag_len,
+    ) = _SLOT_FIXED.unpack_from(header)
+    if magic != SLOT_MAGIC or version != SLOT_VERSION or not flags & FLAG_VALID:
+        return None
+    if (
+        length > block_size
+        or chunk_size != chunk_size_for(block_size)
+        or chunk_count != -(-length // chunk_size)
+        or bucket_len > MAX_BUCKET_BYTES
+        or key_len > MAX_KEY_BYTES
+        or etag_len > MAX_ETAG_BYTES
+    ):
+        return None
+    names_end = _SLOT_FIXED.size + bucket_len + key_len + etag_len
+    body_end = names_end + _U64.size * chunk_count
+    if body_end + _U64.size > len(header):
+        return None
+    if chunk_checksum(header[:body_end]) != _U64.unpack_from(header, body_end)[0]:
+        return None
+    names = header[_SLOT_FIXED.size:names_end]
+    try:
+        bucket = names[:bucket_len].decode()
+        key = names[bucket_len:bucket_len + key_len].decode()
+        etag = names[bucket_len + key_len:].decode()
+    except UnicodeDecodeError:
+        return None
+    return SlotRecord(
+        ident=BlockIdent(bucket, key, etag, block),
+        slot=slot,
+        length=length,
+        generation=generation,
+        checksums=struct.unpack_from(f"<{chunk_count}Q", header, names_end),
+    )
+
+
+class Slab:
+    """``slot_count`` slots of ``block_size`` bytes in ``directory/slab.dat``."""
+
+    def __init__(
+        self,
+        *,
+        path: Path,
+        file: FileIO,
+        mapping: mmap.mmap,
+        slot_count: int,
+        block_size: int,
+        reused: bool,
+    ) -> None:
+        # Use Slab.open; this only adopts an already opened file.
+        self._path = path
+        self._file = file
+        self._fd = file.fileno()
+        self._mm = mapping
+        self._slot_count = slot_count
+        self._block_size = block_size
+        self._chunk_size = chunk_size_for(block_size)
+        self._reused = reused
+        self._closed = False
+
+    @classmethod
+    def open(cls, directory: Path, slot_count: int, block_size: int) -> Slab:
+        """Open or create the slab file. Blocking: call from an executor."""
+        _check_geometry(slot_count, block_size)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / SLAB_FILE_NAME
+        size = slab_file_size(slot_count, block_size)
+        file_header = encode_file_header(block_size, slot_count)
+        reused = _has_geometry(path, file_header, size)
+        if not reused:
+            _create(path, size, file_header)
+        file = FileIO(path, "r+")
+        try:
+            mapping = mmap.mmap(file.fileno(), size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        except BaseException:
+            file.close()
+            raise
+        return cls(
+            path=path, file=file, mapping=mapping,
+            slot_count=slot_count, block_size=block_size, reused=reused,
+        )
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def slot_count(self) -> int:
+        return self._slot_count
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    @property
+    def chunk_size(self) -> int:
+        return self._chunk_size
+
+    @property
+    def reused(self) -> bool:
+        """Whether open() found a file of this geometry (instead of creating one)."""
+        return self._reused
+
+    def write_block(
+        self, slot: int, ident: BlockIdent, generation: int, data: bytes | memoryview
+    ) -> SlotRecord:
+        """Store ``data`` as ``ident`` in ``slot``. Blocking: call from an executor."""
+        self._check_slot(slot)
+        with memoryview(data) as raw, raw.cast("B") as view:
+            length = len(view)
+            if length > self._block_size:
+                raise ValueError(f"{length} bytes do not fit a block of {self._block_size}")
+            checksums = tuple(
+                chunk_checksum(view[offset:offset + self._chunk_size])
+                for offset in range(0, length, self._chunk_size)
+            )
+            # Encoded before the disk is touched: a name over its limit must
+            # not leave the slot half-written.
+            header = encode_slot_header(ident, generation, length, self._chunk_size, checksums)
+            base = self._slot_offset(slot)
+            _pwrite_all(self._fd, _NOT_VALID, base + _FLAGS_OFFSET)
+            _pwrite_all(self._fd, view, base + SLOT_HEADER_SIZE)
+            _pwrite_all(self._fd, header, base)
+        return SlotRecord(ident, slot, length, generation, checksums)
+
+    def read_verified(self, slot: int, start: int, end: int, expected: SlotRecord) -> bytes:
+        """Bytes ``start..end-1`` of the block in ``slot``, checked against ``expected``.
+
+        Hashes only the chunks that overlap the range. Raises ``ChecksumMismatch``
+        if one of them differs. Blocking: call from an executor.
+        """
+        self._check_slot(slot)
+        if expected.slot != slot:
+            raise ValueError(f"record of slot {expected.slot} used to read slot {slot}")
+        if not 0 <= start <= end <= expected.length:
+            raise ValueError(f"range {start}..{end} outside the block's {expected.length} bytes")
+        if len(expected.checksums) != -(-expected.length // self._chunk_size):
+            raise ValueError("record has the wrong number of chunk checksums for its length")
+        if start == end:
+            return b""
+        base = self._slot_offset(slot) + SLOT_HEADER_SIZE
+        with memoryview(self._mm) as mapped:
+            for chunk in range(start // self._chunk_size, (end - 1) // self._chunk_size + 1):
+                lo = base + chunk * self._chunk_size
+                hi = base + min((chunk + 1) * self._chunk_size, expected.length)
+                if chunk_checksum(mapped[lo:hi]) != expected.checksums[chunk]:
+                    raise ChecksumMismatch(slot, chunk)
+        # The pages were just faulted in by the hashing: this copy is a memcpy.
+        return self._mm[base + start:base + end]
+
+    def read_record(self, slot: int) -> SlotRecord | None:
+        """The block the slot's header describes, if valid (for recovery). Blocking."""
+        self._check_slot(slot)
+        offset = self._slot_offset(slot)
+        return decode_slot_header(
+            self._mm[offset:offset + SLOT_HEADER_SIZE], slot, self._block_size
+        )
+
+    def invalidate(self, slot: int) -> None:
+        """Clear the slot's valid flag. Blocking: call from an executor."""
+        self._check_slot(slot)
+        _pwrite_all(self._fd, _NOT_VALID, self._slot_offset(slot) + _FLAGS_OFFSET)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._mm.close()
+        finally:
+            self._file.close()
+
+    def _slot_offset(self, slot: int) -> int:
+        return FILE_HEADER_SIZE + slot * (SLOT_HEADER_SIZE + self._block_size)
+
+    def _check_slot(self, slot: int) -> None:
+        if self._closed:
+            raise ValueError("slab is closed")
+        if not 0 <= slot < self._slot_count:
+            raise IndexError(f"slot {slot} outside 0..{self._slot_count - 1}")
+
+
+def _check_geometry(slot_count: int, block_size: int) -> None:
+    if slot_count < 1:
+        raise ValueError(f"slot_count must be at least 1, got {slot_count}")
+    if not 0 < block_size <= MAX_BLOCK_SIZE or block_size % PAGE_SIZE:
+        raise ValueError(
+            f"block_size must be a multiple of {PAGE_SIZE} up to {MAX_BLOCK_SIZE}, "
+            f"got {block_size}"
+        )
+
+
+def _has_geometry(path: Path, file_header: bytes, size: int) -> bool:
+    try:
+        with FileIO(path, "r") as file:
+            return os.fstat(file.fileno()).st_size == size and file.read(
+                len(file_header)
+            ) == file_header
+    except FileNotFoundError:
+        return False
+
+
+def _create(path: Path, size: int, file_header: bytes) -> None:
+    # Truncating first drops every stale slot header of the old geometry; the
+    # file header goes last so that an interrupted creation is not reused.
+    with FileIO(path, "w") as file:
+        _preallocate(file.fileno(), size)
+        _pwrite_all(file.fileno(), file_header, 0)
+
+
+def _preallocate(fd: int, size: int) -> None:
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(fd, 0, size)
+            return
+        except OSError as exc:
+            # ENOSPC and friends must surface; only "this file system or
+            # platform cannot do it" falls back to a (sparse) ftruncate.
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+    os.ftruncate(fd, size)
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    with memoryview(data) as view:
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written

@@ -1,0 +1,340 @@
+"""The block cache as the engine sees it: an index in memory over the slab.
+
+Every disk touch (opening and preallocating, copying, hashing) runs in the
+executor handed in; the event loop only does bookkeeping, so it never waits for
+the disk. The in-memory state is only ever changed on the event loop thread,
+which is what serializes the slab's callers.
+
+A slot is in exactly one of these states:
+
+    free       in ``_free``, ready for a write
+    writing    in ``_writing``: a write is copying into it in the executor
+    live       holds the block of a ``SlotRecord`` in ``_records``
+    retiring   in ``_retiring``: its block was dropped, but readers still pin it
+               or its on-disk valid flag is being cleared; free afterwards
+
+Readers pin the slot of the record they read. Only live, unpinned slots are
+ever chosen as eviction victims, and a dropped slot goes back to ``free`` only
+once nobody pins it, so a write never overwrites bytes that a reader is
+copying out.
+
+Executor work is run in a task of its own and awaited through ``shield``: a
+client that disconnects mid-read cancels its wait, not the copy, so a pin is
+released (and a slot reused) only when the executor is really done with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from sidecar.cache.errors import CacheFullError, ChecksumMismatch
+from sidecar.cache.ident import BlockIdent, SlotRecord
+from sidecar.cache.policy import EvictionPolicy
+from sidecar.cache.slab import SLOT_HEADER_SIZE, Slab
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+REASON_CAPACITY = "capacity"
+REASON_CHECKSUM = "checksum"
+REASON_INVALIDATED = "invalidated"
+
+
+class CacheMetrics(Protocol):
+    """What the store reports; sidecar.metrics.Metrics implements it."""
+
+    def on_eviction(self, reason: str) -> None:
+        """A block left the cache: "capacity", "checksum" or "invalidated"."""
+
+    def on_checksum_failure(self) -> None:
+        """A read found cached bytes that do not match their checksum."""
+
+
+def slots_for_capacity(capacity_bytes: int, block_size: int) -> int:
+    """Slots that fit ``capacity_bytes``, counting each slot's 4 KiB header."""
+    slot_count = capacity_bytes // (block_size + SLOT_HEADER_SIZE)
+    if slot_count < 1:
+        raise ValueError(
+            f"cache capacity of {capacity_bytes} bytes cannot hold one block of "
+            f"{block_size} bytes plus its {SLOT_HEADER_SIZE}-byte slot header"
+        )
+    return slot_count
+
+
+class BlockStore:
+    def __init__(
+        self,
+        *,
+        slab: Slab,
+        executor: concurrent.futures.Executor,
+        metrics: CacheMetrics,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        # Use BlockStore.open; this only adopts an opened slab.
+        self._slab = slab
+        self._executor = executor
+        self._metrics = metrics
+        self._loop = loop
+        self._records: dict[BlockIdent, SlotRecord] = {}
+        self._objects: dict[tuple[str, str], set[BlockIdent]] = {}
+        self._policy: EvictionPolicy[BlockIdent] = EvictionPolicy(slab.slot_count)
+        # A stack: the most recently freed slot is reused first, while its pages
+        # may still be in the page cache.
+        self._free: list[int] = list(range(slab.slot_count - 1, -1, -1))
+        self._pins: dict[int, int] = {}
+        self._writing: dict[int, BlockIdent] = {}
+        self._cancelled: set[int] = set()  # writing slots whose object was invalidated
+        self._retiring: dict[int, bool] = {}  # slot -> clear the on-disk valid flag first
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # Restarts at 0 with every process: the store does not recover the
+        # index yet, so no generation on disk is ever compared with these.
+        self._generation = 0
+        self._used_bytes = 0
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        directory: Path,
+        capacity_bytes: int,
+        block_size: int,
+        executor: concurrent.futures.Executor,
+        metrics: CacheMetrics,
+    ) -> BlockStore:
+        slot_count = slots_for_capacity(capacity_bytes, block_size)
+        loop = asyncio.get_running_loop()
+        slab = await loop.run_in_executor(executor, Slab.open, directory, slot_count, block_size)
+        return cls(slab=slab, executor=executor, metrics=metrics, loop=loop)
+
+    @property
+    def block_size(self) -> int:
+        return self._slab.block_size
+
+    @property
+    def slot_count(self) -> int:
+        return self._slab.slot_count
+
+    def lookup(self, ident: BlockIdent, *, touch: bool = True) -> SlotRecord | None:
+        """The record of a cached block, or None. ``touch`` counts it as a hit
+        for eviction (the engine's look-ahead probes pass False)."""
+        if self._closed:
+            return None
+        record = self._records.get(ident)
+        if record is not None and touch:
+            self._policy.touch(ident)
+        return record
+
+    async def read(self, record: SlotRecord, start: int, end: int) -> bytes | None:
+        """Bytes ``start..end-1`` of the block, or None if it is no longer
+        cached (evicted or replaced since lookup, or failed its checksum)."""
+        if not 0 <= start <= end <= record.length:
+            raise ValueError(f"range {start}..{end} outside the block's {record.length} bytes")
+        if self._closed or self._records.get(record.ident) is not record:
+            return None
+        # Pinned in the same step as the check above: from here on the slot
+        # cannot be handed to a writer until the copy is over.
+        self._pin(record.slot)
+        return await self._in_task(self._read_pinned(record, start, end))
+
+    async def write(self, ident: BlockIdent, data: bytes) -> SlotRecord | None:
+        """Cache ``data`` as ``ident`` (replacing any previous copy).
+
+        Returns None, caching nothing, when every slot is pinned or being
+        written, when the object was invalidated during the write, or when the
+        disk write failed (logged).
+        """
+        if len(data) > self._slab.block_size:
+            raise ValueError(f"{len(data)} bytes do not fit a block of {self._slab.block_size}")
+        if self._closed:
+            return None
+        slot = self._reserve_slot()
+        if slot is None:
+            return None
+        self._writing[slot] = ident
+        self._generation += 1
+        return await self._in_task(self._write_reserved(slot, ident, self._generation, data))
+
+    def invalidate_object(self, bucket: str, key: str) -> int:
+        """Drop every cached block of the object, whatever its ETag; returns how many."""
+        idents = self._objects.pop((bucket, key), set())
+        for ident in idents:
+            self._drop(self._records[ident], REASON_INVALIDATED)
+        # A write still copying would otherwise bring the object back.
+        for slot, ident in self._writing.items():
+            if (ident.bucket, ident.key) == (bucket, key):
+                self._cancelled.add(slot)
+        return len(idents)
+
+    def used_bytes(self) -> int:
+        return self._used_bytes
+
+    def capacity_bytes(self) -> int:
+        """Bytes of block data the slots can hold (slot headers not included)."""
+        return self._slab.slot_count * self._slab.block_size
+
+    def block_count(self) -> int:
+        return len(self._records)
+
+    async def close(self) -> None:
+        """Wait for the reads and writes in progress, then unmap the slab."""
+        if self._closed:
+            return
+        self._closed = True
+        while self._tasks:
+            # wait, not gather: cancelling close must not cancel the copies.
+            await asyncio.wait(list(self._tasks))
+        await self._loop.run_in_executor(self._executor, self._slab.close)
+
+    async def _read_pinned(self, record: SlotRecord, start: int, end: int) -> bytes | None:
+        try:
+            return await self._loop.run_in_executor(
+                self._executor, self._slab.read_verified, record.slot, start, end, record
+            )
+        except ChecksumMismatch as exc:
+            log.warning("dropping cached block %s: %s", record.ident, exc)
+            self._metrics.on_checksum_failure()
+            if self._records.get(record.ident) is record:
+                self._drop(record, REASON_CHECKSUM)
+            return None
+        finally:
+            self._unpin(record.slot)
+
+    async def _write_reserved(
+        self, slot: int, ident: BlockIdent, generation: int, data: bytes
+    ) -> SlotRecord | None:
+        try:
+            record = await self._loop.run_in_executor(
+                self._executor, self._slab.write_block, slot, ident, generation, data
+            )
+        except BaseException as exc:
+            # The next write of this slot clears its valid flag first, so a
+            # half-written slot needs no cleanup on disk.
+            self._end_write(slot)
+            self._retire(slot, clear_on_disk=False)
+            if isinstance(exc, OSError):
+                # A failing cache disk must not fail the client whose block
+                # this is: the block is just not cached.
+                log.warning("could not cache block %s in slot %d: %s", ident, slot, exc)
+                return None
+            raise
+        cancelled = self._end_write(slot)
+        if self._closed:
+            return None
+        if cancelled:
+            self._retire(slot, clear_on_disk=True)
+            return None
+        previous = self._records.get(ident)
+        if previous is not None:
+            # Replaced while we wrote (or before): the ident stays in the policy.
+            self._forget(previous)
+            self._retire(previous.slot, clear_on_disk=True)
+        else:
+            try:
+                victims = self._policy.insert(ident, self._is_pinned)
+            except CacheFullError:
+                # Cannot happen while the reserved slot is outside the policy
+                # (it has fewer entries than slots); kept correct regardless.
+                self._retire(slot, clear_on_disk=True)
+                return None
+            for victim in victims:
+                evicted = self._records[victim]
+                self._forget(evicted)
+                self._metrics.on_eviction(REASON_CAPACITY)
+                self._retire(evicted.slot, clear_on_disk=False)
+        self._records[ident] = record
+        self._objects.setdefault((ident.bucket, ident.key), set()).add(ident)
+        self._used_bytes += record.length
+        return record
+
+    def _end_write(self, slot: int) -> bool:
+        del self._writing[slot]
+        if slot in self._cancelled:
+            self._cancelled.discard(slot)
+            return True
+        return False
+
+    def _reserve_slot(self) -> int | None:
+        if self._free:
+            return self._free.pop()
+        victims = self._policy.choose_victims(1, self._is_pinned)
+        if not victims:
+            return None
+        record = self._records[victims[0]]
+        self._forget(record)
+        self._metrics.on_eviction(REASON_CAPACITY)
+        # Unpinned by construction, so the writer may take the slot at once;
+        # the write itself clears the old header's valid flag first.
+        return record.slot
+
+    def _is_pinned(self, ident: BlockIdent) -> bool:
+        return self._records[ident].slot in self._pins
+
+    def _forget(self, record: SlotRecord) -> None:
+        """Remove a record from the index (not from the policy)."""
+        del self._records[record.ident]
+        object_key = (record.ident.bucket, record.ident.key)
+        idents = self._objects.get(object_key)
+        if idents is not None:
+            idents.discard(record.ident)
+            if not idents:
+                del self._objects[object_key]
+        self._used_bytes -= record.length
+
+    def _drop(self, record: SlotRecord, reason: str) -> None:
+        self._forget(record)
+        self._policy.remove(record.ident)
+        self._metrics.on_eviction(reason)
+        # Cleared on disk so that a future recovery of the index cannot bring
+        # back an invalidated or corrupt block.
+        self._retire(record.slot, clear_on_disk=True)
+
+    def _retire(self, slot: int, *, clear_on_disk: bool) -> None:
+        self._retiring[slot] = clear_on_disk or self._retiring.get(slot, False)
+        self._recycle_if_idle(slot)
+
+    def _recycle_if_idle(self, slot: int) -> None:
+        if slot in self._pins or self._closed:
+            return
+        clear_on_disk = self._retiring.pop(slot, None)
+        if clear_on_disk is None:
+            return
+        if clear_on_disk:
+            self._track(self._loop.create_task(self._clear_then_free(slot)))
+        else:
+            self._free.append(slot)
+
+    async def _clear_then_free(self, slot: int) -> None:
+        # The slot stays out of the free list until the flag is cleared, so this
+        # 2-byte write can never land on top of a newer block's header.
+        try:
+            await self._loop.run_in_executor(self._executor, self._slab.invalidate, slot)
+        except Exception as exc:  # the next write clears the flag anyway
+            log.warning("could not clear the valid flag of cache slot %d: %s", slot, exc)
+        if not self._closed:
+            self._free.append(slot)
+
+    def _pin(self, slot: int) -> None:
+        self._pins[slot] = self._pins.get(slot, 0) + 1
+
+    def _unpin(self, slot: int) -> None:
+        count = self._pins[slot] - 1
+        if count:
+            self._pins[slot] = count
+            return
+        del self._pins[slot]
+        self._recycle_if_idle(slot)
+
+    async def _in_task(self, work: Coroutine[Any, Any, T]) -> T:
+        task = self._loop.create_task(work)
+        self._track(task)
+        return await asyncio.shield(task)
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

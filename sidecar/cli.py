@@ -1,0 +1,121 @@
+"""`sidecar serve|demo|stats`: the command line.
+
+Every failure an operator can cause (bad flag, bad size, unreachable origin,
+unusable cache dir) ends in one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from sidecar.config import OPTIONS, load_config, read_toml
+from sidecar.errors import ConfigError, OriginUnavailable
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="sidecar", description=__doc__.splitlines()[0] if __doc__ else None)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    serve = commands.add_parser("serve", help="serve S3 range reads through the block cache")
+    serve.add_argument("--config", type=Path, help="TOML file (keys named like the flags)")
+    for option in OPTIONS:
+        if option.flag:
+            serve.add_argument(
+                option.cli, dest=option.name, metavar=option.metavar, default=argparse.SUPPRESS,
+                help=f"{option.help} (env {option.env}, default {option.default or 'none'})",
+            )
+
+    demo = commands.add_parser("demo", help="local S3 with Kafka segments + the sidecar")
+    demo.add_argument("--listen", default="127.0.0.1:9330", metavar="H:P")
+    demo.add_argument("--admin-listen", default="127.0.0.1:9331", metavar="H:P")
+    demo.add_argument("--seconds", type=float, default=None,
+                      help="stop after this many seconds (default: run until interrupted)")
+
+    stats = commands.add_parser("stats", help="the hit-rate summary of a running sidecar")
+    stats.add_argument("--admin", default="http://127.0.0.1:9331", metavar="URL")
+    stats.add_argument("--json", action="store_true", help="print the raw JSON")
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from sidecar.server import serve
+
+    flags = {option.name: getattr(args, option.name)
+             for option in OPTIONS if option.flag and hasattr(args, option.name)}
+    config_path = args.config or (Path(os.environ["SIDECAR_CONFIG"])
+                                  if os.environ.get("SIDECAR_CONFIG") else None)
+    file_values = read_toml(config_path) if config_path else {}
+    config = load_config(flags, os.environ, file_values)
+    asyncio.run(serve(config))
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from sidecar.demo import run_demo
+
+    asyncio.run(run_demo(args.listen, args.admin_listen, args.seconds))
+
+
+def _format_stats(stats: dict[str, Any]) -> str:
+    def ratio(value: float | None) -> str:
+        return "n/a" if value is None else f"{100 * value:.2f}%"
+
+    cache = stats["cache"]
+    capacity = cache["capacity_bytes"] or 1
+    return "\n".join([
+        f"byte hit ratio   {ratio(stats['byte_hit_ratio'])}",
+        f"block hit ratio  {ratio(stats['block_hit_ratio'])}  "
+        f"({stats['hits']} hits, {stats['misses']} misses)",
+        f"served           {stats['served_bytes']['cache'] / 2**20:.1f} MiB from cache, "
+        f"{stats['served_bytes']['origin'] / 2**20:.1f} MiB from origin",
+        f"origin read      {stats['origin_bytes'] / 2**20:.1f} MiB",
+        f"cache            {cache['used_bytes'] / 2**20:.1f} / {capacity / 2**20:.1f} MiB "
+        f"({100 * cache['used_bytes'] / capacity:.1f}%), {cache['blocks']} blocks, "
+        f"{cache['evictions']} evictions, {cache['checksum_failures']} checksum failures",
+    ])
+
+
+def _stats(args: argparse.Namespace) -> None:
+    url = args.admin.rstrip("/") + "/api/v1/stats"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            stats = json.load(response)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {url}: {exc}") from None
+    print(json.dumps(stats, indent=2) if args.json else _format_stats(stats))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("SIDECAR_LOG_LEVEL", "INFO").upper(), stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # botocore narrates credential look-ups at INFO; operators need its warnings only.
+    for noisy in ("botocore", "aiobotocore"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    handlers = {"serve": _serve, "demo": _demo, "stats": _stats}
+    try:
+        handlers[args.command](args)
+    except (ConfigError, OriginUnavailable) as exc:
+        print(f"sidecar: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    return 0

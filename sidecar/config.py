@@ -1,0 +1,307 @@
+"""One frozen configuration tree, loaded in one place.
+
+Every option has one flat name used three ways: the flag `--cache-size`, the TOML
+key `cache_size` and the env var `SIDECAR_CACHE_SIZE`. Precedence is
+flag > env > file > default. Values from flags and env are strings; TOML may give
+native types. Each value goes through the option's parser exactly once, so
+"unlimited", sizes and durations are normalised here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.errors import ConfigError
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "t": 1000**4, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
+
+
+def parse_size(value: object) -> int:
+    """`8MiB`, `10GiB`, `500MB`, `4096` -> bytes (binary units are powers of 1024)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(f"size must not be negative: {value}")
+        return value
+    match = _SIZE_RE.match(str(value))
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise ConfigError(f"not a size: {value!r} (expected e.g. 8MiB, 10GiB, 500MB or bytes)")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def parse_rate(value: object) -> int | None:
+    """`100MiB/s` -> bytes per second; `unlimited` or 0 -> None."""
+    text = str(value).strip()
+    if text.lower() in ("unlimited", "none", "0", ""):
+        return None
+    if not text.endswith("/s"):
+        if isinstance(value, int):
+            return value or None
+        raise ConfigError(f"not a rate: {value!r} (expected e.g. 100MiB/s or unlimited)")
+    return parse_size(text[:-2]) or None
+
+
+def parse_duration(value: object) -> float:
+    """`30s`, `500ms`, `2m`, `1.5` (seconds) -> seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION_RE.match(str(value))
+        if match is None:
+            raise ConfigError(f"not a duration: {value!r} (expected e.g. 30s, 500ms, 2m)")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if seconds < 0:
+        raise ConfigError(f"duration must not be negative: {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in ("localhost", "::1") or self.host.startswith("127.")
+
+
+def parse_host_port(value: object) -> HostPort:
+    host, sep, port = str(value).strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"not a HOST:PORT address: {value!r}")
+    return HostPort(host, int(port))
+
+
+def parse_cpu_list(value: object) -> tuple[int, ...] | None:
+    """`2-3`, `0,2,4-5` -> CPU ids; empty -> None (no pinning)."""
+    text = str(value).strip()
+    if not text:
+        return None
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ConfigError(f"not a CPU list: {value!r} (expected e.g. 2-3 or 0,2,4-5)")
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if last < first:
+            raise ConfigError(f"not a CPU list: {value!r} ({part.strip()} is reversed)")
+        cpus.update(range(first, last + 1))
+    return tuple(sorted(cpus))
+
+
+def parse_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"not a boolean: {value!r} (expected true or false)")
+
+
+def _positive_int(value: object) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise ConfigError(f"not a whole number: {value!r}") from None
+    if number < 1:
+        raise ConfigError(f"must be at least 1: {value!r}")
+    return number
+
+
+def _non_negative_int(value: object) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise ConfigError(f"not a whole number: {value!r}") from None
+    if number < 0:
+        raise ConfigError(f"must not be negative: {value!r}")
+    return number
+
+
+def _optional_str(value: object) -> str | None:
+    text = str(value).strip()
+    return text or None
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    parse: Callable[[object], Any]
+    default: object
+    help: str
+    metavar: str = ""
+    flag: bool = True  # exposed as a command-line flag (all are TOML keys and env vars)
+
+    @property
+    def env(self) -> str:
+        return "SIDECAR_" + self.name.upper()
+
+    @property
+    def cli(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", parse_host_port, "127.0.0.1:9330", "data port (S3 API) address", "H:P"),
+    Option("admin_listen", parse_host_port, "127.0.0.1:9331", "admin port address", "H:P"),
+    Option("admin_token", _optional_str, "",
+           "bearer token for mutating admin calls (required off loopback)", "TOKEN"),
+    Option("origin_endpoint", _optional_str, "",
+           "object store URL (default: AWS from the region)", "URL"),
+    Option("origin_region", str, "us-east-1", "object store region", "R"),
+    Option("origin_max_connections", _positive_int, 32,
+           "bound of the origin connection pool", "N", flag=False),
+    Option("origin_connect_timeout", parse_duration, "2s",
+           "origin connect timeout", "DURATION", flag=False),
+    Option("origin_read_timeout", parse_duration, "15s",
+           "origin read timeout (per socket read)", "DURATION", flag=False),
+    Option("origin_retries", _non_negative_int, 3,
+           "retries of a failed origin call, with jittered backoff", "N", flag=False),
+    Option("origin_check", parse_bool, True,
+           "refuse to start when the origin does not answer", "BOOL", flag=False),
+    Option("head_ttl", parse_duration, "30s",
+           "how long an object's size and ETag are remembered", "DURATION", flag=False),
+    Option("cache_dir", _optional_str, "",
+           "directory of the slab file (a dedicated disk)", "DIR"),
+    Option("cache_size", parse_size, "1GiB", "bytes of cache to preallocate", "SIZE"),
+    Option("block_size", parse_size, "8MiB", "cache block and origin alignment size", "SIZE"),
+    Option("max_coalesce", parse_size, "64MiB",
+           "largest single origin GET for adjacent missing blocks", "SIZE", flag=False),
+    Option("io_threads", _positive_int, 4,
+           "threads of the disk executor (slab copies, checksums)", "N", flag=False),
+    Option("cpus", parse_cpu_list, "", "pin the process to these CPUs, e.g. 2-3", "LIST"),
+)
+_BY_NAME = {option.name: option for option in OPTIONS}
+MIN_BLOCK_SIZE = 64 * 1024
+MAX_BLOCK_SIZE = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    listen: HostPort
+    admin_listen: HostPort
+    admin_token: str | None
+    cpus: tuple[int, ...] | None
+    io_threads: int
+
+
+@dataclass(frozen=True)
+class OriginConfig:
+    endpoint: str | None
+    region: str
+    max_connections: int
+    connect_timeout_s: float
+    read_timeout_s: float
+    retries: int
+    check_on_start: bool
+    head_ttl_s: float
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    directory: Path
+    size_bytes: int
+    block_size: int
+    max_coalesce_bytes: int
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig
+    origin: OriginConfig
+    cache: CacheConfig
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+
+
+def load_config(
+    flags: Mapping[str, object], env: Mapping[str, str], file_values: Mapping[str, Any]
+) -> Config:
+    """Merge the three sources (flag > env > file > default) and validate.
+
+    `flags` holds only the flags that were given, keyed by option name.
+    """
+    unknown = sorted(set(file_values) - set(_BY_NAME))
+    if unknown:
+        raise ConfigError(f"unknown config key {unknown[0]!r} (known: {', '.join(_BY_NAME)})")
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        if option.name in flags:
+            raw, source = flags[option.name], option.cli
+        elif option.env in env:
+            raw, source = env[option.env], option.env
+        elif option.name in file_values:
+            raw, source = file_values[option.name], f"config key {option.name}"
+        else:
+            raw, source = option.default, f"default of {option.name}"
+        try:
+            values[option.name] = option.parse(raw)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+    return _build(values)
+
+
+def _build(v: Mapping[str, Any]) -> Config:
+    block_size: int = v["block_size"]
+    if not MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE or block_size % 4096:
+        raise ConfigError(
+            f"--block-size must be a multiple of 4KiB between 64KiB and 256MiB, got {block_size}"
+        )
+    if v["cache_dir"] is None:
+        raise ConfigError("--cache-dir is required (a directory on the cache disk)")
+    if v["cache_size"] < block_size + 4096:
+        raise ConfigError(
+            f"--cache-size {v['cache_size']} cannot hold one block of {block_size} bytes"
+        )
+    max_coalesce = max(block_size, v["max_coalesce"] - v["max_coalesce"] % block_size)
+    admin: HostPort = v["admin_listen"]
+    if not admin.is_loopback and v["admin_token"] is None:
+        raise ConfigError(
+            f"--admin-listen {admin} is not loopback: set --admin-token to protect the admin port"
+        )
+    return Config(
+        server=ServerConfig(
+            listen=v["listen"], admin_listen=admin, admin_token=v["admin_token"],
+            cpus=v["cpus"], io_threads=v["io_threads"],
+        ),
+        origin=OriginConfig(
+            endpoint=v["origin_endpoint"], region=v["origin_region"],
+            max_connections=v["origin_max_connections"],
+            connect_timeout_s=v["origin_connect_timeout"],
+            read_timeout_s=v["origin_read_timeout"], retries=v["origin_retries"],
+            check_on_start=v["origin_check"], head_ttl_s=v["head_ttl"],
+        ),
+        cache=CacheConfig(
+            directory=Path(v["cache_dir"]), size_bytes=v["cache_size"],
+            block_size=block_size, max_coalesce_bytes=max_coalesce,
+        ),
+    )

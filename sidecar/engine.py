@@ -1,0 +1,175 @@
+"""Serve a byte range: cache lookup -> single-flight fetch of misses -> stream.
+
+One in-flight table (block ident -> future of the block's bytes) is the only way a
+block is fetched, so a block is fetched once however many readers want it at the
+same time. A block stays in the table until it is written to the cache, so a
+reader never finds it in neither place and fetches it again.
+
+Bounded requests fetch their adjacent missing blocks in one coalesced origin GET.
+Open-ended requests (`bytes=pos-`, or no Range at all) are read lazily, a block at
+a time as the client consumes: Kafka's RemoteLogManager opens `bytes=pos-` and
+closes after about one fetch, so fetching ahead here would waste origin bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Protocol
+
+from sidecar.blocks import block_span, blocks_for_range, coalesce_runs
+from sidecar.cache import BlockIdent, BlockStore
+from sidecar.metrics import Metrics
+from sidecar.origin import ObjectInfo
+
+log = logging.getLogger(__name__)
+
+# Pieces handed to the HTTP layer: a client that stops after 1 MiB costs about
+# 1 MiB of copying and hashing, not a whole block.
+PIECE_SIZE = 1024 * 1024
+
+
+class Source(enum.Enum):
+    CACHE = "cache"
+    ORIGIN = "origin"
+
+
+class BlockReader(Protocol):
+    """The origin as the engine needs it (handed in; tests give a fake)."""
+
+    def read_blocks(
+        self, info: ObjectInfo, start: int, end: int, block_size: int, lane: str
+    ) -> AsyncIterator[bytes]: ...
+
+
+class Engine:
+    def __init__(
+        self,
+        store: BlockStore,
+        origin: BlockReader,
+        metrics: Metrics,
+        block_size: int,
+        max_coalesce_blocks: int,
+    ) -> None:
+        self._store = store
+        self._origin = origin
+        self._metrics = metrics
+        self._block_size = block_size
+        self._max_run = max_coalesce_blocks
+        self._in_flight: dict[BlockIdent, asyncio.Future[bytes]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    async def stream(
+        self, info: ObjectInfo, start: int, end: int, *, lazy: bool
+    ) -> AsyncGenerator[tuple[memoryview | bytes, Source], None]:
+        """Yield the bytes of [start, end] (inclusive) in order, with their source."""
+        blocks = blocks_for_range(start, end, self._block_size)
+        for block in blocks:
+            block_start, block_end = block_span(block, self._block_size, info.size)
+            lo = max(start, block_start) - block_start
+            hi = min(end + 1, block_end) - block_start
+            ahead = range(block, block + 1) if lazy else range(block, blocks.stop)
+            async for piece in self._block_pieces(info, block, lo, hi, ahead):
+                yield piece
+
+    async def _block_pieces(
+        self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range
+    ) -> AsyncIterator[tuple[memoryview | bytes, Source]]:
+        ident = BlockIdent(info.bucket, info.key, info.etag, block)
+        record = self._store.lookup(ident)
+        self._metrics.cache_lookups.labels("hit" if record is not None else "miss").inc()
+        while record is not None and lo < hi:
+            data = await self._store.read(record, lo, min(hi, lo + PIECE_SIZE))
+            if data is None:  # evicted meanwhile, or failed its checksum: refetch
+                break
+            lo += len(data)
+            yield data, Source.CACHE
+        if lo >= hi:
+            return
+        whole = await self._fetched(info, ident, ahead)
+        view = memoryview(whole)
+        for offset in range(lo, hi, PIECE_SIZE):
+            yield view[offset:min(hi, offset + PIECE_SIZE)], Source.ORIGIN
+
+    async def _fetched(self, info: ObjectInfo, ident: BlockIdent, ahead: range) -> bytes:
+        """The whole block, from an in-flight fetch or a new coalesced one."""
+        future = self._in_flight.get(ident)
+        if future is None:
+            self._start_fetch(info, ahead)
+            future = self._in_flight[ident]
+        # Shielded: a client that disconnects must not cancel a fetch others await.
+        return await asyncio.shield(future)
+
+    def _start_fetch(self, info: ObjectInfo, ahead: range) -> None:
+        """Fetch the first block of `ahead` and the missing blocks right after it."""
+        run_end = ahead.start + 1
+        while run_end < ahead.stop and run_end - ahead.start < self._max_run:
+            ident = BlockIdent(info.bucket, info.key, info.etag, run_end)
+            if ident in self._in_flight or self._store.lookup(ident, touch=False) is not None:
+                break
+            run_end += 1
+        (first, last), = coalesce_runs(range(ahead.start, run_end), self._max_run)
+        loop = asyncio.get_running_loop()
+        futures: list[tuple[BlockIdent, asyncio.Future[bytes]]] = []
+        for block in range(first, last + 1):
+            ident = BlockIdent(info.bucket, info.key, info.etag, block)
+            future: asyncio.Future[bytes] = loop.create_future()
+            self._in_flight[ident] = future
+            futures.append((ident, future))
+        task = loop.create_task(self._fetch_run(info, first, last, futures))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _fetch_run(
+        self,
+        info: ObjectInfo,
+        first: int,
+        last: int,
+        futures: list[tuple[BlockIdent, asyncio.Future[bytes]]],
+    ) -> None:
+        start = block_span(first, self._block_size, info.size)[0]
+        end = block_span(last, self._block_size, info.size)[1]
+        index = 0
+        try:
+            async for data in self._origin.read_blocks(
+                info, start, end, self._block_size, "foreground"
+            ):
+                ident, future = futures[index]
+                index += 1
+                future.set_result(data)
+                try:
+                    await self._store.write(ident, data)
+                finally:
+                    del self._in_flight[ident]
+        except Exception as exc:
+            log.warning("origin fetch of s3://%s/%s blocks %d-%d failed: %s",
+                        info.bucket, info.key, first, last, exc)
+            for ident, future in futures[index:]:
+                future.set_exception(exc)
+                # Waiters (if any) re-raise it; nobody waiting must not warn.
+                future.exception()
+                self._in_flight.pop(ident, None)
+        finally:
+            for ident, future in futures[index:]:
+                if not future.done():
+                    future.cancel()
+                    self._in_flight.pop(ident, None)
+
+    def invalidate(self, bucket: str, key: str) -> int:
+        return self._store.invalidate_object(bucket, key)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def max_coalesce_blocks(max_coalesce_bytes: int, block_size: int) -> int:
+    return max(1, max_coalesce_bytes // block_size)
+

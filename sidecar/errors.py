@@ -1,0 +1,40 @@
+"""The sidecar's few error families.
+
+Library errors (botocore, aiohttp, OS) are translated into these where they enter
+the project (`raise ... from exc`), so the HTTP layer maps one small set of types
+to S3 error responses and the CLI maps them to exit codes.
+"""
+
+from __future__ import annotations
+
+
+class SidecarError(Exception):
+    """Base of every error the sidecar raises on purpose."""
+
+
+class ConfigError(SidecarError):
+    """Bad flag, TOML key, env var, size or rate: the CLI prints it and exits 2."""
+
+
+class OriginError(SidecarError):
+    """The object store failed to answer usefully (after retries)."""
+
+
+class OriginUnavailable(OriginError):
+    """Connection refused, timeout, 5xx after retries: the client gets 503."""
+
+
+class ObjectNotFound(OriginError):
+    """The origin answered 404 for the key."""
+
+
+class BucketNotFound(OriginError):
+    """The origin answered 404 for the bucket itself."""
+
+
+class OriginAccessDenied(OriginError):
+    """The origin answered 403."""
+
+
+class OriginObjectChanged(OriginError):
+    """The origin's ETag no longer matches what a read was planned against (412)."""

@@ -1,0 +1,250 @@
+"""Data port: the S3 REST API (path-style) for GET and HEAD of objects.
+
+A request is first checked and classified (sidecar.preconditions.decide_read)
+and only then answered. Errors are S3 XML bodies with S3's codes and statuses so
+that SDKs retry and report them as they would for S3 itself; a HEAD error has no
+body, as S3 sends none.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from contextlib import aclosing
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, unquote
+from xml.sax.saxutils import escape
+
+from aiohttp import web
+
+from sidecar.engine import Engine, Source
+from sidecar.errors import (
+    BucketNotFound,
+    ObjectNotFound,
+    OriginAccessDenied,
+    OriginError,
+)
+from sidecar.metrics import Metrics
+from sidecar.origin import ObjectInfo, Origin
+from sidecar.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
+from sidecar.ranges import unsatisfied_content_range
+
+log = logging.getLogger(__name__)
+
+MAX_KEY_BYTES = 1024  # S3's limit on object key length
+# S3 bucket naming rules (3-63 chars, lowercase letters, digits, dots, hyphens).
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+# Characters XML 1.0 cannot carry (and so no S3 listing could return).
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+# Query parameters that do not change what a GET/HEAD of an object returns.
+_HARMLESS_QUERY = {"x-id"}
+_ALLOWED_METHODS = "GET, HEAD"
+
+
+@dataclass(frozen=True)
+class S3Error(Exception):
+    status: int
+    code: str
+    message: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def _slow_down_headers() -> tuple[tuple[str, str], ...]:
+    return (("Retry-After", "1"),)
+
+
+def error_for(exc: OriginError) -> S3Error:
+    """Translate an origin failure into what the client is told."""
+    if isinstance(exc, BucketNotFound):
+        return S3Error(404, "NoSuchBucket", "The specified bucket does not exist.")
+    if isinstance(exc, ObjectNotFound):
+        return S3Error(404, "NoSuchKey", "The specified key does not exist.")
+    if isinstance(exc, OriginAccessDenied):
+        return S3Error(403, "AccessDenied", "Access Denied")
+    return S3Error(
+        503, "ServiceUnavailable", "The origin is unavailable; please retry.",
+        _slow_down_headers(),
+    )
+
+
+def split_path(raw_path: str) -> tuple[str, str, dict[str, str]]:
+    """`/bucket/some/key?x-id=GetObject` -> (bucket, key, query), percent-decoded.
+
+    The raw path is used (not a normalised one) so that a key is exactly what the
+    client signed; keys never become file paths here.
+    """
+    path, _, query = raw_path.partition("?")
+    bucket, _, key = path.lstrip("/").partition("/")
+    try:
+        return (
+            unquote(bucket, errors="strict"),
+            unquote(key, errors="strict"),
+            dict(parse_qsl(query, keep_blank_values=True)),
+        )
+    except UnicodeDecodeError:
+        raise S3Error(400, "InvalidURI", "Couldn't parse the specified URI.") from None
+
+
+def validate_object_address(bucket: str, key: str) -> None:
+    if not _BUCKET_RE.match(bucket) or ".." in bucket:
+        raise S3Error(400, "InvalidBucketName", "The specified bucket is not valid.")
+    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
+        raise S3Error(400, "KeyTooLongError", "Your key is too long.")
+    if _CONTROL_RE.search(key):
+        raise S3Error(400, "InvalidArgument", "Object key contains control characters.")
+    # Dot segments are rewritten by URL normalisation in clients and proxies, so
+    # a key holding them cannot be addressed reliably; Kafka never writes them.
+    if any(segment in (".", "..") for segment in key.split("/")):
+        raise S3Error(400, "InvalidArgument", "Object key contains a '.' or '..' segment.")
+
+
+class DataPort:
+    def __init__(self, engine: Engine, origin: Origin, metrics: Metrics) -> None:
+        self._engine = engine
+        self._origin = origin
+        self._metrics = metrics
+
+    def app(self) -> web.Application:
+        application = web.Application()
+        application.router.add_route("*", "/{tail:.*}", self.handle)
+        return application
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        request_id = secrets.token_hex(8).upper()
+        started = time.monotonic()
+        op = {"GET": "GetObject", "HEAD": "HeadObject"}.get(request.method, request.method)
+        resource = request.raw_path.partition("?")[0]
+        cache_label = "none"
+        try:
+            bucket, key, query = split_path(request.raw_path)
+            if request.method not in ("GET", "HEAD"):
+                raise S3Error(
+                    405, "MethodNotAllowed",
+                    "The specified method is not allowed against this resource.",
+                    (("Allow", _ALLOWED_METHODS),),
+                )
+            if not bucket or not key:
+                op = "ListBuckets" if not bucket else "BucketOperation"
+                raise S3Error(501, "NotImplemented", "Only object GET and HEAD are served here.")
+            validate_object_address(bucket, key)
+            if set(query) - _HARMLESS_QUERY:
+                raise S3Error(
+                    501, "NotImplemented",
+                    "Sub-resources and versions of objects are not served here.",
+                )
+            try:
+                info = await self._origin.head(bucket, key)
+            except OriginError as exc:
+                raise error_for(exc) from exc
+            response, cache_label = await self._answer(request, info, request_id)
+        except S3Error as exc:
+            response = self._error_response(request, exc, resource, request_id)
+        except Exception:
+            log.exception("request %s %s failed", request_id, resource)
+            response = self._error_response(
+                request,
+                S3Error(500, "InternalError", "We encountered an internal error. Please try again."),
+                resource, request_id,
+            )
+        self._metrics.requests.labels(op, str(response.status)).inc()
+        self._metrics.request_duration.labels(op, cache_label).observe(
+            time.monotonic() - started
+        )
+        return response
+
+    async def _answer(
+        self, request: web.Request, info: ObjectInfo, request_id: str
+    ) -> tuple[web.StreamResponse, str]:
+        headers = request.headers
+        decision = decide_read(
+            RequestHeaders(
+                range=headers.get("Range"),
+                if_match=headers.get("If-Match"),
+                if_none_match=headers.get("If-None-Match"),
+                if_modified_since=headers.get("If-Modified-Since"),
+                if_unmodified_since=headers.get("If-Unmodified-Since"),
+                if_range=headers.get("If-Range"),
+            ),
+            size=info.size, etag=info.etag, last_modified=info.last_modified,
+        )
+        common = {
+            "ETag": info.etag,
+            "Last-Modified": http_date(info.last_modified),
+            "Accept-Ranges": "bytes",
+            "x-amz-request-id": request_id,
+        }
+        if decision.outcome is ReadOutcome.NOT_MODIFIED:
+            return web.Response(status=304, headers=common), "none"
+        if decision.outcome is ReadOutcome.PRECONDITION_FAILED:
+            raise S3Error(412, "PreconditionFailed",
+                          "At least one of the pre-conditions you specified did not hold")
+        if decision.outcome is ReadOutcome.NOT_SATISFIABLE:
+            raise S3Error(416, "InvalidRange", "The requested range is not satisfiable",
+                          (("Content-Range", unsatisfied_content_range(info.size)),))
+        if decision.outcome is ReadOutcome.PARTIAL:
+            assert decision.range is not None
+            start, end, status = decision.range.start, decision.range.end, 206
+            common["Content-Range"] = decision.range.content_range(info.size)
+        else:
+            start, end, status = 0, info.size - 1, 200
+        common["Content-Type"] = info.content_type or "binary/octet-stream"
+        response = web.StreamResponse(status=status, headers=common)
+        response.content_length = end - start + 1
+        if request.method == "HEAD" or end < start:
+            await response.prepare(request)
+            return response, "none"
+        # An open-ended range or a whole-object GET is read as the client reads.
+        lazy = status == 200 or (request.headers.get("Range", "").rstrip().endswith("-"))
+        return response, await self._stream(request, response, info, start, end, lazy)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        info: ObjectInfo,
+        start: int,
+        end: int,
+        lazy: bool,
+    ) -> str:
+        sources: set[Source] = set()
+        prepared = False
+        try:
+            async with aclosing(self._engine.stream(info, start, end, lazy=lazy)) as pieces:
+                async for piece, source in pieces:
+                    if not prepared:
+                        await response.prepare(request)
+                        prepared = True
+                    await response.write(piece)
+                    sources.add(source)
+                    self._metrics.served_bytes.labels(source.value).inc(len(piece))
+        except ConnectionError:
+            pass  # the client went away; what it read was counted
+        except OriginError as exc:
+            if not prepared:
+                raise error_for(exc) from exc
+            # Headers (and a Content-Length) are gone: cut the connection rather
+            # than let the client take a short body for a whole one.
+            log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
+            if request.transport is not None:
+                request.transport.abort()
+        if Source.CACHE in sources and Source.ORIGIN in sources:
+            return "partial"
+        return "hit" if sources == {Source.CACHE} else "miss"
+
+    def _error_response(
+        self, request: web.Request, error: S3Error, resource: str, request_id: str
+    ) -> web.Response:
+        headers = {"x-amz-request-id": request_id, **dict(error.headers)}
+        if request.method == "HEAD":
+            return web.Response(status=error.status, headers=headers)
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            f"<Error><Code>{error.code}</Code><Message>{escape(error.message)}</Message>"
+            f"<Resource>{escape(resource)}</Resource><RequestId>{request_id}</RequestId></Error>"
+        )
+        return web.Response(
+            status=error.status, body=body.encode(), headers=headers,
+            content_type="application/xml",
+        )

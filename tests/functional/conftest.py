@@ -1,0 +1,74 @@
+"""Real servers on loopback: moto's S3 server, a recording proxy, the sidecar."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config as BotoConfig
+
+from sidecar.local_s3 import CREDENTIALS, LocalS3
+from tests.support.processes import SidecarProcess
+from tests.support.recording_proxy import RecordingProxy
+
+BLOCK = 64 * 1024  # small blocks: many block boundaries with little data
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _credentials() -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in CREDENTIALS}
+    os.environ.update(CREDENTIALS)
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def local_s3(_credentials: None) -> Iterator[LocalS3]:
+    with LocalS3() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def proxy(local_s3: LocalS3) -> Iterator[RecordingProxy]:
+    with RecordingProxy(local_s3.endpoint) as recording:
+        yield recording
+
+
+def s3_client(endpoint: str) -> Any:
+    return boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1",
+        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+
+
+@pytest.fixture(scope="session")
+def origin_s3(local_s3: LocalS3) -> Any:
+    return s3_client(local_s3.endpoint)
+
+
+@pytest.fixture()
+def bucket(origin_s3: Any) -> str:
+    name = "t-" + secrets.token_hex(6)
+    origin_s3.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture()
+def sidecar(proxy: RecordingProxy, tmp_path: Path) -> Iterator[SidecarProcess]:
+    """A sidecar with 64 KiB blocks and room for 48 of them, behind the recording proxy."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(
+        proxy.endpoint, cache, "--block-size", "64KiB", "--cache-size", str(48 * (BLOCK + 4096)),
+    ) as process:
+        proxy.clear()
+        yield process

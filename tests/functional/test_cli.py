@@ -1,0 +1,80 @@
+"""`sidecar serve` start-up failures: one clear line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sidecar.local_s3 import CREDENTIALS, LocalS3
+
+
+def run_sidecar(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *args], capture_output=True, text=True,
+        timeout=timeout, env={**os.environ, **CREDENTIALS},
+    )
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def serve_args(origin: str, cache_dir: Path, *extra: str) -> list[str]:
+    return ["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+            "--origin-endpoint", origin, "--cache-dir", str(cache_dir), *extra]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+        (["--cache-size", "12 parsecs"], "--cache-size: not a size"),
+        (["--block-size", "3000"], "--block-size must be a multiple"),
+        (["--cpus", "9-1"], "not a CPU list"),
+        (["--listen", "127.0.0.1:99999"], "not a HOST:PORT"),
+        (["--cpus", "4096"], "CPUs this machine does not have"),
+    ],
+)
+def test_bad_flags(tmp_path: Path, local_s3: LocalS3, extra: list[str], message: str) -> None:
+    result = run_sidecar(*serve_args(local_s3.endpoint, tmp_path, *extra))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_unreachable_origin(tmp_path: Path) -> None:
+    origin = f"http://127.0.0.1:{closed_port()}"
+    result = run_sidecar(*serve_args(origin, tmp_path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"origin {origin} unreachable" in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("cache_dir", "message"),
+    [("missing", "does not exist"), ("/proc", "is not writable"), ("file", "not a directory")],
+)
+def test_unusable_cache_dir(tmp_path: Path, local_s3: LocalS3, cache_dir: str, message: str) -> None:
+    (tmp_path / "file").write_text("x")
+    path = cache_dir if cache_dir.startswith("/") else str(tmp_path / cache_dir)
+    result = run_sidecar(*serve_args(local_s3.endpoint, Path(path)))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_config_file_and_env(tmp_path: Path, local_s3: LocalS3) -> None:
+    config = tmp_path / "sidecar.toml"
+    config.write_text('cache_size = "1MiB"\n')
+    result = run_sidecar(*serve_args(local_s3.endpoint, tmp_path, "--config", str(config)))
+    assert result.returncode == 2 and "cannot hold one block" in result.stderr
+    config.write_text('cache_sizes = "1GiB"\n')
+    result = run_sidecar(*serve_args(local_s3.endpoint, tmp_path, "--config", str(config)))
+    assert result.returncode == 2 and "unknown config key 'cache_sizes'" in result.stderr

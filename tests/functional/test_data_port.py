@@ -1,0 +1,306 @@
+"""The data port against a real S3 server, with the sidecar as a real process."""
+
+from __future__ import annotations
+
+import http.client
+import random
+import secrets
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.functional.conftest import BLOCK, s3_client
+from tests.support.processes import SidecarProcess
+from tests.support.recording_proxy import RecordingProxy
+
+SLOT = BLOCK + 4096  # a slot is a 4 KiB header plus one block (sidecar/cache/slab.py)
+
+
+def expected_answer(range_header: str | None, size: int) -> tuple[int, int, int]:
+    """(status, first, last) as Amazon S3 answers a single-object GET; written
+    independently of sidecar.ranges so that the two can disagree."""
+    if range_header is None:
+        return 200, 0, size - 1
+    unit, _, spec = range_header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return 200, 0, size - 1
+    first_text, dash, last_text = spec.strip().partition("-")
+    if not dash or not (first_text.isdigit() or first_text == "") \
+            or not (last_text.isdigit() or last_text == "") or (not first_text and not last_text):
+        return 200, 0, size - 1
+    if first_text == "":
+        suffix = int(last_text)
+        if suffix == 0 or size == 0:
+            return 416, 0, -1
+        return 206, max(0, size - suffix), size - 1
+    first = int(first_text)
+    last = int(last_text) if last_text else size - 1
+    if last_text and last < first:
+        return 200, 0, size - 1
+    if first >= size:
+        return 416, 0, -1
+    return 206, first, min(last, size - 1)
+
+
+def random_range(rng: random.Random, size: int) -> str:
+    kind = rng.random()
+    edge = rng.choice([0, 1, BLOCK - 1, BLOCK, BLOCK + 1, size - 1, size, size + 1, 2 * size])
+    a = rng.randrange(0, size + 2) if rng.random() < 0.7 else max(0, edge)
+    b = a + rng.choice([0, 1, rng.randrange(0, 3 * BLOCK), rng.randrange(0, size + 2)])
+    if kind < 0.45:
+        return f"bytes={a}-{b}"
+    if kind < 0.7:
+        return f"bytes={a}-"
+    if kind < 0.9:
+        return f"bytes=-{rng.choice([0, 1, rng.randrange(0, size + 2), size, size + 5])}"
+    return rng.choice([f"bytes={b}-{a}", "bytes=", "bytes=x-1", f"items={a}-{b}",
+                       f"bytes={a}-{b},{b}-", f"bytes= {a}-{b}"])
+
+
+def get(client: Any, bucket: str, key: str, range_header: str | None) -> tuple[int, bytes, dict[str, str]]:
+    kwargs = {"Range": range_header} if range_header is not None else {}
+    try:
+        response = client.get_object(Bucket=bucket, Key=key, **kwargs)
+    except ClientError as exc:
+        status = exc.response["ResponseMetadata"]["HTTPStatusCode"]
+        return status, b"", {"code": exc.response["Error"]["Code"],
+                             **exc.response["ResponseMetadata"]["HTTPHeaders"]}
+    body = response["Body"].read()
+    return response["ResponseMetadata"]["HTTPStatusCode"], body, \
+        response["ResponseMetadata"]["HTTPHeaders"]
+
+
+def put_objects(origin_s3: Any, bucket: str, sizes: list[int]) -> dict[str, bytes]:
+    objects = {}
+    for size in sizes:
+        key = f"topic-{secrets.token_hex(4)}/0/{size:020d}-seg.log"
+        data = random.Random(size).randbytes(size)
+        origin_s3.put_object(Bucket=bucket, Key=key, Body=data)
+        objects[key] = data
+    return objects
+
+
+def test_random_ranges_equal_origin_bytes(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, proxy: RecordingProxy
+) -> None:
+    # 51 blocks of data in a cache of 48 slots: reads also cross evictions.
+    sizes = [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 123, 40 * BLOCK + 7]
+    objects = put_objects(origin_s3, bucket, sizes)
+    client = s3_client(sidecar.data_url)
+    rng = random.Random(20261122)
+    cases = []
+    for _ in range(2400):
+        key = rng.choice(list(objects))
+        size = len(objects[key])
+        cases.append((key, None if rng.random() < 0.03 else random_range(rng, max(size, 1))))
+
+    def check(case: tuple[str, str | None]) -> None:
+        key, range_header = case
+        data = objects[key]
+        status, body, headers = get(client, bucket, key, range_header)
+        want_status, first, last = expected_answer(range_header, len(data))
+        assert status == want_status, (key, len(data), range_header, headers)
+        if status == 416:
+            assert headers["code"] == "InvalidRange"
+            assert headers["content-range"] == f"bytes */{len(data)}"
+            return
+        assert body == data[first:last + 1], (key, len(data), range_header)
+        assert headers["accept-ranges"] == "bytes"
+        assert int(headers["content-length"]) == last - first + 1
+        if status == 206:
+            assert headers["content-range"] == f"bytes {first}-{last}/{len(data)}"
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(check, cases))
+    assert sidecar.metric("sidecar_cache_lookups_total", result="hit") > 0
+    assert sidecar.metric("sidecar_cache_evictions_total", reason="capacity") > 0
+    for request in proxy.gets():
+        first, last = request.byte_range()
+        size = len(objects[request.key])
+        assert first % BLOCK == 0, request
+        assert (last + 1) % BLOCK == 0 or last == size - 1, request
+
+
+def test_concurrent_readers_fetch_each_block_once(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, proxy: RecordingProxy
+) -> None:
+    (key, data), = put_objects(origin_s3, bucket, [12 * BLOCK + 500]).items()
+    clients = [s3_client(sidecar.data_url) for _ in range(12)]
+    ranges = [f"bytes={2 * BLOCK + 10}-{2 * BLOCK + 5000}"] * 6 + [f"bytes=0-{len(data) - 1}"] * 6
+
+    def read(index: int) -> bytes:
+        return get(clients[index], bucket, key, ranges[index])[1]
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        bodies = list(pool.map(read, range(12)))
+    assert bodies[:6] == [data[2 * BLOCK + 10:2 * BLOCK + 5001]] * 6
+    assert bodies[6:] == [data] * 6
+    fetched = [block for request in proxy.gets(key)
+               for block in range(request.byte_range()[0] // BLOCK,
+                                  request.byte_range()[1] // BLOCK + 1)]
+    assert sorted(fetched) == list(range(13)), proxy.gets(key)
+    origin_bytes = sidecar.metric("sidecar_origin_bytes_total")
+    assert origin_bytes == len(data)
+
+
+def test_origin_reads_are_block_aligned_and_coalesced(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, proxy: RecordingProxy
+) -> None:
+    (key, data), = put_objects(origin_s3, bucket, [10 * BLOCK + 100]).items()
+    client = s3_client(sidecar.data_url)
+    assert get(client, bucket, key, f"bytes={2 * BLOCK + 5}-{6 * BLOCK + 7}")[1] \
+        == data[2 * BLOCK + 5:6 * BLOCK + 8]
+    assert [r.range for r in proxy.gets(key)] == [f"bytes={2 * BLOCK}-{7 * BLOCK - 1}"]
+    proxy.clear()
+    assert get(client, bucket, key, f"bytes=0-{len(data) - 1}")[1] == data
+    # Only the missing runs around the cached middle, each in one GET.
+    assert sorted(r.range for r in proxy.gets(key)) == sorted([
+        f"bytes=0-{2 * BLOCK - 1}", f"bytes={7 * BLOCK}-{len(data) - 1}",
+    ])
+    assert sidecar.metric("sidecar_origin_bytes_total") == len(data)
+
+
+def test_open_ended_read_closed_early_fetches_one_block(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, proxy: RecordingProxy
+) -> None:
+    """Kafka's remote reader asks `bytes=pos-`, reads about a fetch and closes."""
+    (key, data), = put_objects(origin_s3, bucket, [30 * BLOCK]).items()
+    address = urlsplit(sidecar.data_url)
+    with socket.create_connection((address.hostname, address.port)) as connection:
+        connection.sendall(
+            f"GET /{bucket}/{key} HTTP/1.1\r\nHost: x\r\nRange: bytes={BLOCK // 2}-\r\n\r\n".encode()
+        )
+        received = b""
+        while len(received) < 20_000:
+            received += connection.recv(65536)
+    assert b" 206 " in received.split(b"\r\n")[0]
+    body = received.partition(b"\r\n\r\n")[2]
+    assert data[BLOCK // 2:].startswith(body)
+    time.sleep(0.5)
+    fetched = sum(r.byte_range()[1] - r.byte_range()[0] + 1 for r in proxy.gets(key))
+    assert fetched <= 2 * BLOCK, proxy.gets(key)
+    assert sidecar.alive()
+
+
+def test_corrupted_slab_bytes_are_detected_and_refetched(
+    proxy: RecordingProxy, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    (key, data), = put_objects(origin_s3, bucket, [6 * BLOCK + 99]).items()
+    with SidecarProcess(proxy.endpoint, tmp_path, "--block-size", "64KiB",
+                        "--cache-size", str(16 * SLOT)) as process:
+        client = s3_client(process.data_url)
+        assert get(client, bucket, key, None)[1] == data
+        slab = tmp_path / "slab.dat"
+        with slab.open("r+b") as handle:  # flip a byte in the data of every slot in use
+            for slot in range(7):
+                handle.seek(4096 + slot * SLOT + 4096 + 50)  # the last block holds 99 bytes
+                byte = handle.read(1)
+                handle.seek(-1, 1)
+                handle.write(bytes([byte[0] ^ 0xFF]))
+        assert get(client, bucket, key, None)[1] == data
+        assert process.metric("sidecar_cache_checksum_failures_total") == 7
+        assert process.metric("sidecar_cache_evictions_total", reason="checksum") == 7
+        # The refetched blocks are good again: served from cache without failures.
+        assert get(client, bucket, key, f"bytes=0-{len(data) - 1}")[1] == data
+        assert process.metric("sidecar_cache_checksum_failures_total") == 7
+
+
+def raw_request(url: str, method: str, path: str, headers: dict[str, str] | None = None
+                ) -> tuple[int, dict[str, str], bytes]:
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
+    try:
+        connection.request(method, path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status", "code"),
+    [
+        ("GET", "/{bucket}/{key}", {"Range": "bytes=99999999999999-"}, 416, "InvalidRange"),
+        ("GET", "/{bucket}/{key}", {"Range": "bytes=99999999999999999999999-"}, 200, None),
+        ("GET", "/{bucket}/{key}", {"Range": "bytes=--5"}, 200, None),
+        ("GET", "/{bucket}/{key}", {"Range": "bytes=-0"}, 416, "InvalidRange"),
+        ("GET", "/{bucket}/a/../{key}", {}, 400, "InvalidArgument"),
+        ("GET", "/{bucket}/a/%2E%2E/b", {}, 400, "InvalidArgument"),
+        ("GET", "/{bucket}/bad%00key", {}, 400, "InvalidArgument"),
+        ("GET", "/{bucket}/" + "k" * 1025, {}, 400, "KeyTooLongError"),
+        ("GET", "/{bucket}/%FF%FE", {}, 400, "InvalidURI"),
+        ("GET", "/no-such-bucket-here/{key}", {}, 404, "NoSuchBucket"),
+        ("GET", "/{bucket}/missing-key", {}, 404, "NoSuchKey"),
+        ("GET", "/Bad_Bucket/{key}", {}, 400, "InvalidBucketName"),
+        ("PUT", "/{bucket}/{key}", {}, 405, "MethodNotAllowed"),
+        ("DELETE", "/{bucket}/{key}", {}, 405, "MethodNotAllowed"),
+        ("POST", "/{bucket}/{key}?uploads", {}, 405, "MethodNotAllowed"),
+        ("GET", "/{bucket}/{key}?acl", {}, 501, "NotImplemented"),
+        ("GET", "/{bucket}", {}, 501, "NotImplemented"),
+        ("GET", "/{bucket}/{key}", {"If-Match": '"nope"'}, 412, "PreconditionFailed"),
+    ],
+)
+def test_bad_input_gets_s3_errors_and_serving_goes_on(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str,
+    method: str, path: str, headers: dict[str, str], status: int, code: str | None,
+) -> None:
+    (key, data), = put_objects(origin_s3, bucket, [2 * BLOCK + 3]).items()
+    got_status, got_headers, body = raw_request(
+        sidecar.data_url, method, path.format(bucket=bucket, key=key), headers
+    )
+    assert got_status == status, body
+    if code is None:
+        assert body == data
+    else:
+        assert got_headers["content-type"].startswith("application/xml")
+        assert f"<Code>{code}</Code>".encode() in body
+        assert b"Traceback" not in body
+    # The process keeps serving.
+    assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                       {"Range": "bytes=0-9"})[2] == data[:10]
+
+
+def test_conditional_requests(sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:
+    (key, data), = put_objects(origin_s3, bucket, [3 * BLOCK]).items()
+    status, headers, _ = raw_request(sidecar.data_url, "HEAD", f"/{bucket}/{key}")
+    assert status == 200 and int(headers["content-length"]) == len(data)
+    etag, modified = headers["etag"], headers["last-modified"]
+    assert etag == origin_s3.head_object(Bucket=bucket, Key=key)["ETag"]
+    assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                       {"If-None-Match": etag})[0] == 304
+    assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                       {"If-Modified-Since": modified})[0] == 304
+    assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                       {"If-Match": etag, "Range": "bytes=0-3"})[2] == data[:4]
+    # If-Range that does not match: the whole object, 200.
+    status, _, body = raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                                  {"If-Range": '"other"', "Range": "bytes=0-3"})
+    assert (status, body) == (200, data)
+    status, _, body = raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                                  {"If-Range": etag, "Range": "bytes=5-8"})
+    assert (status, body) == (206, data[5:9])
+    status, headers, body = raw_request(sidecar.data_url, "HEAD", f"/{bucket}/nope")
+    assert (status, body) == (404, b"")
+
+
+def test_admin_endpoints_report_hits(sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:
+    (key, data), = put_objects(origin_s3, bucket, [4 * BLOCK]).items()
+    client = s3_client(sidecar.data_url)
+    get(client, bucket, key, None)
+    get(client, bucket, key, None)
+    stats = sidecar.stats()
+    assert stats["hits"] == 4 and stats["misses"] == 4
+    assert stats["byte_hit_ratio"] == pytest.approx(0.5)
+    assert stats["served_bytes"] == {"cache": len(data), "origin": len(data)}
+    cache = stats["cache"]
+    assert isinstance(cache, dict) and cache["blocks"] == 4 and cache["used_bytes"] == len(data)
+    assert cache["capacity_bytes"] == 48 * BLOCK
+    assert raw_request(sidecar.admin_url, "GET", "/healthz")[0] == 200
+    assert raw_request(sidecar.admin_url, "GET", "/readyz")[0] == 200
+    assert sidecar.metric("sidecar_requests_total", op="GetObject", code="200") == 2

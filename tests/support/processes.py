@@ -1,0 +1,113 @@
+"""The sidecar as a real child process, for functional tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from sidecar.local_s3 import CREDENTIALS
+
+START_TIMEOUT_S = 30.0
+
+
+class SidecarProcess:
+    """`python -m sidecar serve` on port 0; `data_url` and `admin_url` once started."""
+
+    def __init__(self, origin: str, cache_dir: Path, *extra: str) -> None:
+        self.args = [
+            sys.executable, "-m", "sidecar", "serve",
+            "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+            "--origin-endpoint", origin, "--cache-dir", str(cache_dir), *extra,
+        ]
+        self.data_url = ""
+        self.admin_url = ""
+        self.stderr_lines: list[str] = []
+        self._process: subprocess.Popen[str] | None = None
+        self._pumps: list[threading.Thread] = []
+
+    def __enter__(self) -> SidecarProcess:
+        env = {**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING"}
+        self._process = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        assert self._process.stdout is not None and self._process.stderr is not None
+        self._pumps = [
+            threading.Thread(target=_pump, args=(self._process.stdout, lines.put), daemon=True),
+            threading.Thread(
+                target=_pump, args=(self._process.stderr, self.stderr_lines.append), daemon=True
+            ),
+        ]
+        for pump in self._pumps:
+            pump.start()
+        try:
+            ready = json.loads(lines.get(timeout=START_TIMEOUT_S))
+        except queue.Empty:
+            self.stop()
+            raise RuntimeError(f"sidecar did not start: {''.join(self.stderr_lines)}") from None
+        self.data_url, self.admin_url = ready["data"], ready["admin"]
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def stop(self) -> int | None:
+        if self._process is None:
+            return None
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        for pump in self._pumps:
+            pump.join(timeout=10)
+        for stream in (self._process.stdout, self._process.stderr):
+            if stream is not None:
+                stream.close()
+        return self._process.returncode
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of `name` whose labels include `labels`."""
+        with urllib.request.urlopen(self.admin_url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    total += sample.value
+        return total
+
+    def stats(self) -> dict[str, object]:
+        with urllib.request.urlopen(self.admin_url + "/api/v1/stats", timeout=10) as response:
+            result: dict[str, object] = json.load(response)
+            return result
+
+
+def _pump(stream: object, sink: object) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        sink(line)  # type: ignore[operator]

@@ -1,0 +1,437 @@
+"""The async block store: capacity, invalidation, pins, checksum failures."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import struct
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.cache import BlockIdent, BlockStore, SlotRecord
+from sidecar.cache.slab import Slab
+
+BLOCK = 64 * 1024
+SLOT = BLOCK + 4096
+
+
+class RecordingMetrics:
+    def __init__(self) -> None:
+        self.evictions: Counter[str] = Counter()
+        self.checksum_failures = 0
+
+    def on_eviction(self, reason: str) -> None:
+        self.evictions[reason] += 1
+
+    def on_checksum_failure(self) -> None:
+        self.checksum_failures += 1
+
+
+class Gate:
+    """Holds a Slab method in its executor thread until opened."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+
+    def pass_through(self) -> None:
+        self.entered.set()
+        # Bounded so that a failing test cannot hang the executor's shutdown.
+        self.opened.wait(timeout=10)
+
+    async def wait_entered(self) -> None:
+        await wait_for(self.entered.is_set)
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+async def wait_for(condition: Callable[[], bool]) -> None:
+    for _ in range(5000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("condition not reached")
+
+
+async def background_done(store: BlockStore) -> None:
+    """Wait for the store's background work (slot flag clears) to finish."""
+    await wait_for(lambda: not store._tasks)
+
+
+def ident(block: int = 0, key: str = "obj", etag: str = "e1") -> BlockIdent:
+    return BlockIdent("bkt", key, etag, block)
+
+
+def payload(size: int = BLOCK, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        yield pool
+
+
+@pytest.fixture
+def metrics() -> RecordingMetrics:
+    return RecordingMetrics()
+
+
+@pytest.fixture
+def gates(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], Gate]]:
+    opened: list[Gate] = []
+
+    def gate(method: str) -> Gate:
+        gate = Gate()
+        real = getattr(Slab, method)
+
+        def gated(self: Slab, *args: Any) -> Any:
+            gate.pass_through()
+            return real(self, *args)
+
+        monkeypatch.setattr(Slab, method, gated)
+        opened.append(gate)
+        return gate
+
+    yield gate
+    for gate_ in opened:
+        gate_.open()
+
+
+async def open_store(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics, slots: int
+) -> BlockStore:
+    # A little slack that is not enough for another slot.
+    return await BlockStore.open(tmp_path, slots * SLOT + SLOT - 1, BLOCK, executor, metrics)
+
+
+async def written(store: BlockStore, block_ident: BlockIdent, data: bytes) -> SlotRecord:
+    record = await store.write(block_ident, data)
+    assert record is not None
+    return record
+
+
+async def test_capacity_below_one_slot_is_rejected(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
+) -> None:
+    with pytest.raises(ValueError, match="cannot hold one block"):
+        await BlockStore.open(tmp_path, SLOT - 1, BLOCK, executor, metrics)
+
+
+async def test_write_lookup_read(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=4)
+    try:
+        assert (store.capacity_bytes(), store.used_bytes(), store.block_count()) == (
+            4 * BLOCK, 0, 0
+        )
+        data = payload(50_000)
+        record = await written(store, ident(), data)
+        assert store.lookup(ident()) is record
+        assert store.lookup(ident(), touch=False) is record
+        assert store.lookup(ident(1)) is None
+        assert await store.read(record, 0, 50_000) == data
+        assert await store.read(record, 100, 4000) == data[100:4000]
+        assert (store.used_bytes(), store.block_count()) == (50_000, 1)
+        with pytest.raises(ValueError):
+            await store.read(record, 0, 50_001)
+        with pytest.raises(ValueError):
+            await store.write(ident(2), payload(BLOCK + 1))
+    finally:
+        await store.close()
+
+
+async def test_capacity_evicts_and_reuses_slots(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=4)
+    try:
+        blobs = {block: payload(1000 * (block + 1), seed=block) for block in range(6)}
+        for block, data in blobs.items():
+            await written(store, ident(block), data)
+        assert store.block_count() == 4
+        assert metrics.evictions == {"capacity": 2}
+        resident = {b: store.lookup(ident(b)) for b in blobs}
+        records = [r for r in resident.values() if r is not None]
+        assert len(records) == 4
+        assert sorted(r.slot for r in records) == [0, 1, 2, 3]
+        assert store.used_bytes() == sum(r.length for r in records)
+        for record in records:
+            assert await store.read(record, 0, record.length) == blobs[record.ident.block]
+    finally:
+        await store.close()
+
+
+async def test_stale_record_reads_none(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=1)
+    try:
+        first = await written(store, ident(0), payload(seed=1))
+        second = await written(store, ident(1), payload(seed=2))
+        assert first.slot == second.slot  # the evicted slot was reused
+        assert await store.read(first, 0, 10) is None
+    finally:
+        await store.close()
+
+
+async def test_replacing_an_ident(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=2)
+    try:
+        old = await written(store, ident(), payload(100, seed=1))
+        new = await written(store, ident(), payload(200, seed=2))
+        assert store.lookup(ident()) is new
+        assert await store.read(new, 0, 200) == payload(200, seed=2)
+        assert await store.read(old, 0, 100) is None
+        assert (store.block_count(), store.used_bytes()) == (1, 200)
+        assert metrics.evictions == {}
+    finally:
+        await store.close()
+
+
+async def test_invalidate_object_drops_every_block_of_every_etag(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=4)
+    try:
+        for block_ident in (ident(0), ident(1), ident(0, etag="e2")):
+            await written(store, block_ident, payload(1000))
+        other = await written(store, ident(0, key="other"), payload(3000))
+
+        assert store.invalidate_object("bkt", "obj") == 3
+        assert store.invalidate_object("bkt", "obj") == 0
+        assert store.invalidate_object("bkt", "missing") == 0
+        assert store.lookup(ident(0)) is None and store.lookup(ident(0, etag="e2")) is None
+        assert store.lookup(ident(0, key="other")) is other
+        assert metrics.evictions == {"invalidated": 3}
+        assert (store.block_count(), store.used_bytes()) == (1, 3000)
+
+        # The three slots come back free: no capacity eviction to refill them.
+        await background_done(store)
+        for block in range(3):
+            await written(store, ident(block, key="new"), payload(10))
+        assert store.lookup(ident(0, key="other")) is other
+        assert metrics.evictions == {"invalidated": 3}
+    finally:
+        await store.close()
+
+
+async def test_pinned_slot_is_not_evicted_while_a_read_is_in_progress(
+    tmp_path: Path,
+    executor: ThreadPoolExecutor,
+    metrics: RecordingMetrics,
+    gates: Callable[[str], Gate],
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=2)
+    try:
+        data = payload(seed=7)
+        pinned = await written(store, ident(0), data)
+        await written(store, ident(1), payload(seed=8))
+        gate = gates("read_verified")
+        reading = asyncio.create_task(store.read(pinned, 0, BLOCK))
+        await gate.wait_entered()
+
+        for block in range(2, 6):
+            record = await written(store, ident(block), payload(seed=block))
+            assert record.slot != pinned.slot
+        assert store.lookup(ident(0)) is pinned
+        assert metrics.evictions == {"capacity": 4}
+
+        gate.open()
+        assert await reading == data
+    finally:
+        await store.close()
+
+
+async def test_write_returns_none_when_everything_is_pinned(
+    tmp_path: Path,
+    executor: ThreadPoolExecutor,
+    metrics: RecordingMetrics,
+    gates: Callable[[str], Gate],
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=1)
+    try:
+        data = payload(seed=1)
+        pinned = await written(store, ident(0), data)
+        gate = gates("read_verified")
+        reading = asyncio.create_task(store.read(pinned, 0, BLOCK))
+        await gate.wait_entered()
+
+        assert await store.write(ident(1), payload(seed=2)) is None
+        assert store.lookup(ident(1)) is None and metrics.evictions == {}
+
+        gate.open()
+        assert await reading == data
+        await written(store, ident(1), payload(seed=2))
+        assert metrics.evictions == {"capacity": 1}
+    finally:
+        await store.close()
+
+
+async def test_invalidated_slot_is_not_reused_until_the_reader_is_done(
+    tmp_path: Path,
+    executor: ThreadPoolExecutor,
+    metrics: RecordingMetrics,
+    gates: Callable[[str], Gate],
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=1)
+    try:
+        data = payload(seed=1)
+        record = await written(store, ident(0), data)
+        gate = gates("read_verified")
+        reading = asyncio.create_task(store.read(record, 0, BLOCK))
+        await gate.wait_entered()
+
+        assert store.invalidate_object("bkt", "obj") == 1
+        assert await store.write(ident(0, key="next"), payload(seed=2)) is None
+
+        gate.open()
+        assert await reading == data  # the slot was not overwritten under the reader
+        await background_done(store)
+        await written(store, ident(0, key="next"), payload(seed=2))
+        assert metrics.evictions == {"invalidated": 1}
+    finally:
+        await store.close()
+
+
+async def test_cancelled_read_keeps_the_pin_until_the_copy_is_over(
+    tmp_path: Path,
+    executor: ThreadPoolExecutor,
+    metrics: RecordingMetrics,
+    gates: Callable[[str], Gate],
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=1)
+    try:
+        record = await written(store, ident(0), payload(seed=1))
+        gate = gates("read_verified")
+        reading = asyncio.create_task(store.read(record, 0, BLOCK))
+        await gate.wait_entered()
+        reading.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reading
+
+        # The executor thread is still copying out of the slot.
+        assert await store.write(ident(1), payload(seed=2)) is None
+        gate.open()
+        await background_done(store)
+        await written(store, ident(1), payload(seed=2))
+    finally:
+        await store.close()
+
+
+async def test_checksum_failure_drops_the_entry(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=2)
+    await written(store, ident(0), payload(seed=1))
+    record = await written(store, ident(1), payload(seed=2))
+    header = 4096 + record.slot * SLOT
+    with open(tmp_path / "slab.dat", "r+b") as handle:  # a bad disk
+        handle.seek(header + 4096 + 1234)
+        handle.write(b"\x00\x01\x02")
+
+    assert await store.read(record, 0, 10) is None
+    assert metrics.checksum_failures == 1
+    assert metrics.evictions == {"checksum": 1}
+    assert store.lookup(ident(1)) is None
+    assert (store.block_count(), store.used_bytes()) == (1, BLOCK)
+    await store.close()
+
+    # Its valid flag was cleared too, so a recovered index would not list it.
+    raw = (tmp_path / "slab.dat").read_bytes()
+    assert struct.unpack_from("<H", raw, header + 6)[0] & 1 == 0
+
+
+async def test_invalidation_during_a_write_discards_the_write(
+    tmp_path: Path,
+    executor: ThreadPoolExecutor,
+    metrics: RecordingMetrics,
+    gates: Callable[[str], Gate],
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=2)
+    try:
+        gate = gates("write_block")
+        writing = asyncio.create_task(store.write(ident(0), payload()))
+        await gate.wait_entered()
+        assert store.invalidate_object("bkt", "obj") == 0
+        gate.open()
+        assert await writing is None
+        assert store.lookup(ident(0)) is None and store.block_count() == 0
+        await background_done(store)
+        # Both slots are usable again.
+        await written(store, ident(0, key="a"), payload(10))
+        await written(store, ident(0, key="b"), payload(10))
+        assert metrics.evictions == {}
+    finally:
+        await store.close()
+
+
+async def test_close_waits_for_reads_then_refuses_work(
+    tmp_path: Path,
+    executor: ThreadPoolExecutor,
+    metrics: RecordingMetrics,
+    gates: Callable[[str], Gate],
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=1)
+    data = payload(seed=3)
+    record = await written(store, ident(0), data)
+    gate = gates("read_verified")
+    reading = asyncio.create_task(store.read(record, 0, BLOCK))
+    await gate.wait_entered()
+    closing = asyncio.create_task(store.close())
+    await asyncio.sleep(0.01)
+    assert not closing.done()
+    gate.open()
+    await closing
+    assert await reading == data
+
+    assert store.lookup(ident(0)) is None
+    assert await store.read(record, 0, 10) is None
+    assert await store.write(ident(1), b"x") is None
+    await store.close()
+
+
+async def test_reopened_store_starts_empty(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=2)
+    await written(store, ident(0), payload(10))
+    await store.close()
+    store = await open_store(tmp_path, executor, metrics, slots=2)
+    try:
+        assert store.lookup(ident(0)) is None and store.block_count() == 0
+        await written(store, ident(1), payload(10))
+        await written(store, ident(2), payload(10))
+        assert metrics.evictions == {}
+    finally:
+        await store.close()
+
+
+async def test_disk_error_on_write_caches_nothing(
+    tmp_path: Path,
+    executor: ThreadPoolExecutor,
+    metrics: RecordingMetrics,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = await open_store(tmp_path, executor, metrics, slots=1)
+    try:
+        def failing(self: Slab, *args: Any) -> SlotRecord:
+            raise OSError(28, "No space left on device")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(Slab, "write_block", failing)
+            assert await store.write(ident(0), payload(10)) is None
+        assert store.block_count() == 0
+        await written(store, ident(0), payload(10))  # the slot was given back
+    finally:
+        await store.close()

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.config import (
+    HostPort,
+    load_config,
+    parse_cpu_list,
+    parse_duration,
+    parse_rate,
+    parse_size,
+)
+from sidecar.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("8MiB", 8 * 2**20), ("10GiB", 10 * 2**30), ("500MB", 500 * 10**6), ("4096", 4096),
+     ("1.5KiB", 1536), (" 2 kib ", 2048), (7, 7)],
+)
+def test_parse_size(text: object, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "8 MiBs", "-1", "MiB", "1e9", "8XB", True])
+def test_parse_size_rejects(text: object) -> None:
+    with pytest.raises(ConfigError, match="size"):
+        parse_size(text)
+
+
+def test_parse_rate_and_duration() -> None:
+    assert parse_rate("100MiB/s") == 100 * 2**20
+    assert parse_rate("unlimited") is None and parse_rate("0") is None
+    with pytest.raises(ConfigError, match="rate"):
+        parse_rate("100MiB")
+    assert parse_duration("500ms") == 0.5 and parse_duration("2m") == 120 and parse_duration(3) == 3
+    with pytest.raises(ConfigError, match="duration"):
+        parse_duration("soon")
+
+
+def test_parse_cpu_list() -> None:
+    assert parse_cpu_list("2-3") == (2, 3)
+    assert parse_cpu_list("0,2,4-5") == (0, 2, 4, 5)
+    assert parse_cpu_list("") is None
+    for bad in ("3-2", "a", "1-", "1,,2"):
+        with pytest.raises(ConfigError, match="CPU list"):
+            parse_cpu_list(bad)
+
+
+def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
+    file_values = {"cache_dir": str(tmp_path), "cache_size": "2GiB", "block_size": "16MiB",
+                   "origin_region": "eu-west-1"}
+    env = {"SIDECAR_CACHE_SIZE": "3GiB", "SIDECAR_ORIGIN_REGION": "eu-central-1"}
+    config = load_config({"cache_size": "4GiB"}, env, file_values)
+    assert config.cache.size_bytes == 4 * 2**30
+    assert config.origin.region == "eu-central-1"
+    assert config.cache.block_size == 16 * 2**20
+    assert config.cache.directory == tmp_path
+    assert config.server.listen == HostPort("127.0.0.1", 9330)
+    assert config.server.admin_listen == HostPort("127.0.0.1", 9331)
+    assert config.cache.max_coalesce_bytes == 64 * 2**20
+
+
+@pytest.mark.parametrize(
+    ("flags", "file_values", "message"),
+    [
+        ({}, {}, "--cache-dir is required"),
+        ({"cache_dir": "/x", "block_size": "1000"}, {}, "--block-size must be a multiple"),
+        ({"cache_dir": "/x", "cache_size": "1MiB"}, {}, "cannot hold one block"),
+        ({"cache_dir": "/x", "cache_size": "big"}, {}, "--cache-size: not a size"),
+        ({"cache_dir": "/x", "admin_listen": "0.0.0.0:9331"}, {}, "--admin-token"),
+        ({"cache_dir": "/x"}, {"cache_sise": "1GiB"}, "unknown config key 'cache_sise'"),
+        ({"cache_dir": "/x"}, {"block_size": "lots"}, "config key block_size"),
+        ({"cache_dir": "/x", "listen": "nowhere"}, {}, "HOST:PORT"),
+    ],
+)
+def test_bad_config_is_a_clear_error(
+    flags: dict[str, object], file_values: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message.replace("-", r"\-")):
+        load_config(flags, {}, file_values)
+
+
+def test_env_source_named_in_error() -> None:
+    with pytest.raises(ConfigError, match="SIDECAR_CACHE_SIZE"):
+        load_config({"cache_dir": "/x"}, {"SIDECAR_CACHE_SIZE": "lots"}, {})
+
+
+def test_non_loopback_admin_with_token_is_allowed() -> None:
+    config = load_config(
+        {"cache_dir": "/x", "admin_listen": "0.0.0.0:9331", "admin_token": "s3cret"}, {}, {}
+    )
+    assert config.server.admin_token == "s3cret"
