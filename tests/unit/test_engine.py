@@ -1,0 +1,141 @@
+"""The engine with a scripted origin and a real block store in a temp dir."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sidecar.cache import BlockStore
+from sidecar.engine import Engine, Source
+from sidecar.errors import OriginUnavailable
+from sidecar.metrics import Metrics
+from sidecar.origin import ObjectInfo
+
+BLOCK = 64 * 1024
+
+
+class ScriptedOrigin:
+    """Serves `data` in blocks, records each call, can be slowed down or made to fail."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.calls: list[tuple[int, int]] = []
+        self.delay = 0.0
+        self.fail_with: Exception | None = None
+
+    async def read_blocks(
+        self, info: ObjectInfo, start: int, end: int, block_size: int, lane: str
+    ) -> AsyncIterator[bytes]:
+        self.calls.append((start, end))
+        await asyncio.sleep(self.delay)
+        if self.fail_with is not None:
+            raise self.fail_with
+        for offset in range(start, end, block_size):
+            yield self.data[offset:min(end, offset + block_size)]
+
+
+@pytest.fixture()
+def executor() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield pool
+
+
+async def make_engine(
+    tmp_path: Path, executor: ThreadPoolExecutor, data: bytes, slots: int = 32, max_run: int = 8
+) -> tuple[Engine, ScriptedOrigin, ObjectInfo, BlockStore]:
+    metrics = Metrics(CollectorRegistry())
+    store = await BlockStore.open(tmp_path, slots * (BLOCK + 4096), BLOCK, executor, metrics)
+    origin = ScriptedOrigin(data)
+    info = ObjectInfo("b", "k", len(data), '"e1"', datetime(2026, 1, 1, tzinfo=timezone.utc))
+    return Engine(store, origin, metrics, BLOCK, max_run), origin, info, store
+
+
+async def collect(engine: Engine, info: ObjectInfo, start: int, end: int, lazy: bool = False
+                  ) -> tuple[bytes, set[Source]]:
+    out, sources = bytearray(), set()
+    async for piece, source in engine.stream(info, start, end, lazy=lazy):
+        out += piece
+        sources.add(source)
+    return bytes(out), sources
+
+
+async def test_concurrent_readers_share_one_fetch(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
+    data = random.Random(1).randbytes(4 * BLOCK)
+    engine, origin, info, store = await make_engine(tmp_path, executor, data)
+    origin.delay = 0.05
+    results = await asyncio.gather(*(collect(engine, info, 10, BLOCK + 20) for _ in range(10)))
+    assert all(body == data[10:BLOCK + 21] for body, _ in results)
+    assert origin.calls == [(0, 2 * BLOCK)]
+    for _ in range(100):  # the fetched blocks land in the cache in the background
+        if store.block_count() == 2:
+            break
+        await asyncio.sleep(0.01)
+    body, sources = await collect(engine, info, 0, 2 * BLOCK - 1)
+    assert body == data[:2 * BLOCK] and sources == {Source.CACHE}
+    await store.close()
+
+
+async def test_misses_coalesce_around_cached_blocks_within_max_run(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    data = random.Random(2).randbytes(12 * BLOCK + 5)
+    engine, origin, info, store = await make_engine(tmp_path, executor, data, max_run=4)
+    await collect(engine, info, 2 * BLOCK, 3 * BLOCK - 1)
+    origin.calls.clear()
+    body, sources = await collect(engine, info, 0, len(data) - 1)
+    assert body == data and sources == {Source.CACHE, Source.ORIGIN}
+    assert origin.calls == [
+        (0, 2 * BLOCK), (3 * BLOCK, 7 * BLOCK), (7 * BLOCK, 11 * BLOCK), (11 * BLOCK, len(data)),
+    ]
+    await store.close()
+
+
+async def test_lazy_stream_fetches_only_what_is_consumed(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    data = random.Random(3).randbytes(10 * BLOCK)
+    engine, origin, info, store = await make_engine(tmp_path, executor, data)
+    stream = engine.stream(info, 100, len(data) - 1, lazy=True)
+    piece, source = await anext(stream)
+    assert bytes(piece) == data[100:BLOCK] and source is Source.ORIGIN
+    await stream.aclose()
+    await asyncio.sleep(0.01)
+    assert origin.calls == [(0, BLOCK)]
+    await store.close()
+
+
+async def test_origin_failure_reaches_every_waiter_and_is_not_cached(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    data = random.Random(4).randbytes(3 * BLOCK)
+    engine, origin, info, store = await make_engine(tmp_path, executor, data)
+    origin.fail_with = OriginUnavailable("origin down")
+    origin.delay = 0.02
+    results = await asyncio.gather(
+        *(collect(engine, info, 0, 3 * BLOCK - 1) for _ in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(result, OriginUnavailable) for result in results)
+    assert len(origin.calls) == 1 and store.block_count() == 0
+    origin.fail_with = None
+    assert (await collect(engine, info, 0, 3 * BLOCK - 1))[0] == data
+    await store.close()
+
+
+async def test_random_ranges_through_a_small_cache(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
+    data = random.Random(5).randbytes(20 * BLOCK + 333)
+    engine, origin, info, store = await make_engine(tmp_path, executor, data, slots=6)
+    rng = random.Random(6)
+    for _ in range(150):
+        start = rng.randrange(len(data))
+        end = min(len(data) - 1, start + rng.randrange(4 * BLOCK))
+        assert (await collect(engine, info, start, end, lazy=rng.random() < 0.5))[0] \
+            == data[start:end + 1]
+    assert store.block_count() <= 6
+    await store.close()
