@@ -21,6 +21,10 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
         metrics.value("sidecar_origin_bytes_total", {"lane": lane})
         for lane in ("foreground", "prefetch", "warm")
     )
+    issued, used, wasted = (
+        metrics.value("sidecar_prefetch_blocks_total", {"outcome": outcome})
+        for outcome in ("issued", "used", "wasted")
+    )
     lookups = hits + misses
     served = from_cache + from_origin
     return {
@@ -30,6 +34,11 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
         "byte_hit_ratio": from_cache / served if served else None,
         "served_bytes": {"cache": int(from_cache), "origin": int(from_origin)},
         "origin_bytes": int(origin_bytes),
+        "prefetch": {
+            "issued": int(issued), "used": int(used), "wasted": int(wasted),
+            # Of the prefetched blocks whose fate is known, the share a reader took.
+            "accuracy": used / (used + wasted) if used + wasted else None,
+        },
         "cache": {
             "used_bytes": int(metrics.value("sidecar_cache_used_bytes")),
             "capacity_bytes": int(metrics.value("sidecar_cache_capacity_bytes")),

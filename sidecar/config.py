@@ -139,6 +139,23 @@ def _non_negative_int(value: object) -> int:
     return number
 
 
+def _fraction(value: object) -> float:
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise ConfigError(f"not a number: {value!r}") from None
+    if not 0.0 <= number <= 1.0:
+        raise ConfigError(f"must be between 0 and 1: {value!r}")
+    return number
+
+
+def _layout_name(value: object) -> str:
+    name = str(value).strip().lower()
+    if name not in ("aiven", "plain"):
+        raise ConfigError(f"unknown key layout {value!r} (expected aiven or plain)")
+    return name
+
+
 def _optional_str(value: object) -> str | None:
     text = str(value).strip()
     return text or None
@@ -182,6 +199,8 @@ OPTIONS: tuple[Option, ...] = (
            "refuse to start when the origin does not answer", "BOOL", flag=False),
     Option("head_ttl", parse_duration, "30s",
            "how long an object's size and ETag are remembered", "DURATION", flag=False),
+    Option("listing_ttl", parse_duration, "30s",
+           "how long a partition's segment listing is remembered", "DURATION", flag=False),
     Option("cache_dir", _optional_str, "",
            "directory of the slab file (a dedicated disk)", "DIR"),
     Option("cache_size", parse_size, "1GiB", "bytes of cache to preallocate", "SIZE"),
@@ -190,6 +209,20 @@ OPTIONS: tuple[Option, ...] = (
            "largest single origin GET for adjacent missing blocks", "SIZE", flag=False),
     Option("io_threads", _positive_int, 4,
            "threads of the disk executor (slab copies, checksums)", "N", flag=False),
+    Option("prefetch", parse_bool, True,
+           "sequential read-ahead (--no-prefetch turns it off)", "BOOL", flag=False),
+    Option("prefetch_max_window", parse_size, "64MiB",
+           "largest read-ahead of one stream", "SIZE", flag=False),
+    Option("prefetch_max_in_flight", _positive_int, 16,
+           "prefetch blocks being fetched at once (bounds memory)", "N", flag=False),
+    Option("prefetch_cache_share", _fraction, 0.25,
+           "share of the cache that prefetched, not yet read blocks may fill", "F", flag=False),
+    Option("stream_idle", parse_duration, "60s",
+           "a read head with no request for this long is forgotten", "DURATION", flag=False),
+    Option("layout", _layout_name, "aiven",
+           "object key layout: aiven (segments found for cross-segment prefetch) or plain",
+           "NAME", flag=False),
+    Option("layout_prefix", str, "", "key prefix of the tiered-storage plugin", "P", flag=False),
     Option("cpus", parse_cpu_list, "", "pin the process to these CPUs, e.g. 2-3", "LIST"),
 )
 _BY_NAME = {option.name: option for option in OPTIONS}
@@ -216,6 +249,7 @@ class OriginConfig:
     retries: int
     check_on_start: bool
     head_ttl_s: float
+    listing_ttl_s: float
 
 
 @dataclass(frozen=True)
@@ -227,10 +261,22 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class PrefetchConfig:
+    enabled: bool
+    max_window_blocks: int
+    max_in_flight: int
+    cache_share: float
+    stream_idle_s: float
+    layout: str
+    layout_prefix: str
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig
     origin: OriginConfig
     cache: CacheConfig
+    prefetch: PrefetchConfig
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -299,9 +345,15 @@ def _build(v: Mapping[str, Any]) -> Config:
             connect_timeout_s=v["origin_connect_timeout"],
             read_timeout_s=v["origin_read_timeout"], retries=v["origin_retries"],
             check_on_start=v["origin_check"], head_ttl_s=v["head_ttl"],
+            listing_ttl_s=v["listing_ttl"],
         ),
         cache=CacheConfig(
             directory=Path(v["cache_dir"]), size_bytes=v["cache_size"],
             block_size=block_size, max_coalesce_bytes=max_coalesce,
+        ),
+        prefetch=PrefetchConfig(
+            enabled=v["prefetch"], max_window_blocks=max(1, v["prefetch_max_window"] // block_size),
+            max_in_flight=v["prefetch_max_in_flight"], cache_share=v["prefetch_cache_share"],
+            stream_idle_s=v["stream_idle"], layout=v["layout"], layout_prefix=v["layout_prefix"],
         ),
     )

@@ -5,6 +5,10 @@ block is fetched, so a block is fetched once however many readers want it at the
 same time. A block stays in the table until it is written to the cache, so a
 reader never finds it in neither place and fetches it again.
 
+A lookup is a hit when the block is in the cache or is already being read ahead
+(the reader's request was anticipated and caused no origin read); a miss is a
+lookup that had to start a foreground fetch or join one.
+
 Bounded requests fetch their adjacent missing blocks in one coalesced origin GET.
 Open-ended requests (`bytes=pos-`, or no Range at all) are read lazily, a block at
 a time as the client consumes: Kafka's RemoteLogManager opens `bytes=pos-` and
@@ -16,13 +20,16 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.blocks import block_span, blocks_for_range, coalesce_runs
 from sidecar.cache import BlockIdent, BlockStore
 from sidecar.metrics import Metrics
 from sidecar.origin import ObjectInfo
+
+if TYPE_CHECKING:
+    from sidecar.prefetch.prefetcher import Prefetcher
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +66,9 @@ class Engine:
         self._block_size = block_size
         self._max_run = max_coalesce_blocks
         self._in_flight: dict[BlockIdent, asyncio.Future[bytes]] = {}
+        self._reading_ahead: set[BlockIdent] = set()  # in flight on the prefetch lane
         self._tasks: set[asyncio.Task[None]] = set()
+        self.prefetcher: Prefetcher | None = None
 
     @property
     def block_size(self) -> int:
@@ -69,6 +78,11 @@ class Engine:
         self, info: ObjectInfo, start: int, end: int, *, lazy: bool
     ) -> AsyncGenerator[tuple[memoryview | bytes, Source], None]:
         """Yield the bytes of [start, end] (inclusive) in order, with their source."""
+        prefetcher = self.prefetcher
+        stream = prefetcher.on_request(info, start) if prefetcher is not None else None
+        if prefetcher is not None and stream is not None:
+            prefetcher.on_delivered(stream, info, start)  # a continued stream reads ahead now
+        position = start
         blocks = blocks_for_range(start, end, self._block_size)
         for block in blocks:
             block_start, block_end = block_span(block, self._block_size, info.size)
@@ -77,13 +91,23 @@ class Engine:
             ahead = range(block, block + 1) if lazy else range(block, blocks.stop)
             async for piece in self._block_pieces(info, block, lo, hi, ahead):
                 yield piece
+                # Back here only once the client took the piece: heads follow
+                # delivered bytes, not the range asked for.
+                position += len(piece[0])
+                if prefetcher is not None and stream is not None:
+                    prefetcher.on_delivered(stream, info, position)
 
     async def _block_pieces(
         self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range
     ) -> AsyncIterator[tuple[memoryview | bytes, Source]]:
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
         record = self._store.lookup(ident)
-        self._metrics.cache_lookups.labels("hit" if record is not None else "miss").inc()
+        anticipated = record is not None or ident in self._reading_ahead
+        self._metrics.cache_lookups.labels("hit" if anticipated else "miss").inc()
+        if not anticipated:
+            log.debug("miss %s block %d", info.key, block)
+        if self.prefetcher is not None:
+            self.prefetcher.on_block_read(ident)
         while record is not None and lo < hi:
             data = await self._store.read(record, lo, min(hi, lo + PIECE_SIZE))
             if data is None:  # evicted meanwhile, or failed its checksum: refetch
@@ -92,10 +116,11 @@ class Engine:
             yield data, Source.CACHE
         if lo >= hi:
             return
+        source = Source.CACHE if ident in self._reading_ahead else Source.ORIGIN
         whole = await self._fetched(info, ident, ahead)
         view = memoryview(whole)
         for offset in range(lo, hi, PIECE_SIZE):
-            yield view[offset:min(hi, offset + PIECE_SIZE)], Source.ORIGIN
+            yield view[offset:min(hi, offset + PIECE_SIZE)], source
 
     async def _fetched(self, info: ObjectInfo, ident: BlockIdent, ahead: range) -> bytes:
         """The whole block, from an in-flight fetch or a new coalesced one."""
@@ -122,9 +147,25 @@ class Engine:
             future: asyncio.Future[bytes] = loop.create_future()
             self._in_flight[ident] = future
             futures.append((ident, future))
-        task = loop.create_task(self._fetch_run(info, first, last, futures))
+        self._spawn(self._fetch_run(info, first, last, futures, "foreground"))
+
+    def fetch_ahead(self, info: ObjectInfo, block: int) -> asyncio.Task[None] | None:
+        """Fetch one block on the prefetch lane unless it is cached or in flight."""
+        ident = BlockIdent(info.bucket, info.key, info.etag, block)
+        if ident in self._in_flight or self._store.lookup(ident, touch=False) is not None:
+            return None
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._in_flight[ident] = future
+        self._reading_ahead.add(ident)
+        task = self._spawn(self._fetch_run(info, block, block, [(ident, future)], "prefetch"))
+        task.add_done_callback(lambda _: self._reading_ahead.discard(ident))
+        return task
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _fetch_run(
         self,
@@ -132,14 +173,13 @@ class Engine:
         first: int,
         last: int,
         futures: list[tuple[BlockIdent, asyncio.Future[bytes]]],
+        lane: str,
     ) -> None:
         start = block_span(first, self._block_size, info.size)[0]
         end = block_span(last, self._block_size, info.size)[1]
         index = 0
         try:
-            async for data in self._origin.read_blocks(
-                info, start, end, self._block_size, "foreground"
-            ):
+            async for data in self._origin.read_blocks(info, start, end, self._block_size, lane):
                 ident, future = futures[index]
                 index += 1
                 future.set_result(data)
@@ -148,13 +188,16 @@ class Engine:
                 finally:
                     del self._in_flight[ident]
         except Exception as exc:
-            log.warning("origin fetch of s3://%s/%s blocks %d-%d failed: %s",
-                        info.bucket, info.key, first, last, exc)
+            log.log(logging.INFO if lane == "prefetch" else logging.WARNING,
+                    "%s fetch of s3://%s/%s blocks %d-%d failed: %s",
+                    lane, info.bucket, info.key, first, last, exc)
             for ident, future in futures[index:]:
                 future.set_exception(exc)
                 # Waiters (if any) re-raise it; nobody waiting must not warn.
                 future.exception()
                 self._in_flight.pop(ident, None)
+            if lane == "prefetch":
+                raise  # the prefetcher's done-callback retrieves it and forgets the block
         finally:
             for ident, future in futures[index:]:
                 if not future.done():

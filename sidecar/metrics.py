@@ -75,6 +75,11 @@ class Metrics:
             "Cached blocks whose data did not match their checksum (dropped and refetched)",
             registry=registry,
         )
+        self.prefetch_blocks = Counter(
+            "sidecar_prefetch_blocks",
+            "Read-ahead blocks: issued to the origin, used by a reader, wasted (evicted unread)",
+            ["outcome"], registry=registry,
+        )
         # Pre-create the label sets the dashboards plot so a quiet sidecar still
         # exports zeros instead of absent series.
         for result in ("hit", "miss"):
@@ -84,6 +89,8 @@ class Metrics:
         for lane in LANES:
             self.origin_bytes.labels(lane)
             self.origin_requests.labels(lane, "ok")
+        for outcome in ("issued", "used", "wasted"):
+            self.prefetch_blocks.labels(outcome)
         for reason in ("capacity", "checksum", "invalidated"):
             self.evictions.labels(reason)
 

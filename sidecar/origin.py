@@ -98,6 +98,9 @@ class Origin:
             maxsize=8192, ttl=config.head_ttl_s, timer=clock
         )
         self._buckets: TTLCache[str, bool] = TTLCache(maxsize=256, ttl=60.0, timer=clock)
+        self._listings: TTLCache[tuple[str, str], list[str]] = TTLCache(
+            maxsize=4096, ttl=config.listing_ttl_s, timer=clock
+        )
         self._heads_in_flight: dict[tuple[str, str], asyncio.Future[ObjectInfo]] = {}
 
     async def start(self) -> None:
@@ -195,6 +198,36 @@ class Origin:
             raise OriginUnavailable(f"s3://{bucket}: origin unreachable: {exc}") from exc
         self._buckets[bucket] = exists
         return exists
+
+    async def list_keys(self, bucket: str, prefix: str) -> list[str]:
+        """Keys under a prefix (ListObjectsV2, all pages), remembered for listing_ttl.
+
+        Only Bucket, Prefix and the continuation token are sent: no delimiter.
+        """
+        cached = self._listings.get((bucket, prefix))
+        if cached is not None:
+            return cached
+        keys: list[str] = []
+        token: str | None = None
+        started = self._clock()
+        try:
+            while True:
+                extra = {"ContinuationToken": token} if token else {}
+                page = await self._client.list_objects_v2(Bucket=bucket, Prefix=prefix, **extra)
+                keys.extend(str(item["Key"]) for item in page.get("Contents", ()))
+                token = page.get("NextContinuationToken")
+                if not page.get("IsTruncated") or not token:
+                    break
+        except ClientError as exc:
+            error = translate_client_error(exc, bucket, prefix)
+            self._count("prefetch", error, started)
+            raise error from exc
+        except (*_TRANSIENT, BotoCoreError) as exc:
+            self._count("prefetch", exc, started)
+            raise OriginUnavailable(f"s3://{bucket}/{prefix}: listing failed: {exc}") from exc
+        self._count("prefetch", None, started)
+        self._listings[(bucket, prefix)] = keys
+        return keys
 
     async def read_blocks(
         self, info: ObjectInfo, start: int, end: int, block_size: int, lane: str

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import socket
 import time
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -41,6 +42,10 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 # Query parameters that do not change what a GET/HEAD of an object returns.
 _HARMLESS_QUERY = {"x-id"}
 _ALLOWED_METHODS = "GET, HEAD"
+# Bytes a response may run ahead of what its client has read: the broker sits on
+# the same host, so a small socket buffer costs no throughput, and it keeps an
+# abandoned open-ended read from pulling more blocks and the read heads honest.
+SEND_BUFFER_BYTES = 128 * 1024
 
 
 @dataclass(frozen=True)
@@ -210,6 +215,11 @@ class DataPort:
     ) -> str:
         sources: set[Source] = set()
         prepared = False
+        if request.transport is not None:
+            request.transport.set_write_buffer_limits(high=SEND_BUFFER_BYTES // 2)
+            sock = request.transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         try:
             async with aclosing(self._engine.stream(info, start, end, lazy=lazy)) as pieces:
                 async for piece, source in pieces:

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from sidecar.engine import Engine, max_coalesce_blocks
 from sidecar.errors import ConfigError
 from sidecar.metrics import Metrics
 from sidecar.origin import Origin
+from sidecar.prefetch.prefetcher import Prefetcher
+from sidecar.prefetch.streams import StreamTable
 from sidecar.s3api import DataPort
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,7 @@ class Sidecar:
         self.origin = Origin(config.origin, self.metrics)
         self._store: BlockStore | None = None
         self._engine: Engine | None = None
+        self._prefetcher: Prefetcher | None = None
         self._ready = False
         self.data_url = ""
         self.admin_url = ""
@@ -83,11 +87,30 @@ class Sidecar:
             self._store, self.origin, self.metrics, cache.block_size,
             max_coalesce_blocks(cache.max_coalesce_bytes, cache.block_size),
         )
+        if self.config.prefetch.enabled:
+            self._prefetcher = self._build_prefetcher(self._engine, self._store)
         data = DataPort(self._engine, self.origin, self.metrics)
         admin = AdminPort(self.metrics, lambda: self._ready)
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
         self._ready = True
+
+    def _build_prefetcher(self, engine: Engine, store: BlockStore) -> Prefetcher:
+        settings = self.config.prefetch
+        table = StreamTable(
+            block_size=self.config.cache.block_size,
+            max_window_blocks=settings.max_window_blocks,
+            idle_s=settings.stream_idle_s, clock=time.monotonic,
+        )
+        prefetcher = Prefetcher(
+            table, engine, self.metrics, head=self.origin.head,
+            list_keys=self.origin.list_keys if settings.layout == "aiven" else None,
+            layout_prefix=settings.layout_prefix, max_in_flight=settings.max_in_flight,
+            max_pending=int(store.slot_count * settings.cache_share),
+        )
+        engine.prefetcher = prefetcher
+        store.eviction_listeners.append(prefetcher.on_evicted)
+        return prefetcher
 
     async def _listen(self, application: web.Application, address: HostPort) -> str:
         runner = web.AppRunner(application, access_log=None, handle_signals=False)
@@ -105,6 +128,8 @@ class Sidecar:
         self._ready = False
         for runner in reversed(self._runners):
             await runner.cleanup()
+        if self._prefetcher is not None:
+            await self._prefetcher.close()
         if self._engine is not None:
             await self._engine.close()
         if self._store is not None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -97,6 +97,8 @@ class BlockStore:
         self._generation = 0
         self._used_bytes = 0
         self._closed = False
+        # Told which block left and why (the prefetcher counts unread ones as waste).
+        self.eviction_listeners: list[Callable[[BlockIdent, str], None]] = []
 
     @classmethod
     async def open(
@@ -245,7 +247,7 @@ class BlockStore:
             for victim in victims:
                 evicted = self._records[victim]
                 self._forget(evicted)
-                self._metrics.on_eviction(REASON_CAPACITY)
+                self._evicted(victim, REASON_CAPACITY)
                 self._retire(evicted.slot, clear_on_disk=False)
         self._records[ident] = record
         self._objects.setdefault((ident.bucket, ident.key), set()).add(ident)
@@ -267,7 +269,7 @@ class BlockStore:
             return None
         record = self._records[victims[0]]
         self._forget(record)
-        self._metrics.on_eviction(REASON_CAPACITY)
+        self._evicted(record.ident, REASON_CAPACITY)
         # Unpinned by construction, so the writer may take the slot at once;
         # the write itself clears the old header's valid flag first.
         return record.slot
@@ -289,10 +291,15 @@ class BlockStore:
     def _drop(self, record: SlotRecord, reason: str) -> None:
         self._forget(record)
         self._policy.remove(record.ident)
-        self._metrics.on_eviction(reason)
+        self._evicted(record.ident, reason)
         # Cleared on disk so that a future recovery of the index cannot bring
         # back an invalidated or corrupt block.
         self._retire(record.slot, clear_on_disk=True)
+
+    def _evicted(self, ident: BlockIdent, reason: str) -> None:
+        self._metrics.on_eviction(reason)
+        for listener in self.eviction_listeners:
+            listener(ident, reason)
 
     def _retire(self, slot: int, *, clear_on_disk: bool) -> None:
         self._retiring[slot] = clear_on_disk or self._retiring.get(slot, False)

@@ -64,11 +64,34 @@ def bucket(origin_s3: Any) -> str:
 
 @pytest.fixture()
 def sidecar(proxy: RecordingProxy, tmp_path: Path) -> Iterator[SidecarProcess]:
-    """A sidecar with 64 KiB blocks and room for 48 of them, behind the recording proxy."""
+    """A sidecar with 64 KiB blocks and room for 48 of them, behind the recording proxy.
+
+    Read-ahead is off: these tests pin down exactly which foreground reads reach
+    the origin. `prefetching_sidecar` has it on.
+    """
     cache = tmp_path / "cache"
     cache.mkdir()
     with SidecarProcess(
         proxy.endpoint, cache, "--block-size", "64KiB", "--cache-size", str(48 * (BLOCK + 4096)),
+        env={"SIDECAR_PREFETCH": "false"},
+    ) as process:
+        proxy.clear()
+        yield process
+
+
+PREFETCH_BLOCK = 1024 * 1024
+
+
+@pytest.fixture()
+def prefetching_sidecar(proxy: RecordingProxy, tmp_path: Path) -> Iterator[SidecarProcess]:
+    """1 MiB blocks (to 128 KiB fetches, the broker's 1 MiB fetch to 8 MiB blocks),
+    room for 64, read-ahead up to 8 blocks, behind the recording proxy."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(
+        proxy.endpoint, cache, "--block-size", "1MiB",
+        "--cache-size", str(64 * (PREFETCH_BLOCK + 4096)),
+        env={"SIDECAR_PREFETCH_MAX_WINDOW": "8MiB"},
     ) as process:
         proxy.clear()
         yield process

@@ -23,7 +23,9 @@ START_TIMEOUT_S = 30.0
 class SidecarProcess:
     """`python -m sidecar serve` on port 0; `data_url` and `admin_url` once started."""
 
-    def __init__(self, origin: str, cache_dir: Path, *extra: str) -> None:
+    def __init__(
+        self, origin: str, cache_dir: Path, *extra: str, env: dict[str, str] | None = None
+    ) -> None:
         self.args = [
             sys.executable, "-m", "sidecar", "serve",
             "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
@@ -32,11 +34,12 @@ class SidecarProcess:
         self.data_url = ""
         self.admin_url = ""
         self.stderr_lines: list[str] = []
+        self.env = env or {}
         self._process: subprocess.Popen[str] | None = None
         self._pumps: list[threading.Thread] = []
 
     def __enter__(self) -> SidecarProcess:
-        env = {**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING"}
+        env = {**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING", **self.env}
         self._process = subprocess.Popen(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )

@@ -1,0 +1,101 @@
+"""Read-ahead through a real sidecar process on moto, watched through the recording proxy."""
+
+from __future__ import annotations
+
+import http.client
+import random
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from sidecar.kafka_segments import BatchScanner, generate_topic_segments
+from tests.functional.conftest import PREFETCH_BLOCK as BLOCK
+from tests.support.processes import SidecarProcess
+from tests.support.recording_proxy import RecordingProxy
+
+FETCH = BLOCK // 8  # as the broker's 1 MiB fetch is to an 8 MiB block
+
+
+def broker_fetch(url: str, bucket: str, key: str, position: int, fetch: int) -> bytes:
+    """`Range: bytes=position-`, read about one fetch, drop the connection."""
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+    try:
+        connection.request("GET", f"/{bucket}/{key}", headers={"Range": f"bytes={position}-"})
+        response = connection.getresponse()
+        assert response.status == 206, response.read()
+        return response.read(fetch)
+    finally:
+        connection.close()
+
+
+
+
+def put_partition(origin_s3: Any, bucket: str, segments: int, segment_bytes: int) -> list[tuple[str, bytes]]:
+    objects = []
+    for segment in generate_topic_segments(
+        topic="orders", partitions=1, segments_per_partition=segments,
+        segment_bytes=segment_bytes, value_size=1024, seed=3, records_per_batch=8,
+    ):
+        origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+        objects.append((segment.key, segment.data))
+    return objects
+
+
+def read_like_a_broker(url: str, bucket: str, key: str, data: bytes) -> None:
+    position = 0
+    while position < len(data):
+        chunk = broker_fetch(url, bucket, key, position, FETCH)
+        assert chunk == data[position:position + len(chunk)]
+        scanner = BatchScanner()
+        scanner.feed(chunk)  # whole batches only; the partial tail is read again
+        consumed = len(chunk) - scanner.pending_bytes
+        position += consumed if consumed else len(chunk)
+
+
+def test_sequential_replay_hits_after_first_block_and_crosses_segments(
+    prefetching_sidecar: SidecarProcess, origin_s3: Any, bucket: str, proxy: RecordingProxy
+) -> None:
+    objects = put_partition(origin_s3, bucket, segments=3, segment_bytes=6 * BLOCK)
+    (first_key, first_data), (second_key, second_data), (third_key, third_data) = objects
+    read_like_a_broker(prefetching_sidecar.data_url, bucket, first_key, first_data)
+    time.sleep(0.5)
+    # Before the reader asked for the next segment, its first block was fetched.
+    assert f"bytes=0-{BLOCK - 1}" in [r.range for r in proxy.gets(second_key)]
+    read_like_a_broker(prefetching_sidecar.data_url, bucket, second_key, second_data)
+    read_like_a_broker(prefetching_sidecar.data_url, bucket, third_key, third_data)
+    hits = prefetching_sidecar.metric("sidecar_cache_lookups_total", result="hit")
+    misses = prefetching_sidecar.metric("sidecar_cache_lookups_total", result="miss")
+    # Only the first block of the one stream (the partition) may miss.
+    assert misses <= 1 and hits / (hits + misses) >= 0.99, (hits, misses)
+    total = sum(len(data) for _, data in objects)
+    origin_bytes = prefetching_sidecar.metric("sidecar_origin_bytes_total")
+    assert total <= origin_bytes <= 1.05 * total + BLOCK
+    issued = prefetching_sidecar.metric("sidecar_prefetch_blocks_total", outcome="issued")
+    used = prefetching_sidecar.metric("sidecar_prefetch_blocks_total", outcome="used")
+    assert issued >= 15 and used >= issued - 1
+    stats = prefetching_sidecar.stats()
+    prefetch = stats["prefetch"]
+    assert isinstance(prefetch, dict) and prefetch["issued"] == issued
+
+
+def test_random_reader_triggers_no_prefetch_storm(
+    prefetching_sidecar: SidecarProcess, origin_s3: Any, bucket: str, proxy: RecordingProxy
+) -> None:
+    ((key, data),) = put_partition(origin_s3, bucket, segments=1, segment_bytes=24 * BLOCK)
+    rng = random.Random(11)
+    touched: set[int] = set()
+    address = urlsplit(prefetching_sidecar.data_url)
+    for _ in range(60):
+        start = rng.randrange(len(data))
+        end = min(len(data) - 1, start + rng.randrange(1, BLOCK))
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+        connection.request("GET", f"/{bucket}/{key}", headers={"Range": f"bytes={start}-{end}"})
+        assert connection.getresponse().read() == data[start:end + 1]
+        connection.close()
+        touched.update(range(start // BLOCK, end // BLOCK + 1))
+    time.sleep(0.3)
+    needed = sum(min(BLOCK, len(data) - block * BLOCK) for block in touched)
+    origin_bytes = prefetching_sidecar.metric("sidecar_origin_bytes_total")
+    # What a cache without read-ahead must fetch, plus at most 20%.
+    assert origin_bytes <= 1.2 * needed, (origin_bytes, needed)
