@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="serve S3 range reads through the block cache")
     serve.add_argument("--config", type=Path, help="TOML file (keys named like the flags)")
+    serve.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False,
+                       default=argparse.SUPPRESS,
+                       help="no sequential read-ahead (env SIDECAR_PREFETCH=false)")
     for option in OPTIONS:
         if option.flag:
             serve.add_argument(
@@ -48,6 +51,27 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seconds", type=float, default=None,
                       help="stop after this many seconds (default: run until interrupted)")
 
+    replay = commands.add_parser(
+        "replay", help="read partitions as a broker's remote reader does; check CRCs, measure")
+    replay.add_argument("--endpoint", required=True, metavar="URL",
+                        help="S3 endpoint to read through (a sidecar or the object store)")
+    replay.add_argument("--bucket", required=True)
+    replay.add_argument("--prefix", default="", help="key prefix of the Aiven layout")
+    replay.add_argument("--topic", default=None, help="only this topic (default: all)")
+    replay.add_argument("--partitions", default="all", metavar="all|0,1")
+    replay.add_argument("--fetch-bytes", default="1MiB", metavar="SIZE",
+                        help="bytes read per fetch, as max.partition.fetch.bytes (default 1MiB)")
+    replay.add_argument("--concurrency", type=int, default=4, metavar="N",
+                        help="partitions read at once (default 4)")
+    replay.add_argument("--region", default="us-east-1")
+    replay.add_argument("--admin", default=None, metavar="URL",
+                        help="the sidecar's admin URL, for its hit rate")
+    replay.add_argument("--max-bytes", default=None, metavar="SIZE",
+                        help="stop after delivering this much (default: everything)")
+    replay.add_argument("--list-endpoint", default=None, metavar="URL",
+                        help="list segments here instead of at --endpoint")
+    replay.add_argument("--json", action="store_true", help="print one JSON object")
+
     stats = commands.add_parser("stats", help="the hit-rate summary of a running sidecar")
     stats.add_argument("--admin", default="http://127.0.0.1:9331", metavar="URL")
     stats.add_argument("--json", action="store_true", help="print the raw JSON")
@@ -58,7 +82,8 @@ def _serve(args: argparse.Namespace) -> None:
     from sidecar.server import serve
 
     flags = {option.name: getattr(args, option.name)
-             for option in OPTIONS if option.flag and hasattr(args, option.name)}
+             for option in OPTIONS
+             if (option.flag or option.name == "prefetch") and hasattr(args, option.name)}
     config_path = args.config or (Path(os.environ["SIDECAR_CONFIG"])
                                   if os.environ.get("SIDECAR_CONFIG") else None)
     file_values = read_toml(config_path) if config_path else {}
@@ -70,6 +95,28 @@ def _demo(args: argparse.Namespace) -> None:
     from sidecar.demo import run_demo
 
     asyncio.run(run_demo(args.listen, args.admin_listen, args.seconds))
+
+
+def _replay(args: argparse.Namespace) -> None:
+    from sidecar.config import parse_size
+    from sidecar.replay import ReplayOptions, format_summary, parse_partitions, run_replay
+
+    if args.concurrency < 1:
+        raise ConfigError(f"--concurrency must be at least 1, got {args.concurrency}")
+    fetch_bytes = parse_size(args.fetch_bytes)
+    if fetch_bytes < 1:
+        raise ConfigError("--fetch-bytes must be at least 1 byte")
+    options = ReplayOptions(
+        endpoint=args.endpoint, bucket=args.bucket, prefix=args.prefix, topic=args.topic,
+        partitions=parse_partitions(args.partitions), fetch_bytes=fetch_bytes,
+        concurrency=args.concurrency, region=args.region, admin=args.admin,
+        max_bytes=None if args.max_bytes is None else parse_size(args.max_bytes),
+        list_endpoint=args.list_endpoint,
+    )
+    report = asyncio.run(run_replay(options))
+    print(json.dumps(report) if args.json else format_summary(report))
+    if report["crc_errors"]:
+        raise SystemExit(1)  # a batch failed its check: the data, not the usage, is wrong
 
 
 def _format_stats(stats: dict[str, Any]) -> str:
@@ -110,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # botocore narrates credential look-ups at INFO; operators need its warnings only.
     for noisy in ("botocore", "aiobotocore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
-    handlers = {"serve": _serve, "demo": _demo, "stats": _stats}
+    handlers = {"serve": _serve, "demo": _demo, "stats": _stats, "replay": _replay}
     try:
         handlers[args.command](args)
     except (ConfigError, OriginUnavailable) as exc:

@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.blocks import block_span, blocks_for_range, coalesce_runs
-from sidecar.cache import BlockIdent, BlockStore
+from sidecar.cache import BlockIdent, BlockStore, SlabRegion
 from sidecar.metrics import Metrics
 from sidecar.origin import ObjectInfo
 
@@ -36,6 +36,15 @@ log = logging.getLogger(__name__)
 # Pieces handed to the HTTP layer: a client that stops after 1 MiB costs about
 # 1 MiB of copying and hashing, not a whole block.
 PIECE_SIZE = 1024 * 1024
+
+
+# What the engine hands the HTTP layer: bytes, or a verified region of the slab
+# file that the HTTP layer sends with sendfile(2) and then releases.
+Piece = bytes | memoryview | SlabRegion
+
+
+def piece_length(piece: Piece) -> int:
+    return piece.count if isinstance(piece, SlabRegion) else len(piece)
 
 
 class Source(enum.Enum):
@@ -59,12 +68,16 @@ class Engine:
         metrics: Metrics,
         block_size: int,
         max_coalesce_blocks: int,
+        zero_copy: bool = False,
     ) -> None:
         self._store = store
         self._origin = origin
         self._metrics = metrics
         self._block_size = block_size
         self._max_run = max_coalesce_blocks
+        # Cache hits as slab regions for sendfile(2) instead of copies (the
+        # caller's event loop must support loop.sendfile).
+        self._zero_copy = zero_copy
         self._in_flight: dict[BlockIdent, asyncio.Future[bytes]] = {}
         self._reading_ahead: set[BlockIdent] = set()  # in flight on the prefetch lane
         self._tasks: set[asyncio.Task[None]] = set()
@@ -76,7 +89,7 @@ class Engine:
 
     async def stream(
         self, info: ObjectInfo, start: int, end: int, *, lazy: bool
-    ) -> AsyncGenerator[tuple[memoryview | bytes, Source], None]:
+    ) -> AsyncGenerator[tuple[Piece, Source], None]:
         """Yield the bytes of [start, end] (inclusive) in order, with their source."""
         prefetcher = self.prefetcher
         stream = prefetcher.on_request(info, start) if prefetcher is not None else None
@@ -93,13 +106,13 @@ class Engine:
                 yield piece
                 # Back here only once the client took the piece: heads follow
                 # delivered bytes, not the range asked for.
-                position += len(piece[0])
+                position += piece_length(piece[0])
                 if prefetcher is not None and stream is not None:
                     prefetcher.on_delivered(stream, info, position)
 
     async def _block_pieces(
         self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range
-    ) -> AsyncIterator[tuple[memoryview | bytes, Source]]:
+    ) -> AsyncIterator[tuple[Piece, Source]]:
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
         record = self._store.lookup(ident)
         anticipated = record is not None or ident in self._reading_ahead
@@ -109,10 +122,15 @@ class Engine:
         if self.prefetcher is not None:
             self.prefetcher.on_block_read(ident)
         while record is not None and lo < hi:
-            data = await self._store.read(record, lo, min(hi, lo + PIECE_SIZE))
+            upto = min(hi, lo + PIECE_SIZE)
+            data: Piece | None
+            if self._zero_copy:
+                data = await self._store.read_region(record, lo, upto)
+            else:
+                data = await self._store.read(record, lo, upto)
             if data is None:  # evicted meanwhile, or failed its checksum: refetch
                 break
-            lo += len(data)
+            lo = upto
             yield data, Source.CACHE
         if lo >= hi:
             return
@@ -148,6 +166,11 @@ class Engine:
             self._in_flight[ident] = future
             futures.append((ident, future))
         self._spawn(self._fetch_run(info, first, last, futures, "foreground"))
+
+    def will_hit(self, info: ObjectInfo, offset: int) -> bool:
+        """Whether the block holding `offset` is cached or being read ahead (no side effects)."""
+        ident = BlockIdent(info.bucket, info.key, info.etag, offset // self._block_size)
+        return ident in self._reading_ahead or self._store.lookup(ident, touch=False) is not None
 
     def fetch_ahead(self, info: ObjectInfo, block: int) -> asyncio.Task[None] | None:
         """Fetch one block on the prefetch lane unless it is cached or in flight."""

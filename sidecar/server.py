@@ -86,6 +86,8 @@ class Sidecar:
         self._engine = Engine(
             self._store, self.origin, self.metrics, cache.block_size,
             max_coalesce_blocks(cache.max_coalesce_bytes, cache.block_size),
+            # Only asyncio's selector loop has a native loop.sendfile.
+            zero_copy=isinstance(asyncio.get_running_loop(), asyncio.selector_events.BaseSelectorEventLoop),
         )
         if self.config.prefetch.enabled:
             self._prefetcher = self._build_prefetcher(self._engine, self._store)

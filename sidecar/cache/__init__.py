@@ -7,6 +7,6 @@ reads them and writes what it fetched; everything else is in here.
 from __future__ import annotations
 
 from sidecar.cache.ident import BlockIdent, SlotRecord
-from sidecar.cache.store import BlockStore, CacheMetrics
+from sidecar.cache.store import BlockStore, CacheMetrics, SlabRegion
 
-__all__ = ["BlockIdent", "BlockStore", "CacheMetrics", "SlotRecord"]
+__all__ = ["BlockIdent", "BlockStore", "CacheMetrics", "SlabRegion", "SlotRecord"]

@@ -29,6 +29,8 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from io import FileIO
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -54,6 +56,20 @@ class CacheMetrics(Protocol):
 
     def on_checksum_failure(self) -> None:
         """A read found cached bytes that do not match their checksum."""
+
+
+@dataclass(frozen=True)
+class SlabRegion:
+    """Verified bytes of a cached block, to be sent from the file with sendfile(2).
+
+    The slot stays pinned (never rewritten) until ``release`` is called, which
+    the sender must do exactly once, when the bytes are gone or abandoned.
+    """
+
+    file: FileIO
+    offset: int
+    count: int
+    release: Callable[[], None]
 
 
 def slots_for_capacity(capacity_bytes: int, block_size: int) -> int:
@@ -144,6 +160,40 @@ class BlockStore:
         self._pin(record.slot)
         return await self._in_task(self._read_pinned(record, start, end))
 
+    async def read_region(self, record: SlotRecord, start: int, end: int) -> SlabRegion | None:
+        """Like ``read`` but copies nothing: the verified, pinned region of the slab."""
+        if not 0 <= start <= end <= record.length:
+            raise ValueError(f"range {start}..{end} outside the block's {record.length} bytes")
+        if self._closed or self._records.get(record.ident) is not record:
+            return None
+        self._pin(record.slot)
+        try:
+            offset = await self._in_task(self._verify_pinned(record, start, end))
+        except BaseException:
+            self._unpin(record.slot)
+            raise
+        if offset is None:
+            self._unpin(record.slot)
+            return None
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._unpin(record.slot)
+
+        return SlabRegion(self._slab.file, offset, end - start, release)
+
+    async def _verify_pinned(self, record: SlotRecord, start: int, end: int) -> int | None:
+        try:
+            return await self._loop.run_in_executor(
+                self._executor, self._slab.verify, record.slot, start, end, record
+            )
+        except ChecksumMismatch as exc:
+            self._checksum_failed(record, exc)
+            return None
+
     async def write(self, ident: BlockIdent, data: bytes) -> SlotRecord | None:
         """Cache ``data`` as ``ident`` (replacing any previous copy).
 
@@ -199,13 +249,16 @@ class BlockStore:
                 self._executor, self._slab.read_verified, record.slot, start, end, record
             )
         except ChecksumMismatch as exc:
-            log.warning("dropping cached block %s: %s", record.ident, exc)
-            self._metrics.on_checksum_failure()
-            if self._records.get(record.ident) is record:
-                self._drop(record, REASON_CHECKSUM)
+            self._checksum_failed(record, exc)
             return None
         finally:
             self._unpin(record.slot)
+
+    def _checksum_failed(self, record: SlotRecord, exc: ChecksumMismatch) -> None:
+        log.warning("dropping cached block %s: %s", record.ident, exc)
+        self._metrics.on_checksum_failure()
+        if self._records.get(record.ident) is record:
+            self._drop(record, REASON_CHECKSUM)
 
     async def _write_reserved(
         self, slot: int, ident: BlockIdent, generation: int, data: bytes

@@ -99,3 +99,47 @@ def test_random_reader_triggers_no_prefetch_storm(
     origin_bytes = prefetching_sidecar.metric("sidecar_origin_bytes_total")
     # What a cache without read-ahead must fetch, plus at most 20%.
     assert origin_bytes <= 1.2 * needed, (origin_bytes, needed)
+
+
+def replay_through(sidecar: SidecarProcess, origin: str, bucket: str) -> dict[str, Any]:
+    from tests.functional.test_replay import replay_json
+
+    return replay_json(
+        "--endpoint", sidecar.data_url, "--list-endpoint", origin, "--admin", sidecar.admin_url,
+        "--bucket", bucket, "--fetch-bytes", str(FETCH), "--concurrency", "2", "--json",
+    )
+
+
+def test_replay_of_two_partitions_reads_ahead(
+    prefetching_sidecar: SidecarProcess, origin_s3: Any, bucket: str, local_s3: Any
+) -> None:
+    total = 0
+    for segment in generate_topic_segments(
+        topic="clicks", partitions=2, segments_per_partition=3, segment_bytes=5 * BLOCK,
+        value_size=1024, seed=9,
+    ):
+        origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+        total += len(segment.data)
+    report = replay_through(prefetching_sidecar, local_s3.endpoint, bucket)
+    assert report["crc_errors"] == 0 and report["bytes"] == total
+    # Each partition's first fetch misses; after that the reader is anticipated.
+    assert report["block_hit_ratio"] >= 0.97, report
+    assert report["fetch_hit_ratio"] >= 0.95, report
+    assert report["origin_bytes"] <= 1.05 * total + 2 * BLOCK
+
+
+def test_no_prefetch_flag_turns_read_ahead_off(
+    proxy: RecordingProxy, origin_s3: Any, bucket: str, local_s3: Any, tmp_path: Any
+) -> None:
+    for segment in generate_topic_segments(
+        topic="clicks", partitions=1, segments_per_partition=2, segment_bytes=4 * BLOCK,
+        value_size=1024, seed=10,
+    ):
+        origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+    with SidecarProcess(proxy.endpoint, tmp_path, "--block-size", "1MiB", "--no-prefetch",
+                        "--cache-size", str(16 * (BLOCK + 4096))) as sidecar:
+        report = replay_through(sidecar, local_s3.endpoint, bucket)
+        assert report["crc_errors"] == 0
+        assert sidecar.metric("sidecar_prefetch_blocks_total", outcome="issued") == 0
+        # Without read-ahead every block's first fetch waits for the origin.
+        assert report["block_hit_ratio"] < 0.9

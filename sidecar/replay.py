@@ -1,0 +1,418 @@
+"""`sidecar replay`: read cold partitions the way a Kafka broker's remote reader does.
+
+For every fetch Kafka's RemoteLogManager opens the segment object with an
+open-ended range (`bytes=pos-`, RemoteLogInputStream), reads about
+max.partition.fetch.bytes (more if the first batch is bigger: KIP-74's
+"at least one batch"), hands the whole batches on and closes the stream. The next
+fetch starts at the next offset, i.e. right after the last whole batch, so a
+partial tail batch is read twice. Replay does the same, checks every batch
+(CRC-32C and offset continuity) and measures what a consumer catching up sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.handlers import set_list_objects_encoding_type_url
+
+from sidecar.errors import ConfigError, OriginError, OriginUnavailable
+from sidecar.kafka_segments import BatchCheckError, BatchScanner
+from sidecar.layout import SegmentKey, parse_aiven_key
+from sidecar.origin import translate_client_error
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+# Once fetch-bytes are in and the first batch is still incomplete (a batch larger
+# than the fetch), read on in pieces of this size until it completes.
+_TAIL_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    endpoint: str
+    bucket: str
+    prefix: str = ""
+    topic: str | None = None
+    partitions: frozenset[int] | None = None  # None: all
+    fetch_bytes: int = MIB
+    concurrency: int = 4
+    region: str = "us-east-1"
+    admin: str | None = None
+    max_bytes: int | None = None
+    # A broker never lists (segment metadata comes from __remote_log_metadata);
+    # the listing only stands in for that, so it may come from the object store
+    # itself when the endpoint read through (e.g. an older sidecar) cannot list.
+    list_endpoint: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    topic: str
+    topic_id: str
+    partition: int
+    segments: tuple[SegmentKey, ...]  # in offset order
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    size: int  # of the whole segment object
+    latency_s: float
+    consumed: int  # bytes of the whole batches delivered
+    pending: int  # bytes of the partial tail batch (dropped, re-read next fetch)
+    records: int
+    batches: int
+    next_offset: int | None
+    error: str | None
+    cache: str | None  # x-sidecar-cache header, if the endpoint sends one
+
+
+def parse_partitions(text: str) -> frozenset[int] | None:
+    """`all` -> None; `0,1` -> {0, 1}."""
+    if text.strip().lower() == "all":
+        return None
+    parts = [part.strip() for part in text.split(",")]
+    if not parts or not all(part.isdigit() for part in parts):
+        raise ConfigError(f"--partitions: expected 'all' or a list like 0,1, got {text!r}")
+    return frozenset(int(part) for part in parts)
+
+
+def list_prefix(prefix: str, topic: str | None) -> str:
+    # Aiven keys start with "{topic}-{topicId}/": "orders-" narrows the listing
+    # (it can also match "orders-eu-...", which plan_partitions filters out).
+    return f"{prefix}{topic}-" if topic else prefix
+
+
+def plan_partitions(
+    keys: Iterable[str], prefix: str, topic: str | None, partitions: frozenset[int] | None
+) -> list[PartitionPlan]:
+    """Group the `.log` segment keys per partition, each in offset order."""
+    groups: dict[tuple[str, str, int], list[SegmentKey]] = {}
+    for key in keys:
+        segment = parse_aiven_key(key, prefix)
+        if segment is None or segment.suffix != "log":
+            continue
+        if (topic is not None and segment.topic != topic) or (
+            partitions is not None and segment.partition not in partitions
+        ):
+            continue
+        groups.setdefault((segment.topic, segment.topic_id, segment.partition), []).append(segment)
+    return [
+        PartitionPlan(topic, topic_id, partition, tuple(sorted(found, key=lambda s: s.start_offset)))
+        for (topic, topic_id, partition), found in sorted(groups.items())
+    ]
+
+
+def object_size(position: int, content_length: int, content_range: str | None) -> int:
+    """Size of the whole object from the answer to `Range: bytes={position}-`."""
+    if content_range:
+        return int(content_range.rpartition("/")[2])
+    if position:  # a 200 with the whole object: the range was ignored
+        raise OriginUnavailable(f"the endpoint ignored Range: bytes={position}-")
+    return content_length
+
+
+def next_fetch_position(position: int, consumed: int, pending: int, size: int) -> int | None:
+    """Where the next fetch of this segment starts; None when the segment is done.
+
+    Like the broker we continue right after the last whole batch. A fetch that
+    reached the end of the object with a partial batch left means a truncated
+    segment, and would otherwise be re-read forever.
+    """
+    following = position + consumed
+    if following >= size:
+        return None
+    if consumed == 0 or following + pending >= size:
+        raise BatchCheckError(f"segment ends inside a batch: {size - following} bytes at byte {following}")
+    return following
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (no interpolation: it is a latency someone saw)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def hit_ratios(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """Deltas of two `/api/v1/stats` snapshots taken around the replay."""
+    hits = int(after["hits"]) - int(before["hits"])
+    misses = int(after["misses"]) - int(before["misses"])
+    cache = int(after["served_bytes"]["cache"]) - int(before["served_bytes"]["cache"])
+    origin = int(after["served_bytes"]["origin"]) - int(before["served_bytes"]["origin"])
+    return {
+        "block_hit_ratio": hits / (hits + misses) if hits + misses else None,
+        "byte_hit_ratio": cache / (cache + origin) if cache + origin else None,
+        "origin_bytes": int(after["origin_bytes"]) - int(before["origin_bytes"]),
+    }
+
+
+@dataclass
+class Tally:
+    """Running totals of one replay (mutable: every partition reader adds to it)."""
+
+    partitions: int = 0
+    segments: int = 0
+    records: int = 0
+    batches: int = 0
+    bytes: int = 0
+    errors: int = 0
+    latencies_s: list[float] = field(default_factory=list)
+    cache_headers: list[str] = field(default_factory=list)
+
+    def add(self, fetch: FetchResult) -> None:
+        self.records += fetch.records
+        self.batches += fetch.batches
+        self.bytes += fetch.consumed
+        self.latencies_s.append(fetch.latency_s)
+        if fetch.cache is not None:
+            self.cache_headers.append(fetch.cache.strip().lower())
+
+
+def build_report(
+    options: ReplayOptions, tally: Tally, seconds: float, sidecar: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    def ms(q: float) -> float | None:
+        value = percentile(tally.latencies_s, q)
+        return None if value is None else round(1000 * value, 3)
+
+    headers = tally.cache_headers
+    ratios = sidecar or {"block_hit_ratio": None, "byte_hit_ratio": None, "origin_bytes": None}
+    return {
+        "endpoint": options.endpoint, "bucket": options.bucket,
+        "partitions": tally.partitions, "segments": tally.segments,
+        "fetches": len(tally.latencies_s), "records": tally.records,
+        "batches": tally.batches, "bytes": tally.bytes, "seconds": round(seconds, 6),
+        "mb_per_s": round(tally.bytes / 1e6 / seconds, 3) if seconds > 0 else None,
+        "records_per_s": round(tally.records / seconds, 1) if seconds > 0 else None,
+        "fetch_latency_ms": {"p50": ms(50), "p99": ms(99), "max": ms(100)},
+        "crc_errors": tally.errors, **ratios,
+        "fetch_hit_ratio": headers.count("hit") / len(headers) if headers else None,
+    }
+
+
+def format_summary(report: Mapping[str, Any]) -> str:
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{100 * value:.2f}%"
+
+    def num(value: float | None, unit: str, digits: int = 1) -> str:
+        return "n/a" if value is None else f"{value:,.{digits}f}{unit}"
+
+    latency = report["fetch_latency_ms"]
+    origin = report["origin_bytes"]
+    return "\n".join([
+        f"endpoint       {report['endpoint']}  bucket {report['bucket']}",
+        f"read           {report['partitions']} partitions, {report['segments']} segments, "
+        f"{report['fetches']} fetches",
+        f"delivered      {report['records']:,} records in {report['batches']:,} batches, "
+        f"{report['bytes'] / 1e6:,.1f} MB in {report['seconds']:.2f} s",
+        f"throughput     {num(report['mb_per_s'], ' MB/s', 2)}, "
+        f"{num(report['records_per_s'], ' records/s', 0)}",
+        f"fetch latency  p50 {num(latency['p50'], ' ms')}  p99 {num(latency['p99'], ' ms')}  "
+        f"max {num(latency['max'], ' ms')}",
+        f"batch checks   {report['crc_errors']} failed",
+        f"hit rate       block {pct(report['block_hit_ratio'])}  byte {pct(report['byte_hit_ratio'])}"
+        f"  fetch {pct(report['fetch_hit_ratio'])}  origin read "
+        f"{'n/a' if origin is None else f'{origin / 1e6:,.1f} MB'}",
+    ])
+
+
+class Replayer:
+    """The I/O: list the segments, then one sequential reader per partition."""
+
+    def __init__(self, options: ReplayOptions, client: Any, list_client: Any) -> None:
+        self._options = options
+        self._client = client
+        self._list_client = list_client
+        self.tally = Tally()
+
+    async def list_keys(self) -> list[str]:
+        # Only Bucket, Prefix and ContinuationToken, no Delimiter: benchmark
+        # origins serve pre-generated listings keyed by prefix.
+        prefix = list_prefix(self._options.prefix, self._options.topic)
+        params = {"Bucket": self._options.bucket, "Prefix": prefix}
+        keys: list[str] = []
+        while True:
+            page = await self.call(self._list_client.list_objects_v2(**params))
+            # A 0-byte object has no batch to fetch (and `bytes=0-` on it is a 416).
+            keys += [item["Key"] for item in page.get("Contents", []) if item.get("Size", 1)]
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return keys
+            params["ContinuationToken"] = token
+
+    async def run(self, plans: Sequence[PartitionPlan]) -> None:
+        pending: Iterator[PartitionPlan] = iter(plans)
+
+        async def reader() -> None:
+            for plan in pending:  # shared iterator: each partition is taken once
+                await self.replay_partition(plan)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(min(self._options.concurrency, len(plans))):
+                    group.create_task(reader())
+        except ExceptionGroup as failed:
+            # The first failure stops the replay (the others were cancelled by it);
+            # the CLI reports one error, not a group.
+            raise failed.exceptions[0] from None
+
+    def _budget_spent(self) -> bool:
+        limit = self._options.max_bytes
+        return limit is not None and self.tally.bytes >= limit
+
+    async def replay_partition(self, plan: PartitionPlan) -> None:
+        if self._budget_spent():
+            return
+        self.tally.partitions += 1
+        expected: int | None = None
+        for segment in plan.segments:
+            if self._budget_spent():
+                return
+            self.tally.segments += 1
+            # Offsets run on from segment to segment; after a failed check the
+            # position is lost, so the next segment starts at its own start offset.
+            expected = await self._replay_segment(
+                segment, segment.start_offset if expected is None else expected
+            )
+
+    async def _replay_segment(self, segment: SegmentKey, expected: int) -> int | None:
+        """Fetch the segment to its end; the offset that must follow, None after an error."""
+        position = 0
+        while not self._budget_spent():
+            fetch = await self._fetch(segment.key, position, expected)
+            self.tally.add(fetch)
+            try:
+                if fetch.error is not None:
+                    raise BatchCheckError(fetch.error)
+                following = next_fetch_position(position, fetch.consumed, fetch.pending, fetch.size)
+            except BatchCheckError as exc:
+                self.tally.errors += 1
+                log.warning("s3://%s/%s: %s", self._options.bucket, segment.key, exc)
+                return None
+            assert fetch.next_offset is not None  # at least one batch was checked
+            expected = fetch.next_offset
+            if following is None:
+                return expected
+            position = following
+        return expected
+
+    async def _fetch(self, key: str, position: int, expected: int) -> FetchResult:
+        started = time.perf_counter()
+        response = await self.call(
+            self._client.get_object(Bucket=self._options.bucket, Key=key, Range=f"bytes={position}-"),
+            key,
+        )
+        body = response["Body"]
+        scanner = BatchScanner(expected_next_offset=expected)
+        error = None
+        try:
+            length = int(response["ContentLength"])
+            size = object_size(position, length, response.get("ContentRange"))
+            received = 0
+            while received < length and (received < self._options.fetch_bytes or not scanner.batches):
+                wanted = self._options.fetch_bytes - received
+                chunk = await self.call(body.read(wanted if wanted > 0 else _TAIL_CHUNK), key)
+                if not chunk:
+                    break
+                received += len(chunk)
+                scanner.feed(chunk)
+        except BatchCheckError as exc:
+            error = f"fetch from byte {position}: {exc}"  # the scanner counts from there
+        finally:
+            latency = time.perf_counter() - started
+            # Drop the stream with the rest unread, as the broker does. aiohttp's
+            # close() closes the connection rather than pooling it with unread data.
+            body.close()
+        headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        return FetchResult(
+            size=size, latency_s=latency, consumed=scanner.bytes_verified,
+            pending=0 if error else scanner.pending_bytes, records=scanner.records,
+            batches=scanner.batches, next_offset=scanner.expected_next_offset, error=error,
+            cache=headers.get("x-sidecar-cache"),
+        )
+
+    async def call(self, awaitable: Any, key: str = "") -> Any:
+        """Await one S3 call; its errors become sidecar.errors types here."""
+        where = f"s3://{self._options.bucket}/{key}"
+        try:
+            return await awaitable
+        except ClientError as exc:
+            error: OriginError = translate_client_error(exc, self._options.bucket, key)
+            if exc.response.get("Error", {}).get("Code") == "NotImplemented":
+                raise ConfigError(f"{where}: the endpoint does not serve this request "
+                                  "(listing through a sidecar? try --list-endpoint)") from exc
+            if isinstance(error, OriginUnavailable):
+                raise error from exc
+            raise ConfigError(str(error)) from exc
+        except NoCredentialsError as exc:
+            raise ConfigError("no credentials found (set AWS_ACCESS_KEY_ID etc.)") from exc
+        except (BotoCoreError, OSError, asyncio.TimeoutError) as exc:
+            raise OriginUnavailable(f"{where}: endpoint unreachable or failed: {exc}") from exc
+
+
+def _read_stats(admin: str) -> dict[str, Any]:
+    url = admin.rstrip("/") + "/api/v1/stats"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            stats: dict[str, Any] = json.load(response)
+            return stats
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read {url}: {exc}") from None
+
+
+def _client_config(concurrency: int) -> AioConfig:
+    return AioConfig(
+        max_pool_connections=concurrency + 2, connect_timeout=10, read_timeout=60,
+        retries={"mode": "standard", "max_attempts": 3}, s3={"addressing_style": "path"},
+        # Batches carry their own CRC; whole-object checksums mean nothing for a
+        # range (and "when_supported" would add x-amz-checksum-mode to each GET).
+        request_checksum_calculation="when_required", response_checksum_validation="when_required",
+    )
+
+
+async def run_replay(options: ReplayOptions) -> dict[str, Any]:
+    """List, replay, measure; the report of the contract (see build_report)."""
+    session = get_session()
+    config = _client_config(options.concurrency)
+    async with AsyncExitStack() as stack:
+        client = await stack.enter_async_context(session.create_client(
+            "s3", endpoint_url=options.endpoint, region_name=options.region, config=config))
+        list_client = client
+        if options.list_endpoint and options.list_endpoint != options.endpoint:
+            list_client = await stack.enter_async_context(session.create_client(
+                "s3", endpoint_url=options.list_endpoint, region_name=options.region, config=config))
+        # botocore adds EncodingType=url to every listing; keep the query to Prefix.
+        list_client.meta.events.unregister(
+            "before-parameter-build.s3.ListObjectsV2", set_list_objects_encoding_type_url)
+        replayer = Replayer(options, client, list_client)
+        plans = plan_partitions(await replayer.list_keys(), options.prefix,
+                                options.topic, options.partitions)
+        if not plans:
+            where = f"s3://{options.bucket}/{list_prefix(options.prefix, options.topic)}"
+            raise ConfigError(f"no Kafka segments (Aiven-layout .log keys) under {where}")
+        before = await asyncio.to_thread(_read_stats, options.admin) if options.admin else None
+        # Timed without the listing: a broker has its segment metadata at hand.
+        started = time.perf_counter()
+        await replayer.run(plans)
+        seconds = time.perf_counter() - started
+        after = await asyncio.to_thread(_read_stats, options.admin) if options.admin else None
+    try:
+        ratios = hit_ratios(before, after) if before is not None and after is not None else None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{options.admin}/api/v1/stats: not a sidecar's stats ({exc!r})") from None
+    return build_report(options, replayer.tally, seconds, ratios)
