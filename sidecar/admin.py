@@ -1,14 +1,21 @@
-"""Admin port: /healthz, /readyz, /metrics and /api/v1/stats."""
+"""Admin port: /healthz, /readyz, /metrics, /api/v1/stats and the mutating calls.
+
+Mutating calls need `Authorization: Bearer <token>` when an admin token is set
+(DESIGN.md); the config refuses a non-loopback admin address without one.
+"""
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from sidecar.engine import Engine
 from sidecar.metrics import Metrics
+from sidecar.origin import Origin
 
 
 def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
@@ -53,9 +60,32 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
 
 
 class AdminPort:
-    def __init__(self, metrics: Metrics, is_ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        is_ready: Callable[[], bool],
+        engine: Engine,
+        origin: Origin,
+        token: str | None,
+    ) -> None:
         self._metrics = metrics
         self._is_ready = is_ready
+        self._engine = engine
+        self._origin = origin
+        self._token = token
+
+    def authorize(self, request: web.Request) -> None:
+        """Raise 401 unless the request carries the admin token (when one is set)."""
+        if self._token is None:
+            return
+        given = request.headers.get("Authorization", "")
+        # Constant-time: the token is a secret compared with attacker input.
+        if not hmac.compare_digest(given.encode(), f"Bearer {self._token}".encode()):
+            raise web.HTTPUnauthorized(
+                text='{"error": "missing or wrong admin token"}',
+                content_type="application/json",
+                headers={"WWW-Authenticate": 'Bearer realm="sidecar-admin"'},
+            )
 
     def app(self) -> web.Application:
         application = web.Application()

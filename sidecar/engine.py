@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from dataclasses import astuple, dataclass
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +46,20 @@ Piece = bytes | memoryview | SlabRegion
 
 def piece_length(piece: Piece) -> int:
     return piece.count if isinstance(piece, SlabRegion) else len(piece)
+
+
+@dataclass(frozen=True)
+class WarmResult:
+    """What a warm call did (the `POST /api/v1/warm` answer, DESIGN.md)."""
+
+    requested_blocks: int = 0
+    already_cached: int = 0
+    fetched: int = 0
+    failed: int = 0
+    bytes_fetched: int = 0
+
+    def __add__(self, other: WarmResult) -> WarmResult:
+        return WarmResult(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 class Source(enum.Enum):
@@ -172,17 +187,70 @@ class Engine:
         ident = BlockIdent(info.bucket, info.key, info.etag, offset // self._block_size)
         return ident in self._reading_ahead or self._store.lookup(ident, touch=False) is not None
 
-    def fetch_ahead(self, info: ObjectInfo, block: int) -> asyncio.Task[None] | None:
-        """Fetch one block on the prefetch lane unless it is cached or in flight."""
+    def fetch_ahead(
+        self, info: ObjectInfo, block: int, lane: str = "prefetch"
+    ) -> asyncio.Task[None] | None:
+        """Fetch one block in the background unless it is cached or in flight."""
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
         if ident in self._in_flight or self._store.lookup(ident, touch=False) is not None:
             return None
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._in_flight[ident] = future
         self._reading_ahead.add(ident)
-        task = self._spawn(self._fetch_run(info, block, block, [(ident, future)], "prefetch"))
+        task = self._spawn(self._fetch_run(info, block, block, [(ident, future)], lane))
         task.add_done_callback(lambda _: self._reading_ahead.discard(ident))
         return task
+
+    async def warm(
+        self, info: ObjectInfo, start: int, end: int, ttl_s: float, concurrency: int = 4
+    ) -> WarmResult:
+        """Make the blocks of [start, end] (inclusive) cached and protected for ttl_s.
+
+        Missing blocks are fetched on the `warm` lane, through the same
+        single-flight table as readers (a block being fetched for someone else
+        is waited for, not fetched again).
+        """
+        if info.size == 0 or start > end:
+            return WarmResult()
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(block: int) -> WarmResult:
+            ident = BlockIdent(info.bucket, info.key, info.etag, block)
+            if self._store.lookup(ident, touch=False) is not None:
+                self._store.protect(ident, ttl_s)
+                self._metrics.warm_blocks.labels("already_cached").inc()
+                return WarmResult(1, already_cached=1)
+            async with gate:
+                task = self.fetch_ahead(info, block, "warm")
+                try:
+                    if task is not None:
+                        await asyncio.shield(task)
+                        data_length = block_span(block, self._block_size, info.size)
+                        fetched = data_length[1] - data_length[0]
+                    else:
+                        pending = self._in_flight.get(ident)
+                        if pending is not None:
+                            await asyncio.shield(pending)
+                        fetched = 0
+                except Exception:
+                    self._metrics.warm_blocks.labels("failed").inc()
+                    return WarmResult(1, failed=1)
+            # A write that found every slot pinned leaves the block uncached.
+            if not self._store.protect(ident, ttl_s) and \
+                    self._store.lookup(ident, touch=False) is None:
+                self._metrics.warm_blocks.labels("failed").inc()
+                return WarmResult(1, failed=1)
+            if not fetched:
+                self._metrics.warm_blocks.labels("already_cached").inc()
+                return WarmResult(1, already_cached=1)
+            self._metrics.warm_blocks.labels("fetched").inc()
+            return WarmResult(1, fetched=1, bytes_fetched=fetched)
+
+        results = await asyncio.gather(
+            *(one(block) for block in blocks_for_range(start, min(end, info.size - 1),
+                                                        self._block_size))
+        )
+        return sum(results, WarmResult())
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)

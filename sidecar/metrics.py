@@ -80,6 +80,10 @@ class Metrics:
             "Read-ahead blocks: issued to the origin, used by a reader, wasted (evicted unread)",
             ["outcome"], registry=registry,
         )
+        self.warm_blocks = Counter(
+            "sidecar_warm_blocks", "Blocks asked for by warm-up calls, by what became of them",
+            ["outcome"], registry=registry,
+        )
         # Pre-create the label sets the dashboards plot so a quiet sidecar still
         # exports zeros instead of absent series.
         for result in ("hit", "miss"):
@@ -91,6 +95,8 @@ class Metrics:
             self.origin_requests.labels(lane, "ok")
         for outcome in ("issued", "used", "wasted"):
             self.prefetch_blocks.labels(outcome)
+        for outcome in ("already_cached", "fetched", "failed"):
+            self.warm_blocks.labels(outcome)
         for reason in ("capacity", "checksum", "invalidated"):
             self.evictions.labels(reason)
 

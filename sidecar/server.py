@@ -92,7 +92,10 @@ class Sidecar:
         if self.config.prefetch.enabled:
             self._prefetcher = self._build_prefetcher(self._engine, self._store)
         data = DataPort(self._engine, self.origin, self.metrics)
-        admin = AdminPort(self.metrics, lambda: self._ready)
+        admin = AdminPort(
+            self.metrics, lambda: self._ready, self._engine, self.origin,
+            self.config.server.admin_token,
+        )
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
         self._ready = True

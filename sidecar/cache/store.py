@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from io import FileIO
@@ -91,6 +92,8 @@ class BlockStore:
         executor: concurrent.futures.Executor,
         metrics: CacheMetrics,
         loop: asyncio.AbstractEventLoop,
+        clock: Callable[[], float] = time.monotonic,
+        protected_share: float = 0.5,
     ) -> None:
         # Use BlockStore.open; this only adopts an opened slab.
         self._slab = slab
@@ -113,6 +116,12 @@ class BlockStore:
         self._generation = 0
         self._used_bytes = 0
         self._closed = False
+        # Warmed blocks: never evicted until read or until their deadline, and
+        # never more than a share of the slots, so a warm-up cannot evict
+        # itself or flush the live hot set.
+        self._clock = clock
+        self._protected: dict[BlockIdent, float] = {}
+        self._max_protected = int(slab.slot_count * protected_share)
         # Told which block left and why (the prefetcher counts unread ones as waste).
         self.eviction_listeners: list[Callable[[BlockIdent, str], None]] = []
 
@@ -124,11 +133,14 @@ class BlockStore:
         block_size: int,
         executor: concurrent.futures.Executor,
         metrics: CacheMetrics,
+        clock: Callable[[], float] = time.monotonic,
+        protected_share: float = 0.5,
     ) -> BlockStore:
         slot_count = slots_for_capacity(capacity_bytes, block_size)
         loop = asyncio.get_running_loop()
         slab = await loop.run_in_executor(executor, Slab.open, directory, slot_count, block_size)
-        return cls(slab=slab, executor=executor, metrics=metrics, loop=loop)
+        return cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
+                   protected_share=protected_share)
 
     @property
     def block_size(self) -> int:
@@ -146,7 +158,27 @@ class BlockStore:
         record = self._records.get(ident)
         if record is not None and touch:
             self._policy.touch(ident)
+            self._protected.pop(ident, None)  # warmed "until read": it was read
         return record
+
+    def protect(self, ident: BlockIdent, ttl_s: float) -> bool:
+        """Keep a cached block from eviction until it is read or ttl_s passes.
+
+        False when the block is not cached or the protected share is full.
+        """
+        if ident not in self._records:
+            return False
+        if ident not in self._protected and len(self._protected) >= self._max_protected:
+            now = self._clock()
+            for expired in [i for i, until in self._protected.items() if until <= now]:
+                del self._protected[expired]
+            if len(self._protected) >= self._max_protected:
+                return False
+        self._protected[ident] = max(self._protected.get(ident, 0.0), self._clock() + ttl_s)
+        return True
+
+    def protected_blocks(self) -> int:
+        return len(self._protected)
 
     async def read(self, record: SlotRecord, start: int, end: int) -> bytes | None:
         """Bytes ``start..end-1`` of the block, or None if it is no longer
@@ -328,11 +360,20 @@ class BlockStore:
         return record.slot
 
     def _is_pinned(self, ident: BlockIdent) -> bool:
-        return self._records[ident].slot in self._pins
+        if self._records[ident].slot in self._pins:
+            return True
+        until = self._protected.get(ident)
+        if until is None:
+            return False
+        if until > self._clock():
+            return True
+        del self._protected[ident]
+        return False
 
     def _forget(self, record: SlotRecord) -> None:
         """Remove a record from the index (not from the policy)."""
         del self._records[record.ident]
+        self._protected.pop(record.ident, None)
         object_key = (record.ident.bucket, record.ident.key)
         idents = self._objects.get(object_key)
         if idents is not None:

@@ -139,3 +139,35 @@ async def test_random_ranges_through_a_small_cache(tmp_path: Path, executor: Thr
             == data[start:end + 1]
     assert store.block_count() <= 6
     await store.close()
+
+
+async def test_warm_fetches_once_is_idempotent_and_protects_from_a_scan(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    data = random.Random(7).randbytes(40 * BLOCK)
+    engine, origin, info, store = await make_engine(tmp_path, executor, data, slots=10)
+    result = await engine.warm(info, 0, 4 * BLOCK - 1, ttl_s=3600)
+    assert (result.requested_blocks, result.fetched, result.already_cached, result.failed) \
+        == (4, 4, 0, 0)
+    assert result.bytes_fetched == 4 * BLOCK and len(origin.calls) == 4
+    again = await engine.warm(info, 0, 4 * BLOCK - 1, ttl_s=3600)
+    assert (again.fetched, again.already_cached, len(origin.calls)) == (0, 4, 4)
+    # A scan of three times the cache does not evict what was warmed (half the
+    # cache may be protected) ...
+    await collect(engine, info, 10 * BLOCK, 40 * BLOCK - 1)
+    origin.calls.clear()
+    body, sources = await collect(engine, info, 0, 4 * BLOCK - 1)
+    assert body == data[:4 * BLOCK] and sources == {Source.CACHE} and origin.calls == []
+    # ... and once read, the blocks are ordinary cache entries again.
+    assert store.protected_blocks() == 0
+    await store.close()
+
+
+async def test_warm_counts_origin_failures(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
+    data = random.Random(8).randbytes(3 * BLOCK)
+    engine, origin, info, store = await make_engine(tmp_path, executor, data)
+    origin.fail_with = OriginUnavailable("down")
+    result = await engine.warm(info, 0, len(data) - 1, ttl_s=60)
+    assert (result.requested_blocks, result.failed, result.fetched) == (3, 3, 0)
+    assert store.block_count() == 0
+    await store.close()
