@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/ensure-java.sh
+	sh scripts/ensure-java.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
@@ -24,3 +25,11 @@ test: $(STAMP) typecheck
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# The benchmark harness (bench/): installs nginx-light and wrk from Debian if missing,
+# writes a 1 GiB data set under bench/data/, runs every scenario and writes
+# bench/results/*.json and BENCHMARKS.md. `python -m bench --quick` checks it in ~1 min.
+.PHONY: bench
+bench: $(STAMP)
+	bash bench/install-deps.sh
+	$(BIN)/python -m bench

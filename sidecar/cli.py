@@ -39,11 +39,18 @@ def build_parser() -> argparse.ArgumentParser:
                        default=argparse.SUPPRESS,
                        help="no sequential read-ahead (env SIDECAR_PREFETCH=false)")
     for option in OPTIONS:
-        if option.flag:
-            serve.add_argument(
-                option.cli, dest=option.name, metavar=option.metavar, default=argparse.SUPPRESS,
-                help=f"{option.help} (env {option.env}, default {option.default or 'none'})",
-            )
+        if not option.flag:
+            continue
+        described = f"{option.help} (env {option.env}, default {option.default or 'none'})"
+        if option.kind == "switch":
+            serve.add_argument(option.cli, dest=option.name, action="store_const", const=True,
+                               default=argparse.SUPPRESS, help=described)
+        elif option.kind == "list":
+            serve.add_argument(option.cli, dest=option.name, action="append",
+                               metavar=option.metavar, default=argparse.SUPPRESS, help=described)
+        else:
+            serve.add_argument(option.cli, dest=option.name, metavar=option.metavar,
+                               default=argparse.SUPPRESS, help=described)
 
     demo = commands.add_parser("demo", help="local S3 with Kafka segments + the sidecar")
     demo.add_argument("--listen", default="127.0.0.1:9330", metavar="H:P")

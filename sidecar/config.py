@@ -156,6 +156,36 @@ def _layout_name(value: object) -> str:
     return name
 
 
+def parse_path_list(value: object) -> tuple[Path, ...]:
+    """A TOML list, repeated flags, or a comma-separated env var -> paths."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return tuple(Path(str(item).strip()) for item in items if str(item).strip())
+
+
+def parse_ionice(value: object) -> tuple[str, int] | None:
+    """`best-effort:7`, `idle`, `realtime:0` or `none` -> (class, level)."""
+    text = str(value).strip().lower()
+    if text in ("", "none"):
+        return None
+    name, _, level = text.partition(":")
+    if name not in ("best-effort", "idle", "realtime") or (level and not level.isdigit()):
+        raise ConfigError(f"not an I/O priority: {value!r} (expected e.g. best-effort:7 or idle)")
+    number = int(level) if level else 4
+    if not 0 <= number <= 7:
+        raise ConfigError(f"I/O priority level must be 0..7: {value!r}")
+    return name, number
+
+
+def _nice(value: object) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise ConfigError(f"not a nice value: {value!r}") from None
+    if not -20 <= number <= 19:
+        raise ConfigError(f"nice must be between -20 and 19: {value!r}")
+    return number
+
+
 def _optional_str(value: object) -> str | None:
     text = str(value).strip()
     return text or None
@@ -169,6 +199,7 @@ class Option:
     help: str
     metavar: str = ""
     flag: bool = True  # exposed as a command-line flag (all are TOML keys and env vars)
+    kind: str = "value"  # "switch": a flag without a value; "list": a repeatable flag
 
     @property
     def env(self) -> str:
@@ -224,6 +255,35 @@ OPTIONS: tuple[Option, ...] = (
            "NAME", flag=False),
     Option("layout_prefix", str, "", "key prefix of the tiered-storage plugin", "P", flag=False),
     Option("cpus", parse_cpu_list, "", "pin the process to these CPUs, e.g. 2-3", "LIST"),
+    Option("ionice", parse_ionice, "none",
+           "I/O scheduling class and level, e.g. best-effort:7 or idle", "CLASS[:N]"),
+    Option("nice", _nice, 0, "CPU scheduling niceness (0 leaves it as it is)", "N"),
+    Option("origin_bandwidth", parse_rate, "unlimited",
+           "total origin read budget, e.g. 200MiB/s (shared by the lanes)", "RATE"),
+    Option("prefetch_share", _fraction, 0.6,
+           "share of the origin budget read-ahead may use", "F", flag=False),
+    Option("warm_share", _fraction, 0.4,
+           "share of the origin budget warm-up may use", "F", flag=False),
+    Option("warm_concurrency", _positive_int, 4,
+           "origin connections warm-up may hold at once", "N", flag=False),
+    Option("max_requests", _positive_int, 256,
+           "client requests served at once; more get 503 SlowDown", "N", flag=False),
+    Option("max_buffered", parse_size, "512MiB",
+           "bytes of fetched blocks held for readers; more get 503 SlowDown", "SIZE",
+           flag=False),
+    Option("client_timeout", parse_duration, "30s",
+           "a client that takes no bytes for this long is cut off", "DURATION", flag=False),
+    Option("protect_path", parse_path_list, "",
+           "refuse a cache dir on the same device as this path (repeatable), e.g. log.dirs",
+           "PATH", kind="list"),
+    Option("allow_shared_disk", parse_bool, False,
+           "allow the cache on the same device as a --protect-path", "", kind="switch"),
+    Option("disk_reserve", parse_size, "1GiB",
+           "free space kept on the cache disk; below it the cache shrinks", "SIZE", flag=False),
+    Option("disk_check_interval", parse_duration, "5s",
+           "how often free space and a failed disk are checked", "DURATION", flag=False),
+    Option("drop_written_pages", parse_bool, True,
+           "advise the kernel to drop slab pages after writing them", "BOOL", flag=False),
 )
 _BY_NAME = {option.name: option for option in OPTIONS}
 MIN_BLOCK_SIZE = 64 * 1024
@@ -237,6 +297,11 @@ class ServerConfig:
     admin_token: str | None
     cpus: tuple[int, ...] | None
     io_threads: int
+    ionice: tuple[str, int] | None
+    nice: int
+    max_requests: int
+    max_buffered_bytes: int
+    client_timeout_s: float
 
 
 @dataclass(frozen=True)
@@ -250,6 +315,10 @@ class OriginConfig:
     check_on_start: bool
     head_ttl_s: float
     listing_ttl_s: float
+    bandwidth: int | None
+    prefetch_share: float
+    warm_share: float
+    warm_concurrency: int
 
 
 @dataclass(frozen=True)
@@ -258,6 +327,11 @@ class CacheConfig:
     size_bytes: int
     block_size: int
     max_coalesce_bytes: int
+    protect_paths: tuple[Path, ...]
+    allow_shared_disk: bool
+    disk_reserve_bytes: int
+    disk_check_interval_s: float
+    drop_written_pages: bool
 
 
 @dataclass(frozen=True)
@@ -329,6 +403,14 @@ def _build(v: Mapping[str, Any]) -> Config:
             f"--cache-size {v['cache_size']} cannot hold one block of {block_size} bytes"
         )
     max_coalesce = max(block_size, v["max_coalesce"] - v["max_coalesce"] % block_size)
+    # Foreground keeps connections of its own: a miss never waits for one that
+    # read-ahead or warm-up holds.
+    lower_lanes = v["prefetch_max_in_flight"] + v["warm_concurrency"]
+    if lower_lanes > v["origin_max_connections"] - 4:
+        raise ConfigError(
+            f"prefetch_max_in_flight + warm_concurrency ({lower_lanes}) must leave at least 4 of "
+            f"origin_max_connections ({v['origin_max_connections']}) to foreground reads"
+        )
     admin: HostPort = v["admin_listen"]
     if not admin.is_loopback and v["admin_token"] is None:
         raise ConfigError(
@@ -337,7 +419,9 @@ def _build(v: Mapping[str, Any]) -> Config:
     return Config(
         server=ServerConfig(
             listen=v["listen"], admin_listen=admin, admin_token=v["admin_token"],
-            cpus=v["cpus"], io_threads=v["io_threads"],
+            cpus=v["cpus"], io_threads=v["io_threads"], ionice=v["ionice"], nice=v["nice"],
+            max_requests=v["max_requests"], max_buffered_bytes=v["max_buffered"],
+            client_timeout_s=v["client_timeout"],
         ),
         origin=OriginConfig(
             endpoint=v["origin_endpoint"], region=v["origin_region"],
@@ -345,11 +429,16 @@ def _build(v: Mapping[str, Any]) -> Config:
             connect_timeout_s=v["origin_connect_timeout"],
             read_timeout_s=v["origin_read_timeout"], retries=v["origin_retries"],
             check_on_start=v["origin_check"], head_ttl_s=v["head_ttl"],
-            listing_ttl_s=v["listing_ttl"],
+            listing_ttl_s=v["listing_ttl"], bandwidth=v["origin_bandwidth"],
+            prefetch_share=v["prefetch_share"] or 1.0, warm_share=v["warm_share"] or 1.0,
+            warm_concurrency=v["warm_concurrency"],
         ),
         cache=CacheConfig(
             directory=Path(v["cache_dir"]), size_bytes=v["cache_size"],
             block_size=block_size, max_coalesce_bytes=max_coalesce,
+            protect_paths=v["protect_path"], allow_shared_disk=v["allow_shared_disk"],
+            disk_reserve_bytes=v["disk_reserve"], disk_check_interval_s=v["disk_check_interval"],
+            drop_written_pages=v["drop_written_pages"],
         ),
         prefetch=PrefetchConfig(
             enabled=v["prefetch"], max_window_blocks=max(1, v["prefetch_max_window"] // block_size),

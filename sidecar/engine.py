@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.blocks import block_span, blocks_for_range, coalesce_runs
 from sidecar.cache import BlockIdent, BlockStore, SlabRegion
+from sidecar.errors import DownloadsPaused, Overloaded
+from sidecar.isolation.modes import ModeState
 from sidecar.metrics import Metrics
 from sidecar.origin import ObjectInfo
 
@@ -84,6 +86,9 @@ class Engine:
         block_size: int,
         max_coalesce_blocks: int,
         zero_copy: bool = False,
+        modes: ModeState | None = None,
+        max_buffered_bytes: int | None = None,
+        warm_concurrency: int = 4,
     ) -> None:
         self._store = store
         self._origin = origin
@@ -93,6 +98,12 @@ class Engine:
         # Cache hits as slab regions for sendfile(2) instead of copies (the
         # caller's event loop must support loop.sendfile).
         self._zero_copy = zero_copy
+        self._modes = modes or ModeState()
+        # Bytes of fetched blocks held for readers until they reach the cache:
+        # past the bound, new foreground fetches are refused (503 SlowDown).
+        self._max_buffered = max_buffered_bytes
+        self._buffered = 0
+        self._warm_gate = asyncio.Semaphore(warm_concurrency)  # the warm lane's connections
         self._in_flight: dict[BlockIdent, asyncio.Future[bytes]] = {}
         self._reading_ahead: set[BlockIdent] = set()  # in flight on the prefetch lane
         self._tasks: set[asyncio.Task[None]] = set()
@@ -106,7 +117,7 @@ class Engine:
         self, info: ObjectInfo, start: int, end: int, *, lazy: bool
     ) -> AsyncGenerator[tuple[Piece, Source], None]:
         """Yield the bytes of [start, end] (inclusive) in order, with their source."""
-        prefetcher = self.prefetcher
+        prefetcher = self.prefetcher if self._modes.read_ahead else None
         stream = prefetcher.on_request(info, start) if prefetcher is not None else None
         if prefetcher is not None and stream is not None:
             prefetcher.on_delivered(stream, info, start)  # a continued stream reads ahead now
@@ -128,6 +139,10 @@ class Engine:
     async def _block_pieces(
         self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range
     ) -> AsyncIterator[tuple[Piece, Source]]:
+        if not self._modes.caching:
+            async for piece in self._bypass(info, block, lo, hi):
+                yield piece
+            return
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
         record = self._store.lookup(ident)
         anticipated = record is not None or ident in self._reading_ahead
@@ -155,10 +170,34 @@ class Engine:
         for offset in range(lo, hi, PIECE_SIZE):
             yield view[offset:min(hi, offset + PIECE_SIZE)], source
 
+    async def _bypass(
+        self, info: ObjectInfo, block: int, lo: int, hi: int
+    ) -> AsyncIterator[tuple[Piece, Source]]:
+        """Bypass mode: the block straight from the origin, not cached, not shared."""
+        start, end = block_span(block, self._block_size, info.size)
+        self._reserve_buffer(end - start)
+        try:
+            async for whole in self._origin.read_blocks(
+                info, start, end, self._block_size, "foreground"
+            ):
+                view = memoryview(whole)
+                for offset in range(lo, hi, PIECE_SIZE):
+                    yield view[offset:min(hi, offset + PIECE_SIZE)], Source.ORIGIN
+        finally:
+            self._buffered -= end - start
+
+    def _reserve_buffer(self, size: int) -> None:
+        if self._max_buffered is not None and self._buffered and \
+                self._buffered + size > self._max_buffered:
+            raise Overloaded(f"{self._buffered} bytes already buffered for readers")
+        self._buffered += size
+
     async def _fetched(self, info: ObjectInfo, ident: BlockIdent, ahead: range) -> bytes:
         """The whole block, from an in-flight fetch or a new coalesced one."""
         future = self._in_flight.get(ident)
         if future is None:
+            if not self._modes.downloads:
+                raise DownloadsPaused("cache-only mode: the block is not cached")
             self._start_fetch(info, ahead)
             future = self._in_flight[ident]
         # Shielded: a client that disconnects must not cancel a fetch others await.
@@ -173,6 +212,10 @@ class Engine:
                 break
             run_end += 1
         (first, last), = coalesce_runs(range(ahead.start, run_end), self._max_run)
+        self._reserve_buffer(
+            block_span(last, self._block_size, info.size)[1]
+            - block_span(first, self._block_size, info.size)[0]
+        )
         loop = asyncio.get_running_loop()
         futures: list[tuple[BlockIdent, asyncio.Future[bytes]]] = []
         for block in range(first, last + 1):
@@ -196,6 +239,8 @@ class Engine:
             return None
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._in_flight[ident] = future
+        self._buffered += block_span(block, self._block_size, info.size)[1] - \
+            block_span(block, self._block_size, info.size)[0]
         self._reading_ahead.add(ident)
         task = self._spawn(self._fetch_run(info, block, block, [(ident, future)], lane))
         task.add_done_callback(lambda _: self._reading_ahead.discard(ident))
@@ -210,6 +255,8 @@ class Engine:
         single-flight table as readers (a block being fetched for someone else
         is waited for, not fetched again).
         """
+        if not (self._modes.downloads and self._modes.caching):
+            raise DownloadsPaused(f"mode {self._modes.current.value}: warm-up is paused")
         if info.size == 0 or start > end:
             return WarmResult()
         gate = asyncio.Semaphore(concurrency)
@@ -220,7 +267,7 @@ class Engine:
                 self._store.protect(ident, ttl_s)
                 self._metrics.warm_blocks.labels("already_cached").inc()
                 return WarmResult(1, already_cached=1)
-            async with gate:
+            async with gate, self._warm_gate:
                 task = self.fetch_ahead(info, block, "warm")
                 try:
                     if task is not None:
@@ -275,9 +322,11 @@ class Engine:
                 index += 1
                 future.set_result(data)
                 try:
-                    await self._store.write(ident, data)
+                    if self._modes.caching:
+                        await self._store.write(ident, data)
                 finally:
                     del self._in_flight[ident]
+                    self._buffered -= len(data)
         except Exception as exc:
             log.log(logging.INFO if lane == "prefetch" else logging.WARNING,
                     "%s fetch of s3://%s/%s blocks %d-%d failed: %s",
@@ -287,6 +336,7 @@ class Engine:
                 # Waiters (if any) re-raise it; nobody waiting must not warn.
                 future.exception()
                 self._in_flight.pop(ident, None)
+                self._buffered -= self._block_length(info, ident.block)
             if lane == "prefetch":
                 raise  # the prefetcher's done-callback retrieves it and forgets the block
         finally:
@@ -294,6 +344,11 @@ class Engine:
                 if not future.done():
                     future.cancel()
                     self._in_flight.pop(ident, None)
+                    self._buffered -= self._block_length(info, ident.block)
+
+    def _block_length(self, info: ObjectInfo, block: int) -> int:
+        start, end = block_span(block, self._block_size, info.size)
+        return end - start
 
     def invalidate(self, bucket: str, key: str) -> int:
         return self._store.invalidate_object(bucket, key)

@@ -36,5 +36,13 @@ class OriginAccessDenied(OriginError):
     """The origin answered 403."""
 
 
+class DownloadsPaused(SidecarError):
+    """cache-only mode: a miss would need the origin, and downloads are paused."""
+
+
+class Overloaded(SidecarError):
+    """Admission control: too many requests or buffered bytes; the client gets SlowDown."""
+
+
 class OriginObjectChanged(OriginError):
     """The origin's ETag no longer matches what a read was planned against (412)."""

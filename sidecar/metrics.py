@@ -84,6 +84,15 @@ class Metrics:
             "sidecar_warm_blocks", "Blocks asked for by warm-up calls, by what became of them",
             ["outcome"], registry=registry,
         )
+        self.ratelimit_wait = Counter(
+            "sidecar_ratelimit_wait_seconds",
+            "Time origin reads waited for the bandwidth budget, by lane", ["lane"],
+            registry=registry,
+        )
+        self.mode = Gauge(
+            "sidecar_mode", "1 for the mode in force (a failing cache disk forces bypass)",
+            ["mode"], registry=registry,
+        )
         # Pre-create the label sets the dashboards plot so a quiet sidecar still
         # exports zeros instead of absent series.
         for result in ("hit", "miss"):
@@ -91,13 +100,14 @@ class Metrics:
         for source in ("cache", "origin"):
             self.served_bytes.labels(source)
         for lane in LANES:
+            self.ratelimit_wait.labels(lane)
             self.origin_bytes.labels(lane)
             self.origin_requests.labels(lane, "ok")
         for outcome in ("issued", "used", "wasted"):
             self.prefetch_blocks.labels(outcome)
         for outcome in ("already_cached", "fetched", "failed"):
             self.warm_blocks.labels(outcome)
-        for reason in ("capacity", "checksum", "invalidated"):
+        for reason in ("capacity", "checksum", "invalidated", "shrink"):
             self.evictions.labels(reason)
 
     # CacheMetrics protocol of sidecar.cache.store

@@ -42,6 +42,7 @@ from sidecar.errors import (
     OriginObjectChanged,
     OriginUnavailable,
 )
+from sidecar.isolation.lanes import LaneLimiter
 from sidecar.metrics import Metrics
 
 _READ_CHUNK = 256 * 1024
@@ -87,8 +88,10 @@ class Origin:
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
         jitter: Callable[[], float] = random.random,
+        limiter: LaneLimiter | None = None,
     ) -> None:
         self._config = config
+        self._limiter = limiter or LaneLimiter(None, {}, clock)
         self._metrics = metrics
         self._clock = clock
         self._jitter = jitter
@@ -276,6 +279,7 @@ class Origin:
             pending = bytearray()
             remaining = end - start
             while remaining > 0:
+                await self._throttle(lane, min(_READ_CHUNK, remaining))
                 chunk = await body.read(min(_READ_CHUNK, remaining))
                 if not chunk:
                     raise ResponseStreamingError(error=f"body ended {remaining} bytes short")
@@ -288,6 +292,16 @@ class Origin:
                     yield piece
         finally:
             body.close()
+
+    async def _throttle(self, lane: str, amount: int) -> None:
+        """Wait until the lane may read `amount` more bytes from the origin."""
+        while True:
+            grant = self._limiter.take(lane, amount)
+            if grant.wait > 0:
+                self._metrics.ratelimit_wait.labels(lane).inc(grant.wait)
+                await asyncio.sleep(grant.wait)
+            if grant.taken:
+                return
 
     def _count(self, lane: str, error: BaseException | None, started: float) -> None:
         outcome = "ok"

@@ -26,6 +26,8 @@ from sidecar.cache import SlabRegion
 from sidecar.engine import Engine, Piece, Source, piece_length
 from sidecar.errors import (
     BucketNotFound,
+    DownloadsPaused,
+    Overloaded,
     ObjectNotFound,
     OriginAccessDenied,
     OriginError,
@@ -109,11 +111,31 @@ def validate_object_address(bucket: str, key: str) -> None:
         raise S3Error(400, "InvalidArgument", "Object key contains a '.' or '..' segment.")
 
 
+def slow_down() -> S3Error:
+    return S3Error(503, "SlowDown", "Please reduce your request rate.", _slow_down_headers())
+
+
+def paused() -> S3Error:
+    return S3Error(503, "ServiceUnavailable",
+                   "Downloads are paused (cache-only mode) and the range is not cached.",
+                   _slow_down_headers())
+
+
 class DataPort:
-    def __init__(self, engine: Engine, origin: Origin, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        origin: Origin,
+        metrics: Metrics,
+        max_requests: int = 256,
+        client_timeout_s: float = 30.0,
+    ) -> None:
         self._engine = engine
         self._origin = origin
         self._metrics = metrics
+        self._max_requests = max_requests
+        self._client_timeout = client_timeout_s
+        self._active = 0
 
     def app(self) -> web.Application:
         application = web.Application()
@@ -126,7 +148,10 @@ class DataPort:
         op = {"GET": "GetObject", "HEAD": "HeadObject"}.get(request.method, request.method)
         resource = request.raw_path.partition("?")[0]
         cache_label = "none"
+        self._active += 1
         try:
+            if self._active > self._max_requests:
+                raise slow_down()
             bucket, key, query = split_path(request.raw_path)
             if request.method not in ("GET", "HEAD"):
                 raise S3Error(
@@ -148,6 +173,10 @@ class DataPort:
             except OriginError as exc:
                 raise error_for(exc) from exc
             response, cache_label = await self._answer(request, info, request_id)
+        except Overloaded:
+            response = self._error_response(request, slow_down(), resource, request_id)
+        except DownloadsPaused:
+            response = self._error_response(request, paused(), resource, request_id)
         except S3Error as exc:
             response = self._error_response(request, exc, resource, request_id)
         except Exception:
@@ -157,6 +186,8 @@ class DataPort:
                 S3Error(500, "InternalError", "We encountered an internal error. Please try again."),
                 resource, request_id,
             )
+        finally:
+            self._active -= 1
         self._metrics.requests.labels(op, str(response.status)).inc()
         self._metrics.request_duration.labels(op, cache_label).observe(
             time.monotonic() - started
@@ -233,11 +264,25 @@ class DataPort:
                     if not prepared:
                         await response.prepare(request)
                         prepared = True
-                    await self._send(request, response, piece)
+                    # A client that stops reading is cut off and releases its slot.
+                    await asyncio.wait_for(
+                        self._send(request, response, piece), self._client_timeout
+                    )
                     sources.add(source)
                     self._metrics.served_bytes.labels(source.value).inc(piece_length(piece))
         except ConnectionError:
             pass  # the client went away; what it read was counted
+        except TimeoutError:
+            log.warning("cutting off a client that read nothing for %.0fs: s3://%s/%s",
+                        self._client_timeout, info.bucket, info.key)
+            if request.transport is not None:
+                request.transport.abort()
+        except (Overloaded, DownloadsPaused):
+            if prepared:
+                if request.transport is not None:
+                    request.transport.abort()
+            else:
+                raise
         except OriginError as exc:
             if not prepared:
                 raise error_for(exc) from exc

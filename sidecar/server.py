@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -13,7 +14,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import psutil
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -22,6 +22,10 @@ from sidecar.cache import BlockStore
 from sidecar.config import Config, HostPort
 from sidecar.engine import Engine, max_coalesce_blocks
 from sidecar.errors import ConfigError
+from sidecar.isolation.disk import DiskWatcher, check_dedicated
+from sidecar.isolation.host import apply_host_settings
+from sidecar.isolation.lanes import PREFETCH, WARM, LaneLimiter
+from sidecar.isolation.modes import Mode, ModeState
 from sidecar.metrics import Metrics
 from sidecar.origin import Origin
 from sidecar.prefetch.prefetcher import Prefetcher
@@ -42,17 +46,6 @@ def check_cache_dir(directory: Path) -> None:
         raise ConfigError(f"--cache-dir {directory} is not writable: {exc.strerror}") from None
 
 
-def pin_cpus(cpus: tuple[int, ...] | None) -> None:
-    if cpus is None:
-        return
-    available = set(range(psutil.cpu_count() or 1))
-    unknown = sorted(set(cpus) - available)
-    if unknown:
-        raise ConfigError(f"--cpus names CPUs this machine does not have: {unknown}")
-    psutil.Process().cpu_affinity(list(cpus))
-    log.info("pinned to CPUs %s", ",".join(map(str, cpus)))
-
-
 class Sidecar:
     def __init__(self, config: Config, registry: CollectorRegistry) -> None:
         self.config = config
@@ -61,7 +54,15 @@ class Sidecar:
         self._executor = ThreadPoolExecutor(
             max_workers=config.server.io_threads, thread_name_prefix="sidecar-io"
         )
-        self.origin = Origin(config.origin, self.metrics)
+        self.modes = ModeState(on_change=self._show_mode)
+        self._show_mode(self.modes.current)
+        limiter = LaneLimiter(
+            config.origin.bandwidth,
+            {PREFETCH: config.origin.prefetch_share, WARM: config.origin.warm_share},
+            time.monotonic,
+        )
+        self.origin = Origin(config.origin, self.metrics, limiter=limiter)
+        self._watcher: asyncio.Task[None] | None = None
         self._store: BlockStore | None = None
         self._engine: Engine | None = None
         self._prefetcher: Prefetcher | None = None
@@ -72,14 +73,22 @@ class Sidecar:
     async def start(self) -> None:
         cache = self.config.cache
         check_cache_dir(cache.directory)
-        pin_cpus(self.config.server.cpus)
+        device = check_dedicated(cache.directory, cache.protect_paths, cache.allow_shared_disk)
+        server = self.config.server
+        applied = apply_host_settings(server.cpus, server.ionice, server.nice)
         await self.origin.start()
         if self.config.origin.check_on_start:
             await self.origin.check_reachable()
         self._store = await BlockStore.open(
-            cache.directory, cache.size_bytes, cache.block_size, self._executor, self.metrics
+            cache.directory, cache.size_bytes, cache.block_size, self._executor, self.metrics,
+            drop_written_pages=cache.drop_written_pages,
         )
         store = self._store
+        store.disk_error_listeners.append(
+            lambda exc: self.modes.disk_failed(
+                f"{errno.errorcode.get(exc.errno or 0, 'error')}: {exc.strerror}"
+            )
+        )
         self.metrics.cache_capacity.set_function(lambda: store.capacity_bytes())
         self.metrics.cache_used.set_function(lambda: store.used_bytes())
         self.metrics.cache_blocks.set_function(lambda: store.block_count())
@@ -88,14 +97,30 @@ class Sidecar:
             max_coalesce_blocks(cache.max_coalesce_bytes, cache.block_size),
             # Only asyncio's selector loop has a native loop.sendfile.
             zero_copy=isinstance(asyncio.get_running_loop(), asyncio.selector_events.BaseSelectorEventLoop),
+            modes=self.modes, max_buffered_bytes=server.max_buffered_bytes,
+            warm_concurrency=self.config.origin.warm_concurrency,
         )
         if self.config.prefetch.enabled:
             self._prefetcher = self._build_prefetcher(self._engine, self._store)
-        data = DataPort(self._engine, self.origin, self.metrics)
+        data = DataPort(self._engine, self.origin, self.metrics,
+                        server.max_requests, server.client_timeout_s)
         admin = AdminPort(
             self.metrics, lambda: self._ready, self._engine, self.origin,
-            self.config.server.admin_token,
+            server.admin_token, self.modes,
         )
+        watcher = DiskWatcher(
+            cache.directory, cache.disk_reserve_bytes, cache.disk_check_interval_s,
+            self._executor, shrink=store.shrink, grow=store.grow,
+            failed=lambda: self.modes.disk_problem is not None,
+            recovered=self.modes.disk_recovered,
+        )
+        self._watcher = asyncio.get_running_loop().create_task(watcher.run())
+        self.device = device
+        log.info("isolation: %s; origin bandwidth %s", applied,
+                 f"{self.config.origin.bandwidth} B/s" if self.config.origin.bandwidth
+                 else "unlimited")
+        log.info("cache dir %s is on device %s (%s mounted at %s)", cache.directory,
+                 device.device, device.source, device.mount_point)
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
         self._ready = True
@@ -129,8 +154,15 @@ class Sidecar:
         host, port = runner.addresses[0][:2]
         return f"http://{host}:{port}"
 
+    def _show_mode(self, current: Mode) -> None:
+        for mode in Mode:
+            self.metrics.mode.labels(mode.value).set(1 if mode is current else 0)
+
     async def stop(self) -> None:
         self._ready = False
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
         for runner in reversed(self._runners):
             await runner.cleanup()
         if self._prefetcher is not None:

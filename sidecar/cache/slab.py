@@ -120,6 +120,7 @@ with any other call on that slot, nor ``close`` with anything.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
@@ -391,6 +392,22 @@ class Slab:
             self._mm[offset:offset + SLOT_HEADER_SIZE], slot, self._block_size
         )
 
+    def drop_pages(self, slot: int) -> None:
+        """Advise the kernel that the slot's pages are not needed (starts writeback of
+        dirty ones, drops clean ones): a big replay must not balloon the node's page
+        cache. Blocking: call from an executor."""
+        self._check_slot(slot)
+        os.posix_fadvise(self._fd, self._slot_offset(slot), SLOT_HEADER_SIZE + self._block_size,
+                         os.POSIX_FADV_DONTNEED)
+
+    def release_space(self, slot: int) -> None:
+        """Give the slot's disk space back to the file system (punch a hole); the slot
+        reads as zeros, an invalid slot, until written again. Blocking."""
+        self._check_slot(slot)
+        offset = self._slot_offset(slot)
+        _punch_hole(self._fd, offset, SLOT_HEADER_SIZE + self._block_size)
+        self.drop_pages(slot)
+
     def invalidate(self, slot: int) -> None:
         """Clear the slot's valid flag. Blocking: call from an executor."""
         self._check_slot(slot)
@@ -455,6 +472,20 @@ def _preallocate(fd: int, size: int) -> None:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 raise
     os.ftruncate(fd, size)
+
+
+_FALLOC_FL_KEEP_SIZE = 0x01  # linux/falloc.h
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+def _punch_hole(fd: int, offset: int, length: int) -> None:
+    # fallocate(2) with flags is not in the os module; the hole keeps the file's
+    # size (and every other slot's offset) while freeing its blocks.
+    if _libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:

@@ -47,6 +47,7 @@ T = TypeVar("T")
 REASON_CAPACITY = "capacity"
 REASON_CHECKSUM = "checksum"
 REASON_INVALIDATED = "invalidated"
+REASON_SHRINK = "shrink"
 
 
 class CacheMetrics(Protocol):
@@ -94,6 +95,7 @@ class BlockStore:
         loop: asyncio.AbstractEventLoop,
         clock: Callable[[], float] = time.monotonic,
         protected_share: float = 0.5,
+        drop_written_pages: bool = False,
     ) -> None:
         # Use BlockStore.open; this only adopts an opened slab.
         self._slab = slab
@@ -122,6 +124,10 @@ class BlockStore:
         self._clock = clock
         self._protected: dict[BlockIdent, float] = {}
         self._max_protected = int(slab.slot_count * protected_share)
+        self._drop_written_pages = drop_written_pages
+        self._disabled: set[int] = set()  # slots whose space was given back to the disk
+        # Told when a write fails on the disk (the sidecar then bypasses the cache).
+        self.disk_error_listeners: list[Callable[[OSError], None]] = []
         # Told which block left and why (the prefetcher counts unread ones as waste).
         self.eviction_listeners: list[Callable[[BlockIdent, str], None]] = []
 
@@ -135,12 +141,13 @@ class BlockStore:
         metrics: CacheMetrics,
         clock: Callable[[], float] = time.monotonic,
         protected_share: float = 0.5,
+        drop_written_pages: bool = False,
     ) -> BlockStore:
         slot_count = slots_for_capacity(capacity_bytes, block_size)
         loop = asyncio.get_running_loop()
         slab = await loop.run_in_executor(executor, Slab.open, directory, slot_count, block_size)
         return cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
-                   protected_share=protected_share)
+                   protected_share=protected_share, drop_written_pages=drop_written_pages)
 
     @property
     def block_size(self) -> int:
@@ -259,8 +266,39 @@ class BlockStore:
         return self._used_bytes
 
     def capacity_bytes(self) -> int:
-        """Bytes of block data the slots can hold (slot headers not included)."""
-        return self._slab.slot_count * self._slab.block_size
+        """Bytes of block data the usable slots can hold (slot headers not included)."""
+        return (self._slab.slot_count - len(self._disabled)) * self._slab.block_size
+
+    def shrink(self, nbytes: int) -> int:
+        """Give about `nbytes` of disk space back (free slots first, then evicting
+        the policy's victims); returns the bytes released. Never touches pinned,
+        protected or in-flight slots."""
+        slot_bytes = SLOT_HEADER_SIZE + self._slab.block_size
+        want = -(-nbytes // slot_bytes)
+        if want > len(self._free):
+            for victim in self._policy.choose_victims(want - len(self._free), self._is_pinned):
+                record = self._records[victim]
+                self._forget(record)
+                self._evicted(record, REASON_SHRINK)
+                self._retire(record.slot, clear_on_disk=False)
+        slots = [self._free.pop() for _ in range(min(want, len(self._free)))]
+        self._disabled.update(slots)
+        for slot in slots:
+            self._track(self._loop.create_task(self._release_space(slot)))
+        return len(slots) * slot_bytes
+
+    def grow(self) -> int:
+        """Take back every slot given to the disk; returns how many."""
+        slots = sorted(self._disabled, reverse=True)
+        self._disabled.clear()
+        self._free.extend(slots)
+        return len(slots)
+
+    async def _release_space(self, slot: int) -> None:
+        try:
+            await self._loop.run_in_executor(self._executor, self._slab.release_space, slot)
+        except OSError as exc:
+            log.warning("could not give back the space of cache slot %d: %s", slot, exc)
 
     def block_count(self) -> int:
         return len(self._records)
@@ -308,6 +346,8 @@ class BlockStore:
                 # A failing cache disk must not fail the client whose block
                 # this is: the block is just not cached.
                 log.warning("could not cache block %s in slot %d: %s", ident, slot, exc)
+                for listener in self.disk_error_listeners:
+                    listener(exc)
                 return None
             raise
         cancelled = self._end_write(slot)
@@ -332,11 +372,14 @@ class BlockStore:
             for victim in victims:
                 evicted = self._records[victim]
                 self._forget(evicted)
-                self._evicted(victim, REASON_CAPACITY)
+                self._evicted(evicted, REASON_CAPACITY)
                 self._retire(evicted.slot, clear_on_disk=False)
         self._records[ident] = record
         self._objects.setdefault((ident.bucket, ident.key), set()).add(ident)
         self._used_bytes += record.length
+        if self._drop_written_pages:
+            # Starts writeback now instead of letting a replay's dirty pages pile up.
+            self._track(self._loop.create_task(self._drop_pages(slot)))
         return record
 
     def _end_write(self, slot: int) -> bool:
@@ -354,7 +397,7 @@ class BlockStore:
             return None
         record = self._records[victims[0]]
         self._forget(record)
-        self._evicted(record.ident, REASON_CAPACITY)
+        self._evicted(record, REASON_CAPACITY)
         # Unpinned by construction, so the writer may take the slot at once;
         # the write itself clears the old header's valid flag first.
         return record.slot
@@ -385,15 +428,24 @@ class BlockStore:
     def _drop(self, record: SlotRecord, reason: str) -> None:
         self._forget(record)
         self._policy.remove(record.ident)
-        self._evicted(record.ident, reason)
+        self._evicted(record, reason)
         # Cleared on disk so that a future recovery of the index cannot bring
         # back an invalidated or corrupt block.
         self._retire(record.slot, clear_on_disk=True)
 
-    def _evicted(self, ident: BlockIdent, reason: str) -> None:
+    def _evicted(self, record: SlotRecord, reason: str) -> None:
         self._metrics.on_eviction(reason)
+        # Evicted data is of no use in the page cache: say so now rather than
+        # let it push out the broker's pages.
+        self._track(self._loop.create_task(self._drop_pages(record.slot)))
         for listener in self.eviction_listeners:
-            listener(ident, reason)
+            listener(record.ident, reason)
+
+    async def _drop_pages(self, slot: int) -> None:
+        try:
+            await self._loop.run_in_executor(self._executor, self._slab.drop_pages, slot)
+        except (OSError, ValueError) as exc:  # advice only; a closed slab ends it
+            log.debug("could not advise the kernel about slot %d: %s", slot, exc)
 
     def _retire(self, slot: int, *, clear_on_disk: bool) -> None:
         self._retiring[slot] = clear_on_disk or self._retiring.get(slot, False)

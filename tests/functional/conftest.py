@@ -43,16 +43,36 @@ def proxy(local_s3: LocalS3) -> Iterator[RecordingProxy]:
         yield recording
 
 
+_clients: list[Any] = []
+
+
 def s3_client(endpoint: str) -> Any:
-    return boto3.client(
+    """A boto3 client, closed after the test that made it (see _close_clients)."""
+    client = boto3.client(
         "s3", endpoint_url=endpoint, region_name="us-east-1",
         config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
     )
+    _clients.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    # Unclosed pooled sockets would be reported against whichever later test
+    # happens to run when they are garbage-collected.
+    yield
+    while _clients:
+        _clients.pop().close()
 
 
 @pytest.fixture(scope="session")
-def origin_s3(local_s3: LocalS3) -> Any:
-    return s3_client(local_s3.endpoint)
+def origin_s3(local_s3: LocalS3) -> Iterator[Any]:
+    client = boto3.client(
+        "s3", endpoint_url=local_s3.endpoint, region_name="us-east-1",
+        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+    yield client
+    client.close()
 
 
 @pytest.fixture()

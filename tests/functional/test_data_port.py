@@ -196,6 +196,11 @@ def test_corrupted_slab_bytes_are_detected_and_refetched(
                         "--cache-size", str(16 * SLOT)) as process:
         client = s3_client(process.data_url)
         assert get(client, bucket, key, None)[1] == data
+        # The last blocks may still be on their way into the slab after the
+        # response ended; a late write would overwrite the flipped byte.
+        deadline = time.monotonic() + 10
+        while process.metric("sidecar_cache_blocks") < 7 and time.monotonic() < deadline:
+            time.sleep(0.05)
         slab = tmp_path / "slab.dat"
         with slab.open("r+b") as handle:  # flip a byte in the data of every slot in use
             for slot in range(7):

@@ -70,16 +70,16 @@ class RecordingProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 upstream = http.client.HTTPConnection(*proxy._upstream, timeout=30)
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in _HOP_BY_HOP}
-                upstream.request(self.command, self.path, body=body, headers=headers)
-                response = upstream.getresponse()
-                self.send_response(response.status)
-                for name, value in response.getheaders():
-                    if name.lower() not in _HOP_BY_HOP:
-                        self.send_header(name, value)
-                self.end_headers()
                 try:
+                    headers = {k: v for k, v in self.headers.items()
+                               if k.lower() not in _HOP_BY_HOP}
+                    upstream.request(self.command, self.path, body=body, headers=headers)
+                    response = upstream.getresponse()
+                    self.send_response(response.status)
+                    for name, value in response.getheaders():
+                        if name.lower() not in _HOP_BY_HOP:
+                            self.send_header(name, value)
+                    self.end_headers()
                     while chunk := response.read(256 * 1024):
                         self.wfile.write(chunk)
                 except (BrokenPipeError, ConnectionResetError):

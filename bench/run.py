@@ -1,0 +1,438 @@
+"""`python -m bench [--quick] [--only NAME[,NAME]] [--report-only RESULTS.json]`.
+
+Scenarios (in this order; each starts its own servers, with fresh caches):
+
+  cold-1p      one partition, one stream, cold: origin direct, nginx slice
+               cold, sidecar cold
+  cold-4p      four partitions at once, cold: origin direct, nginx slice cold,
+               nginx slice warm (the same replay again), sidecar cold
+  warm-replay  the four-partition replay again against the sidecar of cold-4p
+  warm-ranges  wrk: random 1 MiB ranges against that warm sidecar and against
+               nginx serving the same files from local disk
+
+warm-replay and warm-ranges reuse the sidecar cold-4p warmed; run alone (with
+--only) they warm a fresh sidecar with one replay first, recorded as a warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.clients import ClientFailed, replay_command, run_replay, run_wrk
+from bench.dataset import FULL, QUICK, Dataset, DatasetSpec, ensure_dataset, write_listings
+from bench.dataset import write_range_targets
+from bench.machine import machine_info
+from bench.nginx import (
+    FIRST_BYTE_S,
+    ORIGIN_RATE,
+    ORIGIN_SEND_CHUNK,
+    SLICE,
+    NginxServer,
+    origin_config,
+    origin_traffic,
+    slice_cache_config,
+)
+from bench.report import console_summary, evaluate_targets, render_markdown
+from bench.sidecar_server import SidecarServer, stats_delta
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+RESULTS = BENCH_DIR / "results"
+DATA = BENCH_DIR / "data"
+SCENARIOS = ("cold-1p", "cold-4p", "warm-replay", "warm-ranges")
+RESULTS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Settings:
+    quick: bool
+    dataset: DatasetSpec
+    wrk_seconds: int
+    wrk_connections: int = 8
+    wrk_threads: int = 2
+    sidecar_cache_size: str = "2GiB"
+    concurrency_4p: int = 4
+
+
+FULL_SETTINGS = Settings(quick=False, dataset=FULL, wrk_seconds=20)
+QUICK_SETTINGS = Settings(quick=True, dataset=QUICK, wrk_seconds=5)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _replay_timeout(bytes_: int) -> float:
+    # Generous: a replay slower than 2 MB/s is broken, not slow.
+    return 120.0 + bytes_ / 2e6
+
+
+class Bench:
+    """One benchmark run: servers, clients, and the raw results they produce."""
+
+    def __init__(self, settings: Settings, dataset: Dataset, work: Path) -> None:
+        self.settings = settings
+        self.dataset = dataset
+        self.work = work
+        self.listings = work / "listings"
+        self.by_raw_prefix = write_listings(dataset, self.listings)
+        self.scenarios: dict[str, dict[str, Any]] = {}
+        self.errors: list[dict[str, str]] = []
+        self._counter = 0
+
+    # --- servers -------------------------------------------------------------------
+
+    def _dir(self, name: str) -> Path:
+        self._counter += 1
+        path = self.work / f"{self._counter:02d}-{name}"
+        path.mkdir(parents=True)
+        return path
+
+    def origin(self, name: str) -> NginxServer:
+        prefix = self._dir(f"origin-{name}")
+        return NginxServer(
+            f"origin ({name})", prefix,
+            lambda port: origin_config(prefix, port, self.dataset.root, self.listings,
+                                       self.by_raw_prefix),
+        )
+
+    def local_files(self) -> NginxServer:
+        prefix = self._dir("nginx-local")
+        return NginxServer(
+            "local files", prefix,
+            lambda port: origin_config(
+                prefix, port, self.dataset.root, self.listings, self.by_raw_prefix,
+                first_byte_s=None, rate=None, workers="auto", access_log=False,
+            ),
+        )
+
+    @contextmanager
+    def slice_cache(self, origin: NginxServer, cache_lock: bool = False) -> Iterator[NginxServer]:
+        prefix = self._dir("nginx-slice-lock" if cache_lock else "nginx-slice")
+        cache = prefix / "cache"
+        server = NginxServer(
+            "slice cache", prefix,
+            lambda port: slice_cache_config(prefix, port, origin.url, cache,
+                                            cache_lock=cache_lock),
+        )
+        with server:
+            yield server
+        shutil.rmtree(cache, ignore_errors=True)
+
+    @contextmanager
+    def sidecar(self, origin: NginxServer) -> Iterator[SidecarServer]:
+        prefix = self._dir("sidecar")
+        cache = prefix / "cache"
+        server = SidecarServer(origin.url, cache, prefix, self.settings.sidecar_cache_size)
+        with server:
+            yield server
+        shutil.rmtree(cache, ignore_errors=True)
+
+    # --- clients -------------------------------------------------------------------
+
+    def replay(
+        self, label: str, endpoint: str, partitions: str, concurrency: int,
+        origin: NginxServer, sidecar: SidecarServer | None = None,
+    ) -> dict[str, Any]:
+        """One replay, with what the origin sent meanwhile (and the sidecar's counters)."""
+        list_endpoint = None
+        if sidecar is not None and not sidecar.can_list(self.dataset.spec.bucket):
+            # The broker never lists (segment metadata comes from a Kafka topic);
+            # a sidecar without List pass-through is read through, listed beside.
+            list_endpoint = origin.url
+        args = replay_command(
+            endpoint, self.dataset.spec.bucket, self.dataset.spec.topic, partitions, concurrency,
+            admin=sidecar.admin_url if sidecar else None, list_endpoint=list_endpoint,
+        )
+        wanted = (self.dataset.total_bytes if partitions == "all" else sum(
+            self.dataset.partition_bytes(int(p)) for p in partitions.split(",")))
+        _, offset = origin_traffic(origin.access_log)
+        before = sidecar.stats() if sidecar else None
+        print(f"  {label}: replaying {wanted / 2**20:.0f} MiB from {endpoint} ...",
+              file=sys.stderr, flush=True)
+        report = run_replay(args, _replay_timeout(wanted), self.work / "logs" / f"{label}.log")
+        time.sleep(0.2)  # let nginx write the access-log lines of closed connections
+        traffic, _ = origin_traffic(origin.access_log, offset)
+        report["command"] = " ".join(["python", *args[1:]])
+        report["origin_traffic"] = asdict(traffic)
+        report["origin_body_bytes_per_replayed_byte"] = (
+            traffic.body_bytes / report["bytes"] if report.get("bytes") else None
+        )
+        report["listed_via"] = "origin" if list_endpoint else "endpoint"
+        if sidecar is not None and before is not None:
+            report["sidecar"] = stats_delta(before, sidecar.stats())
+            report["sidecar_prefetch_blocks_total"] = sidecar.metric_samples(
+                "sidecar_prefetch_blocks_total")
+        print(f"  {label}: {report.get('mb_per_s')} MB/s, fetch p99 "
+              f"{(report.get('fetch_latency_ms') or {}).get('p99')} ms", file=sys.stderr,
+              flush=True)
+        return report
+
+    def attempt(self, scenario: str, run: str, action: Callable[[], dict[str, Any]]) -> None:
+        """Record one run's result, or its failure, without stopping the others."""
+        runs = self.scenarios.setdefault(scenario, {}).setdefault("runs", {})
+        try:
+            runs[run] = action()
+        except (ClientFailed, RuntimeError, OSError, ValueError) as exc:
+            runs[run] = None
+            self.errors.append({"scenario": scenario, "run": run, "error": str(exc)[-4000:]})
+            print(f"  {scenario}/{run} FAILED: {exc}", file=sys.stderr, flush=True)
+            traceback.print_exc(file=sys.stderr)
+
+    # --- scenarios -----------------------------------------------------------------
+
+    def cold_one_partition(self) -> None:
+        scenario = "cold-1p"
+        partition = "0"
+        self.scenarios[scenario] = {
+            "partitions": partition, "concurrency": 1,
+            "bytes": self.dataset.partition_bytes(0), "runs": {},
+        }
+        print(f"{scenario}: one partition, one stream, cold", file=sys.stderr, flush=True)
+
+        def direct() -> dict[str, Any]:
+            with self.origin("direct-1p") as origin:
+                return self.replay("cold-1p-origin", origin.url, partition, 1, origin)
+
+        def slice_cold() -> dict[str, Any]:
+            with self.origin("slice-1p") as origin, self.slice_cache(origin) as cache:
+                return self.replay("cold-1p-nginx-slice", cache.url, partition, 1, origin)
+
+        def slice_lock_cold() -> dict[str, Any]:
+            with self.origin("slice-lock-1p") as origin, \
+                    self.slice_cache(origin, cache_lock=True) as cache:
+                return self.replay("cold-1p-nginx-slice-lock", cache.url, partition, 1, origin)
+
+        def sidecar_cold() -> dict[str, Any]:
+            with self.origin("sidecar-1p") as origin, self.sidecar(origin) as sidecar:
+                return self.replay("cold-1p-sidecar", sidecar.data_url, partition, 1, origin,
+                                   sidecar)
+
+        self.attempt(scenario, "origin", direct)
+        self.attempt(scenario, "nginx_slice_cold", slice_cold)
+        self.attempt(scenario, "nginx_slice_lock_cold", slice_lock_cold)
+        self.attempt(scenario, "sidecar_cold", sidecar_cold)
+
+    def four_partitions(self, selected: set[str]) -> None:
+        concurrency = self.settings.concurrency_4p
+        if "cold-4p" in selected:
+            scenario = "cold-4p"
+            self.scenarios[scenario] = {
+                "partitions": "all", "concurrency": concurrency,
+                "bytes": self.dataset.total_bytes, "runs": {},
+            }
+            print(f"{scenario}: {self.dataset.spec.partitions} partitions at once, cold",
+                  file=sys.stderr, flush=True)
+
+            def direct() -> dict[str, Any]:
+                with self.origin("direct-4p") as origin:
+                    return self.replay("cold-4p-origin", origin.url, "all", concurrency, origin)
+
+            self.attempt(scenario, "origin", direct)
+            with ExitStack() as stack:
+                try:
+                    origin = stack.enter_context(self.origin("slice-4p"))
+                    cache = stack.enter_context(self.slice_cache(origin))
+                except RuntimeError as exc:
+                    self.errors.append({"scenario": scenario, "run": "nginx_slice",
+                                        "error": str(exc)})
+                else:
+                    self.attempt(scenario, "nginx_slice_cold", lambda: self.replay(
+                        "cold-4p-nginx-slice", cache.url, "all", concurrency, origin))
+                    self.attempt(scenario, "nginx_slice_warm", lambda: self.replay(
+                        "warm-4p-nginx-slice", cache.url, "all", concurrency, origin))
+
+            def slice_lock_cold() -> dict[str, Any]:
+                with self.origin("slice-lock-4p") as origin, \
+                        self.slice_cache(origin, cache_lock=True) as cache:
+                    return self.replay("cold-4p-nginx-slice-lock", cache.url, "all",
+                                       concurrency, origin)
+
+            self.attempt(scenario, "nginx_slice_lock_cold", slice_lock_cold)
+
+        if not selected & {"cold-4p", "warm-replay", "warm-ranges"}:
+            return
+        with ExitStack() as stack:
+            try:
+                origin = stack.enter_context(self.origin("sidecar-4p"))
+                sidecar = stack.enter_context(self.sidecar(origin))
+            except RuntimeError as exc:
+                self.errors.append({"scenario": "cold-4p", "run": "sidecar_cold",
+                                    "error": str(exc)})
+                return
+            if "cold-4p" in selected:
+                self.attempt("cold-4p", "sidecar_cold", lambda: self.replay(
+                    "cold-4p-sidecar", sidecar.data_url, "all", concurrency, origin, sidecar))
+            else:
+                self.attempt("warm-up", "sidecar", lambda: self.replay(
+                    "warm-up-sidecar", sidecar.data_url, "all", concurrency, origin, sidecar))
+            if "warm-replay" in selected:
+                self.scenarios.setdefault("warm-replay", {}).update({
+                    "partitions": "all", "concurrency": concurrency,
+                    "bytes": self.dataset.total_bytes})
+                print("warm-replay: the same replay against the warm sidecar",
+                      file=sys.stderr, flush=True)
+                self.attempt("warm-replay", "sidecar_warm", lambda: self.replay(
+                    "warm-4p-sidecar", sidecar.data_url, "all", concurrency, origin, sidecar))
+            if "warm-ranges" in selected:
+                self.warm_ranges(sidecar)
+
+    def warm_ranges(self, sidecar: SidecarServer) -> None:
+        scenario = "warm-ranges"
+        settings = self.settings
+        targets = self.work / "range-targets.txt"
+        ranges = write_range_targets(self.dataset, targets, 1024 * 1024)
+        self.scenarios[scenario] = {
+            "tool": "wrk", "range_bytes": 1024 * 1024, "aligned_ranges": ranges,
+            "connections": settings.wrk_connections, "threads": settings.wrk_threads,
+            "seconds": settings.wrk_seconds, "runs": {},
+        }
+        print(f"{scenario}: wrk, random 1 MiB ranges, {settings.wrk_connections} connections, "
+              f"{settings.wrk_seconds} s each", file=sys.stderr, flush=True)
+
+        def wrk(url: str, label: str) -> dict[str, Any]:
+            result = run_wrk(url, targets, settings.wrk_seconds, settings.wrk_connections,
+                             settings.wrk_threads, self.work / "logs" / f"{label}.log")
+            print(f"  {label}: {result['requests_per_s']} req/s, {result['mb_per_s']} MB/s, "
+                  f"p99 {result['latency_ms']['p99']} ms", file=sys.stderr, flush=True)
+            return result
+
+        def local() -> dict[str, Any]:
+            with self.local_files() as server:
+                return wrk(server.url, "warm-ranges-nginx-local")
+
+        def sidecar_warm() -> dict[str, Any]:
+            before = sidecar.stats()
+            result = wrk(sidecar.data_url, "warm-ranges-sidecar")
+            result["sidecar"] = stats_delta(before, sidecar.stats())
+            return result
+
+        self.attempt(scenario, "sidecar_warm", sidecar_warm)
+        self.attempt(scenario, "nginx_local", local)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="256 MiB data set and 5 s wrk runs: checks the harness in minutes")
+    parser.add_argument("--only", default=None, metavar="NAME[,NAME]",
+                        help=f"run only these scenarios: {', '.join(SCENARIOS)}")
+    parser.add_argument("--report-only", type=Path, default=None, metavar="RESULTS.json",
+                        help="regenerate BENCHMARKS.md from a results file and exit")
+    parser.add_argument("--keep-work", action="store_true",
+                        help="keep bench/results/tmp/<run> (configs, logs) after the run")
+    args = parser.parse_args(argv)
+    if args.only:
+        names = [name.strip() for name in args.only.split(",") if name.strip()]
+        unknown = sorted(set(names) - set(SCENARIOS))
+        if unknown:
+            parser.error(f"--only: unknown scenario(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(SCENARIOS)}")
+        args.only = names
+    return args
+
+
+def write_report(results: dict[str, Any], markdown: Path) -> None:
+    markdown.write_text(render_markdown(results))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    # SIGTERM/SIGHUP unwind like Ctrl-C, so every server is stopped on the way out.
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+    if args.report_only:
+        write_report(json.loads(args.report_only.read_text()), REPO / "BENCHMARKS.md")
+        print(f"wrote {REPO / 'BENCHMARKS.md'} from {args.report_only}")
+        return 0
+
+    settings = QUICK_SETTINGS if args.quick else FULL_SETTINGS
+    selected = set(args.only or SCENARIOS)
+    partial = bool(args.only) and set(args.only) != set(SCENARIOS)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    suffix = "-quick" if settings.quick else ("-partial" if partial else "")
+    work = RESULTS / "tmp" / f"{stamp}{suffix}"
+    work.mkdir(parents=True)
+    (work / "logs").mkdir()
+    started = time.monotonic()
+    command = "make bench" if not settings.quick and not partial else (
+        "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+
+    print(f"bench: data set {settings.dataset.name} "
+          f"({settings.dataset.nominal_bytes / 2**20:.0f} MiB) in {DATA}", file=sys.stderr)
+    built_at = time.monotonic()
+    dataset, built = ensure_dataset(settings.dataset, DATA)
+    build_seconds = time.monotonic() - built_at
+    print(f"bench: data set {'written' if built else 'reused'}: {len(dataset.objects)} segments, "
+          f"{dataset.total_bytes / 2**20:.1f} MiB ({build_seconds:.1f} s)", file=sys.stderr)
+
+    bench = Bench(settings, dataset, work)
+    results: dict[str, Any] = {
+        "version": RESULTS_VERSION,
+        "started_at": _now(),
+        "command": command,
+        "quick": settings.quick,
+        "scenarios_selected": [name for name in SCENARIOS if name in selected],
+        "settings": asdict(settings),
+        "machine": machine_info(REPO),
+        "dataset": {
+            "name": dataset.spec.name, "bucket": dataset.spec.bucket, "topic": dataset.spec.topic,
+            "topic_id": dataset.topic_id, "partitions": dataset.spec.partitions,
+            "segments_per_partition": dataset.spec.segments_per_partition,
+            "segment_bytes": dataset.spec.segment_bytes, "value_size": dataset.spec.value_size,
+            "objects": len(dataset.objects), "bytes": dataset.total_bytes,
+            "built_this_run": built, "build_seconds": round(build_seconds, 2),
+        },
+        "origin_model": {
+            "first_byte_ms": FIRST_BYTE_S * 1000, "limit_rate": ORIGIN_RATE,
+            "sendfile_max_chunk": ORIGIN_SEND_CHUNK,
+        },
+        "baselines": {"nginx_slice": SLICE},
+    }
+    try:
+        if "cold-1p" in selected:
+            bench.cold_one_partition()
+        bench.four_partitions(selected)
+    except KeyboardInterrupt:
+        bench.errors.append({"scenario": "*", "run": "*", "error": "interrupted"})
+        print("bench: interrupted; writing what was measured", file=sys.stderr)
+    finally:
+        results["scenarios"] = bench.scenarios
+        results["errors"] = bench.errors
+        results["finished_at"] = _now()
+        results["seconds"] = round(time.monotonic() - started, 1)
+        results["targets"] = evaluate_targets(results)
+
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        out = RESULTS / f"{stamp}{suffix}.json"
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"bench: results in {out}", file=sys.stderr)
+        if suffix:
+            markdown = RESULTS / f"{stamp}{suffix}.md"
+        else:
+            (RESULTS / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
+            markdown = REPO / "BENCHMARKS.md"
+        write_report(results, markdown)
+        print(f"bench: report in {markdown}", file=sys.stderr)
+        print(console_summary(results))
+        if bench.errors or args.keep_work:
+            print(f"bench: configs and logs kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 1 if bench.errors else 0

@@ -1,0 +1,141 @@
+"""The cache's dedicated disk: which device it is, and watching its free space.
+
+A cache on the broker's own log disk would compete with live produce and fetch
+I/O, so start-up refuses a cache dir on the device of a protected path (the
+broker's log.dirs) unless told otherwise.
+
+The watcher checks statvfs every few seconds: below the reserve it asks the
+store to give space back (shrink), above it (with hysteresis) to grow again;
+after a failed write (ENOSPC, EIO) the disk counts as failed (the sidecar
+bypasses the cache) until a probe write succeeds and space is above the reserve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+PROBE_NAME = ".disk-probe"
+PROBE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    device: str  # major:minor
+    source: str  # what is mounted there, e.g. /dev/nvme1n1
+    mount_point: str
+
+
+def device_of(path: Path) -> DeviceInfo:
+    st_dev = os.stat(path).st_dev
+    numbers = f"{os.major(st_dev)}:{os.minor(st_dev)}"
+    best = DeviceInfo(numbers, "?", "?")
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
+            for line in mountinfo:
+                # proc(5): ID parent major:minor root mount-point ... - fstype source ...
+                fields = line.split()
+                if len(fields) > 4 and fields[2] == numbers and "-" in fields:
+                    source = fields[fields.index("-") + 2]
+                    mount_point = fields[4]
+                    if best.mount_point == "?" or len(mount_point) > len(best.mount_point):
+                        if str(path.resolve()).startswith(mount_point):
+                            best = DeviceInfo(numbers, source, mount_point)
+    except OSError:
+        pass
+    return best
+
+
+def check_dedicated(cache_dir: Path, protect: tuple[Path, ...], allow_shared: bool) -> DeviceInfo:
+    cache_device = device_of(cache_dir)
+    for path in protect:
+        try:
+            other = device_of(path)
+        except OSError as exc:
+            raise ConfigError(f"--protect-path {path}: {exc.strerror}") from None
+        if other.device == cache_device.device:
+            if allow_shared:
+                log.warning("cache dir %s shares device %s with %s (allowed)",
+                            cache_dir, cache_device.device, path)
+                continue
+            raise ConfigError(
+                f"--cache-dir {cache_dir} is on the same device ({cache_device.device} "
+                f"{cache_device.source}) as --protect-path {path}; give the cache its own disk "
+                "or pass --allow-shared-disk"
+            )
+    return cache_device
+
+
+def free_bytes(directory: Path) -> int:
+    stats = os.statvfs(directory)
+    return stats.f_bavail * stats.f_frsize
+
+
+def probe_write(directory: Path) -> None:
+    """Write, sync and remove a small file: raises OSError while the disk is unwell."""
+    path = directory / PROBE_NAME
+    try:
+        with open(path, "wb") as probe:
+            probe.write(b"\0" * PROBE_BYTES)
+            probe.flush()
+            os.fsync(probe.fileno())
+    finally:
+        path.unlink(missing_ok=True)
+
+
+class DiskWatcher:
+    def __init__(
+        self,
+        directory: Path,
+        reserve_bytes: int,
+        interval_s: float,
+        executor: concurrent.futures.Executor,
+        *,
+        shrink: Callable[[int], int],
+        grow: Callable[[], int],
+        failed: Callable[[], bool],
+        recovered: Callable[[], None],
+    ) -> None:
+        self._directory = directory
+        self._reserve = reserve_bytes
+        self._interval = interval_s
+        self._executor = executor
+        self._shrink = shrink
+        self._grow = grow
+        self._failed = failed
+        self._recovered = recovered
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.check(loop)
+            except Exception:  # the watcher must outlive any one bad check
+                log.exception("disk check of %s failed", self._directory)
+
+    async def check(self, loop: asyncio.AbstractEventLoop) -> None:
+        free = await loop.run_in_executor(self._executor, free_bytes, self._directory)
+        if free < self._reserve:
+            released = self._shrink(self._reserve - free)
+            if released:
+                log.warning("cache disk has %d bytes free (reserve %d): gave back %d bytes",
+                            free, self._reserve, released)
+        elif free > self._reserve * 3 // 2:
+            self._grow()
+        if self._failed() and free >= self._reserve:
+            try:
+                await loop.run_in_executor(self._executor, probe_write, self._directory)
+            except OSError as exc:
+                log.info("cache disk still unwell: %s", exc)
+                return
+            self._recovered()

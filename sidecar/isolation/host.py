@@ -1,0 +1,68 @@
+"""CPU pinning, I/O priority and niceness of the sidecar process.
+
+The broker beside the sidecar owns the node: a catch-up replay must run on the
+cores and at the I/O priority the operator leaves to it. Pinning is applied to
+the process and to every thread it already has; threads started later (the
+disk executor, aiobotocore's) inherit the affinity from the thread that starts
+them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+from sidecar.errors import ConfigError
+
+_IONICE_CLASSES = {
+    "realtime": psutil.IOPRIO_CLASS_RT,
+    "best-effort": psutil.IOPRIO_CLASS_BE,
+    "idle": psutil.IOPRIO_CLASS_IDLE,
+}
+
+
+def pin_cpus(cpus: tuple[int, ...] | None) -> str:
+    if cpus is None:
+        return "cpus: not pinned"
+    available = set(range(psutil.cpu_count() or 1))
+    unknown = sorted(set(cpus) - available)
+    if unknown:
+        raise ConfigError(f"--cpus names CPUs this machine does not have: {unknown}")
+    process = psutil.Process()
+    process.cpu_affinity(list(cpus))
+    for thread in process.threads():
+        os.sched_setaffinity(thread.id, cpus)
+    return f"cpus: pinned to {','.join(map(str, cpus))}"
+
+
+def set_io_priority(ionice: tuple[str, int] | None) -> str:
+    if ionice is None:
+        return "ionice: unchanged"
+    name, level = ionice
+    process = psutil.Process()
+    try:
+        if name == "idle":
+            process.ionice(_IONICE_CLASSES[name])
+        else:
+            process.ionice(_IONICE_CLASSES[name], level)
+    except (OSError, psutil.Error) as exc:
+        raise ConfigError(f"cannot set I/O priority {name}:{level}: {exc}") from None
+    return f"ionice: {name}" + ("" if name == "idle" else f":{level}")
+
+
+def set_nice(nice: int) -> str:
+    if nice == 0:
+        return "nice: unchanged"
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    except OSError as exc:
+        raise ConfigError(f"cannot set nice {nice}: {exc.strerror}") from None
+    return f"nice: {nice}"
+
+
+def apply_host_settings(
+    cpus: tuple[int, ...] | None, ionice: tuple[str, int] | None, nice: int
+) -> str:
+    """Apply all three; returns what was applied, for the start-up summary."""
+    return "; ".join([pin_cpus(cpus), set_io_priority(ionice), set_nice(nice)])

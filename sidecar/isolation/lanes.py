@@ -1,0 +1,96 @@
+"""Origin bandwidth shared by three priority lanes: pure token buckets, clock handed in.
+
+One bucket holds the total origin budget (bytes/s); the `prefetch` and `warm`
+lanes also have buckets of their own, refilled at their share of the total.
+
+- `foreground` (a reader is waiting) always takes what it needs at once, going
+  into debt if it must, and then waits only for its own debt: it never queues
+  behind read-ahead or warm-up.
+- `prefetch` and `warm` take only tokens that are there, from both their own
+  bucket and the total; while foreground has put the total in debt they wait.
+  So they yield to foreground and can never exceed their share.
+
+Over any interval the total taken stays within rate x interval + burst.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+FOREGROUND = "foreground"
+PREFETCH = "prefetch"
+WARM = "warm"
+LANES = (FOREGROUND, PREFETCH, WARM)
+
+
+@dataclass
+class TokenBucket:
+    rate: float  # tokens (bytes) per second
+    burst: float  # most tokens it holds
+    tokens: float
+    stamp: float
+
+    def refill(self, now: float) -> None:
+        if now > self.stamp:
+            self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+            self.stamp = now
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until `amount` tokens are there (0 when they are)."""
+        return max(0.0, (amount - self.tokens) / self.rate)
+
+
+@dataclass(frozen=True)
+class Grant:
+    taken: bool  # the bytes were granted (after `wait`, for foreground)
+    wait: float  # seconds to sleep: before using them, or before asking again
+
+
+class LaneLimiter:
+    def __init__(
+        self,
+        rate: float | None,
+        shares: Mapping[str, float],
+        clock: Callable[[], float],
+        burst_s: float = 0.05,
+        min_burst: float = 512 * 1024,
+    ) -> None:
+        """`rate` None is unlimited; `shares` maps prefetch/warm to fractions of it."""
+        self._clock = clock
+        self._total: TokenBucket | None = None
+        self._lanes: dict[str, TokenBucket] = {}
+        if rate is None:
+            return
+        now = clock()
+        burst = max(min_burst, rate * burst_s)
+        self._total = TokenBucket(rate, burst, burst, now)
+        for lane in (PREFETCH, WARM):
+            share = shares.get(lane, 1.0)
+            if not 0.0 < share <= 1.0:
+                raise ValueError(f"share of lane {lane} must be in (0, 1], got {share}")
+            self._lanes[lane] = TokenBucket(rate * share, burst * share, burst * share, now)
+
+    @property
+    def limited(self) -> bool:
+        return self._total is not None
+
+    def take(self, lane: str, amount: int) -> Grant:
+        total = self._total
+        if total is None:
+            return Grant(True, 0.0)
+        now = self._clock()
+        total.refill(now)
+        if lane == FOREGROUND:
+            total.tokens -= amount
+            return Grant(True, max(0.0, -total.tokens / total.rate))
+        own = self._lanes[lane]
+        own.refill(now)
+        # A chunk larger than a bucket could ever hold is taken when it is full.
+        need_total, need_own = min(amount, total.burst), min(amount, own.burst)
+        wait = max(total.wait_for(need_total), own.wait_for(need_own))
+        if wait > 0:
+            return Grant(False, wait)
+        total.tokens -= amount
+        own.tokens -= amount
+        return Grant(True, 0.0)

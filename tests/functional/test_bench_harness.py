@@ -1,0 +1,171 @@
+"""The benchmark harness's origin emulator (bench.nginx) with real nginx and boto3.
+
+Only the pure parts of the harness: the generated data set, listings and nginx
+config, checked against a real nginx on a free loopback port. nginx-light and
+wrk are installed by bench/install-deps.sh (a no-op when they are present).
+"""
+
+from __future__ import annotations
+
+import http.client
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import boto3
+import pytest
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import ClientError
+
+from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
+from bench.nginx import NginxServer, origin_config, origin_traffic
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = DatasetSpec("tiny", partitions=2, segments_per_partition=2, segment_bytes=2 * 1024 * 1024)
+
+
+@pytest.fixture(scope="session")
+def bench_deps() -> None:
+    subprocess.run(["bash", str(REPO / "bench" / "install-deps.sh")], check=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    built, fresh = ensure_dataset(TINY, tmp_path_factory.mktemp("bench-data"))
+    assert fresh
+    return built
+
+
+@pytest.fixture(scope="module")
+def origin(
+    bench_deps: None, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NginxServer]:
+    work = tmp_path_factory.mktemp("bench-origin")
+    listings = work / "listings"
+    by_raw = write_listings(dataset, listings)
+    prefix = work / "nginx"
+    with NginxServer(
+        "origin", prefix,
+        lambda port: origin_config(prefix, port, dataset.root, listings, by_raw),
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def s3(origin: NginxServer) -> Iterator[Any]:
+    client = boto3.client(
+        "s3", endpoint_url=origin.url, region_name="us-east-1",
+        aws_access_key_id="bench", aws_secret_access_key="bench-secret",
+        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+    yield client
+    client.close()
+
+
+def test_the_data_set_is_reused_when_complete(dataset: Dataset) -> None:
+    again, fresh = ensure_dataset(TINY, dataset.root.parent)
+    assert not fresh
+    assert again.objects == dataset.objects
+    assert len(dataset.objects) == 4
+    assert all(dataset.path(item.key).stat().st_size == item.size for item in dataset.objects)
+
+
+def test_listing_by_partition_prefix_returns_that_partitions_keys(
+    s3: Any, dataset: Dataset
+) -> None:
+    for partition in (0, 1):
+        prefix = f"orders-{dataset.topic_id}/{partition}/"
+        page = s3.list_objects_v2(Bucket="tiered", Prefix=prefix)
+        expected = sorted(
+            (item for item in dataset.objects if item.partition == partition),
+            key=lambda item: item.key,
+        )
+        assert [entry["Key"] for entry in page["Contents"]] == [item.key for item in expected]
+        assert [entry["Size"] for entry in page["Contents"]] == [item.size for item in expected]
+        assert page["KeyCount"] == 2 and page["IsTruncated"] is False
+    everything = s3.list_objects_v2(Bucket="tiered", Prefix="orders-")
+    assert everything["KeyCount"] == 4
+    assert s3.list_objects_v2(Bucket="tiered", Prefix="nothing/")["KeyCount"] == 0
+
+
+def test_listing_etag_matches_head_and_list_buckets_answers(s3: Any, dataset: Dataset) -> None:
+    entry = s3.list_objects_v2(Bucket="tiered", Prefix="")["Contents"][0]
+    head = s3.head_object(Bucket="tiered", Key=entry["Key"])
+    assert head["ETag"] == entry["ETag"]
+    assert head["ContentLength"] == entry["Size"]
+    assert head["AcceptRanges"] == "bytes"
+    assert head["LastModified"] == entry["LastModified"]
+    assert [bucket["Name"] for bucket in s3.list_buckets()["Buckets"]] == ["tiered"]
+
+
+def test_range_get_returns_the_right_bytes_with_206(s3: Any, dataset: Dataset) -> None:
+    item = dataset.objects[1]
+    start, end = 1_000_000, 1_100_123
+    response = s3.get_object(Bucket="tiered", Key=item.key, Range=f"bytes={start}-{end}")
+    assert response["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert response["ContentRange"] == f"bytes {start}-{end}/{item.size}"
+    assert response["AcceptRanges"] == "bytes"
+    assert response["ETag"] == s3.head_object(Bucket="tiered", Key=item.key)["ETag"]
+    assert response["Body"].read() == dataset.path(item.key).read_bytes()[start:end + 1]
+
+
+def test_if_match_with_a_wrong_etag_gives_412(s3: Any, dataset: Dataset) -> None:
+    key = dataset.objects[0].key
+    with pytest.raises(ClientError) as failed:
+        s3.get_object(Bucket="tiered", Key=key, IfMatch='"not-the-etag"', Range="bytes=0-9")
+    assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+    etag = s3.head_object(Bucket="tiered", Key=key)["ETag"]
+    ok = s3.get_object(Bucket="tiered", Key=key, IfMatch=etag, Range="bytes=0-9")
+    assert ok["ResponseMetadata"]["HTTPStatusCode"] == 206
+
+
+def test_missing_key_is_an_s3_no_such_key(s3: Any, dataset: Dataset) -> None:
+    with pytest.raises(ClientError) as failed:
+        s3.get_object(Bucket="tiered", Key=dataset.objects[0].key + ".missing")
+    assert failed.value.response["Error"]["Code"] == "NoSuchKey"
+
+
+def _timed_get(url: str, path: str, range_header: str) -> tuple[float, float, bytes]:
+    """(seconds to the response headers, seconds to the last byte, body) on a new connection."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        started = time.perf_counter()
+        connection.request("GET", path, headers={"Range": range_header})
+        response = connection.getresponse()
+        first = time.perf_counter() - started
+        body = response.read()
+        return first, time.perf_counter() - started, body
+    finally:
+        connection.close()
+
+
+def test_first_byte_takes_30ms_and_the_rate_is_limited(
+    origin: NginxServer, dataset: Dataset
+) -> None:
+    item = max(dataset.objects, key=lambda entry: entry.size)
+    path = f"/tiered/{item.key}"
+    first, _, body = _timed_get(origin.url, path, "bytes=0-0")
+    assert len(body) == 1
+    assert first >= 0.025
+    # 2 MiB at 64 MiB/s is ~31 ms after the first byte: well above a burst.
+    _, last, body = _timed_get(origin.url, path, "bytes=0-2097151")
+    assert len(body) == 2 * 1024 * 1024
+    assert last >= 0.030 + 0.025
+
+
+def test_the_access_log_counts_what_the_origin_sent(origin: NginxServer, dataset: Dataset) -> None:
+    _, offset = origin_traffic(origin.access_log)
+    item = dataset.objects[0]
+    _timed_get(origin.url, f"/tiered/{item.key}", "bytes=0-99999")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        traffic, _ = origin_traffic(origin.access_log, offset)
+        if traffic.get_requests:
+            break
+        time.sleep(0.05)
+    assert traffic.get_requests == 1
+    assert traffic.body_bytes == 100_000
