@@ -13,7 +13,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from sidecar import warm_api
 from sidecar.engine import Engine
+from sidecar.isolation.modes import ModeState, parse_mode
 from sidecar.metrics import Metrics
 from sidecar.origin import Origin
 
@@ -52,7 +54,7 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
             "blocks": int(metrics.value("sidecar_cache_blocks")),
             "evictions": int(sum(
                 metrics.value("sidecar_cache_evictions_total", {"reason": reason})
-                for reason in ("capacity", "checksum", "invalidated")
+                for reason in ("capacity", "checksum", "invalidated", "shrink")
             )),
             "checksum_failures": int(metrics.value("sidecar_cache_checksum_failures_total")),
         },
@@ -67,12 +69,14 @@ class AdminPort:
         engine: Engine,
         origin: Origin,
         token: str | None,
+        modes: ModeState | None = None,
     ) -> None:
         self._metrics = metrics
         self._is_ready = is_ready
         self._engine = engine
         self._origin = origin
         self._token = token
+        self._modes = modes or ModeState()
 
     def authorize(self, request: web.Request) -> None:
         """Raise 401 unless the request carries the admin token (when one is set)."""
@@ -93,16 +97,42 @@ class AdminPort:
         application.router.add_get("/readyz", self.readyz)
         application.router.add_get("/metrics", self.metrics)
         application.router.add_get("/api/v1/stats", self.stats)
+        application.router.add_post("/api/v1/warm", self.warm)
+        application.router.add_put("/api/v1/mode", self.put_mode)
+        application.router.add_delete("/api/v1/cache/{bucket}/{key:.+}", self.purge)
         return application
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
+        # A bypassing sidecar still serves every read (from the origin), so it
+        # stays ready; the body says why it bypasses.
         ready = self._is_ready()
         return web.json_response(
-            {"ready": ready}, status=200 if ready else 503,
+            {"ready": ready, "mode": self._modes.current.value,
+             "disk_problem": self._modes.disk_problem},
+            status=200 if ready else 503,
         )
+
+    async def put_mode(self, request: web.Request) -> web.Response:
+        self.authorize(request)
+        try:
+            body = await request.json()
+            if not isinstance(body, dict) or set(body) != {"mode"}:
+                raise ValueError('the body must be {"mode": "normal|no-prefetch|cache-only|bypass"}')
+            mode = parse_mode(body["mode"])
+        except ValueError as exc:  # JSONDecodeError is a ValueError
+            return web.json_response({"error": str(exc)}, status=400)
+        self._modes.request(mode)
+        return web.json_response({"mode": self._modes.current.value,
+                                  "requested": self._modes.requested.value})
+
+    async def purge(self, request: web.Request) -> web.Response:
+        self.authorize(request)
+        bucket, key = request.match_info["bucket"], request.match_info["key"]
+        self._origin.forget(bucket, key)
+        return web.json_response({"purged_blocks": self._engine.invalidate(bucket, key)})
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self._metrics.registry)
@@ -111,4 +141,12 @@ class AdminPort:
         return response
 
     async def stats(self, request: web.Request) -> web.Response:
-        return web.json_response(stats_snapshot(self._metrics))
+        snapshot = stats_snapshot(self._metrics)
+        snapshot["mode"] = self._modes.current.value
+        snapshot["requested_mode"] = self._modes.requested.value
+        snapshot["disk_problem"] = self._modes.disk_problem
+        return web.json_response(snapshot)
+
+    async def warm(self, request: web.Request) -> web.Response:
+        self.authorize(request)
+        return await warm_api.handle(request, self._origin, self._engine)

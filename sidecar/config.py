@@ -282,6 +282,9 @@ OPTIONS: tuple[Option, ...] = (
            "free space kept on the cache disk; below it the cache shrinks", "SIZE", flag=False),
     Option("disk_check_interval", parse_duration, "5s",
            "how often free space and a failed disk are checked", "DURATION", flag=False),
+    Option("preallocate", parse_bool, True,
+           "reserve the whole cache on disk at start (false: a sparse slab)", "BOOL",
+           flag=False),
     Option("drop_written_pages", parse_bool, True,
            "advise the kernel to drop slab pages after writing them", "BOOL", flag=False),
 )
@@ -332,6 +335,7 @@ class CacheConfig:
     disk_reserve_bytes: int
     disk_check_interval_s: float
     drop_written_pages: bool
+    preallocate: bool
 
 
 @dataclass(frozen=True)
@@ -438,7 +442,7 @@ def _build(v: Mapping[str, Any]) -> Config:
             block_size=block_size, max_coalesce_bytes=max_coalesce,
             protect_paths=v["protect_path"], allow_shared_disk=v["allow_shared_disk"],
             disk_reserve_bytes=v["disk_reserve"], disk_check_interval_s=v["disk_check_interval"],
-            drop_written_pages=v["drop_written_pages"],
+            drop_written_pages=v["drop_written_pages"], preallocate=v["preallocate"],
         ),
         prefetch=PrefetchConfig(
             enabled=v["prefetch"], max_window_blocks=max(1, v["prefetch_max_window"] // block_size),

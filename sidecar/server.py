@@ -59,7 +59,7 @@ class Sidecar:
         limiter = LaneLimiter(
             config.origin.bandwidth,
             {PREFETCH: config.origin.prefetch_share, WARM: config.origin.warm_share},
-            time.monotonic,
+            time.monotonic, foreground_reserve=config.cache.block_size,
         )
         self.origin = Origin(config.origin, self.metrics, limiter=limiter)
         self._watcher: asyncio.Task[None] | None = None
@@ -79,10 +79,17 @@ class Sidecar:
         await self.origin.start()
         if self.config.origin.check_on_start:
             await self.origin.check_reachable()
-        self._store = await BlockStore.open(
-            cache.directory, cache.size_bytes, cache.block_size, self._executor, self.metrics,
-            drop_written_pages=cache.drop_written_pages,
-        )
+        try:
+            self._store = await BlockStore.open(
+                cache.directory, cache.size_bytes, cache.block_size, self._executor,
+                self.metrics, drop_written_pages=cache.drop_written_pages,
+                preallocate=cache.preallocate,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create a {cache.size_bytes}-byte cache in {cache.directory}: "
+                f"{exc.strerror}"
+            ) from None
         store = self._store
         store.disk_error_listeners.append(
             lambda exc: self.modes.disk_failed(
@@ -143,7 +150,11 @@ class Sidecar:
         return prefetcher
 
     async def _listen(self, application: web.Application, address: HostPort) -> str:
-        runner = web.AppRunner(application, access_log=None, handle_signals=False)
+        # aiohttp's keep-alive timer starts with the connection and moves only
+        # when a request completes: a client trickling its headers (slowloris)
+        # or idling between requests is closed after client_timeout.
+        runner = web.AppRunner(application, access_log=None, handle_signals=False,
+                               keepalive_timeout=self.config.server.client_timeout_s)
         await runner.setup()
         self._runners.append(runner)
         site = web.TCPSite(runner, address.host, address.port, reuse_address=True)

@@ -281,8 +281,15 @@ class Slab:
         self._closed = False
 
     @classmethod
-    def open(cls, directory: Path, slot_count: int, block_size: int) -> Slab:
-        """Open or create the slab file. Blocking: call from an executor."""
+    def open(
+        cls, directory: Path, slot_count: int, block_size: int, preallocate: bool = True
+    ) -> Slab:
+        """Open or create the slab file. Blocking: call from an executor.
+
+        Without ``preallocate`` the file is sparse: its blocks are allocated as
+        slots are first written (thin volumes, or copy-on-write file systems
+        where preallocation does not reserve space for overwrites anyway).
+        """
         _check_geometry(slot_count, block_size)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / SLAB_FILE_NAME
@@ -290,7 +297,7 @@ class Slab:
         file_header = encode_file_header(block_size, slot_count)
         reused = _has_geometry(path, file_header, size)
         if not reused:
-            _create(path, size, file_header)
+            _create(path, size, file_header, preallocate)
         file = FileIO(path, "r+")
         try:
             mapping = mmap.mmap(file.fileno(), size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
@@ -452,11 +459,14 @@ def _has_geometry(path: Path, file_header: bytes, size: int) -> bool:
         return False
 
 
-def _create(path: Path, size: int, file_header: bytes) -> None:
+def _create(path: Path, size: int, file_header: bytes, preallocate: bool) -> None:
     # Truncating first drops every stale slot header of the old geometry; the
     # file header goes last so that an interrupted creation is not reused.
     with FileIO(path, "w") as file:
-        _preallocate(file.fileno(), size)
+        if preallocate:
+            _preallocate(file.fileno(), size)
+        else:
+            os.ftruncate(file.fileno(), size)
         _pwrite_all(file.fileno(), file_header, 0)
 
 

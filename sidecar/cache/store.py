@@ -142,10 +142,13 @@ class BlockStore:
         clock: Callable[[], float] = time.monotonic,
         protected_share: float = 0.5,
         drop_written_pages: bool = False,
+        preallocate: bool = True,
     ) -> BlockStore:
         slot_count = slots_for_capacity(capacity_bytes, block_size)
         loop = asyncio.get_running_loop()
-        slab = await loop.run_in_executor(executor, Slab.open, directory, slot_count, block_size)
+        slab = await loop.run_in_executor(
+            executor, Slab.open, directory, slot_count, block_size, preallocate
+        )
         return cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
                    protected_share=protected_share, drop_written_pages=drop_written_pages)
 

@@ -6,9 +6,11 @@ lanes also have buckets of their own, refilled at their share of the total.
 - `foreground` (a reader is waiting) always takes what it needs at once, going
   into debt if it must, and then waits only for its own debt: it never queues
   behind read-ahead or warm-up.
-- `prefetch` and `warm` take only tokens that are there, from both their own
-  bucket and the total; while foreground has put the total in debt they wait.
-  So they yield to foreground and can never exceed their share.
+- `prefetch` and `warm` take only tokens that are there beyond a foreground
+  reserve (about one block), from both their own bucket and the total; while
+  foreground has drawn the total below the reserve they wait. So they yield to
+  foreground, never exceed their share, and a foreground block read finds its
+  tokens waiting even when the lower lanes saturate the budget.
 
 Over any interval the total taken stays within rate x interval + burst.
 """
@@ -55,21 +57,26 @@ class LaneLimiter:
         clock: Callable[[], float],
         burst_s: float = 0.05,
         min_burst: float = 512 * 1024,
+        foreground_reserve: float = 0.0,
     ) -> None:
         """`rate` None is unlimited; `shares` maps prefetch/warm to fractions of it."""
         self._clock = clock
+        self._reserve = foreground_reserve
         self._total: TokenBucket | None = None
         self._lanes: dict[str, TokenBucket] = {}
         if rate is None:
             return
         now = clock()
-        burst = max(min_burst, rate * burst_s)
+        lane_burst = max(min_burst, rate * burst_s)
+        burst = lane_burst + foreground_reserve
         self._total = TokenBucket(rate, burst, burst, now)
         for lane in (PREFETCH, WARM):
             share = shares.get(lane, 1.0)
             if not 0.0 < share <= 1.0:
                 raise ValueError(f"share of lane {lane} must be in (0, 1], got {share}")
-            self._lanes[lane] = TokenBucket(rate * share, burst * share, burst * share, now)
+            self._lanes[lane] = TokenBucket(
+                rate * share, lane_burst * share, lane_burst * share, now
+            )
 
     @property
     def limited(self) -> bool:
@@ -87,7 +94,8 @@ class LaneLimiter:
         own = self._lanes[lane]
         own.refill(now)
         # A chunk larger than a bucket could ever hold is taken when it is full.
-        need_total, need_own = min(amount, total.burst), min(amount, own.burst)
+        need_total = min(amount, total.burst - self._reserve) + self._reserve
+        need_own = min(amount, own.burst)
         wait = max(total.wait_for(need_total), own.wait_for(need_own))
         if wait > 0:
             return Grant(False, wait)

@@ -1,0 +1,273 @@
+"""`POST /api/v1/warm`: validate the whole call, HEAD every object, then warm.
+
+The body (DESIGN.md, admin port):
+
+    {"objects": [{"bucket": "b", "key": "k", "start": 0, "end": null}], "ttl_s": 3600}
+
+`start`/`end` are inclusive byte offsets like an HTTP range; `end` null (or
+absent) means to the end of the object, and a range reaching past the object is
+clamped to it. The answer sums the engine's WarmResult over the objects.
+
+A call is all or nothing up to the warming itself: the body is validated
+completely, every bucket checked and every object HEADed before the first block
+is fetched, so a typo in the 900th object costs no origin bytes. Validation is
+a pure function over the parsed JSON; `warm` decides a status and a JSON body,
+and `handle` turns that into a response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from functools import partial
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import astuple, dataclass, fields
+from typing import Any, Protocol, TypeVar
+
+from aiohttp import web
+
+from sidecar.engine import WarmResult
+from sidecar.errors import (
+    BucketNotFound,
+    ObjectNotFound,
+    OriginAccessDenied,
+    OriginError,
+    OriginUnavailable,
+)
+from sidecar.origin import ObjectInfo
+
+MAX_BODY_BYTES = 1024 * 1024
+MAX_OBJECTS = 1000
+MAX_TTL_S = 7 * 24 * 3600
+DEFAULT_TTL_S = 3600.0
+# Objects HEADed / warmed at once by one call; each warm in turn holds at most
+# `BLOCK_CONCURRENCY` block fetches (the warm lane bounds the origin further).
+HEAD_CONCURRENCY = 16
+OBJECT_CONCURRENCY = 4
+BLOCK_CONCURRENCY = 4
+
+_TOP_FIELDS = ("objects", "ttl_s")
+_OBJECT_FIELDS = ("bucket", "key", "start", "end")
+
+
+class WarmRequestError(ValueError):
+    """A body the call rejects (400); the message names the offending field."""
+
+
+@dataclass(frozen=True)
+class WarmObject:
+    bucket: str
+    key: str
+    start: int = 0
+    end: int | None = None  # inclusive; None = to the end of the object
+
+
+@dataclass(frozen=True)
+class WarmRequest:
+    objects: tuple[WarmObject, ...]
+    ttl_s: float = DEFAULT_TTL_S
+
+
+def parse_warm_body(raw: bytes) -> WarmRequest:
+    """The validated request in `raw`, or WarmRequestError saying what is wrong."""
+    if len(raw) > MAX_BODY_BYTES:
+        raise WarmRequestError(f"body: larger than {MAX_BODY_BYTES} bytes")
+    try:
+        # NaN and Infinity are not JSON (RFC 8259 section 6), though Python accepts them.
+        document = json.loads(raw, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, _ConstantError) as exc:
+        raise WarmRequestError(f"body: not JSON: {exc}") from None
+    return validate_warm_request(document)
+
+
+def validate_warm_request(document: object) -> WarmRequest:
+    if not isinstance(document, dict):
+        raise WarmRequestError("body: must be a JSON object with 'objects' and 'ttl_s'")
+    _reject_unknown(document, _TOP_FIELDS, "body")
+    if "objects" not in document:
+        raise WarmRequestError("objects: missing (a list of {bucket, key, start, end})")
+    listed = document["objects"]
+    if not isinstance(listed, list):
+        raise WarmRequestError(f"objects: must be a list, got {_kind(listed)}")
+    if not listed:
+        raise WarmRequestError("objects: must name at least one object")
+    if len(listed) > MAX_OBJECTS:
+        raise WarmRequestError(
+            f"objects: {len(listed)} objects in one call; at most {MAX_OBJECTS} are allowed"
+        )
+    objects = tuple(_validate_object(item, f"objects[{i}]") for i, item in enumerate(listed))
+    ttl_s = document.get("ttl_s", DEFAULT_TTL_S)
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not math.isfinite(ttl_s):
+        raise WarmRequestError(f"ttl_s: must be a number of seconds, got {_kind(ttl_s)}")
+    if not 0 < ttl_s <= MAX_TTL_S:
+        raise WarmRequestError(f"ttl_s: must be > 0 and at most {MAX_TTL_S} (7 days), got {ttl_s}")
+    return WarmRequest(objects, float(ttl_s))
+
+
+def _validate_object(item: object, where: str) -> WarmObject:
+    if not isinstance(item, dict):
+        raise WarmRequestError(f"{where}: must be an object, got {_kind(item)}")
+    _reject_unknown(item, _OBJECT_FIELDS, where)
+    names: dict[str, str] = {}
+    for name in ("bucket", "key"):
+        value = item.get(name)
+        if value is None:
+            raise WarmRequestError(f"{where}.{name}: missing")
+        if not isinstance(value, str) or not value:
+            raise WarmRequestError(f"{where}.{name}: must be a non-empty string, got {_kind(value)}")
+        names[name] = value
+    start = item.get("start", 0)
+    if not _is_offset(start):
+        raise WarmRequestError(f"{where}.start: must be a non-negative integer, got {start!r}")
+    end = item.get("end")
+    if end is not None:
+        if not _is_offset(end):
+            raise WarmRequestError(
+                f"{where}.end: must be a non-negative integer or null, got {end!r}"
+            )
+        if end < start:
+            raise WarmRequestError(f"{where}.end: {end} is before start {start}")
+    return WarmObject(names["bucket"], names["key"], start, end)
+
+
+def clamp_range(start: int, end: int | None, size: int) -> tuple[int, int] | None:
+    """The inclusive byte range to warm within an object of `size` bytes, or None."""
+    last = size - 1 if end is None else min(end, size - 1)
+    return (start, last) if start <= last else None
+
+
+class WarmOrigin(Protocol):
+    async def bucket_exists(self, bucket: str) -> bool: ...
+
+    async def head(self, bucket: str, key: str) -> ObjectInfo: ...
+
+
+class Warmer(Protocol):
+    async def warm(
+        self, info: ObjectInfo, start: int, end: int, ttl_s: float, concurrency: int = 4
+    ) -> WarmResult: ...
+
+
+@dataclass(frozen=True)
+class WarmAnswer:
+    status: int
+    body: dict[str, Any]
+
+
+async def warm(request: WarmRequest, origin: WarmOrigin, engine: Warmer) -> WarmAnswer:
+    """Check every bucket and object, then warm them all; nothing is fetched on a 4xx."""
+    try:
+        for bucket in sorted({o.bucket for o in request.objects}):
+            if not await origin.bucket_exists(bucket):
+                return _error(400, f"no such bucket: {bucket}")
+        infos = await _bounded(
+            [partial(origin.head, o.bucket, o.key) for o in request.objects],
+            HEAD_CONCURRENCY,
+        )
+    except (BucketNotFound, ObjectNotFound) as exc:
+        return _error(400, _not_found_message(exc))
+    except OriginAccessDenied as exc:
+        return _error(403, f"origin denied access: {exc}")
+    except OriginUnavailable as exc:
+        return _error(503, f"origin unavailable: {exc}")
+    except OriginError as exc:
+        return _error(502, f"origin error: {exc}")
+
+    async def one(info: ObjectInfo, wanted: WarmObject) -> WarmResult:
+        span = clamp_range(wanted.start, wanted.end, info.size)
+        if span is None:
+            return WarmResult()
+        return await engine.warm(info, span[0], span[1], request.ttl_s, BLOCK_CONCURRENCY)
+
+    results = await _bounded(
+        [partial(one, i, o) for i, o in zip(infos, request.objects, strict=True)],
+        OBJECT_CONCURRENCY,
+    )
+    total = sum(results, WarmResult())
+    return WarmAnswer(200, dict(zip((f.name for f in fields(WarmResult)), astuple(total),
+                                    strict=True)))
+
+
+async def handle(request: web.Request, origin: WarmOrigin, engine: Warmer) -> web.Response:
+    """The aiohttp side: read at most MAX_BODY_BYTES + 1, decide, answer JSON."""
+    declared = request.content_length
+    if declared is not None and declared > MAX_BODY_BYTES:
+        answer = _error(400, f"body: larger than {MAX_BODY_BYTES} bytes")
+    else:
+        # Read here rather than with request.read(), whose client_max_size
+        # answers 413 with a text body instead of this endpoint's JSON error.
+        raw = await _read_at_most(request, MAX_BODY_BYTES + 1)
+        try:
+            answer = await warm(parse_warm_body(raw), origin, engine)
+        except WarmRequestError as exc:
+            answer = _error(400, str(exc))
+    return web.json_response(answer.body, status=answer.status)
+
+
+async def _read_at_most(request: web.Request, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await request.content.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+T = TypeVar("T")
+
+
+async def _bounded(calls: list[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
+    """Run the calls at most `limit` at a time; results in call order, or the first error."""
+    gate = asyncio.Semaphore(limit)
+
+    async def gated(call: Callable[[], Awaitable[T]]) -> T:
+        async with gate:
+            return await call()
+
+    # Every call runs to its end (HEADs are cheap and cached), so no task is
+    # left behind with an exception nobody retrieves.
+    outcomes = await asyncio.gather(*(gated(call) for call in calls), return_exceptions=True)
+    results: list[T] = []
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+        results.append(outcome)
+    return results
+
+
+def _not_found_message(exc: OriginError) -> str:
+    # The origin's messages read "s3://b/k: no such key"; the API says it first.
+    what = "bucket" if isinstance(exc, BucketNotFound) else "key"
+    return f"no such {what}: {str(exc).split(': no such', 1)[0]}"
+
+
+def _error(status: int, message: str) -> WarmAnswer:
+    return WarmAnswer(status, {"error": message})
+
+
+def _reject_unknown(document: Mapping[str, object], allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(document) - set(allowed))
+    if unknown:
+        raise WarmRequestError(
+            f"{where}: unknown field {unknown[0]!r}; allowed: {', '.join(allowed)}"
+        )
+
+
+def _is_offset(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else f"{type(value).__name__} {value!r}"[:80]
+
+
+class _ConstantError(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> object:
+    raise _ConstantError(f"{name} is not a JSON number")

@@ -1,0 +1,308 @@
+"""Isolation through a real sidecar process: pinning, bandwidth, admission, modes, disk."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import secrets
+import socket
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psutil
+import pytest
+
+from sidecar.local_s3 import LocalS3
+from tests.functional.conftest import s3_client
+from tests.functional.test_data_port import raw_request
+from tests.support.processes import SidecarProcess
+
+MiB = 1024 * 1024
+SLOT = MiB + 4096
+
+
+def put(origin_s3: Any, bucket: str, size: int) -> tuple[str, bytes]:
+    key = f"iso-{secrets.token_hex(4)}.log"
+    data = random.Random(size).randbytes(size)
+    origin_s3.put_object(Bucket=bucket, Key=key, Body=data)
+    return key, data
+
+
+def admin_call(url: str, method: str, path: str, body: object, token: str | None
+               ) -> tuple[int, dict[str, Any]]:
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        connection.request(method, path, body=json.dumps(body), headers=headers)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    finally:
+        connection.close()
+
+
+def test_cpus_pins_every_thread(local_s3: LocalS3, origin_s3: Any, bucket: str,
+                                tmp_path: Path) -> None:
+    key, data = put(origin_s3, bucket, 3 * MiB)
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--cpus", "1", "--block-size", "1MiB",
+                        "--cache-size", str(8 * SLOT)) as sidecar:
+        # Reads start the disk executor's and the origin client's threads.
+        assert s3_client(sidecar.data_url).get_object(Bucket=bucket, Key=key)["Body"].read() \
+            == data
+        tasks = list(Path(f"/proc/{sidecar.pid}/task").iterdir())
+        assert len(tasks) > 2
+        for task in tasks:
+            status = (task / "status").read_text()
+            allowed = next(line for line in status.splitlines()
+                           if line.startswith("Cpus_allowed_list:"))
+            assert allowed.split()[1] == "1", (task.name, allowed)
+
+
+def test_origin_bandwidth_cap_holds_within_5_percent(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    key, data = put(origin_s3, bucket, 72 * MiB)
+    cap = 16 * MiB
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "1MiB",
+                        "--origin-bandwidth", "16MiB/s", "--cache-size", str(80 * SLOT),
+                        env={"SIDECAR_PREFETCH": "false"}) as sidecar:
+        address = urlsplit(sidecar.data_url)
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+        connection.request("GET", f"/{bucket}/{key}",
+                           headers={"Range": f"bytes=0-{len(data) - 1}"})
+        response = connection.getresponse()
+        received, marks = 0, []
+        while chunk := response.read(MiB):
+            received += len(chunk)
+            marks.append((received, time.monotonic()))
+        connection.close()
+        assert received == len(data)
+        # From the 8th MiB on: the initial burst is behind us.
+        (start_bytes, start), (end_bytes, end) = marks[7], marks[-1]
+        rate = (end_bytes - start_bytes) / (end - start)
+        assert 0.95 * cap <= rate <= 1.05 * cap, rate / MiB
+        assert sidecar.metric("sidecar_ratelimit_wait_seconds_total", lane="foreground") > 2
+
+
+def foreground_miss_seconds(url: str, bucket: str, key: str, block: int) -> float:
+    started = time.monotonic()
+    status, _, body = raw_request(url, "GET", f"/{bucket}/{key}",
+                                  {"Range": f"bytes={block * MiB}-{block * MiB + 65535}"})
+    assert status == 206 and len(body) == 65536
+    return time.monotonic() - started
+
+
+def test_foreground_miss_stays_fast_while_lower_lanes_saturate_the_cap(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    warm_key, _ = put(origin_s3, bucket, 48 * MiB)
+    stream_key, _ = put(origin_s3, bucket, 48 * MiB + 1)
+    probe_key, _ = put(origin_s3, bucket, 24 * MiB + 2)
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "1MiB",
+                        "--origin-bandwidth", "12MiB/s", "--cache-size", str(160 * SLOT),
+                        env={"SIDECAR_PREFETCH_MAX_WINDOW": "8MiB"}) as sidecar:
+        idle = [foreground_miss_seconds(sidecar.data_url, bucket, probe_key, b) for b in range(6)]
+        stop = threading.Event()
+
+        def sequential_reader() -> None:  # keeps the prefetch lane busy
+            position = 0
+            while not stop.is_set() and position < 40 * MiB:
+                address = urlsplit(sidecar.data_url)
+                connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+                connection.request("GET", f"/{bucket}/{stream_key}",
+                                   headers={"Range": f"bytes={position}-"})
+                position += len(connection.getresponse().read(128 * 1024))
+                connection.close()
+
+        reader = threading.Thread(target=sequential_reader)
+        warm = threading.Thread(target=admin_call, args=(
+            sidecar.admin_url, "POST", "/api/v1/warm",
+            {"objects": [{"bucket": bucket, "key": warm_key, "start": 0, "end": None}],
+             "ttl_s": 600}, None))
+        reader.start()
+        warm.start()
+        try:
+            time.sleep(1.5)
+            assert sidecar.metric("sidecar_ratelimit_wait_seconds_total", lane="warm") > 0
+            loaded = [foreground_miss_seconds(sidecar.data_url, bucket, probe_key, b)
+                      for b in range(8, 14)]
+            assert sidecar.metric("sidecar_origin_bytes_total", lane="prefetch") > 0
+        finally:
+            stop.set()
+            reader.join(timeout=60)
+            warm.join(timeout=60)
+        assert statistics.median(loaded) <= 1.5 * statistics.median(idle), (idle, loaded)
+
+
+def test_overload_gets_slow_down_and_stalled_readers_are_cut_off(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    key, data = put(origin_s3, bucket, 16 * MiB)
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "1MiB",
+                        "--cache-size", str(24 * SLOT),
+                        env={"SIDECAR_MAX_REQUESTS": "4", "SIDECAR_CLIENT_TIMEOUT": "2s"}
+                        ) as sidecar:
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")[2] == data  # cached
+        address = urlsplit(sidecar.data_url)
+        stalled = []
+        for _ in range(4):  # readers that ask for 16 MiB and never read
+            sock = socket.create_connection((address.hostname, address.port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(f"GET /{bucket}/{key} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            stalled.append(sock)
+        time.sleep(0.5)
+        status, headers, body = raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                                            {"Range": "bytes=0-9"})
+        assert status == 503 and b"<Code>SlowDown</Code>" in body
+        assert headers["retry-after"] == "1"
+        rss_before = psutil.Process(sidecar.pid).memory_info().rss
+        statuses = []
+        lock = threading.Lock()
+
+        def flood() -> None:
+            for _ in range(25):
+                got = raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                                  {"Range": "bytes=0-1048575"})[0]
+                with lock:
+                    statuses.append(got)
+
+        threads = [threading.Thread(target=flood) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert set(statuses) <= {503, 206} and statuses.count(503) > 100
+        assert psutil.Process(sidecar.pid).memory_info().rss < rss_before + 64 * MiB
+        time.sleep(2.5)  # past client_timeout: the stalled readers were cut off
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                           {"Range": "bytes=0-9"})[2] == data[:10]
+        for sock in stalled:
+            sock.close()
+
+
+def test_modes(local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path) -> None:
+    cached_key, cached = put(origin_s3, bucket, 3 * MiB)
+    other_key, other = put(origin_s3, bucket, 5 * MiB)
+    token = "t0ken"
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "1MiB",
+                        "--cache-size", str(24 * SLOT), "--admin-token", token) as sidecar:
+        url = sidecar.data_url
+        assert raw_request(url, "GET", f"/{bucket}/{cached_key}")[2] == cached
+        assert admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "bypass"},
+                          None)[0] == 401
+        assert admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "fast"},
+                          token)[0] == 400
+
+        assert admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "cache-only"},
+                          token) == (200, {"mode": "cache-only", "requested": "cache-only"})
+        assert raw_request(url, "GET", f"/{bucket}/{cached_key}")[2] == cached
+        status, _, body = raw_request(url, "GET", f"/{bucket}/{other_key}")
+        assert status == 503 and b"<Code>ServiceUnavailable</Code>" in body
+        assert sidecar.metric("sidecar_mode", mode="cache-only") == 1
+
+        admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "bypass"}, token)
+        blocks = sidecar.metric("sidecar_cache_blocks")
+        assert raw_request(url, "GET", f"/{bucket}/{other_key}")[2] == other
+        assert sidecar.metric("sidecar_cache_blocks") == blocks
+        assert sidecar.stats()["mode"] == "bypass"
+        assert sidecar.metric("sidecar_mode", mode="bypass") == 1
+
+        admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "no-prefetch"}, token)
+        for position in range(0, 4 * MiB, 256 * 1024):  # a sequential reader
+            raw_request(url, "GET", f"/{bucket}/{other_key}",
+                        {"Range": f"bytes={position}-{position + 262143}"})
+        assert sidecar.metric("sidecar_prefetch_blocks_total", outcome="issued") == 0
+
+        admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "normal"}, token)
+        assert sidecar.metric("sidecar_mode", mode="normal") == 1
+        status, purged = admin_call(sidecar.admin_url, "DELETE",
+                                    f"/api/v1/cache/{bucket}/{cached_key}", None, token)
+        assert status == 200 and purged == {"purged_blocks": 3}
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 40 MiB tmpfs: a cache disk that can really fill up."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_full_disk_flips_to_bypass_and_back_without_failing_a_read(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, small_disk: Path
+) -> None:
+    objects = [put(origin_s3, bucket, 6 * MiB + n) for n in range(6)]
+    with SidecarProcess(local_s3.endpoint, small_disk, "--block-size", "1MiB",
+                        "--cache-size", str(32 * SLOT),
+                        env={"SIDECAR_PREALLOCATE": "false", "SIDECAR_DISK_RESERVE": "1MiB",
+                             "SIDECAR_DISK_CHECK_INTERVAL": "200ms",
+                             "SIDECAR_PREFETCH": "false"}) as sidecar:
+        url = sidecar.data_url
+        filler = small_disk / "filler"
+        stats = os.statvfs(small_disk)
+        # Leave room for about two blocks: the third write fails with ENOSPC.
+        filler.write_bytes(b"\0" * (stats.f_bavail * stats.f_frsize - 2 * SLOT - 64 * 1024))
+        for key, data in objects[:3]:
+            assert raw_request(url, "GET", f"/{bucket}/{key}")[2] == data
+        assert sidecar.stats()["mode"] == "bypass"
+        status, _, body = raw_request(sidecar.admin_url, "GET", "/readyz")
+        assert status == 200 and b"bypass" in body and b"ENOSPC" in body
+        assert sidecar.metric("sidecar_mode", mode="bypass") == 1
+        for key, data in objects[3:5]:  # served from the origin meanwhile
+            assert raw_request(url, "GET", f"/{bucket}/{key}")[2] == data
+        filler.unlink()
+        deadline = time.monotonic() + 15
+        while sidecar.stats()["mode"] != "normal" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sidecar.stats()["mode"] == "normal"
+        key, data = objects[5]
+        blocks = sidecar.metric("sidecar_cache_blocks")
+        assert raw_request(url, "GET", f"/{bucket}/{key}")[2] == data
+        time.sleep(0.3)
+        assert sidecar.metric("sidecar_cache_blocks") == blocks + 7  # caching again
+        failed = sum(sidecar.metric("sidecar_requests_total", op="GetObject", code=code)
+                     for code in ("500", "503"))
+        assert failed == 0
+
+
+def test_slowloris_connection_is_closed(local_s3: LocalS3, tmp_path: Path) -> None:
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "1MiB",
+                        "--cache-size", str(4 * SLOT),
+                        env={"SIDECAR_CLIENT_TIMEOUT": "2s"}) as sidecar:
+        address = urlsplit(sidecar.data_url)
+        with socket.create_connection((address.hostname, address.port)) as sock:
+            sock.settimeout(10)
+            started = time.monotonic()
+            closed = False
+            for byte in b"GET /bucket/key HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
+                try:
+                    sock.sendall(bytes([byte]))
+                    time.sleep(0.2)
+                    if time.monotonic() - started > 8:
+                        break
+                except OSError:
+                    closed = True
+                    break
+            if not closed:
+                try:
+                    closed = sock.recv(1) == b""
+                except TimeoutError:
+                    closed = False  # still open: the server never cut it off
+                except OSError:
+                    closed = True
+            assert closed and time.monotonic() - started < 6
+        assert raw_request(sidecar.admin_url, "GET", "/healthz")[0] == 200
