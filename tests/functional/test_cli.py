@@ -70,6 +70,15 @@ def test_unusable_cache_dir(tmp_path: Path, local_s3: LocalS3, cache_dir: str, m
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
+def test_cache_on_a_protected_device_is_refused(tmp_path: Path, local_s3: LocalS3) -> None:
+    log_dirs = tmp_path / "kafka-logs"
+    log_dirs.mkdir()
+    result = run_sidecar(*serve_args(local_s3.endpoint, tmp_path, "--protect-path", str(log_dirs)))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "same device" in lines[0] and "--allow-shared-disk" in lines[0]
+
+
 def test_config_file_and_env(tmp_path: Path, local_s3: LocalS3) -> None:
     config = tmp_path / "sidecar.toml"
     config.write_text('cache_size = "1MiB"\n')

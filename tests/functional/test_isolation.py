@@ -55,7 +55,11 @@ def test_cpus_pins_every_thread(local_s3: LocalS3, origin_s3: Any, bucket: str,
                                 tmp_path: Path) -> None:
     key, data = put(origin_s3, bucket, 3 * MiB)
     with SidecarProcess(local_s3.endpoint, tmp_path, "--cpus", "1", "--block-size", "1MiB",
+                        "--ionice", "idle", "--nice", "5",
                         "--cache-size", str(8 * SLOT)) as sidecar:
+        process = psutil.Process(sidecar.pid)
+        assert process.ionice().ioclass == psutil.IOPRIO_CLASS_IDLE
+        assert process.nice() == 5
         # Reads start the disk executor's and the origin client's threads.
         assert s3_client(sidecar.data_url).get_object(Bucket=bucket, Key=key)["Body"].read() \
             == data
@@ -240,6 +244,39 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_low_free_space_shrinks_the_cache_and_it_grows_back(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, small_disk: Path
+) -> None:
+    key, data = put(origin_s3, bucket, 4 * MiB)
+    with SidecarProcess(local_s3.endpoint, small_disk, "--block-size", "1MiB",
+                        "--cache-size", str(16 * SLOT),
+                        env={"SIDECAR_DISK_RESERVE": "16MiB", "SIDECAR_DISK_CHECK_INTERVAL": "100ms",
+                             "SIDECAR_PREFETCH": "false"}) as sidecar:
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")[2] == data
+        capacity = sidecar.metric("sidecar_cache_capacity_bytes")
+        assert capacity == 16 * MiB
+        stats = os.statvfs(small_disk)
+        filler = small_disk / "filler"
+        filler.write_bytes(b"\0" * (stats.f_bavail * stats.f_frsize - 10 * MiB))
+        deadline = time.monotonic() + 10
+        while sidecar.metric("sidecar_cache_capacity_bytes") >= capacity and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        shrunk = sidecar.metric("sidecar_cache_capacity_bytes")
+        assert shrunk <= capacity - 6 * MiB
+        stats = os.statvfs(small_disk)
+        assert stats.f_bavail * stats.f_frsize >= 15 * MiB  # the space really came back
+        # Reads go on, and blocks that were not given back are still served.
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")[2] == data
+        filler.unlink()
+        deadline = time.monotonic() + 10
+        while sidecar.metric("sidecar_cache_capacity_bytes") < capacity and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sidecar.metric("sidecar_cache_capacity_bytes") == capacity
 
 
 def test_full_disk_flips_to_bypass_and_back_without_failing_a_read(
