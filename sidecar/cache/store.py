@@ -193,24 +193,26 @@ class BlockStore:
     async def read(self, record: SlotRecord, start: int, end: int) -> bytes | None:
         """Bytes ``start..end-1`` of the block, or None if it is no longer
         cached (evicted or replaced since lookup, or failed its checksum)."""
+        if not self._pin_if_current(record, start, end):
+            return None
+        return await self._in_task(self._read_pinned(record, start, end))
+
+    def _pin_if_current(self, record: SlotRecord, start: int, end: int) -> bool:
+        """Pin the record's slot if it still holds that record (checked and pinned
+        in one step: from here on the slot cannot be handed to a writer)."""
         if not 0 <= start <= end <= record.length:
             raise ValueError(f"range {start}..{end} outside the block's {record.length} bytes")
         if self._closed or self._records.get(record.ident) is not record:
-            return None
-        # Pinned in the same step as the check above: from here on the slot
-        # cannot be handed to a writer until the copy is over.
+            return False
         self._pin(record.slot)
-        return await self._in_task(self._read_pinned(record, start, end))
+        return True
 
     async def read_region(self, record: SlotRecord, start: int, end: int) -> SlabRegion | None:
         """Like ``read`` but copies nothing: the verified, pinned region of the slab."""
-        if not 0 <= start <= end <= record.length:
-            raise ValueError(f"range {start}..{end} outside the block's {record.length} bytes")
-        if self._closed or self._records.get(record.ident) is not record:
+        if not self._pin_if_current(record, start, end):
             return None
-        self._pin(record.slot)
         try:
-            offset = await self._in_task(self._verify_pinned(record, start, end))
+            offset = await self._in_task(self._verified(self._slab.verify, record, start, end))
         except BaseException:
             self._unpin(record.slot)
             raise
@@ -227,10 +229,14 @@ class BlockStore:
 
         return SlabRegion(self._slab.file, offset, end - start, release)
 
-    async def _verify_pinned(self, record: SlotRecord, start: int, end: int) -> int | None:
+    async def _verified(
+        self, work: Callable[[int, int, int, SlotRecord], T], record: SlotRecord,
+        start: int, end: int,
+    ) -> T | None:
+        """Run a checksummed slab read in the executor; None (block dropped) on mismatch."""
         try:
             return await self._loop.run_in_executor(
-                self._executor, self._slab.verify, record.slot, start, end, record
+                self._executor, work, record.slot, start, end, record
             )
         except ChecksumMismatch as exc:
             self._checksum_failed(record, exc)
@@ -318,12 +324,7 @@ class BlockStore:
 
     async def _read_pinned(self, record: SlotRecord, start: int, end: int) -> bytes | None:
         try:
-            return await self._loop.run_in_executor(
-                self._executor, self._slab.read_verified, record.slot, start, end, record
-            )
-        except ChecksumMismatch as exc:
-            self._checksum_failed(record, exc)
-            return None
+            return await self._verified(self._slab.read_verified, record, start, end)
         finally:
             self._unpin(record.slot)
 
