@@ -7,6 +7,7 @@ log segments in the Aiven tiered-storage layout, and the sidecar in front of it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -21,6 +22,7 @@ from sidecar.config import Config, load_config
 from sidecar.kafka_segments import generate_topic_segments
 from sidecar.local_s3 import CREDENTIALS, LocalS3
 from sidecar.server import Sidecar
+from spark_warmup.example import example_instructions, example_plan
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,12 @@ async def run_demo(listen: str, admin_listen: str, seconds: float | None) -> Non
         try:
             await sidecar.start()
             print(_banner(sidecar, keys), flush=True)
+            plan = example_plan(origin.endpoint, BUCKET, sidecar.admin_url,
+                                [(topic.name, topic.partitions) for topic in DEMO_TOPICS])
+            plan_path = Path(tempfile.gettempdir()) / "sidecar-demo-warmup-plan.json"
+            plan_path.write_text(json.dumps(plan, indent=2) + "\n")
+            print(example_instructions(str(plan_path), plan, sidecar.data_url, CREDENTIALS),
+                  flush=True)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=seconds)
             except TimeoutError:

@@ -1,0 +1,14 @@
+"""Warm the sidecars' caches ahead of a planned replay (`python -m spark_warmup PLAN.json`).
+
+The plan (DESIGN.md, "Warm-up plan") names the object store, the sidecars and
+the ranges to be replayed. A PySpark job lists the remote segments on the
+executors, picks the segments that overlap each range, routes every partition
+to its node's sidecar and asks that sidecar (`POST /api/v1/warm`) to fetch the
+segment into its cache.
+
+Pure modules: `units`, `plan`, `selection`, `routing`, `outcome`, `example`.
+Executor-side I/O: `listing` (S3) and `warming` (sidecar HTTP). Spark: `job`,
+`shipping`, `report`, and `__main__`, the only place a session is built. Of
+`sidecar/` only the pure `layout` and `blocks` are imported, so the package
+ships to a cluster as one small zip.
+"""

@@ -1,0 +1,83 @@
+"""`python -m spark_warmup PLAN.json [--master URL] [--report DIR] [--dry-run] [--conf K=V ...]`.
+
+Also runs under spark-submit (`spark-submit --master URL spark_warmup/__main__.py
+PLAN.json`, with the package importable). The plan is validated before Spark
+starts, so a bad plan costs no JVM. Exit status: 0 when every planned segment
+was warmed, 1 when any failed, 2 for a plan that cannot run (the message names
+the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from spark_warmup.job import run
+from spark_warmup.plan import PlanError, load_plan
+
+PROG = "spark_warmup"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description="Warm the sidecars' caches ahead of a planned Kafka replay.",
+    )
+    parser.add_argument("plan", type=Path, metavar="PLAN.json")
+    parser.add_argument("--master", default=None, metavar="URL",
+                        help="Spark master (default: spark-submit's, else local[*])")
+    parser.add_argument("--report", type=Path, default=None, metavar="DIR",
+                        help="write report.jsonl, report.parquet/ and summary.json here")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="plan and estimate at each sidecar's warm-lane rate; warm nothing")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra Spark setting (repeatable)")
+    return parser.parse_args(argv)
+
+
+def build_session(master: str | None, settings: Mapping[str, str]) -> SparkSession:
+    builder = SparkSession.builder.appName(PROG).config("spark.ui.showConsoleProgress", "false")
+    if master is not None:
+        builder = builder.master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"{PROG}: error: --conf wants KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        settings[key] = value
+    try:
+        plan = load_plan(args.plan, os.environ)
+    except PlanError as exc:
+        print(f"{PROG}: error: {args.plan}: {exc}", file=sys.stderr)
+        return 2
+    if args.master is None or args.master.startswith("local"):
+        # Python workers of a local master run on this machine: use this
+        # interpreter (Spark's default `python3` may lack boto3). On a cluster
+        # PYSPARK_PYTHON must name the executors' own interpreter.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = build_session(args.master, settings)
+    try:
+        result = run(spark, plan, report_dir=args.report, dry_run=args.dry_run)
+    except PlanError as exc:
+        print(f"{PROG}: error: {args.plan}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        spark.stop()
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

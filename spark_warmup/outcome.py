@@ -1,0 +1,136 @@
+"""Report rows and the run's summary: plain data and arithmetic, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+
+from spark_warmup.units import format_bytes
+
+
+@dataclass(frozen=True)
+class WarmRow:
+    """One segment of the report (DESIGN.md: one row per segment)."""
+
+    topic: str
+    partition: int
+    key: str
+    node: str
+    bytes: int
+    blocks: int = 0
+    already_cached: int = 0
+    fetched: int = 0
+    failed: int = 0
+    bytes_fetched: int = 0
+    seconds: float = 0.0
+    error: str | None = None  # why the warm call itself failed, if it did
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.failed == 0
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class NodeTotals:
+    segments: int = 0
+    bytes: int = 0
+    warmed_bytes: int = 0
+    failed_bytes: int = 0
+    failed_segments: int = 0
+    estimated_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Summary:
+    dry_run: bool
+    segments: int
+    planned_bytes: int
+    warmed_bytes: int  # bytes of segments whose every block is now cached
+    failed_bytes: int
+    failed_segments: int
+    fetched_bytes: int
+    already_cached_blocks: int
+    fetched_blocks: int
+    seconds: float  # wall time of the warm stage (the estimate, for a dry run)
+    nodes: Mapping[str, NodeTotals] = field(default_factory=dict)
+
+    @property
+    def mb_per_s(self) -> float:
+        """Effective warm rate: warmed bytes over the warm stage's wall time (MB = 10^6)."""
+        return self.warmed_bytes / self.seconds / 1e6 if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        result = asdict(self)
+        result["mb_per_s"] = round(self.mb_per_s, 3)
+        return result
+
+
+def summarize(rows: Iterable[WarmRow], seconds: float, dry_run: bool = False,
+              rates: Mapping[str, float] | None = None) -> Summary:
+    """Totals over the rows; for a dry run, `rates` (node -> bytes/s) give the estimate."""
+    rows = list(rows)
+    nodes: dict[str, NodeTotals] = {}
+    for row in rows:
+        totals = nodes.get(row.node, NodeTotals())
+        nodes[row.node] = NodeTotals(
+            segments=totals.segments + 1,
+            bytes=totals.bytes + row.bytes,
+            warmed_bytes=totals.warmed_bytes + (row.bytes if row.ok and not dry_run else 0),
+            failed_bytes=totals.failed_bytes + (0 if row.ok else row.bytes),
+            failed_segments=totals.failed_segments + (0 if row.ok else 1),
+        )
+    if dry_run:
+        rates = rates or {}
+        nodes = {
+            node: NodeTotals(**{**asdict(t), "estimated_seconds": t.bytes / rates[node]})
+            for node, t in nodes.items()
+        }
+        # Sidecars warm side by side: the run takes as long as the busiest one.
+        seconds = max((t.estimated_seconds for t in nodes.values()), default=0.0)
+    return Summary(
+        dry_run=dry_run,
+        segments=len(rows),
+        planned_bytes=sum(r.bytes for r in rows),
+        warmed_bytes=sum(t.warmed_bytes for t in nodes.values()),
+        failed_bytes=sum(t.failed_bytes for t in nodes.values()),
+        failed_segments=sum(t.failed_segments for t in nodes.values()),
+        fetched_bytes=sum(r.bytes_fetched for r in rows),
+        already_cached_blocks=sum(r.already_cached for r in rows),
+        fetched_blocks=sum(r.fetched for r in rows),
+        seconds=seconds,
+        nodes=dict(sorted(nodes.items())),
+    )
+
+
+def format_summary(summary: Summary, rates: Mapping[str, float] | None = None) -> str:
+    rates = rates or {}
+    if summary.dry_run:
+        lines = [
+            f"dry run: {summary.segments} segments, {format_bytes(summary.planned_bytes)} "
+            f"planned on {len(summary.nodes)} sidecars; estimated {summary.seconds:.1f} s "
+            f"at the warm-lane rates (nothing warmed)"
+        ]
+        lines += [
+            f"  {node}: {t.segments} segments, {format_bytes(t.bytes)}, "
+            f"~{t.estimated_seconds:.1f} s at {format_bytes(rates.get(node, 0))}/s"
+            for node, t in summary.nodes.items()
+        ]
+        return "\n".join(lines)
+    lines = [
+        f"warm-up: {summary.segments} segments on {len(summary.nodes)} sidecars: "
+        f"planned {format_bytes(summary.planned_bytes)}, "
+        f"warmed {format_bytes(summary.warmed_bytes)} "
+        f"(fetched {format_bytes(summary.fetched_bytes)}, "
+        f"{summary.already_cached_blocks} blocks already cached), "
+        f"failed {format_bytes(summary.failed_bytes)} in {summary.failed_segments} segments, "
+        f"{summary.seconds:.1f} s, {summary.mb_per_s:.1f} MB/s effective"
+    ]
+    lines += [
+        f"  {node}: {t.segments} segments, warmed {format_bytes(t.warmed_bytes)}, "
+        f"failed {format_bytes(t.failed_bytes)}"
+        for node, t in summary.nodes.items()
+    ]
+    return "\n".join(lines)

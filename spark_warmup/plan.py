@@ -1,0 +1,345 @@
+"""The warm-up plan: validated once, into frozen dataclasses (DESIGN.md, "Warm-up plan").
+
+    {
+      "origin": {"endpoint": "http://127.0.0.1:9000", "bucket": "tiered",
+                 "prefix": "", "region": "us-east-1"},
+      "layout": "aiven",
+      "sidecars": {"broker-1": "http://10.0.0.1:9331", "broker-2": "http://10.0.0.2:9331"},
+      "assignment": {"orders-0": "broker-1", "orders-1": "broker-2"},
+      "replays": [
+        {"topic": "orders", "partitions": [0, 1], "from_offset": 1000, "to_offset": 500000},
+        {"topic": "clicks", "partitions": "all",
+         "from_time": "2026-11-01T00:00:00Z", "to_time": "2026-11-01T06:00:00Z"}
+      ],
+      "ttl_s": 7200
+    }
+
+Optional keys beyond the contract's example: `admin_token` (else the
+SIDECAR_ADMIN_TOKEN env var), `warm_rate` (`"200MiB/s"`, or one per sidecar
+name; default 100MiB/s; only for the dry run's estimate), `block_size` (the
+sidecars' block size, default 8MiB; only to estimate blocks where no sidecar
+answered), `concurrency` (warm calls in flight per sidecar, default 4) and
+`retries` (per warm call on connection errors and 5xx, default 3).
+
+Each replay gives an offset range (`from_offset`, `to_offset`, inclusive, either
+may be left out), a time range (`from_time`, `to_time`: ISO 8601 with a zone, or
+epoch milliseconds) or neither (the whole partition). Every error names the
+field it is about, e.g. `replays[1].to_time: ...`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from spark_warmup.units import parse_rate, parse_size
+
+DEFAULT_TTL_S = 3600.0
+MAX_TTL_S = 7 * 24 * 3600  # what a sidecar accepts for one warm call
+DEFAULT_WARM_RATE = 100.0 * 1024 * 1024
+DEFAULT_BLOCK_SIZE = 8 * 1024 * 1024
+DEFAULT_CONCURRENCY = 4
+DEFAULT_RETRIES = 3
+
+_TOP = ("origin", "layout", "sidecars", "assignment", "replays", "ttl_s", "warm_rate",
+        "admin_token", "block_size", "concurrency", "retries")
+_ORIGIN = ("endpoint", "bucket", "prefix", "region")
+_REPLAY = ("topic", "partitions", "from_offset", "to_offset", "from_time", "to_time")
+# Kafka's legal topic names (Topic.validate): at most 249 of these characters.
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_TOPIC_PARTITION = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]{0,9})")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class PlanError(ValueError):
+    """A plan that cannot be run; the message starts with the field it is about."""
+
+
+@dataclass(frozen=True)
+class OriginSpec:
+    endpoint: str | None
+    bucket: str
+    prefix: str = ""
+    region: str = "us-east-1"
+
+
+@dataclass(frozen=True)
+class Span:
+    """An inclusive range [first, last]; `last` None is open-ended."""
+
+    first: int = 0
+    last: int | None = None
+
+
+@dataclass(frozen=True)
+class Replay:
+    where: str  # "replays[i]", for error messages found later (listing)
+    topic: str
+    partitions: tuple[int, ...] | None  # None = every partition in the bucket
+    offsets: Span | None = None
+    times_ms: Span | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    origin: OriginSpec
+    sidecars: Mapping[str, str]  # node name -> admin URL
+    assignment: Mapping[str, str]  # "topic-partition" -> node name
+    replays: tuple[Replay, ...]
+    ttl_s: float = DEFAULT_TTL_S
+    warm_rates: Mapping[str, float] | None = None  # node -> bytes/s; missing = default
+    admin_token: str | None = None
+    block_size: int = DEFAULT_BLOCK_SIZE
+    concurrency: int = DEFAULT_CONCURRENCY
+    retries: int = DEFAULT_RETRIES
+    layout: str = "aiven"
+
+    def warm_rate(self, node: str) -> float:
+        return (self.warm_rates or {}).get(node, DEFAULT_WARM_RATE)
+
+
+def load_plan(path: Path, env: Mapping[str, str]) -> Plan:
+    """Read and validate a plan file; PlanError (naming the field) if it cannot run."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(f"cannot read the plan: {exc.strerror or exc}") from None
+    try:
+        document = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise PlanError(f"not JSON: {exc}") from None
+    return parse_plan(document, env)
+
+
+def parse_plan(document: object, env: Mapping[str, str]) -> Plan:
+    """Validate a decoded plan. `env` supplies SIDECAR_ADMIN_TOKEN when the plan has none."""
+    top = _mapping(document, "plan")
+    _known(top, _TOP, "plan")
+    origin = _origin(_required(top, "origin", "plan"))
+    layout = top.get("layout", "aiven")
+    if layout != "aiven":
+        raise PlanError(
+            f"layout: only 'aiven' can be planned (its keys carry the start offsets), got {layout!r}"
+        )
+    sidecars = _sidecars(_required(top, "sidecars", "plan"))
+    assignment = _assignment(top.get("assignment", {}), sidecars)
+    replays_value = _required(top, "replays", "plan")
+    if not isinstance(replays_value, list) or not replays_value:
+        raise PlanError("replays: must be a non-empty list of replays")
+    replays = tuple(_replay(item, f"replays[{i}]") for i, item in enumerate(replays_value))
+    token = top.get("admin_token", env.get("SIDECAR_ADMIN_TOKEN") or None)
+    if token is not None and (not isinstance(token, str) or not token):
+        raise PlanError("admin_token: must be a non-empty string")
+    return Plan(
+        origin=origin, sidecars=sidecars, assignment=assignment, replays=replays,
+        ttl_s=_ttl(top.get("ttl_s", DEFAULT_TTL_S)),
+        warm_rates=_warm_rates(top.get("warm_rate"), sidecars),
+        admin_token=token,
+        block_size=_block_size(top.get("block_size", DEFAULT_BLOCK_SIZE)),
+        concurrency=_bounded_int(top.get("concurrency", DEFAULT_CONCURRENCY), "concurrency", 1, 64),
+        retries=_bounded_int(top.get("retries", DEFAULT_RETRIES), "retries", 0, 10),
+        layout=layout,
+    )
+
+
+def _origin(value: object) -> OriginSpec:
+    origin = _mapping(value, "origin")
+    _known(origin, _ORIGIN, "origin")
+    endpoint = origin.get("endpoint")
+    if endpoint is not None:
+        endpoint = _url(endpoint, "origin.endpoint")
+    bucket = _required(origin, "bucket", "origin")
+    # S3 bucket naming rules, loosely: what could never be a bucket is an error here.
+    if not isinstance(bucket, str) or not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket):
+        raise PlanError(f"origin.bucket: not an S3 bucket name: {bucket!r}")
+    prefix = origin.get("prefix", "")
+    if not isinstance(prefix, str):
+        raise PlanError(f"origin.prefix: must be a string, got {prefix!r}")
+    region = origin.get("region", "us-east-1")
+    if not isinstance(region, str) or not region:
+        raise PlanError(f"origin.region: must be a non-empty string, got {region!r}")
+    return OriginSpec(endpoint, bucket, prefix, region)
+
+
+def _sidecars(value: object) -> dict[str, str]:
+    sidecars = _mapping(value, "sidecars")
+    if not sidecars:
+        raise PlanError("sidecars: must name at least one sidecar (node name -> admin URL)")
+    result: dict[str, str] = {}
+    for name, url in sidecars.items():
+        if not name:
+            raise PlanError("sidecars: a node name must not be empty")
+        result[name] = _url(url, f"sidecars.{name}").rstrip("/")
+    return result
+
+
+def _assignment(value: object, sidecars: Mapping[str, str]) -> dict[str, str]:
+    assignment = _mapping(value, "assignment")
+    for key, node in assignment.items():
+        if _TOPIC_PARTITION.fullmatch(key) is None:
+            raise PlanError(f"assignment.{key}: a key must be 'topic-partition', e.g. 'orders-0'")
+        if not isinstance(node, str) or node not in sidecars:
+            raise PlanError(
+                f"assignment.{key}: {node!r} is not one of the sidecars ({', '.join(sidecars)})"
+            )
+    return dict(assignment)  # type: ignore[arg-type]  # values checked above
+
+
+def _replay(value: object, where: str) -> Replay:
+    replay = _mapping(value, where)
+    _known(replay, _REPLAY, where)
+    topic = _required(replay, "topic", where)
+    if not isinstance(topic, str) or _TOPIC.fullmatch(topic) is None:
+        raise PlanError(f"{where}.topic: not a Kafka topic name: {topic!r}")
+    partitions = _partitions(replay.get("partitions", "all"), f"{where}.partitions")
+    has_offsets = "from_offset" in replay or "to_offset" in replay
+    has_times = "from_time" in replay or "to_time" in replay
+    if has_offsets and has_times:
+        raise PlanError(f"{where}: give an offset range or a time range, not both")
+    offsets = times = None
+    if has_offsets:
+        offsets = _span(
+            _optional(_offset, replay.get("from_offset"), f"{where}.from_offset") or 0,
+            _optional(_offset, replay.get("to_offset"), f"{where}.to_offset"),
+            f"{where}.to_offset",
+        )
+    if has_times:
+        times = _span(
+            _optional(_time, replay.get("from_time"), f"{where}.from_time") or 0,
+            _optional(_time, replay.get("to_time"), f"{where}.to_time"),
+            f"{where}.to_time",
+        )
+    return Replay(where, topic, partitions, offsets, times)
+
+
+def _partitions(value: object, where: str) -> tuple[int, ...] | None:
+    if value == "all":
+        return None
+    if not isinstance(value, list) or not value:
+        raise PlanError(f"{where}: must be \"all\" or a non-empty list of partition numbers")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise PlanError(f"{where}: {item!r} is not a partition number")
+    if len(set(value)) != len(value):
+        raise PlanError(f"{where}: lists a partition twice")
+    return tuple(sorted(value))
+
+
+def _span(first: int, last: int | None, where: str) -> Span:
+    if last is not None and last < first:
+        raise PlanError(f"{where}: {last} is before the start of the range ({first})")
+    return Span(first, last)
+
+
+def _optional(parse: Callable[[object, str], int], value: object, where: str) -> int | None:
+    return None if value is None else parse(value, where)
+
+
+def _offset(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanError(f"{where}: must be a non-negative integer offset, got {value!r}")
+    return value
+
+
+def _time(value: object, where: str) -> int:
+    """Epoch milliseconds from an ISO 8601 time with a zone, or an int already in ms."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            moment = None
+        if moment is not None and moment.tzinfo is not None:
+            return (moment - _EPOCH) // timedelta(milliseconds=1)
+    raise PlanError(
+        f"{where}: must be an ISO 8601 time with a zone (e.g. 2026-11-01T00:00:00Z) "
+        f"or epoch milliseconds, got {value!r}"
+    )
+
+
+def _ttl(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise PlanError(f"ttl_s: must be a number of seconds, got {value!r}")
+    if not 0 < value <= MAX_TTL_S:
+        raise PlanError(f"ttl_s: must be > 0 and at most {MAX_TTL_S} (7 days), got {value}")
+    return float(value)
+
+
+def _warm_rates(value: object, sidecars: Mapping[str, str]) -> dict[str, float] | None:
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        rates = {}
+        for node, rate in value.items():
+            if node not in sidecars:
+                raise PlanError(f"warm_rate.{node}: not one of the sidecars ({', '.join(sidecars)})")
+            rates[node] = _rate(rate, f"warm_rate.{node}")
+        return rates
+    rate = _rate(value, "warm_rate")
+    return {node: rate for node in sidecars}
+
+
+def _rate(value: object, where: str) -> float:
+    try:
+        return parse_rate(value)
+    except ValueError as exc:
+        raise PlanError(f"{where}: {exc}") from None
+
+
+def _block_size(value: object) -> int:
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise PlanError(f"block_size: {exc}") from None
+    if size <= 0:
+        raise PlanError("block_size: must be positive")
+    return size
+
+
+def _bounded_int(value: object, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise PlanError(f"{where}: must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def _url(value: object, where: str) -> str:
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PlanError(f"{where}: must be an http(s) URL, got {value!r}")
+    try:
+        parts.port  # noqa: B018  # raises on a port that is not a number
+    except ValueError:
+        raise PlanError(f"{where}: bad port in {value!r}") from None
+    assert isinstance(value, str)
+    return value
+
+
+def _mapping(value: object, where: str) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise PlanError(f"{where}: must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _required(document: Mapping[str, object], name: str, where: str) -> object:
+    if name not in document:
+        field = name if where == "plan" else f"{where}.{name}"
+        raise PlanError(f"{field}: missing")
+    return document[name]
+
+
+def _known(document: Mapping[str, object], allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(document) - set(allowed))
+    if unknown:
+        field = unknown[0] if where == "plan" else f"{where}.{unknown[0]}"
+        raise PlanError(f"{field}: unknown field; allowed here: {', '.join(allowed)}")
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")

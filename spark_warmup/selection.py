@@ -1,0 +1,70 @@
+"""Which segments of a partition a replay's range touches.
+
+A partition's segments, in offset order, each cover the offsets from their own
+start offset (the 20 digits in the key) up to the next segment's start; the
+last one is open-ended. So segment i overlaps the inclusive range [first, last]
+when its start <= last and the next segment's start > first.
+
+Time ranges use the same rule with each segment's first record batch's
+baseTimestamp in place of the start offset. Kafka timestamps need not grow
+monotonically, so this is the planning rule, not a guarantee: a segment whose
+first header could not be read counts as overlapping (warming too much is
+cheaper than a replay that misses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from spark_warmup.plan import Replay, Span
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One remote `.log` object of a partition, as listed (and, for time ranges, peeked at)."""
+
+    topic: str
+    partition: int
+    key: str
+    size: int
+    start_offset: int
+    base_timestamp: int | None = None  # first batch's baseTimestamp (ms), if read
+    max_timestamp: int | None = None  # first batch's maxTimestamp (ms), if read
+
+
+def overlapping(starts: Sequence[int | None], span: Span) -> list[int]:
+    """Indices of the ordered pieces, starting at `starts`, that overlap `span`.
+
+    Piece i runs from starts[i] to just before starts[i + 1]; the last piece
+    never ends. An unknown start (None) overlaps on its side of the test.
+    """
+    chosen = []
+    for i, start in enumerate(starts):
+        begins_in_time = start is None or span.last is None or start <= span.last
+        following = starts[i + 1] if i + 1 < len(starts) else None
+        ends_after = i + 1 == len(starts) or following is None or following > span.first
+        if begins_in_time and ends_after:
+            chosen.append(i)
+    return chosen
+
+
+def select_segments(segments: Sequence[Segment], replay: Replay) -> list[Segment]:
+    """The segments of one partition (in any order) that the replay reads."""
+    ordered = sorted(segments, key=lambda s: s.start_offset)
+    if replay.offsets is not None:
+        indices = overlapping([s.start_offset for s in ordered], replay.offsets)
+    elif replay.times_ms is not None:
+        indices = overlapping([s.base_timestamp for s in ordered], replay.times_ms)
+    else:
+        indices = list(range(len(ordered)))
+    return [ordered[i] for i in indices]
+
+
+def needs_timestamps(replays: Iterable[Replay], topic: str, partition: int) -> bool:
+    """Whether any replay selects this partition by time (so its headers must be read)."""
+    return any(
+        r.times_ms is not None and r.topic == topic
+        and (r.partitions is None or partition in r.partitions)
+        for r in replays
+    )

@@ -1,0 +1,172 @@
+"""Executor side: ask one node's sidecar to warm its segments (`POST /api/v1/warm`).
+
+One Spark task per sidecar sends one call per segment (the whole object), at most
+`concurrency` at a time, so a sidecar's warm lane sees a bounded number of
+callers however large the cluster. Connection errors, timeouts and 5xx answers
+are retried with exponential backoff; the sidecar's single-flight table and
+cache make a repeated call cheap (its blocks come back `already_cached`), so a
+retry, or a rerun of the whole plan, never fetches a block twice.
+
+A node whose calls keep failing on the network after all retries is taken as
+down for the rest of the run: its remaining segments are reported failed at
+once rather than each waiting out its own retries.
+
+HTTP is the standard library's urllib, to keep what executors need small.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sidecar.blocks import block_count
+from spark_warmup.outcome import WarmRow
+
+_BACKOFF_S = 0.25
+_MAX_BACKOFF_S = 5.0
+# Calls on a node that fail on the network in a row before it is taken as down.
+_DOWN_AFTER = 2
+
+# (url, body, headers, timeout_s) -> (status, body); raises OSError on the network.
+Post = Callable[[str, bytes, Mapping[str, str], float], tuple[int, bytes]]
+
+
+@dataclass(frozen=True)
+class PlannedSegment:
+    topic: str
+    partition: int
+    key: str
+    size: int
+    node: str
+
+
+@dataclass(frozen=True)
+class NodeBatch:
+    """Everything one task needs to warm one node's share of the plan."""
+
+    node: str
+    url: str  # the sidecar's admin URL
+    bucket: str
+    segments: tuple[PlannedSegment, ...]
+    ttl_s: float
+    token: str | None
+    concurrency: int
+    retries: int
+    block_size: int  # only to count the blocks of a segment no sidecar answered for
+
+
+class WarmCallError(Exception):
+    def __init__(self, message: str, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+def urllib_post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
+                ) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as exc:  # an answer, just not a 2xx one
+        with exc:
+            return exc.code, exc.read()
+
+
+def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
+              sleep: Callable[[float], None] = time.sleep) -> dict[str, int]:
+    """One segment's warm call with retries; the sidecar's counts, or WarmCallError."""
+    body = json.dumps({
+        "objects": [{"bucket": batch.bucket, "key": segment.key, "start": 0, "end": None}],
+        "ttl_s": batch.ttl_s,
+    }).encode()
+    headers = {"Content-Type": "application/json"}
+    if batch.token:
+        headers["Authorization"] = f"Bearer {batch.token}"
+    # Room for the sidecar to fetch the whole segment at a slow 1 MiB/s.
+    timeout = min(3600.0, 30.0 + segment.size / (1024 * 1024))
+    attempt = 0
+    while True:
+        try:
+            status, answer = post(f"{batch.url}/api/v1/warm", body, headers, timeout)
+        except OSError as exc:  # refused, reset, timed out (URLError is an OSError)
+            failure = WarmCallError(f"sidecar {batch.node} unreachable: {_reason(exc)}", True)
+        else:
+            if status == 200:
+                counts: dict[str, int] = json.loads(answer)
+                return counts
+            failure = WarmCallError(
+                f"sidecar {batch.node} answered {status}: {_error_text(answer)}", status >= 500
+            )
+        if not failure.transient or attempt >= batch.retries:
+            raise failure
+        sleep(min(_MAX_BACKOFF_S, _BACKOFF_S * 2 ** attempt))
+        attempt += 1
+
+
+def warm_node(batch: NodeBatch, post: Post = urllib_post,
+              sleep: Callable[[float], None] = time.sleep,
+              clock: Callable[[], float] = time.monotonic) -> list[WarmRow]:
+    """Warm every segment of the batch on its sidecar; one report row per segment."""
+    lock = threading.Lock()
+    network_failures = 0
+    down: str | None = None
+
+    def one(segment: PlannedSegment) -> WarmRow:
+        nonlocal network_failures, down
+        row = WarmRow(segment.topic, segment.partition, segment.key, batch.node, segment.size)
+        with lock:
+            known_down = down
+        if known_down is not None:
+            return _failed(row, batch, known_down, 0.0)
+        started = clock()
+        try:
+            counts = warm_call(post, batch, segment, sleep)
+        except WarmCallError as exc:
+            with lock:
+                if exc.transient:
+                    network_failures += 1
+                    if network_failures >= _DOWN_AFTER and down is None:
+                        down = f"{exc} (node taken as down for the rest of the run)"
+            return _failed(row, batch, str(exc), clock() - started)
+        with lock:
+            network_failures = 0
+        return WarmRow(
+            row.topic, row.partition, row.key, row.node, row.bytes,
+            blocks=int(counts.get("requested_blocks", 0)),
+            already_cached=int(counts.get("already_cached", 0)),
+            fetched=int(counts.get("fetched", 0)),
+            failed=int(counts.get("failed", 0)),
+            bytes_fetched=int(counts.get("bytes_fetched", 0)),
+            seconds=clock() - started,
+        )
+
+    with ThreadPoolExecutor(max_workers=batch.concurrency) as pool:
+        return list(pool.map(one, batch.segments))
+
+
+def _failed(row: WarmRow, batch: NodeBatch, error: str, seconds: float) -> WarmRow:
+    # No sidecar said how many blocks: count them at the plan's block size.
+    blocks = block_count(row.bytes, batch.block_size)
+    return WarmRow(row.topic, row.partition, row.key, row.node, row.bytes,
+                   blocks=blocks, failed=blocks, seconds=seconds, error=error)
+
+
+def _reason(exc: OSError) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason if reason is not None else exc)
+
+
+def _error_text(answer: bytes) -> str:
+    try:
+        document = json.loads(answer)
+    except ValueError:
+        return answer[:200].decode(errors="replace")
+    if isinstance(document, dict) and "error" in document:
+        return str(document["error"])
+    return answer[:200].decode(errors="replace")

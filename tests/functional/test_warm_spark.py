@@ -1,0 +1,438 @@
+"""The Spark warm-up job against moto, two sidecar processes and Spark (local[2] and standalone).
+
+One bucket of genuine Kafka segments for the module (1.5 MiB segments, two 1 MiB
+blocks each) and one local[2] session; every test gets two fresh sidecars.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+from pyspark.sql import SparkSession
+
+from sidecar.kafka_segments import SegmentObject, generate_topic_segments, iter_segment_batches
+from sidecar.local_s3 import CREDENTIALS, LocalS3
+from spark_warmup.job import RunResult, run
+from spark_warmup.plan import PlanError, parse_plan
+from spark_warmup.routing import rendezvous_node
+from tests.functional.test_replay import replay_json
+from tests.support.processes import SidecarProcess
+
+MIB = 1024 * 1024
+SEGMENT_BYTES = 1536 * 1024
+START_TIME_MS = 1_790_000_000_000  # generate_topic_segments' default; a record's ts = this + offset
+TOPICS = {"orders": (2, 4), "clicks": (2, 3), "audit": (1, 2)}  # partitions, segments each
+NODES = ("a", "b")
+SPARK_HOME = Path(pyspark.__file__ or "").parent
+
+
+@dataclass(frozen=True)
+class Data:
+    bucket: str
+    segments: tuple[SegmentObject, ...]
+
+    def of(self, topic: str, partition: int) -> list[SegmentObject]:
+        return sorted((s for s in self.segments if s.topic == topic and s.partition == partition),
+                      key=lambda s: s.start_offset)
+
+
+@pytest.fixture(scope="module")
+def data(origin_s3: Any) -> Data:
+    bucket = "warm-" + secrets.token_hex(6)
+    origin_s3.create_bucket(Bucket=bucket)
+    segments = []
+    for seed, (topic, (partitions, count)) in enumerate(TOPICS.items()):
+        for segment in generate_topic_segments(
+            topic=topic, partitions=partitions, segments_per_partition=count,
+            segment_bytes=SEGMENT_BYTES, value_size=2048, seed=100 + seed,
+        ):
+            origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+            # The siblings the plugin also writes, which the job must not warm.
+            origin_s3.put_object(Bucket=bucket, Key=segment.key[:-3] + "indexes", Body=b"idx")
+            segments.append(segment)
+    return Data(bucket, tuple(segments))
+
+
+@pytest.fixture(scope="module")
+def spark(local_s3: LocalS3) -> Iterator[SparkSession]:
+    # Python workers of local[2] are children of this process's JVM: they get
+    # this interpreter and the AWS_* credentials the session fixture set.
+    saved = {name: os.environ.get(name) for name in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP")}
+    os.environ.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    session = (
+        SparkSession.builder.master("local[2]").appName("test-spark-warmup")
+        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture()
+def sidecars(local_s3: LocalS3, tmp_path: Path) -> Iterator[dict[str, SidecarProcess]]:
+    started: dict[str, SidecarProcess] = {}
+    try:
+        for node in NODES:
+            cache = tmp_path / f"cache-{node}"
+            cache.mkdir()
+            started[node] = SidecarProcess(
+                local_s3.endpoint, cache, "--block-size", "1MiB", "--cache-size", "64MiB"
+            ).__enter__()
+        yield started
+    finally:
+        for process in started.values():
+            process.stop()
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def plan_document(local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+                  **extra: object) -> dict[str, Any]:
+    """orders by an offset range, clicks by a time range, audit whole (for the replay)."""
+    orders = data.of("orders", 0)
+    clicks = data.of("clicks", 0)
+    return {
+        "origin": {"endpoint": local_s3.endpoint, "bucket": data.bucket, "prefix": "",
+                   "region": "us-east-1"},
+        "layout": "aiven",
+        "sidecars": {node: process.admin_url for node, process in sidecars.items()},
+        "assignment": {"orders-0": "a", "orders-1": "b", "audit-0": "a"},
+        "replays": [
+            # Both partitions have the same offsets: from inside segment 1 to inside
+            # segment 2 selects exactly those two.
+            {"topic": "orders", "partitions": [0, 1],
+             "from_offset": orders[1].start_offset + 5, "to_offset": orders[2].start_offset + 5},
+            # From just after segment 1's first timestamp: segments 1 and 2 (the last,
+            # open-ended) of each partition.
+            {"topic": "clicks", "partitions": "all",
+             "from_time": iso(START_TIME_MS + clicks[1].start_offset + 10),
+             "to_time": "2100-01-01T00:00:00Z"},
+            {"topic": "audit", "partitions": [0], "from_offset": 0},
+        ],
+        "ttl_s": 3600,
+        "block_size": "1MiB",
+        **extra,
+    }
+
+
+def expected_nodes(data: Data) -> dict[str, str]:
+    """Key -> node of every segment the plan must warm, worked out independently."""
+    chosen: dict[str, str] = {}
+    for partition, node in ((0, "a"), (1, "b")):
+        for segment in data.of("orders", partition)[1:3]:
+            chosen[segment.key] = node
+    for partition in (0, 1):
+        node = rendezvous_node(f"clicks-{partition}", NODES)
+        for segment in data.of("clicks", partition)[1:]:
+            chosen[segment.key] = node
+    for segment in data.of("audit", 0):
+        chosen[segment.key] = "a"
+    return chosen
+
+
+def blocks(size: int) -> int:
+    return -(-size // MIB)
+
+
+def warm_plan(spark: SparkSession, document: dict[str, Any], **options: Any) -> RunResult:
+    out = io.StringIO()
+    result = run(spark, parse_plan(document, env={}), out=out, **options)
+    print(out.getvalue())
+    return result
+
+
+def assert_warmed_exactly(data: Data, sidecars: dict[str, SidecarProcess],
+                          expected: dict[str, str], nodes: tuple[str, ...] = NODES) -> None:
+    sizes = {s.key: len(s.data) for s in data.segments}
+    for node in nodes:
+        mine = [key for key, owner in expected.items() if owner == node]
+        process = sidecars[node]
+        assert process.metric("sidecar_origin_bytes_total", lane="warm") == \
+            sum(sizes[key] for key in mine), node
+        assert process.metric("sidecar_cache_blocks") == sum(blocks(sizes[k]) for k in mine), node
+        assert process.metric("sidecar_origin_bytes_total", lane="foreground") == 0
+
+
+def test_plan_warms_the_overlapping_segments_on_their_nodes_then_replay_hits(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    tmp_path: Path,
+) -> None:
+    expected = expected_nodes(data)
+    assert {node for node in expected.values()} == set(NODES)
+    result = warm_plan(spark, plan_document(local_s3, data, sidecars),
+                       report_dir=tmp_path / "report")
+    assert result.exit_code == 0
+    assert {row.key: row.node for row in result.rows} == expected
+    sizes = {s.key: len(s.data) for s in data.segments}
+    for row in result.rows:
+        assert row.ok and row.bytes == sizes[row.key]
+        assert row.blocks == row.fetched == blocks(row.bytes) and row.already_cached == 0
+        assert row.bytes_fetched == row.bytes
+    assert_warmed_exactly(data, sidecars, expected)
+    summary = result.summary
+    assert summary.planned_bytes == summary.warmed_bytes == summary.fetched_bytes \
+        == sum(sizes[key] for key in expected)
+    assert summary.failed_bytes == 0 and summary.mb_per_s > 0
+
+    # The report: JSON lines from the driver, Parquet from Spark, the summary.
+    report = tmp_path / "report"
+    lines = [json.loads(line) for line in (report / "report.jsonl").read_text().splitlines()]
+    assert [line["key"] for line in lines] == [row.key for row in result.rows]
+    assert set(lines[0]) >= {"topic", "partition", "key", "node", "bytes", "blocks",
+                             "already_cached", "fetched", "failed", "seconds"}
+    frame = spark.read.parquet(str(report / "report.parquet"))
+    assert frame.count() == len(expected)
+    assert {r["key"]: r["node"] for r in frame.select("key", "node").collect()} == expected
+    assert json.loads((report / "summary.json").read_text())["warmed_bytes"] == \
+        summary.warmed_bytes
+
+    # Replaying the whole warmed partition through its node: every block a hit,
+    # no origin bytes on the read lanes.
+    a = sidecars["a"]
+    replay = replay_json("--endpoint", a.data_url, "--list-endpoint", local_s3.endpoint,
+                         "--bucket", data.bucket, "--admin", a.admin_url,
+                         "--topic", "audit", "--partitions", "0")
+    audit = data.of("audit", 0)
+    assert replay["crc_errors"] == 0 and replay["segments"] == len(audit)
+    assert replay["records"] == sum(h.record_count for s in audit
+                                    for h in iter_segment_batches(s.data))
+    assert replay["block_hit_ratio"] == 1.0
+    for lane in ("foreground", "prefetch"):
+        assert a.metric("sidecar_origin_bytes_total", lane=lane) == 0, lane
+
+
+def test_a_rerun_fetches_nothing(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess]
+) -> None:
+    document = plan_document(local_s3, data, sidecars)
+    first = warm_plan(spark, document)
+    second = warm_plan(spark, document)
+    assert first.exit_code == second.exit_code == 0
+    assert [row.key for row in second.rows] == [row.key for row in first.rows]
+    for row in second.rows:
+        assert row.ok and row.fetched == 0 and row.bytes_fetched == 0
+        assert row.already_cached == row.blocks == blocks(row.bytes)
+    assert second.summary.warmed_bytes == first.summary.warmed_bytes
+    assert second.summary.fetched_bytes == 0
+    assert_warmed_exactly(data, sidecars, expected_nodes(data))
+
+
+def test_dry_run_estimates_and_warms_nothing(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess]
+) -> None:
+    document = plan_document(local_s3, data, sidecars,
+                             warm_rate={"a": "10MiB/s", "b": "20MiB/s"})
+    result = warm_plan(spark, document, dry_run=True)
+    assert result.exit_code == 0
+    expected = expected_nodes(data)
+    assert {row.key: row.node for row in result.rows} == expected
+    nodes = result.summary.nodes
+    assert nodes["a"].estimated_seconds == pytest.approx(nodes["a"].bytes / (10 * MIB))
+    assert nodes["b"].estimated_seconds == pytest.approx(nodes["b"].bytes / (20 * MIB))
+    assert result.summary.seconds == max(n.estimated_seconds for n in nodes.values())
+    assert all(row.blocks == blocks(row.bytes) and row.fetched == 0 for row in result.rows)
+    for process in sidecars.values():
+        assert process.metric("sidecar_origin_bytes_total", lane="warm") == 0
+        assert process.metric("sidecar_cache_blocks") == 0
+
+
+def test_a_sidecar_that_is_down_fails_its_rows_only(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess]
+) -> None:
+    document = plan_document(local_s3, data, sidecars, retries=1)
+    sidecars["b"].stop()
+    result = warm_plan(spark, document)
+    assert result.exit_code == 1
+    expected = expected_nodes(data)
+    failed = [row for row in result.rows if not row.ok]
+    assert {row.key for row in failed} == {k for k, node in expected.items() if node == "b"}
+    assert all("sidecar b unreachable" in (row.error or "") and row.failed == row.blocks == 2
+               for row in failed)
+    assert result.summary.failed_bytes == sum(row.bytes for row in failed)
+    assert_warmed_exactly(data, sidecars, expected, nodes=("a",))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"replays": [{"topic": "payments", "partitions": "all"}]},
+         "replays[0].topic: no segments of topic 'payments'"),
+        ({"replays": [{"topic": "orders", "partitions": [0, 7]}]},
+         "replays[0].partitions: topic 'orders' has no partition 7"),
+        ({"origin": {"bucket": "no-such-bucket-here"}}, "origin.bucket: no such bucket"),
+        ({"origin": {"endpoint": "http://127.0.0.1:9"},  # nothing listens on the discard port
+          "replays": [{"topic": "audit"}]}, "origin.endpoint: cannot reach http://127.0.0.1:9"),
+    ],
+)
+def test_plans_that_cannot_run_are_refused_before_warming(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    change: dict[str, Any], message: str,
+) -> None:
+    document = plan_document(local_s3, data, sidecars)
+    for key, value in change.items():
+        document[key] = {**document[key], **value} if key == "origin" else value
+    with pytest.raises(PlanError) as caught:
+        warm_plan(spark, document)
+    assert str(caught.value).startswith(message)
+    for process in sidecars.values():
+        assert process.metric("sidecar_origin_bytes_total", lane="warm") == 0
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spark_warmup", *args], capture_output=True, text=True,
+        timeout=timeout, cwd=cwd, env={**os.environ, **CREDENTIALS, **(env or {})},
+    )
+
+
+def test_a_bad_plan_exits_2_before_spark_starts(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({
+        "origin": {"bucket": "tiered"}, "sidecars": {"a": "http://127.0.0.1:1"},
+        "replays": [{"topic": "orders", "from_offset": 10, "to_offset": 5}],
+    }))
+    started = time.monotonic()
+    result = run_cli(str(plan), "--master", "local[1]")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"spark_warmup: error: {plan}: replays[0].to_offset: 5 is before the start of the "
+        "range (10)"
+    )
+    assert time.monotonic() - started < 15  # no JVM was started for it
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class StandaloneCluster:
+    """A Spark master and one worker (1 core) from the pyspark package, on loopback."""
+
+    def __init__(self, work: Path) -> None:
+        self.port, self.ui_port, self.worker_ui_port = free_port(), free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.work = work
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        env = {**os.environ, **CREDENTIALS, "SPARK_HOME": str(SPARK_HOME),
+               "SPARK_LOCAL_IP": "127.0.0.1",
+               # No REST submission server (it would want the fixed port 6066).
+               "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+        spark_class = str(SPARK_HOME / "bin" / "spark-class")
+        self._spawn([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                     "--port", str(self.port), "--webui-port", str(self.ui_port)], env, "master")
+        self._spawn([spark_class, "org.apache.spark.deploy.worker.Worker", self.url,
+                     "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+                     "--webui-port", str(self.worker_ui_port),
+                     "--work-dir", str(self.work / "worker")], env, "worker")
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.processes):
+                raise RuntimeError(f"a Spark daemon exited; logs in {self.work}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/",
+                                            timeout=2) as response:
+                    if json.load(response).get("aliveworkers", 0) >= 1:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"no worker registered with the master in 90 s; logs in {self.work}")
+
+    def _spawn(self, args: list[str], env: dict[str, str], name: str) -> None:
+        with (self.work / f"{name}.log").open("wb") as log:
+            self.processes.append(subprocess.Popen(args, env=env, stdout=log,
+                                                   stderr=subprocess.STDOUT))
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):  # the worker first: it stops its executors
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def executor_python(tmp_path: Path) -> Path:
+    """An interpreter with this venv's libraries but not this project.
+
+    A venv whose .pth adds our site-packages as a plain path: the editable
+    install's own .pth (which makes `sidecar` and `spark_warmup` importable) is
+    not processed there. Executors using it can only import the job's code from
+    the zip the job ships with addPyFile.
+    """
+    import sysconfig
+
+    venv = tmp_path / "executor-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    packages = sysconfig.get_paths()["purelib"]
+    python = venv / "bin" / "python"
+    site_dir = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    Path(site_dir, "main-venv.pth").write_text(packages + "\n")
+    probe = subprocess.run([str(python), "-c", "import boto3, pyspark; import spark_warmup"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert "No module named 'spark_warmup'" in probe.stderr, probe.stderr
+    return python
+
+
+def test_the_same_plan_on_a_standalone_cluster(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    tmp_path: Path,
+) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(plan_document(local_s3, data, sidecars)))
+    python = executor_python(tmp_path)
+    cluster = StandaloneCluster(tmp_path)
+    try:
+        cluster.start()
+        result = run_cli(
+            str(plan), "--master", cluster.url, "--report", str(tmp_path / "report"),
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
+            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+            env={"PYSPARK_PYTHON": str(python), "SPARK_LOCAL_IP": "127.0.0.1"}, cwd=tmp_path,
+        )
+    finally:
+        cluster.stop()
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "warm-up: " in result.stdout and "MB/s effective" in result.stdout
+    expected = expected_nodes(data)
+    lines = [json.loads(line)
+             for line in (tmp_path / "report" / "report.jsonl").read_text().splitlines()]
+    assert {line["key"]: line["node"] for line in lines} == expected
+    assert all(line["error"] is None and line["fetched"] == line["blocks"] for line in lines)
+    assert spark.read.parquet(str(tmp_path / "report" / "report.parquet")).count() == len(expected)
+    assert_warmed_exactly(data, sidecars, expected)

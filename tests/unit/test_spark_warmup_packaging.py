@@ -1,0 +1,77 @@
+"""What ships to executors (the zip), the header peek, and the demo's example plan."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sidecar.kafka_segments import build_segment, iter_segment_batches
+from spark_warmup.example import example_instructions, example_plan
+from spark_warmup.listing import BATCH_HEADER_SIZE, batch_times
+from spark_warmup.plan import parse_plan
+from spark_warmup.shipping import ZIP_NAME, build_zip
+
+
+def test_batch_times_read_a_genuine_header() -> None:
+    data, _ = build_segment(500, target_bytes=200_000, records_per_batch=20, value_size=100,
+                            base_timestamp_ms=1_790_000_000_500, seed=3, timestamp_step_ms=1)
+    first = next(iter_segment_batches(data))
+    assert batch_times(data[:BATCH_HEADER_SIZE]) == (first.base_timestamp, first.max_timestamp)
+    assert first.base_timestamp == 1_790_000_000_500
+
+
+def test_batch_times_refuses_what_is_not_a_v2_header() -> None:
+    data, _ = build_segment(0, target_bytes=10_000, records_per_batch=5, value_size=10,
+                            base_timestamp_ms=0, seed=1, timestamp_step_ms=1)
+    with pytest.raises(ValueError, match="61 bytes"):
+        batch_times(data[:60])
+    legacy = bytearray(data[:BATCH_HEADER_SIZE])
+    legacy[16] = 1
+    with pytest.raises(ValueError, match="magic 1"):
+        batch_times(bytes(legacy))
+
+
+def test_the_zip_runs_without_the_project_or_site_packages(tmp_path: Path) -> None:
+    path = build_zip(tmp_path)
+    assert path.name == ZIP_NAME
+    names = set(zipfile.ZipFile(path).namelist())
+    assert {"sidecar/__init__.py", "sidecar/layout.py", "sidecar/blocks.py",
+            "spark_warmup/__init__.py", "spark_warmup/listing.py",
+            "spark_warmup/warming.py"} <= names
+    assert not any(name.startswith("sidecar/") and name not in
+                   ("sidecar/__init__.py", "sidecar/layout.py", "sidecar/blocks.py")
+                   for name in names)
+    # -I -S: no project directory, no site-packages, only the zip: the executor
+    # side (listing, warming, selection, routing) imports from it alone.
+    script = (
+        f"import sys; sys.path.insert(0, {str(path)!r}); "
+        "import spark_warmup.listing, spark_warmup.warming, spark_warmup.selection, "
+        "spark_warmup.routing, sidecar.layout; "
+        "print(spark_warmup.listing.__file__); print(sorted(m for m in sys.modules "
+        "if m.startswith('sidecar')))"
+    )
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True,
+                            text=True, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr
+    where, modules = result.stdout.splitlines()
+    assert where.startswith(str(path))
+    assert modules == "['sidecar', 'sidecar.blocks', 'sidecar.layout']"
+
+
+def test_the_demo_example_is_a_valid_plan() -> None:
+    document = example_plan("http://127.0.0.1:9330", "tiered", "http://127.0.0.1:9331",
+                            [("orders", 2), ("clicks", 2)])
+    plan = parse_plan(json.loads(json.dumps(document)), env={})
+    orders, clicks = plan.replays
+    assert orders.partitions == (0, 1) and orders.offsets is not None
+    assert clicks.partitions is None and clicks.times_ms is not None
+    assert clicks.times_ms.first == 1_790_000_000_000
+    text = example_instructions("/tmp/plan.json", document, "http://127.0.0.1:9330",
+                                {"AWS_ACCESS_KEY_ID": "x"})
+    assert "python -m spark_warmup /tmp/plan.json --dry-run" in text
+    assert "sidecar replay --endpoint http://127.0.0.1:9330" in text and "--topic clicks" in text

@@ -1,0 +1,171 @@
+"""The warm-up plan's validation: DESIGN.md's example parses; every bad field is named."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_warmup.plan import (
+    DEFAULT_WARM_RATE,
+    OriginSpec,
+    PlanError,
+    Span,
+    load_plan,
+    parse_plan,
+)
+
+MIB = 1024 * 1024
+
+# The example of DESIGN.md, verbatim.
+DESIGN_EXAMPLE: dict[str, Any] = {
+    "origin": {"endpoint": "http://127.0.0.1:9000", "bucket": "tiered", "prefix": "",
+               "region": "us-east-1"},
+    "layout": "aiven",
+    "sidecars": {"broker-1": "http://10.0.0.1:9331", "broker-2": "http://10.0.0.2:9331"},
+    "assignment": {"orders-0": "broker-1", "orders-1": "broker-2"},
+    "replays": [
+        {"topic": "orders", "partitions": [0, 1], "from_offset": 1000, "to_offset": 500000},
+        {"topic": "clicks", "partitions": "all",
+         "from_time": "2026-11-01T00:00:00Z", "to_time": "2026-11-01T06:00:00Z"},
+    ],
+    "ttl_s": 7200,
+}
+
+
+def test_the_design_example_parses() -> None:
+    plan = parse_plan(DESIGN_EXAMPLE, env={})
+    assert plan.origin == OriginSpec("http://127.0.0.1:9000", "tiered", "", "us-east-1")
+    assert dict(plan.sidecars) == {"broker-1": "http://10.0.0.1:9331",
+                                   "broker-2": "http://10.0.0.2:9331"}
+    assert dict(plan.assignment) == {"orders-0": "broker-1", "orders-1": "broker-2"}
+    orders, clicks = plan.replays
+    assert (orders.topic, orders.partitions, orders.offsets, orders.times_ms) == (
+        "orders", (0, 1), Span(1000, 500000), None)
+    assert clicks.partitions is None and clicks.offsets is None
+    # 2026-11-01T00:00:00Z in epoch milliseconds, and six hours later.
+    assert clicks.times_ms == Span(1_793_491_200_000, 1_793_491_200_000 + 6 * 3600 * 1000)
+    assert plan.ttl_s == 7200.0
+    assert plan.admin_token is None
+    assert plan.warm_rate("broker-1") == DEFAULT_WARM_RATE == 100 * MIB
+    assert plan.block_size == 8 * MIB and plan.concurrency == 4 and plan.retries == 3
+
+
+def test_optional_keys() -> None:
+    document = {**DESIGN_EXAMPLE, "warm_rate": {"broker-2": "200MiB/s"}, "block_size": "1MiB",
+                "concurrency": 2, "retries": 0, "admin_token": "s3cret"}
+    plan = parse_plan(document, env={"SIDECAR_ADMIN_TOKEN": "from-env"})
+    assert plan.warm_rate("broker-1") == 100 * MIB and plan.warm_rate("broker-2") == 200 * MIB
+    assert (plan.block_size, plan.concurrency, plan.retries) == (MIB, 2, 0)
+    assert plan.admin_token == "s3cret"  # the plan's own token wins over the env
+
+
+def test_one_rate_for_every_sidecar_and_the_token_from_env() -> None:
+    plan = parse_plan({**DESIGN_EXAMPLE, "warm_rate": "1.5GB/s"},
+                      env={"SIDECAR_ADMIN_TOKEN": "from-env"})
+    assert plan.warm_rate("broker-1") == plan.warm_rate("broker-2") == 1.5e9
+    assert plan.admin_token == "from-env"
+
+
+def test_ranges_may_be_open_or_absent() -> None:
+    document = {**DESIGN_EXAMPLE, "replays": [
+        {"topic": "a", "to_offset": 10},
+        {"topic": "b", "from_offset": 10},
+        {"topic": "c", "from_time": 1_700_000_000_000},
+        {"topic": "d", "to_time": "2026-11-01T02:00:00+02:00"},
+        {"topic": "e"},
+    ]}
+    a, b, c, d, e = parse_plan(document, env={}).replays
+    assert a.offsets == Span(0, 10) and b.offsets == Span(10, None)
+    assert c.times_ms == Span(1_700_000_000_000, None)
+    assert d.times_ms == Span(0, 1_793_491_200_000)  # the zone is honoured
+    assert e.offsets is None and e.times_ms is None and e.partitions is None
+
+
+def with_change(path: str, value: object) -> dict[str, Any]:
+    """DESIGN_EXAMPLE with the field at `path` ('a.b', 'replays.0.x') set, or deleted if ...."""
+    document = copy.deepcopy(DESIGN_EXAMPLE)
+    *parents, last = path.split(".")
+    target: Any = document
+    for part in parents:
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    if value is ...:
+        del target[last]
+    else:
+        target[last] = value
+    return document
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("origins", {}, "origins: unknown field"),
+        ("origin", ..., "origin: missing"),
+        ("origin", "http://x", "origin: must be a JSON object"),
+        ("origin.endpoint", "ftp://x", "origin.endpoint: must be an http(s) URL"),
+        ("origin.endpoint", "http://host:port", "origin.endpoint: bad port"),
+        ("origin.bucket", ..., "origin.bucket: missing"),
+        ("origin.bucket", "Not_A_Bucket", "origin.bucket: not an S3 bucket name"),
+        ("origin.prefix", 5, "origin.prefix: must be a string"),
+        ("origin.regoin", "x", "origin.regoin: unknown field"),
+        ("layout", "plain", "layout: only 'aiven'"),
+        ("sidecars", {}, "sidecars: must name at least one"),
+        ("sidecars", ..., "sidecars: missing"),
+        ("sidecars.broker-1", "10.0.0.1:9331", "sidecars.broker-1: must be an http(s) URL"),
+        ("assignment.orders-0", "broker-9", "assignment.orders-0: 'broker-9' is not one of"),
+        ("assignment.orders", "broker-1", "assignment.orders: a key must be 'topic-partition'"),
+        ("replays", [], "replays: must be a non-empty list"),
+        ("replays", ..., "replays: missing"),
+        ("replays.0.topic", "bad topic!", "replays[0].topic: not a Kafka topic name"),
+        ("replays.0.topic", ..., "replays[0].topic: missing"),
+        ("replays.0.partition", [0], "replays[0].partition: unknown field"),
+        ("replays.0.partitions", "some", "replays[0].partitions: must be \"all\""),
+        ("replays.0.partitions", [], "replays[0].partitions: must be \"all\""),
+        ("replays.0.partitions", [0, -1], "replays[0].partitions: -1 is not a partition"),
+        ("replays.0.partitions", [1, 1], "replays[0].partitions: lists a partition twice"),
+        ("replays.0.from_offset", -1, "replays[0].from_offset: must be a non-negative integer"),
+        ("replays.0.from_offset", "1000", "replays[0].from_offset: must be a non-negative"),
+        ("replays.0.to_offset", 999, "replays[0].to_offset: 999 is before the start"),
+        ("replays.0.from_time", "2026-11-01T00:00:00Z", "replays[0]: give an offset range or"),
+        ("replays.1.from_time", "2026-11-01 00:00", "replays[1].from_time: must be an ISO 8601"),
+        ("replays.1.to_time", "yesterday", "replays[1].to_time: must be an ISO 8601"),
+        ("replays.1.to_time", "2026-10-31T00:00:00Z", "replays[1].to_time: 1793404800000 is before"),
+        ("ttl_s", 0, "ttl_s: must be > 0"),
+        ("ttl_s", 8 * 24 * 3600, "ttl_s: must be > 0 and at most 604800"),
+        ("ttl_s", "2h", "ttl_s: must be a number"),
+        ("warm_rate", "fast", "warm_rate: not a rate"),
+        ("warm_rate", "100MiB", "warm_rate: not a rate"),
+        ("warm_rate", {"broker-3": "1MiB/s"}, "warm_rate.broker-3: not one of the sidecars"),
+        ("warm_rate", {"broker-1": "0MiB/s"}, "warm_rate.broker-1: a rate must be positive"),
+        ("block_size", "huge", "block_size: not a size"),
+        ("block_size", 0, "block_size: must be positive"),
+        ("concurrency", 0, "concurrency: must be an integer from 1 to 64"),
+        ("retries", 11, "retries: must be an integer from 0 to 10"),
+        ("admin_token", "", "admin_token: must be a non-empty string"),
+    ],
+)
+def test_bad_plans_name_the_field(path: str, value: object, message: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        parse_plan(with_change(path, value), env={})
+    assert str(caught.value).startswith(message.split(":")[0])
+    assert message in str(caught.value)
+
+
+def test_the_plan_must_be_an_object() -> None:
+    with pytest.raises(PlanError, match="plan: must be a JSON object"):
+        parse_plan([DESIGN_EXAMPLE], env={})
+
+
+def test_load_plan_reports_unreadable_and_non_json_files(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="cannot read the plan"):
+        load_plan(tmp_path / "missing.json", env={})
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"origin": ')
+    with pytest.raises(PlanError, match="not JSON"):
+        load_plan(broken, env={})
+    good = tmp_path / "plan.json"
+    good.write_text(json.dumps(DESIGN_EXAMPLE))
+    assert load_plan(good, env={}).ttl_s == 7200.0

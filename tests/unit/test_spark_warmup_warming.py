@@ -1,0 +1,129 @@
+"""Warm calls from an executor: retries, backoff, a node that is down, bounded concurrency."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+
+import pytest
+
+from spark_warmup.warming import NodeBatch, PlannedSegment, WarmCallError, warm_call, warm_node
+
+MIB = 1024 * 1024
+OK: dict[str, object] = {"requested_blocks": 2, "already_cached": 0, "fetched": 2, "failed": 0,
+      "bytes_fetched": 2 * MIB}
+
+
+def segment(i: int, size: int = 2 * MIB) -> PlannedSegment:
+    return PlannedSegment("orders", 0, f"orders-id/0/{i:020d}-seg.log", size, "a")
+
+
+def batch(count: int = 1, **changes: object) -> NodeBatch:
+    settings: dict[str, object] = dict(
+        node="a", url="http://127.0.0.1:1", bucket="tiered",
+        segments=tuple(segment(i) for i in range(count)), ttl_s=600.0, token=None,
+        concurrency=2, retries=3, block_size=MIB,
+    )
+    settings.update(changes)
+    return NodeBatch(**settings)  # type: ignore[arg-type]
+
+
+class ScriptedSidecar:
+    """Answers each call from a script: an (status, body) pair or an OSError to raise."""
+
+    def __init__(self, *script: tuple[int, dict[str, object]] | OSError,
+                 delay: float = 0.0) -> None:
+        self.script = list(script)
+        self.calls: list[tuple[str, dict[str, object], dict[str, str]]] = []
+        self.delay = delay
+        self.running = 0
+        self.most_running = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, url: str, body: bytes, headers: Mapping[str, str],
+                 timeout: float) -> tuple[int, bytes]:
+        with self._lock:
+            self.calls.append((url, json.loads(body), dict(headers)))
+            step = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        time.sleep(self.delay)
+        with self._lock:
+            self.running -= 1
+        if isinstance(step, OSError):
+            raise step
+        status, answer = step
+        return status, json.dumps(answer).encode()
+
+
+def test_one_call_per_segment_with_the_whole_object() -> None:
+    sidecar = ScriptedSidecar((200, OK))
+    counts = warm_call(sidecar, batch(token="s3cret"), segment(7), sleep=lambda s: None)
+    assert counts == OK
+    [(url, body, headers)] = sidecar.calls
+    assert url == "http://127.0.0.1:1/api/v1/warm"
+    assert body == {"objects": [{"bucket": "tiered", "key": segment(7).key, "start": 0,
+                                 "end": None}], "ttl_s": 600.0}
+    assert headers["Authorization"] == "Bearer s3cret"
+
+
+def test_transient_failures_are_retried_with_growing_backoff() -> None:
+    sleeps: list[float] = []
+    sidecar = ScriptedSidecar(ConnectionRefusedError("refused"), (503, {"error": "busy"}),
+                              (200, OK))
+    assert warm_call(sidecar, batch(), segment(0), sleep=sleeps.append) == OK
+    assert len(sidecar.calls) == 3
+    assert sleeps == [0.25, 0.5]
+
+
+def test_retries_run_out() -> None:
+    sleeps: list[float] = []
+    sidecar = ScriptedSidecar(ConnectionRefusedError("refused"))
+    with pytest.raises(WarmCallError) as caught:
+        warm_call(sidecar, batch(retries=2), segment(0), sleep=sleeps.append)
+    assert caught.value.transient and "sidecar a unreachable: refused" in str(caught.value)
+    assert len(sidecar.calls) == 3 and sleeps == [0.25, 0.5]
+
+
+def test_a_rejected_call_is_not_retried() -> None:
+    sidecar = ScriptedSidecar((400, {"error": "no such key: s3://tiered/k"}))
+    with pytest.raises(WarmCallError) as caught:
+        warm_call(sidecar, batch(), segment(0), sleep=lambda s: None)
+    assert not caught.value.transient
+    assert str(caught.value) == "sidecar a answered 400: no such key: s3://tiered/k"
+    assert len(sidecar.calls) == 1
+
+
+def test_rows_carry_the_sidecars_counts() -> None:
+    sidecar = ScriptedSidecar((200, {**OK, "already_cached": 1, "fetched": 1,
+                                     "bytes_fetched": MIB}))
+    rows = warm_node(batch(3), post=sidecar, sleep=lambda s: None)
+    assert [r.key for r in rows] == [segment(i).key for i in range(3)]
+    assert all(r.ok and (r.blocks, r.already_cached, r.fetched, r.bytes_fetched)
+               == (2, 1, 1, MIB) and r.node == "a" and r.bytes == 2 * MIB for r in rows)
+
+
+def test_a_node_that_is_down_fails_fast_after_two_segments() -> None:
+    sidecar = ScriptedSidecar(ConnectionRefusedError("refused"))
+    rows = warm_node(batch(10, concurrency=1, retries=1), post=sidecar, sleep=lambda s: None)
+    assert all(not r.ok for r in rows)
+    assert len(sidecar.calls) == 2 * 2  # two segments, each with one retry; the rest skipped
+    assert "taken as down" in (rows[-1].error or "")
+    # Failed blocks are counted at the plan's block size (nobody answered).
+    assert all(r.blocks == 2 and r.failed == 2 for r in rows)
+
+
+def test_a_partial_failure_is_reported_not_retried() -> None:
+    sidecar = ScriptedSidecar((200, {**OK, "fetched": 1, "failed": 1}))
+    [row] = warm_node(batch(1), post=sidecar, sleep=lambda s: None)
+    assert not row.ok and row.failed == 1 and row.error is None
+    assert len(sidecar.calls) == 1
+
+
+def test_calls_per_sidecar_are_bounded() -> None:
+    sidecar = ScriptedSidecar((200, OK), delay=0.02)
+    rows = warm_node(batch(12, concurrency=3), post=sidecar)
+    assert len(rows) == 12 and len(sidecar.calls) == 12
+    assert 1 < sidecar.most_running <= 3
