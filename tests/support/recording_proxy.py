@@ -70,6 +70,7 @@ class RecordingProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 upstream = http.client.HTTPConnection(*proxy._upstream, timeout=30)
+                response: http.client.HTTPResponse | None = None
                 try:
                     headers = {k: v for k, v in self.headers.items()
                                if k.lower() not in _HOP_BY_HOP}
@@ -85,6 +86,10 @@ class RecordingProxy:
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True
                 finally:
+                    # With `Connection: close` (moto) the socket belongs to the
+                    # response, which a client that hung up leaves half read.
+                    if response is not None:
+                        response.close()
                     upstream.close()
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
