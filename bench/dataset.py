@@ -150,8 +150,9 @@ def nginx_etag(mtime: float, size: int) -> str:
 
 
 def listing_prefixes(dataset: Dataset) -> list[str]:
-    """Every prefix a replay client or the sidecar may list: the bucket, the
-    topic, the topic directory and each partition directory."""
+    """Every prefix a replay client, the sidecar or the Spark warm-up job may
+    list: the bucket, the topic, the topic directory and each partition
+    directory (each also with `delimiter=/`)."""
     topic_dir = f"{dataset.spec.topic}-{dataset.topic_id}/"
     partitions = sorted({item.partition for item in dataset.objects})
     return [
@@ -169,11 +170,21 @@ def encoded_forms(prefix: str) -> list[str]:
     return list(dict.fromkeys(forms))
 
 
-def list_objects_v2_xml(dataset: Dataset, prefix: str) -> str:
-    """A ListObjectsV2 result (no delimiter, one page) for `prefix`, as S3 writes it."""
+def list_objects_v2_xml(dataset: Dataset, prefix: str, delimiter: str | None = None) -> str:
+    """A ListObjectsV2 result (one page) for `prefix`, as S3 writes it.
+
+    With a `delimiter`, keys with the delimiter after the prefix are rolled up
+    into `CommonPrefixes` (what the Spark warm-up job asks to find a topic's
+    directories), the others listed as `Contents`.
+    """
     rows = []
+    common: set[str] = set()
     for item in sorted(dataset.objects, key=lambda entry: entry.key):
         if not item.key.startswith(prefix):
+            continue
+        rest = item.key[len(prefix):]
+        if delimiter and delimiter in rest:
+            common.add(prefix + rest[: rest.index(delimiter) + len(delimiter)])
             continue
         stat = dataset.path(item.key).stat()
         modified = datetime.fromtimestamp(int(stat.st_mtime), timezone.utc)
@@ -187,15 +198,20 @@ def list_objects_v2_xml(dataset: Dataset, prefix: str) -> str:
             "<StorageClass>STANDARD</StorageClass>"
             "</Contents>"
         )
+    prefixes = "".join(
+        f"<CommonPrefixes><Prefix>{escape(name)}</Prefix></CommonPrefixes>"
+        for name in sorted(common)
+    )
     return (
         '<?xml version="1.0" encoding="UTF-8"?>\n'
         f'<ListBucketResult xmlns="{S3_XMLNS}">'
         f"<Name>{escape(dataset.spec.bucket)}</Name>"
         f"<Prefix>{escape(prefix)}</Prefix>"
-        f"<KeyCount>{len(rows)}</KeyCount>"
+        + (f"<Delimiter>{escape(delimiter)}</Delimiter>" if delimiter else "")
+        + f"<KeyCount>{len(rows) + len(common)}</KeyCount>"
         "<MaxKeys>1000</MaxKeys>"
         "<IsTruncated>false</IsTruncated>"
-        f"{''.join(rows)}"
+        f"{''.join(rows)}{prefixes}"
         "</ListBucketResult>\n"
     )
 
@@ -212,16 +228,25 @@ def list_buckets_xml(bucket: str) -> str:
     )
 
 
+def delimited_listing_name(name: str) -> str:
+    """The file of the `delimiter=/` listing of the prefix whose plain listing is `name`."""
+    return name.removesuffix(".xml") + "-slash.xml"
+
+
 def write_listings(dataset: Dataset, directory: Path) -> dict[str, str]:
     """Write one XML file per listable prefix into `directory`.
 
     Returns {raw query value of `prefix` as a client may send it: file name}.
+    Beside each `list-N.xml` goes `list-N-slash.xml`, the same prefix listed
+    with `delimiter=/` (`delimited_listing_name`).
     """
     directory.mkdir(parents=True, exist_ok=True)
     by_raw: dict[str, str] = {}
     for index, prefix in enumerate(listing_prefixes(dataset)):
         name = f"list-{index}.xml"
         (directory / name).write_text(list_objects_v2_xml(dataset, prefix))
+        (directory / delimited_listing_name(name)).write_text(
+            list_objects_v2_xml(dataset, prefix, "/"))
         for raw in encoded_forms(prefix):
             by_raw.setdefault(raw, name)
     (directory / "buckets.xml").write_text(list_buckets_xml(dataset.spec.bucket))

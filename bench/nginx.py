@@ -25,9 +25,10 @@ bytes_sent / rate (in whole milliseconds), and by default one send may push
 range takes ~43 ms, an 8 MiB range ~160 ms, a 64 MiB object ~1.05 s
 (measured: ~64 MB/s after the first byte).
 
-nginx cannot list, so ListObjectsV2 answers (`GET /tiered?list-type=2&prefix=P`)
-are pre-generated files chosen by a `map` from the raw (still percent-encoded)
-`$arg_prefix`; `GET /` answers ListBuckets (the sidecar's start-up check).
+nginx cannot list, so ListObjectsV2 answers (`GET /tiered?list-type=2&prefix=P`,
+optionally `&delimiter=/`) are pre-generated files chosen by a `map` from the raw
+(still percent-encoded) `$arg_prefix`; `GET /` answers ListBuckets (the sidecar's
+start-up check).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from bench.dataset import BUCKET, S3_XMLNS
+from bench.dataset import BUCKET, S3_XMLNS, delimited_listing_name
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -66,8 +67,8 @@ _NO_SUCH_BUCKET = (
 )
 _NOT_IMPLEMENTED = (
     "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
-    "<Error><Code>NotImplemented</Code><Message>The benchmark origin lists with list-type=2 "
-    "and prefix only.</Message></Error>"
+    "<Error><Code>NotImplemented</Code><Message>The benchmark origin lists with list-type=2, "
+    "prefix and delimiter / only.</Message></Error>"
 )
 
 
@@ -142,14 +143,17 @@ def _bucket_locations(bucket: str, listings: Path) -> str:
     body = f"""
         default_type application/xml;
         if ($request_method = HEAD) {{ return 200; }}
-        if ($args ~ "(^|&)(delimiter|start-after|continuation-token|marker)=") {{
+        if ($args ~ "(^|&)(start-after|continuation-token|marker)=") {{
             return 501 '{_NOT_IMPLEMENTED}';
         }}
         if ($args !~ "(^|&)list-type=2(&|$)") {{ return 501 '{_NOT_IMPLEMENTED}'; }}
-        if ($bench_listing = "") {{
+        if ($bench_delimiter = other) {{ return 501 '{_NOT_IMPLEMENTED}'; }}
+        set $bench_file $bench_listing;
+        if ($bench_delimiter = slash) {{ set $bench_file $bench_listing_slash; }}
+        if ($bench_file = "") {{
             return 200 '<?xml version="1.0" encoding="UTF-8"?>\\n<ListBucketResult xmlns="{S3_XMLNS}"><Name>{bucket}</Name><Prefix>$arg_prefix</Prefix><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated></ListBucketResult>\\n';
         }}
-        rewrite ^ /_bench/$bench_listing last;
+        rewrite ^ /_bench/$bench_file last;
 """
     return (
         f"        location = /{bucket} {{{body}        }}\n"
@@ -163,10 +167,22 @@ def _bucket_locations(bucket: str, listings: Path) -> str:
 
 
 def _listing_map(by_raw_prefix: Mapping[str, str]) -> str:
+    """`$bench_listing`: the listing file of a prefix; `$bench_listing_slash`: the
+    same prefix listed with `delimiter=/`; `$bench_delimiter`: none, slash or other."""
     rows = "".join(
         f"        {_quote(raw)} {name};\n" for raw, name in sorted(by_raw_prefix.items())
     )
-    return f'    map $arg_prefix $bench_listing {{\n        default "";\n{rows}    }}\n'
+    slash_rows = "".join(
+        f"        {_quote(raw)} {delimited_listing_name(name)};\n"
+        for raw, name in sorted(by_raw_prefix.items())
+    )
+    return (
+        f'    map $arg_prefix $bench_listing {{\n        default "";\n{rows}    }}\n'
+        f'    map $arg_prefix $bench_listing_slash {{\n        default "";\n{slash_rows}    }}\n'
+        # map compares strings case-insensitively: "%2F" covers "%2f" too.
+        '    map $arg_delimiter $bench_delimiter {\n        default other;\n'
+        '        "" none;\n        "/" slash;\n        "%2F" slash;\n    }\n'
+    )
 
 
 def origin_config(
@@ -284,18 +300,27 @@ def slice_cache_config(
 
 
 class NginxServer:
-    """One nginx instance in `prefix`; `render(port)` gives its config."""
+    """One nginx instance in `prefix`; `render(port)` gives its config. With
+    `cpus` (a taskset list, e.g. "1") nginx and its workers run on those CPUs."""
 
-    def __init__(self, name: str, prefix: Path, render: Callable[[int], str]) -> None:
+    def __init__(
+        self, name: str, prefix: Path, render: Callable[[int], str], cpus: str | None = None
+    ) -> None:
         self.name = name
         self.prefix = prefix
         self.render = render
+        self.cpus = cpus
         self.port = 0
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The master's pid (taskset execs nginx, so the same process)."""
+        return self._process.pid if self._process is not None else None
 
     @property
     def access_log(self) -> Path:
@@ -325,8 +350,9 @@ class NginxServer:
             conf.write_text(self.render(self.port))
             stderr_path = self.prefix / "logs" / "stderr.log"
             with open(stderr_path, "wb") as stderr:
+                pin = ["taskset", "-c", self.cpus] if self.cpus else []
                 self._process = subprocess.Popen(
-                    [nginx_binary(), "-c", str(conf), "-p", f"{self.prefix}/",
+                    [*pin, nginx_binary(), "-c", str(conf), "-p", f"{self.prefix}/",
                      "-e", str(self.error_log)],
                     stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr,
                     start_new_session=True,

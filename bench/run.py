@@ -1,4 +1,4 @@
-"""`python -m bench [--quick] [--only NAME[,NAME]] [--report-only RESULTS.json]`.
+"""`python -m bench [--quick] [--only NAME[,NAME]] [--report-only RESULTS.json ...]`.
 
 Scenarios (in this order; each starts its own servers, with fresh caches):
 
@@ -9,9 +9,18 @@ Scenarios (in this order; each starts its own servers, with fresh caches):
   warm-replay  the four-partition replay again against the sidecar of cold-4p
   warm-ranges  wrk: random 1 MiB ranges against that warm sidecar and against
                nginx serving the same files from local disk
+  isolation    a latency probe pinned to CPU 0 (1 ms sleeps, wake-up lateness)
+               idle, then while the sidecar (--cpus 1), nginx and the replay
+               (taskset -c 1) run a cold four-partition replay, and once with
+               nothing pinned; then foreground miss latency through a sidecar
+               with --origin-bandwidth, idle and while a big warm-up runs
+  warmup       warm the whole data set (the Spark job, else direct warm calls)
+               into a fresh sidecar whose warm lane has a 160 MiB/s budget, then
+               replay everything through it: warm-lane rate and hit ratio
 
 warm-replay and warm-ranges reuse the sidecar cold-4p warmed; run alone (with
 --only) they warm a fresh sidecar with one replay first, recorded as a warm-up.
+isolation and warmup start their own servers (bench/isolation.py, bench/warmup.py).
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.clients import ClientFailed, replay_command, run_replay, run_wrk
+from bench.isolation import run_isolation
+from bench.warmup import run_warmup
 from bench.dataset import FULL, QUICK, Dataset, DatasetSpec, ensure_dataset, write_listings
 from bench.dataset import write_range_targets
 from bench.machine import machine_info
@@ -44,14 +55,14 @@ from bench.nginx import (
     origin_traffic,
     slice_cache_config,
 )
-from bench.report import console_summary, evaluate_targets, render_markdown
+from bench.report import console_summary, evaluate_targets, merge_results, render_markdown
 from bench.sidecar_server import SidecarServer, stats_delta
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RESULTS = BENCH_DIR / "results"
 DATA = BENCH_DIR / "data"
-SCENARIOS = ("cold-1p", "cold-4p", "warm-replay", "warm-ranges")
+SCENARIOS = ("cold-1p", "cold-4p", "warm-replay", "warm-ranges", "isolation", "warmup")
 RESULTS_VERSION = 1
 
 
@@ -64,10 +75,23 @@ class Settings:
     wrk_threads: int = 2
     sidecar_cache_size: str = "2GiB"
     concurrency_4p: int = 4
+    # isolation: the probe's CPU and the one everything else is pinned to
+    probe_cpu: int = 0
+    load_cpu: int = 1
+    probe_idle_seconds: float = 8.0
+    miss_samples: int = 20  # foreground misses idle, and as many under warm-up
+    miss_bandwidth: str = "200MiB/s"  # --origin-bandwidth of the miss-latency sidecar
+    # warmup: the warm lane's budget is bandwidth x share
+    warmup_bandwidth: str = "200MiB/s"
+    warmup_share: float = 0.8
+    warmup_concurrency: int = 6  # SIDECAR_WARM_CONCURRENCY (origin connections)
+    warmup_calls: int = 4  # warm calls in flight (the Spark plan's `concurrency`)
+    warmup_cache_size: str = "4GiB"  # warmed blocks are protected within half the cache
 
 
 FULL_SETTINGS = Settings(quick=False, dataset=FULL, wrk_seconds=20)
-QUICK_SETTINGS = Settings(quick=True, dataset=QUICK, wrk_seconds=5)
+QUICK_SETTINGS = Settings(quick=True, dataset=QUICK, wrk_seconds=5, probe_idle_seconds=4.0,
+                          miss_samples=8)
 
 
 def _now() -> str:
@@ -100,12 +124,13 @@ class Bench:
         path.mkdir(parents=True)
         return path
 
-    def origin(self, name: str) -> NginxServer:
+    def origin(self, name: str, cpus: str | None = None) -> NginxServer:
         prefix = self._dir(f"origin-{name}")
         return NginxServer(
             f"origin ({name})", prefix,
             lambda port: origin_config(prefix, port, self.dataset.root, self.listings,
                                        self.by_raw_prefix),
+            cpus=cpus,
         )
 
     def local_files(self) -> NginxServer:
@@ -132,10 +157,14 @@ class Bench:
         shutil.rmtree(cache, ignore_errors=True)
 
     @contextmanager
-    def sidecar(self, origin: NginxServer) -> Iterator[SidecarServer]:
+    def sidecar(
+        self, origin: NginxServer, extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None, cache_size: str | None = None,
+    ) -> Iterator[SidecarServer]:
         prefix = self._dir("sidecar")
         cache = prefix / "cache"
-        server = SidecarServer(origin.url, cache, prefix, self.settings.sidecar_cache_size)
+        server = SidecarServer(origin.url, cache, prefix,
+                               cache_size or self.settings.sidecar_cache_size, extra, env)
         with server:
             yield server
         shutil.rmtree(cache, ignore_errors=True)
@@ -144,11 +173,17 @@ class Bench:
 
     def replay(
         self, label: str, endpoint: str, partitions: str, concurrency: int,
-        origin: NginxServer, sidecar: SidecarServer | None = None,
+        origin: NginxServer, sidecar: SidecarServer | None = None, *,
+        cpus: str | None = None, list_via_origin: bool = False,
     ) -> dict[str, Any]:
-        """One replay, with what the origin sent meanwhile (and the sidecar's counters)."""
-        list_endpoint = None
-        if sidecar is not None and not sidecar.can_list(self.dataset.spec.bucket):
+        """One replay, with what the origin sent meanwhile (and the sidecar's counters).
+
+        `cpus`: run the replay client under `taskset -c cpus`; `list_via_origin`:
+        list segments at the origin even when the sidecar could list.
+        """
+        list_endpoint = origin.url if list_via_origin else None
+        if sidecar is not None and list_endpoint is None and \
+                not sidecar.can_list(self.dataset.spec.bucket):
             # The broker never lists (segment metadata comes from a Kafka topic);
             # a sidecar without List pass-through is read through, listed beside.
             list_endpoint = origin.url
@@ -162,10 +197,12 @@ class Bench:
         before = sidecar.stats() if sidecar else None
         print(f"  {label}: replaying {wanted / 2**20:.0f} MiB from {endpoint} ...",
               file=sys.stderr, flush=True)
-        report = run_replay(args, _replay_timeout(wanted), self.work / "logs" / f"{label}.log")
+        pinned = ["taskset", "-c", cpus, *args] if cpus else args
+        report = run_replay(pinned, _replay_timeout(wanted), self.work / "logs" / f"{label}.log")
         time.sleep(0.2)  # let nginx write the access-log lines of closed connections
         traffic, _ = origin_traffic(origin.access_log, offset)
-        report["command"] = " ".join(["python", *args[1:]])
+        report["command"] = " ".join([*(["taskset", "-c", cpus] if cpus else []), "python",
+                                      *args[1:]])
         report["origin_traffic"] = asdict(traffic)
         report["origin_body_bytes_per_replayed_byte"] = (
             traffic.body_bytes / report["bytes"] if report.get("bytes") else None
@@ -329,8 +366,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="256 MiB data set and 5 s wrk runs: checks the harness in minutes")
     parser.add_argument("--only", default=None, metavar="NAME[,NAME]",
                         help=f"run only these scenarios: {', '.join(SCENARIOS)}")
-    parser.add_argument("--report-only", type=Path, default=None, metavar="RESULTS.json",
-                        help="regenerate BENCHMARKS.md from a results file and exit")
+    parser.add_argument("--report-only", type=Path, nargs="+", default=None,
+                        metavar="RESULTS.json",
+                        help="regenerate BENCHMARKS.md from a results file and exit; with "
+                             "more files, the scenarios of each later one replace the earlier")
     parser.add_argument("--keep-work", action="store_true",
                         help="keep bench/results/tmp/<run> (configs, logs) after the run")
     args = parser.parse_args(argv)
@@ -358,8 +397,12 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     if args.report_only:
-        write_report(json.loads(args.report_only.read_text()), REPO / "BENCHMARKS.md")
-        print(f"wrote {REPO / 'BENCHMARKS.md'} from {args.report_only}")
+        base, *more = args.report_only
+        merged: dict[str, Any] = json.loads(base.read_text())
+        for path in more:
+            merged = merge_results(merged, json.loads(path.read_text()), path.name)
+        write_report(merged, REPO / "BENCHMARKS.md")
+        print(f"wrote {REPO / 'BENCHMARKS.md'} from {', '.join(map(str, args.report_only))}")
         return 0
 
     settings = QUICK_SETTINGS if args.quick else FULL_SETTINGS
@@ -409,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
         if "cold-1p" in selected:
             bench.cold_one_partition()
         bench.four_partitions(selected)
+        if "isolation" in selected:
+            run_isolation(bench)
+        if "warmup" in selected:
+            run_warmup(bench)
     except KeyboardInterrupt:
         bench.errors.append({"scenario": "*", "run": "*", "error": "interrupted"})
         print("bench: interrupted; writing what was measured", file=sys.stderr)

@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -44,7 +45,7 @@ class SidecarServer:
 
     def __init__(
         self, origin_url: str, cache_dir: Path, log_dir: Path, cache_size: str = "2GiB",
-        extra: tuple[str, ...] = (),
+        extra: tuple[str, ...] = (), env: Mapping[str, str] | None = None,
     ) -> None:
         self.args = [
             sys.executable, "-m", "sidecar", "serve",
@@ -54,6 +55,7 @@ class SidecarServer:
         ]
         self.cache_dir = cache_dir
         self.log_dir = log_dir
+        self.extra_env = dict(env or {})
         self.data_url = ""
         self.admin_url = ""
         self._process: subprocess.Popen[bytes] | None = None
@@ -69,6 +71,10 @@ class SidecarServer:
         self.stop()
 
     @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
     def stdout_path(self) -> Path:
         return self.log_dir / "sidecar.stdout"
 
@@ -79,7 +85,7 @@ class SidecarServer:
     def start(self) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**client_env(), "SIDECAR_LOG_LEVEL": "WARNING"}
+        env = {**client_env(), "SIDECAR_LOG_LEVEL": "WARNING", **self.extra_env}
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self._process = subprocess.Popen(
                 self.args, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
@@ -145,6 +151,36 @@ class SidecarServer:
                         sample.value
                     )
         return found
+
+    def lane_samples(self, name: str = "sidecar_origin_bytes_total") -> dict[str, float]:
+        """{lane: value} of a metric labelled by lane only (0 for lanes not yet seen);
+        {} when /metrics did not answer or has no such metric."""
+        found = self.metric_samples(name)
+        if found is None:
+            return {}
+        lanes = {"foreground": 0.0, "prefetch": 0.0, "warm": 0.0}
+        for labels, value in found.items():
+            if labels.startswith("lane=") and "," not in labels:
+                lanes[labels.removeprefix("lane=")] = value
+        return lanes
+
+    def warm(
+        self, objects: list[dict[str, Any]], ttl_s: float, timeout_s: float
+    ) -> dict[str, Any]:
+        """`POST /api/v1/warm`; the sidecar answers when every block is warmed."""
+        body = json.dumps({"objects": objects, "ttl_s": ttl_s}).encode()
+        request = urllib.request.Request(
+            self.admin_url + "/api/v1/warm", data=body, method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                answer: dict[str, Any] = json.load(response)
+                return answer
+        except urllib.error.HTTPError as exc:
+            with exc:
+                text = exc.read().decode(errors="replace")
+            raise RuntimeError(f"POST /api/v1/warm answered {exc.code}: {text[:500]}") from None
 
     def can_list(self, bucket: str) -> bool:
         """Whether the data port answers ListObjectsV2 (pass-through to the origin)."""
