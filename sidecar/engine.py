@@ -1,9 +1,10 @@
 """Serve a byte range: cache lookup -> single-flight fetch of misses -> stream.
 
-One in-flight table (block ident -> future of the block's bytes) is the only way a
-block is fetched, so a block is fetched once however many readers want it at the
-same time. A block stays in the table until it is written to the cache, so a
-reader never finds it in neither place and fetches it again.
+One in-flight table (block ident -> the block's buffer as it arrives) is the
+only way a block is fetched, so a block is fetched once however many readers
+want it at the same time; each reader takes the block's bytes as they land
+(sidecar.block_buffer). A block stays in the table until it is written to the
+cache, so a reader never finds it in neither place and fetches it again.
 
 A lookup is a hit when the block is in the cache or is already being read ahead
 (the reader's request was anticipated and caused no origin read); a miss is a
@@ -24,6 +25,7 @@ from dataclasses import astuple, dataclass
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sidecar.block_buffer import BlockBuffer
 from sidecar.blocks import block_span, blocks_for_range, coalesce_runs
 from sidecar.cache import BlockIdent, BlockStore, SlabRegion
 from sidecar.errors import DownloadsPaused, Overloaded
@@ -72,8 +74,8 @@ class Source(enum.Enum):
 class BlockReader(Protocol):
     """The origin as the engine needs it (handed in; tests give a fake)."""
 
-    def read_blocks(
-        self, info: ObjectInfo, start: int, end: int, block_size: int, lane: str
+    def read_range(
+        self, info: ObjectInfo, start: int, end: int, lane: str
     ) -> AsyncIterator[bytes]: ...
 
 
@@ -104,7 +106,7 @@ class Engine:
         self._max_buffered = max_buffered_bytes
         self._buffered = 0
         self._warm_gate = asyncio.Semaphore(warm_concurrency)  # the warm lane's connections
-        self._in_flight: dict[BlockIdent, asyncio.Future[bytes]] = {}
+        self._in_flight: dict[BlockIdent, BlockBuffer] = {}
         self._reading_ahead: set[BlockIdent] = set()  # in flight on the prefetch lane
         self._tasks: set[asyncio.Task[None]] = set()
         self.prefetcher: Prefetcher | None = None
@@ -165,26 +167,16 @@ class Engine:
         if lo >= hi:
             return
         source = Source.CACHE if ident in self._reading_ahead else Source.ORIGIN
-        whole = await self._fetched(info, ident, ahead)
-        view = memoryview(whole)
-        for offset in range(lo, hi, PIECE_SIZE):
-            yield view[offset:min(hi, offset + PIECE_SIZE)], source
+        async for view in self._fetching(info, ident, ahead).pieces(lo, hi, PIECE_SIZE):
+            yield view, source
 
     async def _bypass(
         self, info: ObjectInfo, block: int, lo: int, hi: int
     ) -> AsyncIterator[tuple[Piece, Source]]:
-        """Bypass mode: the block straight from the origin, not cached, not shared."""
-        start, end = block_span(block, self._block_size, info.size)
-        self._reserve_buffer(end - start)
-        try:
-            async for whole in self._origin.read_blocks(
-                info, start, end, self._block_size, "foreground"
-            ):
-                view = memoryview(whole)
-                for offset in range(lo, hi, PIECE_SIZE):
-                    yield view[offset:min(hi, offset + PIECE_SIZE)], Source.ORIGIN
-        finally:
-            self._buffered -= end - start
+        """Bypass mode: the bytes straight from the origin, not cached, not shared."""
+        start = block_span(block, self._block_size, info.size)[0]
+        async for chunk in self._origin.read_range(info, start + lo, start + hi, "foreground"):
+            yield chunk, Source.ORIGIN
 
     def _reserve_buffer(self, size: int) -> None:
         if self._max_buffered is not None and self._buffered and \
@@ -192,16 +184,19 @@ class Engine:
             raise Overloaded(f"{self._buffered} bytes already buffered for readers")
         self._buffered += size
 
-    async def _fetched(self, info: ObjectInfo, ident: BlockIdent, ahead: range) -> bytes:
-        """The whole block, from an in-flight fetch or a new coalesced one."""
-        future = self._in_flight.get(ident)
-        if future is None:
+    def _fetching(self, info: ObjectInfo, ident: BlockIdent, ahead: range) -> BlockBuffer:
+        """The block's buffer: of an in-flight fetch, or of a new coalesced one.
+
+        The fetch runs in a task of its own: a reader that goes away stops
+        reading the buffer, not the fetch that others (and the cache) await.
+        """
+        buffer = self._in_flight.get(ident)
+        if buffer is None:
             if not self._modes.downloads:
                 raise DownloadsPaused("cache-only mode: the block is not cached")
             self._start_fetch(info, ahead)
-            future = self._in_flight[ident]
-        # Shielded: a client that disconnects must not cancel a fetch others await.
-        return await asyncio.shield(future)
+            buffer = self._in_flight[ident]
+        return buffer
 
     def _start_fetch(self, info: ObjectInfo, ahead: range) -> None:
         """Fetch the first block of `ahead` and the missing blocks right after it."""
@@ -216,14 +211,14 @@ class Engine:
             block_span(last, self._block_size, info.size)[1]
             - block_span(first, self._block_size, info.size)[0]
         )
-        loop = asyncio.get_running_loop()
-        futures: list[tuple[BlockIdent, asyncio.Future[bytes]]] = []
-        for block in range(first, last + 1):
-            ident = BlockIdent(info.bucket, info.key, info.etag, block)
-            future: asyncio.Future[bytes] = loop.create_future()
-            self._in_flight[ident] = future
-            futures.append((ident, future))
-        self._spawn(self._fetch_run(info, first, last, futures, "foreground"))
+        buffers = [self._new_buffer(info, block) for block in range(first, last + 1)]
+        self._spawn(self._fetch_run(info, buffers, "foreground"))
+
+    def _new_buffer(self, info: ObjectInfo, block: int) -> tuple[BlockIdent, BlockBuffer]:
+        ident = BlockIdent(info.bucket, info.key, info.etag, block)
+        buffer = BlockBuffer(self._block_length(info, block))
+        self._in_flight[ident] = buffer
+        return ident, buffer
 
     def will_hit(self, info: ObjectInfo, offset: int) -> bool:
         """Whether the block holding `offset` is cached or being read ahead (no side effects)."""
@@ -237,12 +232,10 @@ class Engine:
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
         if ident in self._in_flight or self._store.lookup(ident, touch=False) is not None:
             return None
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._in_flight[ident] = future
-        self._buffered += block_span(block, self._block_size, info.size)[1] - \
-            block_span(block, self._block_size, info.size)[0]
+        entry = self._new_buffer(info, block)
+        self._buffered += entry[1].length
         self._reading_ahead.add(ident)
-        task = self._spawn(self._fetch_run(info, block, block, [(ident, future)], lane))
+        task = self._spawn(self._fetch_run(info, [entry], lane))
         task.add_done_callback(lambda _: self._reading_ahead.discard(ident))
         return task
 
@@ -277,7 +270,7 @@ class Engine:
                     else:
                         pending = self._in_flight.get(ident)
                         if pending is not None:
-                            await asyncio.shield(pending)
+                            await pending.wait_complete()
                         fetched = 0
                 except Exception:
                     self._metrics.warm_blocks.labels("failed").inc()
@@ -306,45 +299,49 @@ class Engine:
         return task
 
     async def _fetch_run(
-        self,
-        info: ObjectInfo,
-        first: int,
-        last: int,
-        futures: list[tuple[BlockIdent, asyncio.Future[bytes]]],
-        lane: str,
+        self, info: ObjectInfo, buffers: list[tuple[BlockIdent, BlockBuffer]], lane: str
     ) -> None:
+        """One origin GET for consecutive blocks, filling their buffers as bytes arrive;
+        each full block is then written to the cache (and leaves the table)."""
+        first, last = buffers[0][0].block, buffers[-1][0].block
         start = block_span(first, self._block_size, info.size)[0]
         end = block_span(last, self._block_size, info.size)[1]
         index = 0
+        landings: list[asyncio.Task[None]] = []
+        failure: BaseException | None = None
         try:
-            async for data in self._origin.read_blocks(info, start, end, self._block_size, lane):
-                ident, future = futures[index]
-                index += 1
-                future.set_result(data)
-                try:
-                    if self._modes.caching:
-                        await self._store.write(ident, data)
-                finally:
-                    del self._in_flight[ident]
-                    self._buffered -= len(data)
-        except Exception as exc:
-            log.log(logging.INFO if lane == "prefetch" else logging.WARNING,
-                    "%s fetch of s3://%s/%s blocks %d-%d failed: %s",
+            async for chunk in self._origin.read_range(info, start, end, lane):
+                view = memoryview(chunk)
+                while view:
+                    ident, buffer = buffers[index]
+                    room = buffer.length - buffer.filled
+                    buffer.append(view[:room])
+                    view = view[room:]
+                    if buffer.complete:
+                        index += 1
+                        landings.append(self._spawn(self._land(ident, buffer)))
+        except BaseException as exc:
+            failure = exc
+            quiet = lane == "prefetch" or isinstance(exc, asyncio.CancelledError)
+            log.log(logging.INFO if quiet else logging.WARNING,
+                    "%s fetch of s3://%s/%s blocks %d-%d failed: %r",
                     lane, info.bucket, info.key, first, last, exc)
-            for ident, future in futures[index:]:
-                future.set_exception(exc)
-                # Waiters (if any) re-raise it; nobody waiting must not warn.
-                future.exception()
+            for ident, buffer in buffers[index:]:
+                # Readers of the bytes that arrived keep them; the rest get the error.
+                buffer.fail(exc if isinstance(exc, Exception) else ConnectionAbortedError())
                 self._in_flight.pop(ident, None)
-                self._buffered -= self._block_length(info, ident.block)
-            if lane == "prefetch":
-                raise  # the prefetcher's done-callback retrieves it and forgets the block
+                self._buffered -= buffer.length
+        await asyncio.gather(*landings, return_exceptions=True)
+        if failure is not None and (lane != "foreground" or not isinstance(failure, Exception)):
+            raise failure  # the prefetcher's and warm's waits see it
+
+    async def _land(self, ident: BlockIdent, buffer: BlockBuffer) -> None:
+        try:
+            if self._modes.caching:
+                await self._store.write(ident, buffer.data)
         finally:
-            for ident, future in futures[index:]:
-                if not future.done():
-                    future.cancel()
-                    self._in_flight.pop(ident, None)
-                    self._buffered -= self._block_length(info, ident.block)
+            del self._in_flight[ident]
+            self._buffered -= buffer.length
 
     def _block_length(self, info: ObjectInfo, block: int) -> int:
         start, end = block_span(block, self._block_size, info.size)

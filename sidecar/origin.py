@@ -2,8 +2,8 @@
 
 botocore's "standard" retry mode already retries throttling, 5xx and connection
 errors with exponential backoff and full jitter before a response starts. A body
-that breaks off mid-stream is not covered by it, so `read_blocks` resumes from the
-first incomplete block itself, with the same kind of jittered backoff. Every
+that breaks off mid-stream is not covered by it, so `read_range` resumes from
+the first byte it did not get, with the same kind of jittered backoff. Every
 botocore and aiohttp error is translated into `sidecar.errors` here.
 """
 
@@ -232,24 +232,23 @@ class Origin:
         self._listings[(bucket, prefix)] = keys
         return keys
 
-    async def read_blocks(
-        self, info: ObjectInfo, start: int, end: int, block_size: int, lane: str
-    ) -> AsyncIterator[bytes]:
-        """Yield [start, end) as consecutive pieces of block_size (the last may be shorter).
+    async def read_range(self, info: ObjectInfo, start: int, end: int, lane: str
+                         ) -> AsyncIterator[bytes]:
+        """Yield the bytes of [start, end) in order, in chunks as they arrive.
 
-        `start` is block-aligned. The GET carries If-Match so that a rewritten
-        object can never be mixed with blocks of the old one. A body that breaks
-        off is resumed from the first block not yet yielded.
+        The GET carries If-Match so that a rewritten object can never be mixed
+        with bytes of the old one. A body that breaks off is resumed from the
+        first byte not yet yielded.
         """
         position = start
         attempt = 0
         while position < end:
             started = self._clock()
             try:
-                async for block in self._get_blocks(info, position, end, block_size, lane):
-                    position += len(block)
+                async for chunk in self._get(info, position, end, lane):
+                    position += len(chunk)
                     attempt = 0
-                    yield block
+                    yield chunk
                 self._count(lane, None, started)
             except ClientError as exc:
                 error = translate_client_error(exc, info.bucket, info.key)
@@ -268,15 +267,13 @@ class Origin:
                 # of many readers hitting the same failing origin.
                 await asyncio.sleep(self._jitter() * min(2.0, 0.05 * 2**attempt))
 
-    async def _get_blocks(
-        self, info: ObjectInfo, start: int, end: int, block_size: int, lane: str
-    ) -> AsyncIterator[bytes]:
+    async def _get(self, info: ObjectInfo, start: int, end: int, lane: str
+                   ) -> AsyncIterator[bytes]:
         response = await self._client.get_object(
             Bucket=info.bucket, Key=info.key, Range=f"bytes={start}-{end - 1}", IfMatch=info.etag
         )
         body = response["Body"]
         try:
-            pending = bytearray()
             remaining = end - start
             while remaining > 0:
                 await self._throttle(lane, min(_READ_CHUNK, remaining))
@@ -285,11 +282,7 @@ class Origin:
                     raise ResponseStreamingError(error=f"body ended {remaining} bytes short")
                 remaining -= len(chunk)
                 self._metrics.origin_bytes.labels(lane).inc(len(chunk))
-                pending += chunk
-                while len(pending) >= block_size or (remaining == 0 and pending):
-                    piece = bytes(pending[:block_size])
-                    del pending[:block_size]
-                    yield piece
+                yield chunk
         finally:
             body.close()
 

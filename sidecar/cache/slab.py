@@ -331,7 +331,7 @@ class Slab:
         return self._reused
 
     def write_block(
-        self, slot: int, ident: BlockIdent, generation: int, data: bytes | memoryview
+        self, slot: int, ident: BlockIdent, generation: int, data: bytes | bytearray | memoryview
     ) -> SlotRecord:
         """Store ``data`` as ``ident`` in ``slot``. Blocking: call from an executor."""
         self._check_slot(slot)

@@ -242,7 +242,7 @@ class BlockStore:
             self._checksum_failed(record, exc)
             return None
 
-    async def write(self, ident: BlockIdent, data: bytes) -> SlotRecord | None:
+    async def write(self, ident: BlockIdent, data: bytes | bytearray) -> SlotRecord | None:
         """Cache ``data`` as ``ident`` (replacing any previous copy).
 
         Returns None, caching nothing, when every slot is pinned or being
@@ -335,7 +335,7 @@ class BlockStore:
             self._drop(record, REASON_CHECKSUM)
 
     async def _write_reserved(
-        self, slot: int, ident: BlockIdent, generation: int, data: bytes
+        self, slot: int, ident: BlockIdent, generation: int, data: bytes | bytearray
     ) -> SlotRecord | None:
         try:
             record = await self._loop.run_in_executor(
