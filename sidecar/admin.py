@@ -1,4 +1,4 @@
-"""Admin port: /healthz, /readyz, /metrics, /api/v1/stats and the mutating calls.
+"""Admin port: /healthz, /readyz, /metrics, /ui, /api/v1/stats and the mutating calls.
 
 Mutating calls need `Authorization: Bearer <token>` when an admin token is set
 (DESIGN.md); the config refuses a non-loopback admin address without one.
@@ -7,16 +7,17 @@ Mutating calls need `Authorization: Bearer <token>` when an admin token is set
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from sidecar import warm_api
+from sidecar import ui, warm_api
 from sidecar.engine import Engine
 from sidecar.isolation.modes import ModeState, parse_mode
-from sidecar.metrics import Metrics
+from sidecar.metrics import EVICTION_REASONS, LANES, ORIGIN_OUTCOMES, Metrics
 from sidecar.origin import Origin
 
 
@@ -26,10 +27,9 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
     misses = metrics.value("sidecar_cache_lookups_total", {"result": "miss"})
     from_cache = metrics.value("sidecar_served_bytes_total", {"source": "cache"})
     from_origin = metrics.value("sidecar_served_bytes_total", {"source": "origin"})
-    origin_bytes = sum(
-        metrics.value("sidecar_origin_bytes_total", {"lane": lane})
-        for lane in ("foreground", "prefetch", "warm")
-    )
+    origin_by_lane = {
+        lane: int(metrics.value("sidecar_origin_bytes_total", {"lane": lane})) for lane in LANES
+    }
     issued, used, wasted = (
         metrics.value("sidecar_prefetch_blocks_total", {"outcome": outcome})
         for outcome in ("issued", "used", "wasted")
@@ -42,7 +42,19 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
         "block_hit_ratio": hits / lookups if lookups else None,
         "byte_hit_ratio": from_cache / served if served else None,
         "served_bytes": {"cache": int(from_cache), "origin": int(from_origin)},
-        "origin_bytes": int(origin_bytes),
+        "origin_bytes": sum(origin_by_lane.values()),
+        "origin": {
+            "bytes": origin_by_lane,
+            "requests": {
+                outcome: int(metrics.total("sidecar_origin_requests_total", outcome=outcome))
+                for outcome in ORIGIN_OUTCOMES
+            },
+            "ratelimit_wait_seconds": {
+                lane: metrics.value("sidecar_ratelimit_wait_seconds_total", {"lane": lane})
+                for lane in LANES
+            },
+        },
+        "requests": int(metrics.total("sidecar_requests_total")),
         "prefetch": {
             "issued": int(issued), "used": int(used), "wasted": int(wasted),
             # Of the prefetched blocks whose fate is known, the share a reader took.
@@ -54,9 +66,13 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
             "blocks": int(metrics.value("sidecar_cache_blocks")),
             "evictions": int(sum(
                 metrics.value("sidecar_cache_evictions_total", {"reason": reason})
-                for reason in ("capacity", "checksum", "invalidated", "shrink")
+                for reason in EVICTION_REASONS
             )),
             "checksum_failures": int(metrics.value("sidecar_cache_checksum_failures_total")),
+        },
+        "warm_blocks": {
+            outcome: int(metrics.value("sidecar_warm_blocks_total", {"outcome": outcome}))
+            for outcome in ("already_cached", "fetched", "failed")
         },
     }
 
@@ -96,6 +112,7 @@ class AdminPort:
         application.router.add_get("/healthz", self.healthz)
         application.router.add_get("/readyz", self.readyz)
         application.router.add_get("/metrics", self.metrics)
+        application.router.add_get("/ui", self.ui)
         application.router.add_get("/api/v1/stats", self.stats)
         application.router.add_post("/api/v1/warm", self.warm)
         application.router.add_put("/api/v1/mode", self.put_mode)
@@ -140,8 +157,16 @@ class AdminPort:
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
 
+    async def ui(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text=ui.PAGE, content_type="text/html", charset="utf-8",
+            headers={"Cache-Control": "no-store", "Content-Security-Policy": ui.CSP},
+        )
+
     async def stats(self, request: web.Request) -> web.Response:
         snapshot = stats_snapshot(self._metrics)
+        # Wall-clock time of the snapshot: the page turns counter deltas into rates.
+        snapshot["time"] = time.time()
         snapshot["mode"] = self._modes.current.value
         snapshot["requested_mode"] = self._modes.requested.value
         snapshot["disk_problem"] = self._modes.disk_problem

@@ -127,22 +127,56 @@ def _replay(args: argparse.Namespace) -> None:
 
 
 def _format_stats(stats: dict[str, Any]) -> str:
+    """The stats JSON as an aligned terminal summary (fields a sidecar lacks are skipped)."""
     def ratio(value: float | None) -> str:
         return "n/a" if value is None else f"{100 * value:.2f}%"
 
+    def mib(value: float) -> str:
+        return f"{value / 2**20:,.1f} MiB"
+
     cache = stats["cache"]
     capacity = cache["capacity_bytes"] or 1
-    return "\n".join([
-        f"byte hit ratio   {ratio(stats['byte_hit_ratio'])}",
-        f"block hit ratio  {ratio(stats['block_hit_ratio'])}  "
-        f"({stats['hits']} hits, {stats['misses']} misses)",
-        f"served           {stats['served_bytes']['cache'] / 2**20:.1f} MiB from cache, "
-        f"{stats['served_bytes']['origin'] / 2**20:.1f} MiB from origin",
-        f"origin read      {stats['origin_bytes'] / 2**20:.1f} MiB",
-        f"cache            {cache['used_bytes'] / 2**20:.1f} / {capacity / 2**20:.1f} MiB "
-        f"({100 * cache['used_bytes'] / capacity:.1f}%), {cache['blocks']} blocks, "
-        f"{cache['evictions']} evictions, {cache['checksum_failures']} checksum failures",
-    ])
+    served = stats["served_bytes"]
+    mode = stats.get("mode", "n/a")
+    if stats.get("requested_mode") not in (None, mode):
+        mode += f" (requested {stats['requested_mode']})"
+    if stats.get("disk_problem"):
+        mode += f" - cache disk: {stats['disk_problem']}"
+    lines = [
+        ("mode", mode),
+        ("byte hit ratio", ratio(stats["byte_hit_ratio"])),
+        ("block hit ratio",
+         f"{ratio(stats['block_hit_ratio'])}  ({stats['hits']:,} hits, {stats['misses']:,} misses)"),
+        ("served", f"{mib(served['cache'])} from cache, {mib(served['origin'])} from origin"),
+    ]
+    origin = stats.get("origin")
+    if origin is not None:
+        by_lane = ", ".join(f"{lane} {mib(n)}" for lane, n in origin["bytes"].items())
+        requests = origin["requests"]
+        failed = sum(n for outcome, n in requests.items() if outcome != "ok")
+        lines.append(("origin read", f"{mib(stats['origin_bytes'])} ({by_lane})"))
+        lines.append(("origin requests", f"{sum(requests.values()):,} ({failed:,} failed)"))
+        waits = origin["ratelimit_wait_seconds"]
+        if any(waits.values()):
+            lines.append(("rate-limit waits",
+                          ", ".join(f"{lane} {s:.1f}s" for lane, s in waits.items())))
+    else:
+        lines.append(("origin read", mib(stats["origin_bytes"])))
+    prefetch = stats["prefetch"]
+    lines.append(("prefetch", f"accuracy {ratio(prefetch['accuracy'])}  ({prefetch['issued']:,} "
+                              f"issued, {prefetch['used']:,} used, {prefetch['wasted']:,} wasted)"))
+    warm = stats.get("warm_blocks")
+    if warm is not None and any(warm.values()):
+        lines.append(("warm-up blocks", f"{warm['fetched']:,} fetched, "
+                                        f"{warm['already_cached']:,} already cached, "
+                                        f"{warm['failed']:,} failed"))
+    lines.append(("cache", f"{mib(cache['used_bytes'])} / {mib(capacity)} "
+                           f"({100 * cache['used_bytes'] / capacity:.1f}%), "
+                           f"{cache['blocks']:,} blocks"))
+    lines.append(("evictions", f"{cache['evictions']:,}  "
+                               f"(checksum failures {cache['checksum_failures']:,})"))
+    width = max(len(label) for label, _ in lines) + 2
+    return "\n".join(f"{label:<{width}}{value}" for label, value in lines)
 
 
 def _stats(args: argparse.Namespace) -> None:

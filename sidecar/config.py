@@ -287,6 +287,9 @@ OPTIONS: tuple[Option, ...] = (
            flag=False),
     Option("drop_written_pages", parse_bool, True,
            "advise the kernel to drop slab pages after writing them", "BOOL", flag=False),
+    Option("access_log", _optional_str, "",
+           "JSON-lines access log, one line per request: a file path, or - for stdout",
+           "PATH|-"),
 )
 _BY_NAME = {option.name: option for option in OPTIONS}
 MIN_BLOCK_SIZE = 64 * 1024
@@ -305,6 +308,7 @@ class ServerConfig:
     max_requests: int
     max_buffered_bytes: int
     client_timeout_s: float
+    access_log: str | None = None  # a path, "-" for stdout, None: no access log
 
 
 @dataclass(frozen=True)
@@ -425,7 +429,7 @@ def _build(v: Mapping[str, Any]) -> Config:
             listen=v["listen"], admin_listen=admin, admin_token=v["admin_token"],
             cpus=v["cpus"], io_threads=v["io_threads"], ionice=v["ionice"], nice=v["nice"],
             max_requests=v["max_requests"], max_buffered_bytes=v["max_buffered"],
-            client_timeout_s=v["client_timeout"],
+            client_timeout_s=v["client_timeout"], access_log=v["access_log"],
         ),
         origin=OriginConfig(
             endpoint=v["origin_endpoint"], region=v["origin_region"],

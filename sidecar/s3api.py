@@ -22,6 +22,7 @@ from xml.sax.saxutils import escape
 
 from aiohttp import web
 
+from sidecar.access_log import BODY_BYTES, AccessLog, entry
 from sidecar.cache import SlabRegion
 from sidecar.engine import Engine, Piece, Source, piece_length
 from sidecar.errors import (
@@ -129,6 +130,7 @@ class DataPort:
         metrics: Metrics,
         max_requests: int = 256,
         client_timeout_s: float = 30.0,
+        access_log: AccessLog | None = None,
     ) -> None:
         self._engine = engine
         self._origin = origin
@@ -136,6 +138,7 @@ class DataPort:
         self._max_requests = max_requests
         self._client_timeout = client_timeout_s
         self._active = 0
+        self._access_log = access_log
 
     def app(self) -> web.Application:
         application = web.Application()
@@ -188,10 +191,16 @@ class DataPort:
             )
         finally:
             self._active -= 1
+        elapsed = time.monotonic() - started
         self._metrics.requests.labels(op, str(response.status)).inc()
-        self._metrics.request_duration.labels(op, cache_label).observe(
-            time.monotonic() - started
-        )
+        self._metrics.request_duration.labels(op, cache_label).observe(elapsed)
+        if self._access_log is not None:
+            self._access_log.write(entry(
+                now=time.time(), request_id=request_id, method=request.method,
+                raw_path=request.raw_path, range_header=request.headers.get("Range"),
+                status=response.status, body_bytes=request.get(BODY_BYTES, 0),
+                cache=cache_label, duration_s=elapsed,
+            ))
         return response
 
     async def _answer(
@@ -270,6 +279,7 @@ class DataPort:
                     )
                     sources.add(source)
                     self._metrics.served_bytes.labels(source.value).inc(piece_length(piece))
+                    request[BODY_BYTES] = request.get(BODY_BYTES, 0) + piece_length(piece)
         except ConnectionError:
             pass  # the client went away; what it read was counted
         except TimeoutError:

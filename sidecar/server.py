@@ -17,6 +17,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from sidecar.access_log import AccessLog
 from sidecar.admin import AdminPort
 from sidecar.cache import BlockStore
 from sidecar.config import Config, HostPort
@@ -63,6 +64,7 @@ class Sidecar:
         )
         self.origin = Origin(config.origin, self.metrics, limiter=limiter)
         self._watcher: asyncio.Task[None] | None = None
+        self._access_log: AccessLog | None = None
         self._store: BlockStore | None = None
         self._engine: Engine | None = None
         self._prefetcher: Prefetcher | None = None
@@ -109,8 +111,14 @@ class Sidecar:
         )
         if self.config.prefetch.enabled:
             self._prefetcher = self._build_prefetcher(self._engine, self._store)
+        if server.access_log is not None:
+            try:
+                self._access_log = AccessLog(server.access_log)
+            except OSError as exc:
+                raise ConfigError(f"cannot open the access log {server.access_log}: "
+                                  f"{exc.strerror}") from None
         data = DataPort(self._engine, self.origin, self.metrics,
-                        server.max_requests, server.client_timeout_s)
+                        server.max_requests, server.client_timeout_s, self._access_log)
         admin = AdminPort(
             self.metrics, lambda: self._ready, self._engine, self.origin,
             server.admin_token, self.modes,
@@ -176,6 +184,8 @@ class Sidecar:
             await asyncio.gather(self._watcher, return_exceptions=True)
         for runner in reversed(self._runners):
             await runner.cleanup()
+        if self._access_log is not None:
+            self._access_log.close()
         if self._prefetcher is not None:
             await self._prefetcher.close()
         if self._engine is not None:

@@ -1,0 +1,274 @@
+"""Writes sidecar-dashboard.json next to this file: `python deploy/grafana/generate_dashboard.py`.
+
+The dashboard is generated so that every panel follows the same rules: the
+datasource is the `$datasource` variable, every selector carries
+`instance=~"$instance"`, rates use `$__rate_interval`, and each quantity is shown
+fleet-wide (summed over the selected instances) and per instance. The test
+suite checks the committed JSON is this script's output and runs every
+expression against a real Prometheus scraping a sidecar.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+SEL = 'instance=~"$instance"'
+RATE = "$__rate_interval"
+OUTPUT = Path(__file__).with_name("sidecar-dashboard.json")
+
+
+def rate(metric: str, matchers: str = "") -> str:
+    inner = f"{SEL},{matchers}" if matchers else SEL
+    return f"rate({metric}{{{inner}}}[{RATE}])"
+
+
+def ratio(metric: str, part: str, whole: str = "", by: str = "") -> str:
+    """sum(rate(part)) / sum(rate(whole)), optionally `by` labels."""
+    grouping = f" by ({by})" if by else ""
+    return (f"sum{grouping} ({rate(metric, part)})\n  / sum{grouping} ({rate(metric, whole)})")
+
+
+def quantile(q: float, metric: str, by: str, matchers: str = "") -> str:
+    return f"histogram_quantile({q}, sum by (le, {by}) ({rate(metric + '_bucket', matchers)}))"
+
+
+def target(expr: str, legend: str) -> dict[str, Any]:
+    return {"datasource": DS, "expr": expr, "legendFormat": legend}
+
+
+class Layout:
+    """Places panels left to right on Grafana's 24-column grid, rows top to bottom."""
+
+    def __init__(self) -> None:
+        self.panels: list[dict[str, Any]] = []
+        self._x = 0
+        self._y = 0
+        self._row_height = 0
+
+    def row(self, title: str) -> None:
+        self._newline()
+        self._add({"type": "row", "title": title, "collapsed": False, "panels": []}, 24, 1)
+
+    def panel(
+        self, kind: str, title: str, description: str, targets: list[dict[str, Any]],
+        unit: str, width: int, height: int = 8, **defaults: Any,
+    ) -> None:
+        if self._x + width > 24:
+            self._newline()
+        for ref, item in zip("ABCDEFGH", targets):
+            item["refId"] = ref
+        options: dict[str, Any] = (
+            {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+             "colorMode": "value", "graphMode": "area", "textMode": "auto"}
+            if kind == "stat" else
+            {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+             "tooltip": {"mode": "multi", "sort": "desc"}}
+        )
+        self._add({
+            "type": kind, "title": title, "description": description, "datasource": DS,
+            "fieldConfig": {"defaults": {"unit": unit, **defaults}, "overrides": []},
+            "options": options, "targets": targets,
+        }, width, height)
+
+    def _add(self, panel: dict[str, Any], width: int, height: int) -> None:
+        panel["id"] = len(self.panels) + 1
+        panel["gridPos"] = {"h": height, "w": width, "x": self._x, "y": self._y}
+        self.panels.append(panel)
+        self._x += width
+        self._row_height = max(self._row_height, height)
+
+    def _newline(self) -> None:
+        if self._x:
+            self._y += self._row_height
+        self._x, self._row_height = 0, 0
+
+
+def build() -> dict[str, Any]:
+    served = "sidecar_served_bytes_total"
+    lookups = "sidecar_cache_lookups_total"
+    prefetch = "sidecar_prefetch_blocks_total"
+    layout = Layout()
+
+    layout.row("Fleet (selected instances)")
+    layout.panel("stat", "Byte hit ratio", "Share of bytes sent to clients that came from the cache.",
+                 [target(ratio(served, 'source="cache"'), "bytes")], "percentunit", 4, 5,
+                 min=0, max=1)
+    layout.panel("stat", "Block hit ratio", "Share of block lookups by clients found in the cache.",
+                 [target(ratio(lookups, 'result="hit"'), "blocks")], "percentunit", 4, 5,
+                 min=0, max=1)
+    layout.panel("stat", "Prefetch accuracy",
+                 "Of read-ahead blocks whose fate is known, the share a reader used.",
+                 [target(ratio(prefetch, 'outcome="used"', 'outcome=~"used|wasted"'), "accuracy")],
+                 "percentunit", 4, 5, min=0, max=1)
+    layout.panel("stat", "Served to clients", "Bytes per second sent to clients, all sources.",
+                 [target(f"sum ({rate(served)})", "served")], "Bps", 4, 5)
+    layout.panel("stat", "Cache used", "Cached bytes over capacity, summed over instances.",
+                 [target(f"sum (sidecar_cache_used_bytes{{{SEL}}})\n"
+                         f"  / sum (sidecar_cache_capacity_bytes{{{SEL}}})", "used")],
+                 "percentunit", 4, 5, min=0, max=1)
+    layout.panel("stat", "Instances not in normal mode",
+                 "Sidecars in no-prefetch, cache-only or bypass (a failing cache disk forces bypass).",
+                 [target(f'count (sidecar_mode{{{SEL},mode!="normal"}} == 1) or vector(0)',
+                         "instances")], "none", 4, 5)
+
+    layout.row("Hit ratios")
+    for title, part, metric in (("Byte hit ratio", 'source="cache"', served),
+                                ("Block hit ratio", 'result="hit"', lookups)):
+        layout.panel("timeseries", title,
+                     "Fleet-wide (all selected instances) and per instance.",
+                     [target(ratio(metric, part), "fleet"),
+                      target(ratio(metric, part, by="instance"), "{{instance}}")],
+                     "percentunit", 12, min=0, max=1)
+
+    layout.row("Traffic")
+    layout.panel("timeseries", "Served bytes by source",
+                 "Bytes per second sent to clients, from the cache or straight from the origin.",
+                 [target(f"sum by (source) ({rate(served)})", "fleet {{source}}"),
+                  target(f"sum by (instance, source) ({rate(served)})",
+                         "{{instance}} {{source}}")], "Bps", 12, min=0)
+    layout.panel("timeseries", "Client requests by operation and status",
+                 "Requests per second answered on the data port.",
+                 [target(f"sum by (op, code) ({rate('sidecar_requests_total')})",
+                         "{{op}} {{code}}"),
+                  target(f"sum by (instance) ({rate('sidecar_requests_total')})",
+                         "{{instance}}")], "reqps", 12, min=0)
+    layout.panel("timeseries", "Origin bytes by lane",
+                 "Bytes per second read from the object store: foreground misses, read-ahead, warm-up.",
+                 [target(f"sum by (lane) ({rate('sidecar_origin_bytes_total')})", "fleet {{lane}}"),
+                  target(f"sum by (instance, lane) ({rate('sidecar_origin_bytes_total')})",
+                         "{{instance}} {{lane}}")], "Bps", 12, min=0)
+    layout.panel("timeseries", "Origin requests by lane and outcome",
+                 "Object store requests per second; outcome is ok, not_found or error.",
+                 [target(f"sum by (lane, outcome) ({rate('sidecar_origin_requests_total')})",
+                         "{{lane}} {{outcome}}"),
+                  target(f"sum by (instance, lane) ({rate('sidecar_origin_requests_total')})",
+                         "{{instance}} {{lane}}")], "reqps", 12, min=0)
+
+    layout.row("Latency")
+    origin_duration = "sidecar_origin_request_duration_seconds"
+    layout.panel("timeseries", "Origin latency percentiles",
+                 "Object store request duration until the last byte, by lane (fleet), and p99 per instance.",
+                 [target(quantile(0.5, origin_duration, "lane"), "p50 {{lane}}"),
+                  target(quantile(0.9, origin_duration, "lane"), "p90 {{lane}}"),
+                  target(quantile(0.99, origin_duration, "lane"), "p99 {{lane}}"),
+                  target(quantile(0.99, origin_duration, "instance"), "p99 {{instance}}")],
+                 "s", 12, min=0)
+    request_duration = "sidecar_request_duration_seconds"
+    layout.panel("timeseries", "Request latency by hit / miss",
+                 "GetObject duration until the last byte: served from the cache (hit), "
+                 "partly (partial) or from the origin (miss).",
+                 [target(quantile(0.5, request_duration, "cache", 'op="GetObject"'), "p50 {{cache}}"),
+                  target(quantile(0.99, request_duration, "cache", 'op="GetObject"'),
+                         "p99 {{cache}}"),
+                  target(quantile(0.99, request_duration, "instance", 'op="GetObject"'),
+                         "p99 {{instance}}")], "s", 12, min=0)
+
+    layout.row("Read-ahead and warm-up")
+    layout.panel("timeseries", "Prefetch blocks: issued, used, wasted",
+                 "Read-ahead blocks per second: fetched ahead, then read by a client or evicted unread.",
+                 [target(f"sum by (outcome) ({rate(prefetch)})", "fleet {{outcome}}"),
+                  target(f"sum by (instance, outcome) ({rate(prefetch)})",
+                         "{{instance}} {{outcome}}")], "ops", 8, min=0)
+    layout.panel("timeseries", "Prefetch accuracy",
+                 "used / (used + wasted): below ~80% read-ahead costs more origin bytes than it saves.",
+                 [target(ratio(prefetch, 'outcome="used"', 'outcome=~"used|wasted"'), "fleet"),
+                  target(ratio(prefetch, 'outcome="used"', 'outcome=~"used|wasted"',
+                               by="instance"), "{{instance}}")], "percentunit", 8, min=0, max=1)
+    layout.panel("timeseries", "Warm-up blocks",
+                 "Blocks asked for by warm-up calls per second: fetched, already cached or failed.",
+                 [target(f"sum by (outcome) ({rate('sidecar_warm_blocks_total')})",
+                         "fleet {{outcome}}"),
+                  target(f"sum by (instance, outcome) ({rate('sidecar_warm_blocks_total')})",
+                         "{{instance}} {{outcome}}")], "ops", 8, min=0)
+
+    layout.row("Cache")
+    layout.panel("timeseries", "Cache used vs capacity",
+                 "Cached bytes and usable capacity (capacity drops when the cache disk runs low).",
+                 [target(f"sum (sidecar_cache_used_bytes{{{SEL}}})", "fleet used"),
+                  target(f"sum (sidecar_cache_capacity_bytes{{{SEL}}})", "fleet capacity"),
+                  target(f"sum by (instance) (sidecar_cache_used_bytes{{{SEL}}})",
+                         "{{instance}} used"),
+                  target(f"sum by (instance) (sidecar_cache_capacity_bytes{{{SEL}}})",
+                         "{{instance}} capacity")], "bytes", 6, min=0)
+    layout.panel("timeseries", "Cached blocks", "Blocks held in the cache.",
+                 [target(f"sum (sidecar_cache_blocks{{{SEL}}})", "fleet"),
+                  target(f"sum by (instance) (sidecar_cache_blocks{{{SEL}}})", "{{instance}}")],
+                 "none", 6, min=0)
+    layout.panel("timeseries", "Evictions by reason",
+                 "Blocks dropped per second: capacity (LRU), checksum, invalidated (DELETE/purge), "
+                 "shrink (low disk space).",
+                 [target(f"sum by (reason) ({rate('sidecar_cache_evictions_total')})",
+                         "fleet {{reason}}"),
+                  target(f"sum by (instance, reason) ({rate('sidecar_cache_evictions_total')})",
+                         "{{instance}} {{reason}}")], "ops", 6, min=0)
+    layout.panel("timeseries", "Checksum failures",
+                 "Cached blocks whose data did not match their checksum (dropped and refetched). "
+                 "Any is a sign of a failing cache disk.",
+                 [target(f"sum (increase(sidecar_cache_checksum_failures_total{{{SEL}}}[{RATE}]))",
+                         "fleet"),
+                  target(f"sum by (instance) "
+                         f"(increase(sidecar_cache_checksum_failures_total{{{SEL}}}[{RATE}]))",
+                         "{{instance}}")], "none", 6, min=0)
+
+    layout.row("Isolation")
+    layout.panel("timeseries", "Rate-limit waits by lane",
+                 "Seconds per second origin reads waited for the bandwidth budget (1 = one read "
+                 "always waiting).",
+                 [target(f"sum by (lane) ({rate('sidecar_ratelimit_wait_seconds_total')})",
+                         "fleet {{lane}}"),
+                  target(f"sum by (instance, lane) ({rate('sidecar_ratelimit_wait_seconds_total')})",
+                         "{{instance}} {{lane}}")], "s", 8, min=0)
+    layout.panel("state-timeline", "Mode",
+                 "The mode in force per instance: normal, no-prefetch, cache-only or bypass.",
+                 [target(f"max by (instance, mode) (sidecar_mode{{{SEL}}}) == 1",
+                         "{{instance}} {{mode}}")], "none", 8)
+    layout.panel("timeseries", "Process CPU and memory",
+                 "CPU seconds per second and resident memory of each sidecar process.",
+                 [target(f"{rate('process_cpu_seconds_total')}\n"
+                         f"  and on (instance) group by (instance) (sidecar_mode{{{SEL}}})",
+                         "{{instance}} cpu"),
+                  target(f"process_resident_memory_bytes{{{SEL}}} / 2^30\n"
+                         f"  and on (instance) group by (instance) (sidecar_mode{{{SEL}}})",
+                         "{{instance}} RSS GiB")], "none", 8, min=0)
+
+    return {
+        "title": "Kafka cold-segment sidecar",
+        "uid": "kafka-cold-sidecar",
+        "description": "Hit rates, origin traffic, read-ahead, cache and isolation of the "
+                       "tiered-storage read sidecars (metrics: DESIGN.md).",
+        "tags": ["kafka", "tiered-storage", "sidecar"],
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "10s",
+        "schemaVersion": 39,
+        "version": 1,
+        "time": {"from": "now-3h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "annotations": {"list": []},
+        "templating": {"list": [
+            {"type": "datasource", "name": "datasource", "label": "Prometheus",
+             "query": "prometheus", "current": {}, "hide": 0, "refresh": 1,
+             "options": [], "regex": "", "includeAll": False, "multi": False},
+            {"type": "query", "name": "instance", "label": "Instance", "datasource": DS,
+             "query": {"query": "label_values(sidecar_mode, instance)", "refId": "instance"},
+             "definition": "label_values(sidecar_mode, instance)",
+             "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+             "includeAll": True, "allValue": ".*", "multi": True, "refresh": 2,
+             "sort": 1, "hide": 0, "options": [], "regex": ""},
+        ]},
+        "panels": layout.panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    OUTPUT.write_text(render())
+    print(f"wrote {OUTPUT}", file=sys.stderr)

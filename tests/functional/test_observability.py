@@ -1,0 +1,645 @@
+"""Observability proven against real tools: Debian's Prometheus scraping a sidecar
+that serves a replay (every dashboard expression and recording rule returns
+series), headless Chromium showing /ui, and the metric invariants.
+
+Prometheus and Chromium are installed by the project's own scripts
+(scripts/ensure-prometheus.sh, scripts/ensure-chromium.sh) when missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+
+from sidecar.kafka_segments import SegmentObject, generate_topic_segments
+from sidecar.local_s3 import CREDENTIALS, LocalS3
+from tests.support.processes import SidecarProcess
+from tests.support.recording_proxy import RecordingProxy
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "deploy" / "grafana" / "sidecar-dashboard.json"
+RULE_FILES = sorted((ROOT / "deploy" / "prometheus").glob("*.yml"))
+ARTIFACTS = ROOT / "test-artifacts"
+BLOCK = 256 * 1024
+SEGMENT_BYTES = 1536 * 1024
+
+T = TypeVar("T")
+
+
+def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 30.0,
+             interval: float = 0.2) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result is not None:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def ensure(script: str) -> None:
+    result = subprocess.run([str(ROOT / "scripts" / script)], capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, f"{script} failed:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.fixture(scope="session")
+def prometheus_installed() -> None:
+    ensure("ensure-prometheus.sh")
+
+
+@pytest.fixture(scope="session")
+def chromium_installed() -> None:
+    ensure("ensure-chromium.sh")
+
+
+@pytest.fixture(scope="module")
+def segments() -> tuple[SegmentObject, ...]:
+    return tuple(generate_topic_segments(
+        topic="orders", partitions=2, segments_per_partition=3,
+        segment_bytes=SEGMENT_BYTES, value_size=2048, seed=6,
+    ))
+
+
+@pytest.fixture()
+def seeded(origin_s3: Any, bucket: str, segments: tuple[SegmentObject, ...]) -> str:
+    for segment in segments:
+        origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+    return bucket
+
+
+def start_sidecar(origin: str, tmp_path: Path, *extra: str) -> SidecarProcess:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    return SidecarProcess(origin, cache, "--block-size", "256KiB",
+                          "--cache-size", str(64 * (BLOCK + 4096)), *extra,
+                          env={"SIDECAR_PREFETCH_MAX_WINDOW": "2MiB"})
+
+
+def replay_args(sidecar: SidecarProcess, origin: str, bucket: str) -> list[str]:
+    return [sys.executable, "-m", "sidecar", "replay", "--endpoint", sidecar.data_url,
+            "--list-endpoint", origin, "--bucket", bucket, "--admin", sidecar.admin_url,
+            "--fetch-bytes", "256KiB", "--concurrency", "2", "--json"]
+
+
+def run_replay(sidecar: SidecarProcess, origin: str, bucket: str) -> dict[str, Any]:
+    result = subprocess.run(replay_args(sidecar, origin, bucket), capture_output=True,
+                            text=True, timeout=120, env=replay_env())
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert report["crc_errors"] == 0
+    return report
+
+
+def replay_env() -> dict[str, str]:
+    return {**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING"}
+
+
+# --- the dashboard and the rules --------------------------------------------------------
+
+
+def dashboard() -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return result
+
+
+def panel_targets() -> list[tuple[str, str, str]]:
+    """(panel title, refId, expr) of every query of every panel."""
+    return [(panel["title"], target["refId"], target["expr"])
+            for panel in dashboard()["panels"] for target in panel.get("targets", [])]
+
+
+def concrete(expr: str, instance: str) -> str:
+    """The expression as Grafana sends it with one instance selected."""
+    for variable, value in (("$__rate_interval", "1m"), ("${instance}", instance),
+                            ("$instance", instance)):
+        expr = expr.replace(variable, value)
+    assert "$" not in expr, f"unsubstituted variable in {expr}"
+    return expr
+
+
+def test_dashboard_json_is_the_generators_output() -> None:
+    generator = ROOT / "deploy" / "grafana" / "generate_dashboard.py"
+    result = subprocess.run([sys.executable, "-c",
+                             "import runpy, sys; sys.stdout.write(runpy.run_path(sys.argv[1])"
+                             "['render']())", str(generator)],
+                            capture_output=True, text=True, check=True)
+    assert result.stdout == DASHBOARD.read_text(), \
+        "run `python deploy/grafana/generate_dashboard.py` and commit the JSON"
+
+
+def test_dashboard_is_importable_and_uses_its_variables() -> None:
+    board = dashboard()
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert variables["instance"]["includeAll"] and variables["instance"]["multi"]
+    ids = [panel["id"] for panel in board["panels"]]
+    assert len(ids) == len(set(ids))
+    contract = set(re.findall(r"`(sidecar_[a-z_]+)", (ROOT.parent / "shared" / "DESIGN.md")
+                              .read_text())) if (ROOT.parent / "shared" / "DESIGN.md").exists() \
+        else set()
+    used: set[str] = set()
+    for panel in board["panels"]:
+        assert {"x", "y", "w", "h"} <= set(panel["gridPos"])
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}"
+            # Every selector is narrowed to the chosen instances.
+            for selector in re.findall(r"\b[a-z_:]+\{[^}]*\}", target["expr"]):
+                assert 'instance=~"$instance"' in selector, (panel["title"], selector)
+            used.update(re.findall(r"\b(sidecar_[a-z_]+?)(?:_bucket)?\{", target["expr"]))
+    titles = " | ".join(panel["title"] for panel in board["panels"]).lower()
+    for wanted in ("byte hit ratio", "block hit ratio", "served bytes by source",
+                   "origin bytes by lane", "origin requests", "origin latency",
+                   "request latency by hit / miss", "prefetch accuracy", "prefetch blocks",
+                   "cache used vs capacity", "evictions", "checksum failures",
+                   "rate-limit waits", "warm-up blocks", "mode"):
+        assert wanted in titles, wanted
+    if contract:
+        assert used <= contract, used - contract
+        # Every metric of the contract appears on the dashboard.
+        assert contract <= used, contract - used
+
+
+def test_rules_pass_promtool(prometheus_installed: None) -> None:
+    checked = subprocess.run(["promtool", "check", "rules", *map(str, RULE_FILES)],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    unit = subprocess.run(
+        ["promtool", "test", "rules",
+         *map(str, sorted((ROOT / "deploy" / "prometheus" / "tests").glob("*.yml")))],
+        capture_output=True, text=True, timeout=60)
+    assert unit.returncode == 0, unit.stdout + unit.stderr
+
+
+class Prometheus:
+    """Debian's prometheus scraping one target every second, rules loaded, storage in tmp."""
+
+    def __init__(self, directory: Path, target: str) -> None:
+        self.directory = directory
+        self.target = target
+        self.url = ""
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Prometheus:
+        self.directory.mkdir()
+        config = self.directory / "prometheus.yml"
+        # JSON is YAML: no YAML library needed to write the config.
+        config.write_text(json.dumps({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(path) for path in RULE_FILES],
+            "scrape_configs": [{"job_name": "sidecar",
+                                "static_configs": [{"targets": [self.target]}]}],
+        }))
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self._log = open(self.directory / "prometheus.log", "wb")
+        self._process = subprocess.Popen(
+            ["prometheus", f"--config.file={config}",
+             f"--storage.tsdb.path={self.directory / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for(self._ready, "prometheus to be ready")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _ready(self) -> bool | None:
+        assert self._process is not None
+        if self._process.poll() is not None:
+            raise AssertionError("prometheus exited:\n"
+                                 + (self.directory / "prometheus.log").read_text())
+        try:
+            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
+                return True if response.status == 200 else None
+        except OSError:
+            return None
+
+    def api(self, path: str, **params: str) -> Any:
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                body = json.load(response)
+        except urllib.error.HTTPError as exc:  # a bad query is a 400 with a JSON error
+            body = json.load(exc)
+            exc.close()
+        assert body["status"] == "success", f"{params}: {body.get('error')}"
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        data = self.api("query", query=expr)
+        assert data["resultType"] == "vector", (expr, data["resultType"])
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._log.close()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+
+def test_every_panel_and_rule_returns_series_from_a_real_prometheus(
+    prometheus_installed: None, local_s3: LocalS3, seeded: str,
+    segments: tuple[SegmentObject, ...], tmp_path: Path,
+) -> None:
+    with start_sidecar(local_s3.endpoint, tmp_path) as sidecar, \
+            Prometheus(tmp_path / "prometheus", sidecar.admin_url.removeprefix("http://")) as prom:
+        instance = sidecar.admin_url.removeprefix("http://")
+        wait_for(lambda: prom.query('up{job="sidecar"} == 1') or None, "the first scrape")
+        report = run_replay(sidecar, local_s3.endpoint, seeded)
+        assert report["bytes"] == sum(len(segment.data) for segment in segments)
+
+        served = sidecar.metric("sidecar_served_bytes_total")
+        assert served >= report["bytes"]
+
+        replayed = time.time()
+
+        def scraped_after_replay() -> bool | None:
+            rows = prom.query("sum(sidecar_served_bytes_total)")
+            done = rows and float(rows[0]["value"][1]) >= served
+            # Two scrapes after the replay: a rate needs two samples of a series.
+            last = prom.query('timestamp(up{job="sidecar"})')
+            return True if done and float(last[0]["value"][1]) > replayed + 1.5 else None
+
+        wait_for(scraped_after_replay, "two scrapes after the replay")
+        groups = prom.api("rules")["groups"]
+        rules = [rule for group in groups for rule in group["rules"]]
+        recording = [rule for rule in rules if rule["type"] == "recording"]
+        alerting = [rule for rule in rules if rule["type"] == "alerting"]
+        assert {group["file"] for group in groups} == {str(path) for path in RULE_FILES}
+        assert len(recording) >= 5 and len(alerting) >= 5
+        # Every recorded series exists once the rules have been evaluated after the replay.
+        for rule in recording:
+            wait_for(lambda: prom.query(rule["name"]) or None, f"series of {rule['name']}",
+                     timeout=15)
+        for group in prom.api("rules")["groups"]:
+            for rule in group["rules"]:
+                assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
+        for rule in alerting:
+            prom.query(rule["query"])  # parses and evaluates (firing or not)
+            assert {"summary", "description"} <= set(rule["annotations"]), rule["name"]
+
+        byte_ratio = prom.query(f'instance:sidecar_byte_hit_ratio:rate5m{{instance="{instance}"}}')
+        assert 0.0 <= float(byte_ratio[0]["value"][1]) <= 1.0
+
+        empty = []
+        for title, ref, expr in panel_targets():
+            if not prom.query(concrete(expr, instance)):
+                empty.append(f"{title} [{ref}]: {expr}")
+        assert not empty, "panel queries without series:\n" + "\n".join(empty)
+
+
+# --- metric invariants ------------------------------------------------------------------
+
+
+@dataclass
+class Reader:
+    """A raw HTTP client that reads every body to its end and counts what it got."""
+
+    url: str
+    received: int = 0
+
+    def __post_init__(self) -> None:
+        parts = urllib.parse.urlsplit(self.url)
+        self._connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+
+    def get(self, bucket: str, key: str, range_header: str | None) -> bytes:
+        headers = {"Range": range_header} if range_header else {}
+        self._connection.request("GET", f"/{bucket}/{urllib.parse.quote(key)}", headers=headers)
+        response = self._connection.getresponse()
+        body = response.read()
+        assert response.status in (200, 206), (response.status, body[:200])
+        self.received += len(body)
+        return body
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def test_served_and_origin_bytes_add_up(
+    proxy: RecordingProxy, seeded: str, segments: tuple[SegmentObject, ...], tmp_path: Path,
+) -> None:
+    sizes = {segment.key: len(segment.data) for segment in segments}
+    with start_sidecar(proxy.endpoint, tmp_path) as sidecar:
+        proxy.clear()
+        counted_before = sidecar.metric("sidecar_origin_requests_total")
+        reader = Reader(sidecar.data_url)
+        try:
+            # A replay as a broker reads it, partition by partition in segment order,
+            # in fetch-sized bounded ranges that straddle block boundaries...
+            for segment in segments:
+                data, step, position = segment.data, 300 * 1024 + 7, 0
+                while position < len(data):
+                    end = min(position + step, len(data)) - 1
+                    assert reader.get(seeded, segment.key, f"bytes={position}-{end}") \
+                        == data[position:end + 1]
+                    position = end + 1
+            # ...then the other shapes of range: open-ended, suffix, whole object, and a
+            # second pass over one segment (all hits).
+            first, last = segments[0], segments[-1]
+            assert reader.get(seeded, last.key, "bytes=1000000-") == last.data[1000000:]
+            assert reader.get(seeded, last.key, "bytes=-5000") == last.data[-5000:]
+            assert reader.get(seeded, first.key, None) == first.data
+            assert reader.get(seeded, first.key, "bytes=10-700000") == first.data[10:700001]
+        finally:
+            reader.close()
+
+        def settled() -> dict[str, float] | None:
+            # Read-ahead may still be in flight: wait until every origin request
+            # the proxy saw has been counted, and the counters stand still.
+            before = {name: sidecar.metric(name) for name in
+                      ("sidecar_origin_requests_total", "sidecar_origin_bytes_total",
+                       "sidecar_served_bytes_total")}
+            time.sleep(0.3)
+            after = {name: sidecar.metric(name) for name in before}
+            seen = len(proxy.requests)
+            if before == after and after["sidecar_origin_requests_total"] - counted_before == seen:
+                return after
+            return None
+
+        totals = wait_for(settled, "origin reads to settle")
+        from_cache = sidecar.metric("sidecar_served_bytes_total", source="cache")
+        from_origin = sidecar.metric("sidecar_served_bytes_total", source="origin")
+        assert from_cache + from_origin == reader.received
+        assert from_cache > 0 and from_origin > 0
+
+        fetched = 0
+        for request in proxy.gets():
+            start, end = request.byte_range()
+            size = sizes[request.key]
+            assert start % BLOCK == 0, request.range
+            assert (end + 1) % BLOCK == 0 or end >= size - 1, request.range
+            fetched += min(end, size - 1) - start + 1
+        assert totals["sidecar_origin_bytes_total"] == fetched
+        # Every block of every segment was fetched once and only once.
+        assert fetched == sum(sizes.values())
+
+        stats = sidecar.stats()
+        assert stats["served_bytes"] == {"cache": from_cache, "origin": from_origin}
+        assert stats["origin_bytes"] == fetched
+        assert sum(stats["origin"]["bytes"].values()) == fetched  # type: ignore[index]
+
+
+# --- the built-in page in a real browser ------------------------------------------------
+
+
+class Chromium:
+    """Headless Debian Chromium with the DevTools protocol on a loopback port."""
+
+    def __init__(self, profile: Path) -> None:
+        self.profile = profile
+        self.port = 0
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Chromium:
+        self.profile.mkdir()
+        self._log = open(self.profile.parent / "chromium.log", "wb")
+        self._process = subprocess.Popen(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={self.profile}",
+             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+             "--window-size=1280,900", "about:blank"],
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        active = self.profile / "DevToolsActivePort"
+
+        def listening() -> int | None:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise AssertionError("chromium exited:\n"
+                                     + (self.profile.parent / "chromium.log").read_text())
+            lines = active.read_text().split() if active.exists() else []
+            return int(lines[0]) if lines else None
+
+        try:
+            self.port = wait_for(listening, "chromium's DevTools port")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            # Its own session: the group holds chromium's zygote and renderers too.
+            os.killpg(self._process.pid, signal.SIGTERM)
+            try:
+                self._process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._process.pid, signal.SIGKILL)
+                self._process.wait()
+        self._log.close()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+
+class Page:
+    """One tab, driven by DevTools protocol commands over aiohttp's websocket client."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self._ws = ws
+        self._ids = 0
+
+    async def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self._ids += 1
+        await self._ws.send_json({"id": self._ids, "method": method, "params": params})
+        while True:
+            message = await asyncio.wait_for(self._ws.receive_json(), 30)
+            if message.get("id") == self._ids:
+                assert "error" not in message, (method, message["error"])
+                result: dict[str, Any] = message["result"]
+                return result
+
+    async def evaluate(self, expression: str) -> Any:
+        result = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in result, result["exceptionDetails"]
+        return result["result"].get("value")
+
+
+# What the page shows, read from its stable hooks (see sidecar/ui.py).
+PAGE_STATE = """(() => {
+  const colored = (canvas, rgb) => {
+    const d = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      if (Math.abs(d[i] - rgb[0]) < 40 && Math.abs(d[i + 1] - rgb[1]) < 40
+          && Math.abs(d[i + 2] - rgb[2]) < 40 && d[i + 3] > 128) n++;
+    }
+    return n;
+  };
+  const chart = (id, rgb) => {
+    const el = document.getElementById(id);
+    return {points: Number(el.dataset.points), draws: Number(el.dataset.draws),
+            ink: colored(el, rgb), swatch: 100 * (window.devicePixelRatio || 1) ** 2};
+  };
+  const tile = (id) => {
+    const el = document.getElementById(id);
+    return {text: el.textContent, value: el.dataset.value};
+  };
+  return {
+    samples: Number(document.body.dataset.samples), error: document.body.dataset.error,
+    byte: tile("byte-hit-ratio"), block: tile("block-hit-ratio"), mode: tile("mode"),
+    maxCacheRate: Math.max(0, ...samples.map((s) => s.cacheRate || 0)),
+    charts: {ratios: chart("chart-ratios", [18, 183, 106]),
+             throughput: chart("chart-throughput", [18, 183, 106]),
+             occupancy: chart("chart-occupancy", [46, 144, 250])},
+  };
+})()"""
+
+
+def shown(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{100 * ratio:.2f}%"
+
+
+async def test_ui_shows_the_hit_ratio_of_the_stats_json(
+    chromium_installed: None, local_s3: LocalS3, seeded: str, tmp_path: Path,
+) -> None:
+    # A bandwidth budget stretches the replay over a few of the page's polls.
+    with start_sidecar(local_s3.endpoint, tmp_path, "--origin-bandwidth", "6MiB/s") as sidecar, \
+            Chromium(tmp_path / "profile") as browser:
+        async with aiohttp.ClientSession() as http_session:
+            async with http_session.get(f"http://127.0.0.1:{browser.port}/json/list") as response:
+                tabs = await response.json()
+            tab = next(t for t in tabs if t["type"] == "page")
+            async with http_session.ws_connect(tab["webSocketDebuggerUrl"],
+                                               max_msg_size=0) as ws:
+                page = Page(ws)
+                await page.call("Page.enable")
+                await page.call("Page.navigate", url=sidecar.admin_url + "/ui?interval_ms=200")
+
+                async def state_when(condition: Callable[[dict[str, Any]], bool], what: str,
+                                     timeout: float = 30.0) -> dict[str, Any]:
+                    deadline = time.monotonic() + timeout
+                    while True:
+                        state: dict[str, Any]
+                        try:
+                            state = await page.evaluate(PAGE_STATE)
+                        except AssertionError as exc:  # still navigating: no script yet
+                            state = {"evaluate": str(exc)}
+                        if "evaluate" not in state and condition(state):
+                            return state
+                        assert time.monotonic() < deadline, f"timed out: {what}: {state}"
+                        await asyncio.sleep(0.1)
+
+                await state_when(lambda s: s["samples"] >= 1, "the first poll")
+                replay = subprocess.Popen(replay_args(sidecar, local_s3.endpoint, seeded),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          env=replay_env())
+                try:
+                    await state_when(
+                        lambda s: s["samples"] >= 4 and s["maxCacheRate"] > 0,
+                        "samples with traffic while the replay runs", timeout=60)
+                    while replay.poll() is None:
+                        await asyncio.sleep(0.1)
+                    out, err = replay.communicate(timeout=30)
+                finally:
+                    if replay.poll() is None:
+                        replay.kill()
+                        replay.communicate()
+                assert replay.returncode == 0, err
+                assert json.loads(out)["crc_errors"] == 0
+
+                # Counters stand still once the replay's connections are gone...
+                def steady() -> dict[str, Any] | None:
+                    first = sidecar.stats()
+                    time.sleep(0.3)
+                    second = sidecar.stats()
+                    same = all(first[k] == second[k] for k in
+                               ("hits", "misses", "served_bytes"))
+                    return second if same else None
+
+                stats = wait_for(steady, "the stats to settle")
+                # ...and the page polls again after that.
+                polled = (await page.evaluate(PAGE_STATE))["samples"]
+                state = await state_when(
+                    lambda s: s["samples"] >= polled + 2
+                    and all(c["points"] >= 6 and c["ink"] > 2 * c["swatch"]
+                            for c in s["charts"].values()),
+                    "the charts to draw")
+                again = sidecar.stats()
+                for key in ("hits", "misses", "served_bytes", "byte_hit_ratio", "block_hit_ratio"):
+                    assert again[key] == stats[key], key
+                assert state["error"] == ""
+                assert stats["byte_hit_ratio"] is not None
+                assert state["byte"]["text"] == shown(stats["byte_hit_ratio"])
+                assert float(state["byte"]["value"]) == stats["byte_hit_ratio"]
+                assert state["block"]["text"] == shown(stats["block_hit_ratio"])
+                assert float(state["block"]["value"]) == stats["block_hit_ratio"]
+                assert state["mode"]["value"] == "normal"
+
+                shot = await page.call("Page.captureScreenshot", format="png")
+                ARTIFACTS.mkdir(exist_ok=True)
+                (ARTIFACTS / "ui-hit-rates.png").write_bytes(base64.b64decode(shot["data"]))
+
+
+def test_access_log_has_one_json_line_per_request(
+    local_s3: Any, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    from tests.functional.test_data_port import raw_request
+    from tests.support.processes import SidecarProcess
+
+    data = bytes(range(256)) * 4096  # 1 MiB
+    origin_s3.put_object(Bucket=bucket, Key="a/seg.log", Body=data)
+    log_path = tmp_path / "access.jsonl"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache, "--access-log", str(log_path),
+                        "--block-size", "64KiB", "--cache-size", str(32 * (65536 + 4096))
+                        ) as sidecar:
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/a/seg.log",
+                           {"Range": "bytes=0-99"})[2] == data[:100]
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/a/seg.log",
+                           {"Range": "bytes=0-99"})[2] == data[:100]
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/nope")[0] == 404
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [(line["status"], line["cache"], line["bytes"]) for line in lines] == [
+        (206, "miss", 100), (206, "hit", 100), (404, "none", 0),
+    ]
+    assert lines[0]["bucket"] == bucket and lines[0]["key"] == "a/seg.log"
+    assert lines[0]["range"] == "bytes=0-99" and lines[0]["duration_s"] > 0

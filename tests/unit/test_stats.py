@@ -1,0 +1,87 @@
+"""The stats JSON (/api/v1/stats) and its terminal rendering (`sidecar stats`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from sidecar.admin import stats_snapshot
+from sidecar.cli import _format_stats
+from sidecar.metrics import Metrics
+
+
+def busy_metrics() -> Metrics:
+    metrics = Metrics(CollectorRegistry())
+    metrics.cache_lookups.labels("hit").inc(9)
+    metrics.cache_lookups.labels("miss").inc(1)
+    metrics.served_bytes.labels("cache").inc(3 * 2**20)
+    metrics.served_bytes.labels("origin").inc(2**20)
+    metrics.origin_bytes.labels("foreground").inc(2**20)
+    metrics.origin_bytes.labels("prefetch").inc(4 * 2**20)
+    metrics.origin_requests.labels("foreground", "ok").inc(5)
+    metrics.origin_requests.labels("prefetch", "error").inc(1)
+    metrics.prefetch_blocks.labels("issued").inc(4)
+    metrics.prefetch_blocks.labels("used").inc(3)
+    metrics.prefetch_blocks.labels("wasted").inc(1)
+    metrics.ratelimit_wait.labels("prefetch").inc(1.5)
+    metrics.requests.labels("GetObject", "206").inc(10)
+    metrics.requests.labels("GetObject", "404").inc(2)
+    return metrics
+
+
+def test_snapshot_ratios_and_totals() -> None:
+    stats = stats_snapshot(busy_metrics())
+    assert stats["block_hit_ratio"] == 0.9
+    assert stats["byte_hit_ratio"] == 0.75
+    assert stats["prefetch"]["accuracy"] == 0.75
+    assert stats["origin_bytes"] == 5 * 2**20
+    assert stats["origin"]["bytes"] == {"foreground": 2**20, "prefetch": 4 * 2**20, "warm": 0}
+    assert stats["origin"]["requests"] == {"ok": 5, "not_found": 0, "error": 1}
+    assert stats["origin"]["ratelimit_wait_seconds"]["prefetch"] == 1.5
+    assert stats["requests"] == 12
+
+
+def test_snapshot_of_an_idle_sidecar_has_no_ratios() -> None:
+    stats = stats_snapshot(Metrics(CollectorRegistry()))
+    assert stats["block_hit_ratio"] is None and stats["byte_hit_ratio"] is None
+    assert stats["prefetch"]["accuracy"] is None
+    assert stats["requests"] == 0
+
+
+def rendered(stats: dict[str, Any]) -> dict[str, str]:
+    lines = _format_stats(stats).splitlines()
+    labels = [re.split(r"\s{2,}", line, maxsplit=1)[0] for line in lines]
+    column = max(map(len, labels)) + 2
+    # One column for the values.
+    assert all(line[column - 2:column] == "  " and line[column] != " " for line in lines)
+    return {label: line[column:] for label, line in zip(labels, lines)}
+
+
+def test_summary_is_aligned_and_complete() -> None:
+    stats = stats_snapshot(busy_metrics())
+    stats.update(mode="cache-only", requested_mode="cache-only", disk_problem=None)
+    lines = rendered(stats)
+    assert lines["mode"] == "cache-only"
+    assert lines["byte hit ratio"] == "75.00%"
+    assert lines["block hit ratio"] == "90.00%  (9 hits, 1 misses)"
+    assert lines["prefetch"] == "accuracy 75.00%  (4 issued, 3 used, 1 wasted)"
+    assert lines["origin requests"] == "6 (1 failed)"
+    assert lines["rate-limit waits"].startswith("foreground 0.0s, prefetch 1.5s")
+    assert "warm-up blocks" not in lines  # nothing warmed: no line
+
+
+def test_summary_names_a_forced_bypass() -> None:
+    stats = stats_snapshot(Metrics(CollectorRegistry()))
+    stats.update(mode="bypass", requested_mode="normal", disk_problem="EIO: Input/output error")
+    assert rendered(stats)["mode"] == ("bypass (requested normal) - cache disk: "
+                                       "EIO: Input/output error")
+    assert rendered(stats)["byte hit ratio"] == "n/a"
+
+
+def test_summary_of_an_older_sidecar_without_the_new_fields() -> None:
+    stats = stats_snapshot(Metrics(CollectorRegistry()))
+    for key in ("origin", "warm_blocks", "requests"):
+        del stats[key]
+    assert rendered(stats)["origin read"] == "0.0 MiB"
