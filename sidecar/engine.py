@@ -6,9 +6,10 @@ want it at the same time; each reader takes the block's bytes as they land
 (sidecar.block_buffer). A block stays in the table until it is written to the
 cache, so a reader never finds it in neither place and fetches it again.
 
-A lookup is a hit when the block is in the cache or is already being read ahead
-(the reader's request was anticipated and caused no origin read); a miss is a
-lookup that had to start a foreground fetch or join one.
+A lookup is a hit when the block is in the cache or already on its way from the
+origin (read ahead, warmed, or fetched for an earlier request): the reader's
+request causes no origin read. A miss is a lookup that starts an origin fetch,
+and only the bytes of fetches a request started count as served from origin.
 
 Bounded requests fetch their adjacent missing blocks in one coalesced origin GET.
 Open-ended requests (`bytes=pos-`, or no Range at all) are read lazily, a block at
@@ -107,7 +108,6 @@ class Engine:
         self._buffered = 0
         self._warm_gate = asyncio.Semaphore(warm_concurrency)  # the warm lane's connections
         self._in_flight: dict[BlockIdent, BlockBuffer] = {}
-        self._reading_ahead: set[BlockIdent] = set()  # in flight on the prefetch lane
         self._tasks: set[asyncio.Task[None]] = set()
         self.prefetcher: Prefetcher | None = None
 
@@ -124,13 +124,14 @@ class Engine:
         if prefetcher is not None and stream is not None:
             prefetcher.on_delivered(stream, info, start)  # a continued stream reads ahead now
         position = start
+        started: set[BlockIdent] = set()  # blocks whose origin fetch this request began
         blocks = blocks_for_range(start, end, self._block_size)
         for block in blocks:
             block_start, block_end = block_span(block, self._block_size, info.size)
             lo = max(start, block_start) - block_start
             hi = min(end + 1, block_end) - block_start
             ahead = range(block, block + 1) if lazy else range(block, blocks.stop)
-            async for piece in self._block_pieces(info, block, lo, hi, ahead):
+            async for piece in self._block_pieces(info, block, lo, hi, ahead, started):
                 yield piece
                 # Back here only once the client took the piece: heads follow
                 # delivered bytes, not the range asked for.
@@ -139,7 +140,8 @@ class Engine:
                     prefetcher.on_delivered(stream, info, position)
 
     async def _block_pieces(
-        self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range
+        self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range,
+        started: set[BlockIdent],
     ) -> AsyncIterator[tuple[Piece, Source]]:
         if not self._modes.caching:
             async for piece in self._bypass(info, block, lo, hi):
@@ -147,7 +149,8 @@ class Engine:
             return
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
         record = self._store.lookup(ident)
-        anticipated = record is not None or ident in self._reading_ahead
+        joined = ident in self._in_flight and ident not in started
+        anticipated = record is not None or joined
         self._metrics.cache_lookups.labels("hit" if anticipated else "miss").inc()
         if not anticipated:
             log.debug("miss %s block %d", info.key, block)
@@ -166,8 +169,8 @@ class Engine:
             yield data, Source.CACHE
         if lo >= hi:
             return
-        source = Source.CACHE if ident in self._reading_ahead else Source.ORIGIN
-        async for view in self._fetching(info, ident, ahead).pieces(lo, hi, PIECE_SIZE):
+        source = Source.CACHE if joined else Source.ORIGIN
+        async for view in self._fetching(info, ident, ahead, started).pieces(lo, hi, PIECE_SIZE):
             yield view, source
 
     async def _bypass(
@@ -184,7 +187,9 @@ class Engine:
             raise Overloaded(f"{self._buffered} bytes already buffered for readers")
         self._buffered += size
 
-    def _fetching(self, info: ObjectInfo, ident: BlockIdent, ahead: range) -> BlockBuffer:
+    def _fetching(
+        self, info: ObjectInfo, ident: BlockIdent, ahead: range, started: set[BlockIdent]
+    ) -> BlockBuffer:
         """The block's buffer: of an in-flight fetch, or of a new coalesced one.
 
         The fetch runs in a task of its own: a reader that goes away stops
@@ -194,11 +199,11 @@ class Engine:
         if buffer is None:
             if not self._modes.downloads:
                 raise DownloadsPaused("cache-only mode: the block is not cached")
-            self._start_fetch(info, ahead)
+            started.update(self._start_fetch(info, ahead))
             buffer = self._in_flight[ident]
         return buffer
 
-    def _start_fetch(self, info: ObjectInfo, ahead: range) -> None:
+    def _start_fetch(self, info: ObjectInfo, ahead: range) -> list[BlockIdent]:
         """Fetch the first block of `ahead` and the missing blocks right after it."""
         run_end = ahead.start + 1
         while run_end < ahead.stop and run_end - ahead.start < self._max_run:
@@ -213,6 +218,7 @@ class Engine:
         )
         buffers = [self._new_buffer(info, block) for block in range(first, last + 1)]
         self._spawn(self._fetch_run(info, buffers, "foreground"))
+        return [ident for ident, _ in buffers]
 
     def _new_buffer(self, info: ObjectInfo, block: int) -> tuple[BlockIdent, BlockBuffer]:
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
@@ -223,7 +229,7 @@ class Engine:
     def will_hit(self, info: ObjectInfo, offset: int) -> bool:
         """Whether the block holding `offset` is cached or being read ahead (no side effects)."""
         ident = BlockIdent(info.bucket, info.key, info.etag, offset // self._block_size)
-        return ident in self._reading_ahead or self._store.lookup(ident, touch=False) is not None
+        return ident in self._in_flight or self._store.lookup(ident, touch=False) is not None
 
     def fetch_ahead(
         self, info: ObjectInfo, block: int, lane: str = "prefetch"
@@ -234,9 +240,7 @@ class Engine:
             return None
         entry = self._new_buffer(info, block)
         self._buffered += entry[1].length
-        self._reading_ahead.add(ident)
         task = self._spawn(self._fetch_run(info, [entry], lane))
-        task.add_done_callback(lambda _: self._reading_ahead.discard(ident))
         return task
 
     async def warm(

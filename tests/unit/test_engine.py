@@ -202,3 +202,24 @@ async def test_a_miss_streams_its_first_bytes_before_the_block_lands(
         await asyncio.sleep(0.01)
     assert (await collect(engine, info, 0, BLOCK - 1))[1] == {Source.CACHE}
     await store.close()
+
+
+async def test_hits_and_misses_count_who_started_the_origin_read(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    data = random.Random(10).randbytes(6 * BLOCK)
+    engine, origin, info, store = await make_engine(tmp_path, executor, data)
+    metrics = engine._metrics
+    origin.delay = 0.05
+    # One bounded request over 3 missing blocks starts one coalesced fetch: 3 misses.
+    first = asyncio.ensure_future(collect(engine, info, 0, 3 * BLOCK - 1))
+    await asyncio.sleep(0.01)
+    # A second reader joining that fetch causes no origin read: hits, bytes from cache.
+    second, sources = await collect(engine, info, BLOCK, 2 * BLOCK - 1)
+    assert second == data[BLOCK:2 * BLOCK] and sources == {Source.CACHE}
+    assert (await first)[1] == {Source.ORIGIN}
+    assert metrics.value("sidecar_cache_lookups_total", {"result": "miss"}) == 3
+    assert metrics.value("sidecar_cache_lookups_total", {"result": "hit"}) == 1
+    assert len(origin.calls) == 1
+    await engine.close()
+    await store.close()
