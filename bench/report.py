@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Any
 
 MiB = 1024 * 1024
@@ -337,6 +339,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     missed = [t for t in results.get("targets") or [] if t["met"] is False]
     if missed:
         out.append(f"{len(missed)} of {len(rows)} targets are **not met** in this run.\n")
+        analysis = Path(__file__).with_name("ANALYSIS.md")
+        if analysis.exists():
+            out.append(analysis.read_text().rstrip() + "\n")
 
     out.append("## One partition, cold\n")
     out.append(_scenario_line(results, "cold-1p") + ". Fresh servers and empty caches for each "
