@@ -17,36 +17,7 @@ if [ "${#missing[@]}" -eq 0 ]; then
     exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    SUDO="sudo"
-fi
-
-echo "bench: installing ${missing[*]}" >&2
-# policy-rc.d exit 101 keeps dpkg from starting the nginx service on install;
-# the harness runs its own nginx instances as child processes.
-policy=/usr/sbin/policy-rc.d
-created_policy=0
-if [ ! -e "$policy" ]; then
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
-    $SUDO chmod 755 "$policy"
-    created_policy=1
-fi
-cleanup() {
-    if [ "$created_policy" -eq 1 ]; then
-        $SUDO rm -f "$policy"
-    fi
-}
-trap cleanup EXIT
-
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-
-# Belt and braces: if a service manager started nginx anyway, stop it.
-if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet nginx 2>/dev/null; then
-    $SUDO systemctl stop nginx || true
-fi
-
+# The harness runs its own nginx instances as child processes.
+bash "$(dirname "$0")/../scripts/apt-install.sh" "${missing[@]}"
 command -v nginx >/dev/null
 command -v wrk >/dev/null
