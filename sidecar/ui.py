@@ -157,7 +157,9 @@ function drawChart(canvas, series, opts) {
   }
   const n = series.length ? series[0].values.length : 0;
   const step = n > 1 ? plotW / (n - 1) : 0;
-  for (const s of series) {
+  // The first series is the headline figure: drawn last, so a close second
+  // line (block vs byte hit ratio) never hides it.
+  for (const s of [...series].reverse()) {
     ctx.strokeStyle = s.color;
     ctx.lineWidth = 2;
     ctx.beginPath();
