@@ -119,24 +119,22 @@ def parse_bool(value: object) -> bool:
     raise ConfigError(f"not a boolean: {value!r} (expected true or false)")
 
 
-def _positive_int(value: object) -> int:
+def _whole_number(value: object, minimum: int) -> int:
     try:
         number = int(str(value))
     except ValueError:
         raise ConfigError(f"not a whole number: {value!r}") from None
-    if number < 1:
-        raise ConfigError(f"must be at least 1: {value!r}")
+    if number < minimum:
+        raise ConfigError(f"must be at least {minimum}: {value!r}")
     return number
+
+
+def _positive_int(value: object) -> int:
+    return _whole_number(value, 1)
 
 
 def _non_negative_int(value: object) -> int:
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise ConfigError(f"not a whole number: {value!r}") from None
-    if number < 0:
-        raise ConfigError(f"must not be negative: {value!r}")
-    return number
+    return _whole_number(value, 0)
 
 
 def _fraction(value: object) -> float:

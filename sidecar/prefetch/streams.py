@@ -24,6 +24,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sidecar.blocks import block_count
+
 ObjectId = tuple[str, str, str]  # bucket, key, etag
 
 
@@ -131,7 +133,7 @@ class StreamTable:
 
     def plan(self, stream: Stream, object_size: int) -> AheadPlan:
         """Which blocks to prefetch now, given what was already considered."""
-        blocks = -(-object_size // self._block_size)
+        blocks = block_count(object_size, self._block_size)
         if not stream.sequential:
             return AheadPlan(range(0), 0)
         current = stream.position // self._block_size
