@@ -198,6 +198,7 @@ class Option:
     metavar: str = ""
     flag: bool = True  # exposed as a command-line flag (all are TOML keys and env vars)
     kind: str = "value"  # "switch": a flag without a value; "list": a repeatable flag
+    secret: bool = False  # never shown: not in logs, errors, stats or the config summary
 
     @property
     def env(self) -> str:
@@ -212,7 +213,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("listen", parse_host_port, "127.0.0.1:9330", "data port (S3 API) address", "H:P"),
     Option("admin_listen", parse_host_port, "127.0.0.1:9331", "admin port address", "H:P"),
     Option("admin_token", _optional_str, "",
-           "bearer token for mutating admin calls (required off loopback)", "TOKEN"),
+           "bearer token for mutating admin calls (required off loopback)", "TOKEN",
+           secret=True),
     Option("origin_endpoint", _optional_str, "",
            "object store URL (default: AWS from the region)", "URL"),
     Option("origin_region", str, "us-east-1", "object store region", "R"),
@@ -369,6 +371,23 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
 
 
+def flatten_sections(file_values: Mapping[str, Any]) -> dict[str, Any]:
+    """TOML tables name groups of options: `[auth] keys = ...` is the option `auth_keys`.
+
+    Only a table whose name starts known options is read this way, so a table
+    that is itself one option's value (a mapping) is left alone.
+    """
+    flat: dict[str, Any] = {}
+    for name, value in file_values.items():
+        if (isinstance(value, dict) and name not in _BY_NAME
+                and any(option.startswith(name + "_") for option in _BY_NAME)):
+            for inner, inner_value in value.items():
+                flat[f"{name}_{inner}"] = inner_value
+        else:
+            flat[name] = value
+    return flat
+
+
 def load_config(
     flags: Mapping[str, object], env: Mapping[str, str], file_values: Mapping[str, Any]
 ) -> Config:
@@ -376,6 +395,7 @@ def load_config(
 
     `flags` holds only the flags that were given, keyed by option name.
     """
+    file_values = flatten_sections(file_values)
     unknown = sorted(set(file_values) - set(_BY_NAME))
     if unknown:
         raise ConfigError(f"unknown config key {unknown[0]!r} (known: {', '.join(_BY_NAME)})")
