@@ -33,3 +33,12 @@ clean:
 bench: $(STAMP)
 	bash bench/install-deps.sh
 	$(BIN)/python -m bench
+
+# docs/CONFIG.md is generated from the OPTIONS table in sidecar/config.py; a test
+# fails when it is stale. Run this after adding or changing an option. The
+# renderer needs only the standard library, so no venv is required.
+.PHONY: config-docs
+config-docs:
+	mkdir -p docs
+	$(PYTHON) -m sidecar.config_reference > docs/CONFIG.md.tmp
+	mv docs/CONFIG.md.tmp docs/CONFIG.md

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sidecar import ui, warm_api
 from sidecar.engine import Engine
 from sidecar.isolation.modes import ModeState, parse_mode
-from sidecar.metrics import EVICTION_REASONS, LANES, ORIGIN_OUTCOMES, Metrics
+from sidecar.metrics import BREAKER_STATES, EVICTION_REASONS, LANES, ORIGIN_OUTCOMES, Metrics
 from sidecar.origin import Origin
 
 
@@ -53,6 +53,11 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
                 lane: metrics.value("sidecar_ratelimit_wait_seconds_total", {"lane": lane})
                 for lane in LANES
             },
+            "breaker": {
+                "state": next((state for state in BREAKER_STATES if metrics.value(
+                    "sidecar_origin_breaker_state", {"state": state})), "closed"),
+                "rejected": int(metrics.value("sidecar_origin_breaker_rejected_total")),
+            },
         },
         "requests": int(metrics.total("sidecar_requests_total")),
         "prefetch": {
@@ -86,8 +91,11 @@ class AdminPort:
         origin: Origin,
         token: str | None,
         modes: ModeState | None = None,
+        cache_recovery: Callable[[], dict[str, Any] | None] | None = None,
     ) -> None:
         self._metrics = metrics
+        # What rebuilding the cache index at start found (cache.recovery in the stats).
+        self._cache_recovery = cache_recovery
         self._is_ready = is_ready
         self._engine = engine
         self._origin = origin
@@ -170,6 +178,8 @@ class AdminPort:
         snapshot["mode"] = self._modes.current.value
         snapshot["requested_mode"] = self._modes.requested.value
         snapshot["disk_problem"] = self._modes.disk_problem
+        if self._cache_recovery is not None:
+            snapshot["cache"]["recovery"] = self._cache_recovery()
         return web.json_response(snapshot)
 
     async def warm(self, request: web.Request) -> web.Response:

@@ -18,8 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sidecar.config import OPTIONS, load_config, read_toml
+from sidecar.config import OPTIONS, Setting, build_config, read_toml, resolve
+from sidecar.config_reference import NEGATED_FLAGS, effective_values, render_effective
 from sidecar.errors import ConfigError, OriginUnavailable
+from sidecar.log_format import choose_format, formatter_for
 
 EXIT_USAGE = 2
 
@@ -35,8 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="serve S3 range reads through the block cache")
     serve.add_argument("--config", type=Path, help="TOML file (keys named like the flags)")
-    serve.add_argument("--no-prefetch", dest="prefetch", action="store_const", const=False,
-                       default=argparse.SUPPRESS,
+    serve.add_argument(
+        "--check-config", action="store_true",
+        help="load and validate the configuration (flags, env, file) as serve does, print "
+             "the effective values (secrets as <set>/<unset>) and exit; binds no port, "
+             "contacts no origin, leaves the cache dir alone")
+    serve.add_argument(NEGATED_FLAGS["prefetch"], dest="prefetch", action="store_const",
+                       const=False, default=argparse.SUPPRESS,
                        help="no sequential read-ahead (env SIDECAR_PREFETCH=false)")
     for option in OPTIONS:
         if not option.flag:
@@ -90,12 +97,22 @@ def _serve(args: argparse.Namespace) -> None:
 
     flags = {option.name: getattr(args, option.name)
              for option in OPTIONS
-             if (option.flag or option.name == "prefetch") and hasattr(args, option.name)}
+             if (option.flag or option.name in NEGATED_FLAGS) and hasattr(args, option.name)}
     config_path = args.config or (Path(os.environ["SIDECAR_CONFIG"])
                                   if os.environ.get("SIDECAR_CONFIG") else None)
     file_values = read_toml(config_path) if config_path else {}
-    config = load_config(flags, os.environ, file_values)
-    asyncio.run(serve(config))
+    settings = resolve(flags, os.environ, file_values)
+    config = build_config(settings)
+    if args.check_config:
+        def source(setting: Setting) -> str:
+            option = setting.option
+            return {"flag": f"flag {NEGATED_FLAGS.get(option.name, option.cli)}",
+                    "env": f"env {option.env}", "file": f"file {config_path}",
+                    "default": "default"}[setting.source]
+        sys.stdout.write(render_effective(settings, source))
+        return
+    configure_logging(config.server.log_format)
+    asyncio.run(serve(config, effective_values(settings)))
 
 
 def _demo(args: argparse.Namespace) -> None:
@@ -189,15 +206,31 @@ def _stats(args: argparse.Namespace) -> None:
     print(json.dumps(stats, indent=2) if args.json else _format_stats(stats))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("SIDECAR_LOG_LEVEL", "INFO").upper(), stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def configure_logging(setting: str) -> None:
+    """One stderr handler on the root logger: JSON lines unless a person is watching.
+
+    Called again by `serve` once the configuration (log_format) is loaded.
+    """
+    stream = sys.stderr
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter_for(choose_format(setting, stream.isatty())))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    level = os.environ.get("SIDECAR_LOG_LEVEL", "INFO").upper()
+    root.setLevel(level if level in logging.getLevelNamesMapping() else logging.INFO)
     # botocore narrates credential look-ups at INFO; operators need its warnings only.
     for noisy in ("botocore", "aiobotocore"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # Until serve has loaded its configuration, the env var decides (a bad value
+    # is reported by load_config; here it just means auto).
+    early = os.environ.get("SIDECAR_LOG_FORMAT", "auto").strip().lower()
+    configure_logging(early if early in ("json", "text") else "auto")
     handlers = {"serve": _serve, "demo": _demo, "stats": _stats, "replay": _replay}
     try:
         handlers[args.command](args)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +189,74 @@ def _optional_str(value: object) -> str | None:
     return text or None
 
 
+def _log_format(value: object) -> str:
+    name = str(value).strip().lower()
+    if name not in ("auto", "json", "text"):
+        raise ConfigError(f"unknown log format {value!r} (expected auto, json or text)")
+    return name
+
+
+def _optional_bool(value: object) -> bool | None:
+    return None if str(value).strip() == "" else parse_bool(value)
+
+
+# AWS access key ids are letters and digits; a little wider is allowed for
+# other S3 implementations, but never a separator of the formats below.
+_ACCESS_KEY_RE = re.compile(r"^[A-Za-z0-9_.+=@-]{1,128}$")
+
+
+def parse_auth_keys(value: object) -> dict[str, str]:
+    """`{AKID = "SECRET"}` (TOML) or `AKID:SECRET,AKID2:SECRET2` (env) -> {akid: secret}.
+
+    Error messages name an entry by its position only: a malformed entry may
+    well be a secret pasted on its own.
+    """
+    if isinstance(value, dict):
+        pairs: list[tuple[str, object]] = [(str(akid), secret) for akid, secret in value.items()]
+    else:
+        pairs = [_split_pair(entry) for entry in str(value).split(",") if entry.strip()]
+    return _key_table(pairs, "entry")
+
+
+def _split_pair(text: str) -> tuple[str, object]:
+    akid, sep, secret = text.strip().partition(":")
+    return (akid, secret) if sep else ("", None)
+
+
+def read_auth_keys_file(path: Path) -> dict[str, str]:
+    """A file of `AKID:SECRET` lines; blank lines and `#` comments are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(f"auth_keys_file: cannot read {path}: {reason}") from None
+    pairs = [
+        _split_pair(line) for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    try:
+        return _key_table(pairs, "key line")
+    except ConfigError as exc:
+        raise ConfigError(f"auth_keys_file {path}: {exc}") from None
+
+
+def _key_table(pairs: Sequence[tuple[str, object]], unit: str) -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for number, (akid, secret) in enumerate(pairs, 1):
+        akid = akid.strip()
+        if secret is None or not _ACCESS_KEY_RE.match(akid):
+            raise ConfigError(
+                f"{unit} {number}: not AKID:SECRET (the access key id must be 1-128 letters, "
+                "digits or _.+=@-)"
+            )
+        if not isinstance(secret, str) or not secret.strip():
+            raise ConfigError(f"{unit} {number}: the secret must be a non-empty string")
+        if akid in keys:
+            raise ConfigError(f"{unit} {number}: an access key id is given twice")
+        keys[akid] = secret.strip()
+    return keys
+
+
 @dataclass(frozen=True)
 class Option:
     name: str
@@ -199,6 +267,7 @@ class Option:
     flag: bool = True  # exposed as a command-line flag (all are TOML keys and env vars)
     kind: str = "value"  # "switch": a flag without a value; "list": a repeatable flag
     secret: bool = False  # never shown: not in logs, errors, stats or the config summary
+    group: str = ""  # section of docs/CONFIG.md; "" lets config_reference infer it from the name
 
     @property
     def env(self) -> str:
@@ -230,6 +299,22 @@ OPTIONS: tuple[Option, ...] = (
            "refuse to start when the origin does not answer", "BOOL", flag=False),
     Option("head_ttl", parse_duration, "30s",
            "how long an object's size and ETag are remembered", "DURATION", flag=False),
+    Option("origin_deadline", parse_duration, "10s",
+           "an origin read that gets no byte for this long, retries included, fails (503); "
+           "one attempt waits at most half of it", "DURATION", flag=False),
+    Option("head_stale_if_error", parse_duration, "10m",
+           "while the origin fails, an object's last known size and ETag are used this long",
+           "DURATION", flag=False),
+    Option("origin_breaker_failures", _non_negative_int, 5,
+           "consecutive origin failures that open the circuit breaker (0: no breaker)", "N",
+           flag=False),
+    Option("origin_breaker_ratio", _fraction, 0.5,
+           "share of failed origin calls in the window that opens the breaker", "F",
+           flag=False),
+    Option("origin_breaker_window", parse_duration, "30s",
+           "window of the breaker's failure ratio", "DURATION", flag=False),
+    Option("origin_breaker_cooldown", parse_duration, "5s",
+           "an open breaker lets a probe through after this long", "DURATION", flag=False),
     Option("listing_ttl", parse_duration, "30s",
            "how long a partition's segment listing is remembered", "DURATION", flag=False),
     Option("cache_dir", _optional_str, "",
@@ -287,9 +372,26 @@ OPTIONS: tuple[Option, ...] = (
            flag=False),
     Option("drop_written_pages", parse_bool, True,
            "advise the kernel to drop slab pages after writing them", "BOOL", flag=False),
+    Option("scrub_rate", parse_rate, "64MiB/s",
+           "after a restart, verify the recovered blocks' data in the background at this "
+           "disk read rate (0: only when read)", "RATE", flag=False, group="cache"),
     Option("access_log", _optional_str, "",
            "JSON-lines access log, one line per request: a file path, or - for stdout",
            "PATH|-"),
+    Option("log_format", _log_format, "auto",
+           "stderr log lines: json (one object per line), text, or auto (text on a terminal, "
+           "else json)", "auto|json|text"),
+    # Data-port SigV4 verification ([auth] in TOML). Keys never go on the command
+    # line, where any user of the host can read them from ps.
+    Option("auth_keys", parse_auth_keys, "",
+           "access keys whose SigV4 signatures the data port accepts: a TOML table "
+           "{AKID = \"SECRET\"} or AKID:SECRET,AKID2:SECRET2", "KEYS", flag=False, secret=True),
+    Option("auth_keys_file", _optional_str, "",
+           "a file of AKID:SECRET lines (e.g. a Kubernetes Secret mount), added to auth_keys",
+           "PATH", flag=False),
+    Option("auth_allow_anonymous", _optional_bool, "",
+           "serve unsigned requests (default: true when no keys are configured)", "BOOL",
+           flag=False),
 )
 _BY_NAME = {option.name: option for option in OPTIONS}
 MIN_BLOCK_SIZE = 64 * 1024
@@ -300,7 +402,7 @@ MAX_BLOCK_SIZE = 256 * 1024 * 1024
 class ServerConfig:
     listen: HostPort
     admin_listen: HostPort
-    admin_token: str | None
+    admin_token: str | None = field(repr=False)  # a secret: kept out of reprs
     cpus: tuple[int, ...] | None
     io_threads: int
     ionice: tuple[str, int] | None
@@ -309,6 +411,7 @@ class ServerConfig:
     max_buffered_bytes: int
     client_timeout_s: float
     access_log: str | None = None  # a path, "-" for stdout, None: no access log
+    log_format: str = "auto"  # auto | json | text (cli.py sets logging up with it)
 
 
 @dataclass(frozen=True)
@@ -326,6 +429,12 @@ class OriginConfig:
     prefetch_share: float
     warm_share: float
     warm_concurrency: int
+    deadline_s: float = 10.0
+    head_stale_if_error_s: float = 600.0
+    breaker_failures: int = 5
+    breaker_ratio: float = 0.5
+    breaker_window_s: float = 30.0
+    breaker_cooldown_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -340,6 +449,7 @@ class CacheConfig:
     disk_check_interval_s: float
     drop_written_pages: bool
     preallocate: bool
+    scrub_rate: int | None = None  # bytes/s; None: recovered blocks are verified when read
 
 
 @dataclass(frozen=True)
@@ -354,11 +464,20 @@ class PrefetchConfig:
 
 
 @dataclass(frozen=True)
+class AuthConfig:
+    """Data-port SigV4 verification: the accepted keys, and whether unsigned requests pass."""
+
+    keys: Mapping[str, str] = field(default_factory=dict, repr=False)
+    allow_anonymous: bool = True
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig
     origin: OriginConfig
     cache: CacheConfig
     prefetch: PrefetchConfig
+    auth: AuthConfig = AuthConfig()
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -388,10 +507,20 @@ def flatten_sections(file_values: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def load_config(
+@dataclass(frozen=True)
+class Setting:
+    """One option's effective value: as given (`raw`), as parsed, and where it came from."""
+
+    option: Option
+    raw: object = field(repr=False)
+    value: Any = field(repr=False)
+    source: str  # "flag", "env", "file" or "default"
+
+
+def resolve(
     flags: Mapping[str, object], env: Mapping[str, str], file_values: Mapping[str, Any]
-) -> Config:
-    """Merge the three sources (flag > env > file > default) and validate.
+) -> dict[str, Setting]:
+    """Merge the three sources (flag > env > file > default) and parse each option once.
 
     `flags` holds only the flags that were given, keyed by option name.
     """
@@ -399,21 +528,32 @@ def load_config(
     unknown = sorted(set(file_values) - set(_BY_NAME))
     if unknown:
         raise ConfigError(f"unknown config key {unknown[0]!r} (known: {', '.join(_BY_NAME)})")
-    values: dict[str, Any] = {}
+    settings: dict[str, Setting] = {}
     for option in OPTIONS:
         if option.name in flags:
-            raw, source = flags[option.name], option.cli
+            raw, source, where = flags[option.name], "flag", option.cli
         elif option.env in env:
-            raw, source = env[option.env], option.env
+            raw, source, where = env[option.env], "env", option.env
         elif option.name in file_values:
-            raw, source = file_values[option.name], f"config key {option.name}"
+            raw, source, where = file_values[option.name], "file", f"config key {option.name}"
         else:
-            raw, source = option.default, f"default of {option.name}"
+            raw, source, where = option.default, "default", f"default of {option.name}"
         try:
-            values[option.name] = option.parse(raw)
+            settings[option.name] = Setting(option, raw, option.parse(raw), source)
         except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
-    return _build(values)
+            raise ConfigError(f"{where}: {exc}") from None
+    return settings
+
+
+def load_config(
+    flags: Mapping[str, object], env: Mapping[str, str], file_values: Mapping[str, Any]
+) -> Config:
+    """Merge the three sources (see `resolve`) and validate them together."""
+    return build_config(resolve(flags, env, file_values))
+
+
+def build_config(settings: Mapping[str, Setting]) -> Config:
+    return _build({name: setting.value for name, setting in settings.items()})
 
 
 def _build(v: Mapping[str, Any]) -> Config:
@@ -442,12 +582,15 @@ def _build(v: Mapping[str, Any]) -> Config:
         raise ConfigError(
             f"--admin-listen {admin} is not loopback: set --admin-token to protect the admin port"
         )
+    auth = _build_auth(v)
     return Config(
+        auth=auth,
         server=ServerConfig(
             listen=v["listen"], admin_listen=admin, admin_token=v["admin_token"],
             cpus=v["cpus"], io_threads=v["io_threads"], ionice=v["ionice"], nice=v["nice"],
             max_requests=v["max_requests"], max_buffered_bytes=v["max_buffered"],
             client_timeout_s=v["client_timeout"], access_log=v["access_log"],
+            log_format=v["log_format"],
         ),
         origin=OriginConfig(
             endpoint=v["origin_endpoint"], region=v["origin_region"],
@@ -458,6 +601,11 @@ def _build(v: Mapping[str, Any]) -> Config:
             listing_ttl_s=v["listing_ttl"], bandwidth=v["origin_bandwidth"],
             prefetch_share=v["prefetch_share"] or 1.0, warm_share=v["warm_share"] or 1.0,
             warm_concurrency=v["warm_concurrency"],
+            deadline_s=v["origin_deadline"], head_stale_if_error_s=v["head_stale_if_error"],
+            breaker_failures=v["origin_breaker_failures"],
+            breaker_ratio=v["origin_breaker_ratio"],
+            breaker_window_s=v["origin_breaker_window"],
+            breaker_cooldown_s=v["origin_breaker_cooldown"],
         ),
         cache=CacheConfig(
             directory=Path(v["cache_dir"]), size_bytes=v["cache_size"],
@@ -465,6 +613,7 @@ def _build(v: Mapping[str, Any]) -> Config:
             protect_paths=v["protect_path"], allow_shared_disk=v["allow_shared_disk"],
             disk_reserve_bytes=v["disk_reserve"], disk_check_interval_s=v["disk_check_interval"],
             drop_written_pages=v["drop_written_pages"], preallocate=v["preallocate"],
+            scrub_rate=v["scrub_rate"],
         ),
         prefetch=PrefetchConfig(
             enabled=v["prefetch"], max_window_blocks=max(1, v["prefetch_max_window"] // block_size),
@@ -472,3 +621,25 @@ def _build(v: Mapping[str, Any]) -> Config:
             stream_idle_s=v["stream_idle"], layout=v["layout"], layout_prefix=v["layout_prefix"],
         ),
     )
+
+
+def _build_auth(v: Mapping[str, Any]) -> AuthConfig:
+    keys: dict[str, str] = dict(v["auth_keys"])
+    if v["auth_keys_file"] is not None:
+        for akid, secret in read_auth_keys_file(Path(v["auth_keys_file"])).items():
+            if keys.get(akid, secret) != secret:
+                raise ConfigError(
+                    "auth_keys and auth_keys_file give different secrets for one access key id"
+                )
+            keys[akid] = secret
+    allow_anonymous: bool | None = v["auth_allow_anonymous"]
+    if allow_anonymous is None:
+        # No keys: nothing to check signatures against, so every request is
+        # served as before auth existed.
+        allow_anonymous = not keys
+    elif not allow_anonymous and not keys:
+        raise ConfigError(
+            "auth_allow_anonymous = false needs access keys (auth_keys or auth_keys_file): "
+            "no request could be served"
+        )
+    return AuthConfig(keys=keys, allow_anonymous=allow_anonymous)

@@ -24,12 +24,13 @@ import enum
 import logging
 from dataclasses import astuple, dataclass
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.block_buffer import BlockBuffer
 from sidecar.blocks import block_span, blocks_for_range, coalesce_runs
 from sidecar.cache import BlockIdent, BlockStore, SlabRegion
-from sidecar.errors import DownloadsPaused, Overloaded
+from sidecar.errors import DownloadsPaused, OriginBadBody, OriginCircuitOpen, Overloaded
 from sidecar.isolation.modes import ModeState
 from sidecar.metrics import Metrics
 from sidecar.origin import ObjectInfo
@@ -77,7 +78,7 @@ class BlockReader(Protocol):
 
     def read_range(
         self, info: ObjectInfo, start: int, end: int, lane: str
-    ) -> AsyncIterator[bytes]: ...
+    ) -> AsyncGenerator[bytes, None]: ...
 
 
 class Engine:
@@ -314,19 +315,35 @@ class Engine:
         landings: list[asyncio.Task[None]] = []
         failure: BaseException | None = None
         try:
-            async for chunk in self._origin.read_range(info, start, end, lane):
-                view = memoryview(chunk)
-                while view:
-                    ident, buffer = buffers[index]
-                    room = buffer.length - buffer.filled
-                    buffer.append(view[:room])
-                    view = view[room:]
-                    if buffer.complete:
-                        index += 1
-                        landings.append(self._spawn(self._land(ident, buffer)))
+            # Closed at once when a block cannot take the bytes: the origin's
+            # connection is released now, not when the generator is collected.
+            async with aclosing(self._origin.read_range(info, start, end, lane)) as chunks:
+                async for chunk in chunks:
+                    view = memoryview(chunk)
+                    while view:
+                        if index == len(buffers):
+                            raise OriginBadBody(f"s3://{info.bucket}/{info.key}: more than the "
+                                                f"{end - start} bytes of blocks {first}-{last}")
+                        ident, buffer = buffers[index]
+                        room = buffer.length - buffer.filled
+                        buffer.append(view[:room])
+                        view = view[room:]
+                        if buffer.complete:
+                            index += 1
+                            landings.append(self._spawn(
+                                self._land(ident, buffer, self._block_length(info, ident.block))
+                            ))
+            if index < len(buffers):
+                # Never leave readers waiting on bytes that will not come.
+                raise OriginBadBody(f"s3://{info.bucket}/{info.key}: blocks {first}-{last} "
+                                    f"ended {end - start - sum(b.filled for _, b in buffers)} "
+                                    "bytes short")
         except BaseException as exc:
             failure = exc
-            quiet = lane == "prefetch" or isinstance(exc, asyncio.CancelledError)
+            # An open breaker has said so once already; not again for every miss.
+            quiet = lane == "prefetch" or isinstance(
+                exc, (asyncio.CancelledError, OriginCircuitOpen)
+            )
             log.log(logging.INFO if quiet else logging.WARNING,
                     "%s fetch of s3://%s/%s blocks %d-%d failed: %r",
                     lane, info.bucket, info.key, first, last, exc)
@@ -339,9 +356,14 @@ class Engine:
         if failure is not None and (lane != "foreground" or not isinstance(failure, Exception)):
             raise failure  # the prefetcher's and warm's waits see it
 
-    async def _land(self, ident: BlockIdent, buffer: BlockBuffer) -> None:
+    async def _land(self, ident: BlockIdent, buffer: BlockBuffer, expected: int) -> None:
         try:
-            if self._modes.caching:
+            # The store keeps what it is given: a block of any other length
+            # than its span of the object would serve wrong bytes at offsets.
+            if buffer.filled != expected or buffer.length != expected:
+                log.error("not caching s3://%s/%s block %d: %d bytes where %d were due",
+                          ident.bucket, ident.key, ident.block, buffer.filled, expected)
+            elif self._modes.caching:
                 await self._store.write(ident, buffer.data)
         finally:
             del self._in_flight[ident]

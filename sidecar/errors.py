@@ -46,3 +46,15 @@ class Overloaded(SidecarError):
 
 class OriginObjectChanged(OriginError):
     """The origin's ETag no longer matches what a read was planned against (412)."""
+
+
+class OriginThrottled(OriginUnavailable):
+    """The origin kept answering SlowDown (or 429) until the deadline: the client gets SlowDown."""
+
+
+class OriginCircuitOpen(OriginUnavailable):
+    """The circuit breaker is open: a miss fails at once instead of hammering the origin."""
+
+
+class OriginBadBody(OriginUnavailable):
+    """A body shorter or longer than the range asked, or of another range: never cached."""

@@ -145,3 +145,15 @@ def _require_suffix(suffix: str) -> None:
     if suffix not in SUFFIXES:
         choices = ", ".join(sorted(SUFFIXES))
         raise ValueError(f"unknown segment suffix {suffix!r}; expected: {choices}")
+
+
+# Files of a segment that the plugin reads whole, and often (every fetch that
+# starts a segment needs its manifest and indexes); the `.log` itself is the
+# big, scanned object.
+SMALL_SUFFIXES = frozenset({"indexes", "rsm-manifest"})
+
+
+def is_small_object(key: str, prefix: str = "") -> bool:
+    """Whether an Aiven-layout key is a segment's manifest or indexes file."""
+    segment = parse_aiven_key(key, prefix)
+    return segment is not None and segment.suffix in SMALL_SUFFIXES

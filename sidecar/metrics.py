@@ -23,10 +23,18 @@ LATENCY_BUCKETS = (
 )
 LANES = ("foreground", "prefetch", "warm")
 ORIGIN_OUTCOMES = ("ok", "not_found", "error")
-EVICTION_REASONS = ("capacity", "checksum", "invalidated", "shrink")
+# sidecar.origin_breaker.BreakerState values.
+BREAKER_STATES = ("closed", "half_open", "open")
+# "recovery": a slot header dropped when the cache index was rebuilt at start
+# (corrupt, or an older copy of a block held in another slot).
+EVICTION_REASONS = ("capacity", "checksum", "invalidated", "shrink", "recovery")
 # The `cache` label of sidecar_request_duration_seconds: how a read was served
 # ("none" for answers without a body: HEAD, 304, errors).
 REQUEST_CACHE_RESULTS = ("hit", "partial", "miss")
+# sidecar.sigv4.Reason values (metrics imports nothing of the project's logic).
+AUTH_FAILURE_REASONS = (
+    "unsigned", "malformed", "unknown_key", "bad_signature", "expired", "skewed",
+)
 
 
 class Metrics:
@@ -96,9 +104,24 @@ class Metrics:
             "Time origin reads waited for the bandwidth budget, by lane", ["lane"],
             registry=registry,
         )
+        self.auth_failures = Counter(
+            "sidecar_auth_failures",
+            "Data-port requests refused 403 AccessDenied by SigV4 verification, by reason",
+            ["reason"], registry=registry,
+        )
         self.mode = Gauge(
             "sidecar_mode", "1 for the mode in force (a failing cache disk forces bypass)",
             ["mode"], registry=registry,
+        )
+        self.origin_breaker_state = Gauge(
+            "sidecar_origin_breaker_state",
+            "1 for the origin circuit breaker's state (open: misses fail fast with 503)",
+            ["state"], registry=registry,
+        )
+        self.origin_breaker_rejected = Counter(
+            "sidecar_origin_breaker_rejected",
+            "Origin calls refused at once because the circuit breaker was open",
+            registry=registry,
         )
         # Pre-create the label sets the dashboards plot so a quiet sidecar still
         # exports zeros instead of absent series.
@@ -122,6 +145,8 @@ class Metrics:
             self.warm_blocks.labels(outcome)
         for reason in EVICTION_REASONS:
             self.evictions.labels(reason)
+        for reason in AUTH_FAILURE_REASONS:
+            self.auth_failures.labels(reason)
 
     # CacheMetrics protocol of sidecar.cache.store
     def on_eviction(self, reason: str) -> None:

@@ -1,22 +1,38 @@
 """The object store: one aiobotocore S3 client, ranged GETs and cached HEADs.
 
-botocore's "standard" retry mode already retries throttling, 5xx and connection
-errors with exponential backoff and full jitter before a response starts. A body
-that breaks off mid-stream is not covered by it, so `read_range` resumes from
-the first byte it did not get, with the same kind of jittered backoff. Every
-botocore and aiohttp error is translated into `sidecar.errors` here.
+Every origin call is bounded by a deadline (`origin_deadline`) and goes through
+a circuit breaker (sidecar.origin_breaker): retries of 500/503/SlowDown,
+connection resets, stalls (no byte for `origin_read_timeout` or half the
+deadline, whichever is shorter) and resumes of a broken body all stop at the
+deadline, and a failing origin is not hammered. A ranged GET's deadline runs
+from its last byte: a large read that keeps moving is not cut off for being
+large. While the origin fails, an object's last HEAD answer stands in for up
+to `head_stale_if_error` (RFC 5861 section 4), so cached blocks stay readable;
+a 404 is an answer and is never papered over.
+Retries are made here rather than by botocore, so that each attempt is seen by
+the breaker and no retry sleeps past the deadline; the delays are botocore's
+own full jitter (sidecar.origin_policy).
+
+A ranged GET is checked before its bytes are used: its ETag must be the one the
+read was planned against (If-Match is sent, and an origin that ignores it is
+caught here), its Content-Range and Content-Length must be the range asked,
+and the body must end exactly at the range's end. A body that breaks off is
+resumed from the first byte not yet yielded; one that runs long is an error
+before its last chunk is handed out, so the block it would complete is never
+cached. Every botocore and aiohttp error is translated into `sidecar.errors` here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiobotocore.config import AioConfig
@@ -30,7 +46,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
     ResponseStreamingError,
 )
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from sidecar.config import OriginConfig
 from sidecar.errors import (
@@ -38,20 +54,38 @@ from sidecar.errors import (
     ConfigError,
     ObjectNotFound,
     OriginAccessDenied,
+    OriginBadBody,
+    OriginCircuitOpen,
     OriginError,
     OriginObjectChanged,
+    OriginThrottled,
     OriginUnavailable,
 )
 from sidecar.isolation.lanes import LaneLimiter
 from sidecar.metrics import Metrics
+from sidecar.origin_breaker import BreakerSettings, BreakerState, CircuitBreaker
+from sidecar.origin_policy import (
+    Deadline,
+    backoff_s,
+    is_retryable_answer,
+    is_throttling,
+    range_answer_problem,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Larger reads mean fewer trips through Python per byte; readers still see
 # bytes as each chunk lands.
 _READ_CHUNK = 1024 * 1024
 _TRANSIENT = (
     BotoConnectionError, HTTPClientError, ReadTimeoutError, ResponseStreamingError,
-    aiohttp.ClientError, asyncio.TimeoutError, ConnectionError,
+    aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, OriginBadBody,
 )
+# Objects whose last answered HEAD is kept for stale-if-error (bounded memory:
+# an ObjectInfo is a few hundred bytes).
+_KNOWN_OBJECTS = 16384
 
 
 @dataclass(frozen=True)
@@ -66,9 +100,7 @@ class ObjectInfo:
 
 def translate_client_error(exc: ClientError, bucket: str, key: str) -> OriginError:
     """One place maps the origin's S3 error codes to the sidecar's error types."""
-    error: dict[str, Any] = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    code, status = _answer_of(exc)
     where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
     if code == "NoSuchBucket":
         return BucketNotFound(f"{where}: no such bucket")
@@ -78,7 +110,26 @@ def translate_client_error(exc: ClientError, bucket: str, key: str) -> OriginErr
         return OriginAccessDenied(f"{where}: access denied by the origin")
     if code in ("PreconditionFailed", "InvalidRange", "412", "416") or status in (412, 416):
         return OriginObjectChanged(f"{where}: the object changed at the origin")
+    if is_throttling(status, code):
+        return OriginThrottled(f"{where}: origin answered {status} {code}")
     return OriginUnavailable(f"{where}: origin answered {status or code}")
+
+
+def _answer_of(exc: ClientError) -> tuple[str, int]:
+    error: dict[str, Any] = exc.response.get("Error", {})
+    code = str(error.get("Code", ""))
+    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return code, status
+
+
+def _retryable(exc: BaseException) -> bool:
+    """Whether one attempt's failure is the origin's (worth a retry, counted by the breaker)."""
+    if isinstance(exc, ClientError):
+        code, status = _answer_of(exc)
+        return is_retryable_answer(status, code)
+    return isinstance(exc, (*_TRANSIENT, BotoCoreError)) and not isinstance(
+        exc, NoCredentialsError
+    )
 
 
 class Origin:
@@ -102,11 +153,29 @@ class Origin:
         self._heads: TTLCache[tuple[str, str], ObjectInfo] = TTLCache(
             maxsize=8192, ttl=config.head_ttl_s, timer=clock
         )
+        # The last HEAD answer of each object and when it came, for
+        # stale-if-error (RFC 5861 section 4): cached blocks stay readable
+        # through an origin outage once head_ttl has passed.
+        self._known: LRUCache[tuple[str, str], tuple[ObjectInfo, float]] = LRUCache(
+            maxsize=_KNOWN_OBJECTS
+        )
         self._buckets: TTLCache[str, bool] = TTLCache(maxsize=256, ttl=60.0, timer=clock)
         self._listings: TTLCache[tuple[str, str], list[str]] = TTLCache(
             maxsize=4096, ttl=config.listing_ttl_s, timer=clock
         )
         self._heads_in_flight: dict[tuple[str, str], asyncio.Future[ObjectInfo]] = {}
+        # The longest one attempt may wait for its answer or for the next byte
+        # of its body: a stall is given up on (and the body resumed) while the
+        # deadline still leaves time for another attempt.
+        self._stall_s = min(config.read_timeout_s, config.deadline_s / 2)
+        self.breaker = CircuitBreaker(
+            BreakerSettings(
+                failures=config.breaker_failures, failure_ratio=config.breaker_ratio,
+                window_s=config.breaker_window_s, cool_down_s=config.breaker_cooldown_s,
+            ),
+            clock, self._breaker_changed,
+        )
+        self._show_breaker(BreakerState.CLOSED)
 
     async def start(self) -> None:
         session = get_session()
@@ -114,7 +183,8 @@ class Origin:
             max_pool_connections=self._config.max_connections,
             connect_timeout=self._config.connect_timeout_s,
             read_timeout=self._config.read_timeout_s,
-            retries={"max_attempts": self._config.retries + 1, "mode": "standard"},
+            # Retries are made here, under the deadline and the breaker.
+            retries={"total_max_attempts": 1, "mode": "standard"},
             s3={"addressing_style": "path"},
         )
         self._client = await self._stack.enter_async_context(
@@ -134,21 +204,31 @@ class Origin:
         least-privilege key answers it with 403, which still proves the endpoint.
         """
         try:
-            await self._client.list_buckets()
-        except ClientError:
-            return
-        except NoCredentialsError as exc:
-            raise ConfigError("no origin credentials found (set AWS_ACCESS_KEY_ID etc.)") from exc
-        except (*_TRANSIENT, BotoCoreError) as exc:
+            await self._call("foreground", "ListBuckets", self._client.list_buckets,
+                             breaker=False)
+        except OriginUnavailable as exc:
+            if isinstance(exc.__cause__, ClientError):
+                return  # it answered, if only 5xx
+            if isinstance(exc.__cause__, NoCredentialsError):
+                raise ConfigError(
+                    "no origin credentials found (set AWS_ACCESS_KEY_ID etc.)"
+                ) from exc
             raise OriginUnavailable(
                 f"origin {self._config.endpoint or 'AWS S3'} unreachable: {exc}"
             ) from exc
+        except OriginError:
+            return
 
     def forget(self, bucket: str, key: str) -> None:
         self._heads.pop((bucket, key), None)
+        self._known.pop((bucket, key), None)
 
     async def head(self, bucket: str, key: str) -> ObjectInfo:
-        """Size and ETag of an object, remembered for head_ttl; one HEAD at a time per key."""
+        """Size and ETag of an object, remembered for head_ttl; one HEAD at a time per key.
+
+        When the origin fails (not when it answers 404 or 403), the last answer
+        is used for up to head_stale_if_error after it came.
+        """
         cached = self._heads.get((bucket, key))
         if cached is not None:
             return cached
@@ -158,8 +238,7 @@ class Origin:
         future: asyncio.Future[ObjectInfo] = asyncio.get_running_loop().create_future()
         self._heads_in_flight[(bucket, key)] = future
         try:
-            info = await self._head_uncached(bucket, key)
-            self._heads[(bucket, key)] = info
+            info = await self._head_or_stale(bucket, key)
             future.set_result(info)
             return info
         except BaseException as exc:
@@ -169,20 +248,38 @@ class Origin:
         finally:
             del self._heads_in_flight[(bucket, key)]
 
-    async def _head_uncached(self, bucket: str, key: str) -> ObjectInfo:
-        started = self._clock()
+    async def _head_or_stale(self, bucket: str, key: str) -> ObjectInfo:
         try:
-            response = await self._client.head_object(Bucket=bucket, Key=key)
-        except ClientError as exc:
-            error = translate_client_error(exc, bucket, key)
-            self._count("foreground", error, started)
-            if isinstance(error, ObjectNotFound) and not await self.bucket_exists(bucket):
+            info = await self._head_uncached(bucket, key)
+        except OriginUnavailable as exc:
+            known = self._known.get((bucket, key))
+            if known is None or self._clock() - known[1] > self._config.head_stale_if_error_s:
+                raise
+            log.debug("s3://%s/%s: using the HEAD answer of %.0fs ago: %s",
+                     bucket, key, self._clock() - known[1], exc)
+            return known[0]
+        except OriginError:
+            # 404 and 403 are answers, not failures: a deleted object is gone.
+            self._known.pop((bucket, key), None)
+            raise
+        self._heads[(bucket, key)] = info
+        self._known[(bucket, key)] = (info, self._clock())
+        return info
+
+    async def _head_uncached(self, bucket: str, key: str) -> ObjectInfo:
+        try:
+            response = await self._call(
+                "foreground", f"HEAD s3://{bucket}/{key}",
+                lambda: self._client.head_object(Bucket=bucket, Key=key), bucket, key,
+            )
+        except ObjectNotFound as exc:
+            try:
+                exists = await self.bucket_exists(bucket)
+            except OriginError:
+                exists = True  # the 404 stands: it must not turn into a stale answer
+            if not exists:
                 raise BucketNotFound(f"s3://{bucket}: no such bucket") from exc
-            raise error from exc
-        except (*_TRANSIENT, BotoCoreError) as exc:
-            self._count("foreground", exc, started)
-            raise OriginUnavailable(f"s3://{bucket}/{key}: origin unreachable: {exc}") from exc
-        self._count("foreground", None, started)
+            raise
         modified = response.get("LastModified") or datetime.now(timezone.utc)
         return ObjectInfo(
             bucket=bucket, key=key, size=int(response["ContentLength"]),
@@ -195,12 +292,13 @@ class Origin:
         if known is not None:
             return known
         try:
-            await self._client.head_bucket(Bucket=bucket)
+            await self._call("foreground", f"HEAD s3://{bucket}",
+                             lambda: self._client.head_bucket(Bucket=bucket), bucket, "")
             exists = True
-        except ClientError as exc:
-            exists = not isinstance(translate_client_error(exc, bucket, ""), ObjectNotFound)
-        except (*_TRANSIENT, BotoCoreError) as exc:
-            raise OriginUnavailable(f"s3://{bucket}: origin unreachable: {exc}") from exc
+        except (ObjectNotFound, BucketNotFound):
+            exists = False
+        except (OriginAccessDenied, OriginObjectChanged):
+            exists = True
         self._buckets[bucket] = exists
         return exists
 
@@ -214,89 +312,220 @@ class Origin:
             return cached
         keys: list[str] = []
         token: str | None = None
-        started = self._clock()
-        try:
-            while True:
-                extra = {"ContinuationToken": token} if token else {}
-                page = await self._client.list_objects_v2(Bucket=bucket, Prefix=prefix, **extra)
-                keys.extend(str(item["Key"]) for item in page.get("Contents", ()))
-                token = page.get("NextContinuationToken")
-                if not page.get("IsTruncated") or not token:
-                    break
-        except ClientError as exc:
-            error = translate_client_error(exc, bucket, prefix)
-            self._count("prefetch", error, started)
-            raise error from exc
-        except (*_TRANSIENT, BotoCoreError) as exc:
-            self._count("prefetch", exc, started)
-            raise OriginUnavailable(f"s3://{bucket}/{prefix}: listing failed: {exc}") from exc
-        self._count("prefetch", None, started)
+        while True:
+            extra = {"ContinuationToken": token} if token else {}
+            page = await self._call(
+                "prefetch", f"LIST s3://{bucket}/{prefix}",
+                lambda: self._client.list_objects_v2(Bucket=bucket, Prefix=prefix, **extra),
+                bucket, prefix,
+            )
+            keys.extend(str(item["Key"]) for item in page.get("Contents", ()))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                break
         self._listings[(bucket, prefix)] = keys
         return keys
 
+    async def _call(
+        self, lane: str, what: str, call: Callable[[], Awaitable[T]],
+        bucket: str = "", key: str = "", breaker: bool = True,
+    ) -> T:
+        """One origin request with retries, under the deadline and the breaker."""
+        deadline = Deadline(self._config.deadline_s, self._clock)
+        attempt = 0
+        throttled = False
+        while True:
+            if breaker:
+                self._admit(what)
+            started = self._clock()
+            try:
+                result = await self._within(deadline, call)
+            except Exception as exc:
+                error = self._classify(lane, exc, started, bucket, key)
+                if breaker:
+                    self._verdict(error)
+                if error is not None:
+                    raise error from exc
+                attempt += 1
+                throttled = _throttling(exc, throttled)
+                await self._before_retry(what, exc, attempt, deadline, throttled)
+                continue
+            except BaseException:  # cancelled: no verdict on the origin
+                if breaker:
+                    self.breaker.abandon()
+                raise
+            self._count(lane, None, started)
+            if breaker:
+                self.breaker.success()
+            return result
+
     async def read_range(self, info: ObjectInfo, start: int, end: int, lane: str
-                         ) -> AsyncIterator[bytes]:
+                         ) -> AsyncGenerator[bytes, None]:
         """Yield the bytes of [start, end) in order, in chunks as they arrive.
 
         The GET carries If-Match so that a rewritten object can never be mixed
         with bytes of the old one. A body that breaks off is resumed from the
-        first byte not yet yielded.
+        first byte not yet yielded, until the deadline: it runs from the start
+        and again from each chunk that arrives.
         """
+        what = f"GET s3://{info.bucket}/{info.key}"
+        deadline = Deadline(self._config.deadline_s, self._clock)
         position = start
         attempt = 0
+        throttled = False
         while position < end:
+            self._admit(what)
             started = self._clock()
+            judged = False  # the breaker has had its verdict on this attempt
             try:
-                async for chunk in self._get(info, position, end, lane):
+                async for chunk in self._get(info, position, end, lane, deadline):
+                    if not judged:
+                        judged = True  # the origin is answering with bytes
+                        self.breaker.success()
                     position += len(chunk)
                     attempt = 0
+                    deadline.progress()
                     yield chunk
                 self._count(lane, None, started)
-            except ClientError as exc:
-                error = translate_client_error(exc, info.bucket, info.key)
-                self._count(lane, error, started)
+            except Exception as exc:
+                error = self._classify(lane, exc, started, info.bucket, info.key)
+                if error is None or not judged:
+                    self._verdict(error)  # a body that broke off is a failure too
+                judged = True
                 if isinstance(error, OriginObjectChanged):
                     self.forget(info.bucket, info.key)
-                raise error from exc
-            except (*_TRANSIENT, BotoCoreError) as exc:
-                self._count(lane, exc, started)
+                if error is not None:
+                    raise error from exc
                 attempt += 1
-                if attempt > self._config.retries:
-                    raise OriginUnavailable(
-                        f"s3://{info.bucket}/{info.key}: origin read failed: {exc}"
-                    ) from exc
-                # Full jitter (as botocore's standard mode): spreads the retries
-                # of many readers hitting the same failing origin.
-                await asyncio.sleep(self._jitter() * min(2.0, 0.05 * 2**attempt))
+                throttled = _throttling(exc, throttled)
+                await self._before_retry(what, exc, attempt, deadline, throttled)
+            finally:
+                if not judged:  # the reader went away, or the task was cancelled
+                    self.breaker.abandon()
 
-    async def _get(self, info: ObjectInfo, start: int, end: int, lane: str
-                   ) -> AsyncIterator[bytes]:
-        response = await self._client.get_object(
-            Bucket=info.bucket, Key=info.key, Range=f"bytes={start}-{end - 1}", IfMatch=info.etag
+    def _classify(
+        self, lane: str, exc: Exception, started: float, bucket: str, key: str
+    ) -> OriginError | None:
+        """Count a failed attempt; the error to raise now, or None to try again."""
+        translated: Exception = (
+            translate_client_error(exc, bucket, key) if isinstance(exc, ClientError) else exc
         )
+        self._count(lane, translated, started)
+        if _retryable(exc):
+            return None
+        if isinstance(translated, OriginError):
+            return translated
+        return OriginUnavailable(f"s3://{bucket}/{key}: origin call failed: {exc!r}")
+
+    def _verdict(self, error: OriginError | None) -> None:
+        """A failed attempt to the breaker: retryable failures count against the
+        origin; a 404, 403 or 412 is a healthy origin's answer."""
+        if error is None:
+            self.breaker.failure()
+        else:
+            self.breaker.success()
+
+    async def _before_retry(
+        self, what: str, exc: BaseException, attempt: int, deadline: Deadline,
+        throttled: bool,
+    ) -> None:
+        """Sleep before the next attempt, or raise when retries or the deadline ran out.
+
+        `throttled`: the origin's last answer was SlowDown (or 429), which the
+        client is then told too, whatever broke the last attempt.
+        """
+        delay = backoff_s(attempt, self._jitter(), throttled)
+        if attempt > self._config.retries or not deadline.allows_sleep(delay):
+            why = (f"{attempt} attempts failed" if attempt > self._config.retries
+                   else f"no answer within the {deadline.seconds:g}s deadline")
+            kind = OriginThrottled if throttled else OriginUnavailable
+            raise kind(f"{what}: {why}; last: {_describe(exc)}") from exc
+        log.debug("%s: retry %d in %.2fs after %s", what, attempt, delay, _describe(exc))
+        await asyncio.sleep(delay)
+
+    def _admit(self, what: str) -> None:
+        if not self.breaker.allow():
+            self._metrics.origin_breaker_rejected.inc()
+            raise OriginCircuitOpen(f"{what}: the origin is failing (circuit breaker open)")
+
+    async def _within(self, deadline: Deadline, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()`, given up on after the stall limit or at the deadline."""
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise asyncio.TimeoutError("the origin deadline has passed")
+        async with asyncio.timeout(min(remaining, self._stall_s)):
+            return await call()
+
+    async def _get(self, info: ObjectInfo, start: int, end: int, lane: str, deadline: Deadline
+                   ) -> AsyncIterator[bytes]:
+        response = await self._within(deadline, lambda: self._client.get_object(
+            Bucket=info.bucket, Key=info.key, Range=f"bytes={start}-{end - 1}",
+            IfMatch=info.etag,
+        ))
         body = response["Body"]
         try:
+            etag = response.get("ETag")
+            if etag is not None and etag != info.etag:
+                # An origin that ignores If-Match (RFC 9110 section 13.1.1 makes
+                # it a MUST, not every S3 clone does it) sends the new version.
+                raise OriginObjectChanged(
+                    f"s3://{info.bucket}/{info.key}: ETag {etag} where {info.etag} was expected"
+                )
+            problem = range_answer_problem(
+                response.get("ContentRange"), response.get("ContentLength"), start, end,
+                info.size,
+            )
+            if problem is not None:
+                raise OriginBadBody(f"s3://{info.bucket}/{info.key}: {problem}")
             remaining = end - start
             while remaining > 0:
-                await self._throttle(lane, min(_READ_CHUNK, remaining))
-                chunk = await body.read(min(_READ_CHUNK, remaining))
+                # The bandwidth lane's wait is the sidecar's, not the origin's.
+                deadline.extend(await self._throttle(lane, min(_READ_CHUNK, remaining)))
+                want = min(_READ_CHUNK, remaining)
+                chunk = await self._within(deadline, lambda: body.read(want))
                 if not chunk:
-                    raise ResponseStreamingError(error=f"body ended {remaining} bytes short")
+                    raise OriginBadBody(
+                        f"s3://{info.bucket}/{info.key}: body ended {remaining} bytes short"
+                    )
+                if len(chunk) > remaining:
+                    raise OriginBadBody(f"s3://{info.bucket}/{info.key}: body too long")
                 remaining -= len(chunk)
                 self._metrics.origin_bytes.labels(lane).inc(len(chunk))
+                if remaining == 0:
+                    # The last chunk is held until the body is seen to end: the
+                    # block it completes must not be cached from an over-long body.
+                    extra = await self._within(deadline, lambda: body.read(1))
+                    if extra:
+                        raise OriginBadBody(
+                            f"s3://{info.bucket}/{info.key}: body longer than the "
+                            f"{end - start} bytes asked"
+                        )
                 yield chunk
         finally:
             body.close()
 
-    async def _throttle(self, lane: str, amount: int) -> None:
-        """Wait until the lane may read `amount` more bytes from the origin."""
+    async def _throttle(self, lane: str, amount: int) -> float:
+        """Wait until the lane may read `amount` more bytes from the origin; the wait."""
+        waited = 0.0
         while True:
             grant = self._limiter.take(lane, amount)
             if grant.wait > 0:
                 self._metrics.ratelimit_wait.labels(lane).inc(grant.wait)
                 await asyncio.sleep(grant.wait)
+                waited += grant.wait
             if grant.taken:
-                return
+                return waited
+
+    def _breaker_changed(self, old: BreakerState, new: BreakerState, why: str) -> None:
+        level = logging.WARNING if new is BreakerState.OPEN else logging.INFO
+        log.log(level, "origin circuit breaker %s -> %s: %s", old.value, new.value, why)
+        self._show_breaker(new)
+
+    def _show_breaker(self, state: BreakerState) -> None:
+        for each in BreakerState:
+            self._metrics.origin_breaker_state.labels(each.value).set(
+                1 if each is state else 0
+            )
 
     def _count(self, lane: str, error: BaseException | None, started: float) -> None:
         outcome = "ok"
@@ -306,3 +535,18 @@ class Origin:
             outcome = "error"
         self._metrics.origin_requests.labels(lane, outcome).inc()
         self._metrics.origin_duration.labels(lane).observe(self._clock() - started)
+
+
+def _throttling(exc: BaseException, before: bool) -> bool:
+    """Whether the origin's last answer, after `exc`, was a throttling one."""
+    if isinstance(exc, ClientError):
+        code, status = _answer_of(exc)
+        return is_throttling(status, code)
+    return before
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        code, status = _answer_of(exc)
+        return f"{status} {code}"
+    return repr(exc) if not str(exc) else f"{type(exc).__name__}: {exc}"

@@ -1,4 +1,6 @@
-"""Data port: the S3 REST API (path-style) for GET and HEAD of objects.
+"""Data port: the S3 REST API (path-style). Object GET and HEAD are served
+through the cache; every other operation is passed through to the origin
+(sidecar.passthrough, classified by sidecar.s3ops).
 
 A request is first checked and classified (sidecar.preconditions.decide_read)
 and only then answered. Errors are S3 XML bodies with S3's codes and statuses so
@@ -23,6 +25,7 @@ from xml.sax.saxutils import escape
 from aiohttp import web
 
 from sidecar.access_log import BODY_BYTES, AccessLog, entry
+from sidecar.auth import Authenticator
 from sidecar.cache import SlabRegion
 from sidecar.engine import Engine, Piece, Source, piece_length
 from sidecar.errors import (
@@ -32,22 +35,27 @@ from sidecar.errors import (
     ObjectNotFound,
     OriginAccessDenied,
     OriginError,
+    OriginObjectChanged,
+    OriginThrottled,
 )
 from sidecar.metrics import Metrics
 from sidecar.origin import ObjectInfo, Origin
 from sidecar.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
+from sidecar.passthrough import PassThrough
 from sidecar.ranges import unsatisfied_content_range
+from sidecar.s3ops import OTHER_OPERATION, BadPayload, Operation, classify
+from sidecar.sigv4 import SignatureRejected
 
 log = logging.getLogger(__name__)
 
+# nginx's status for a request whose client closed the connection before the
+# answer: only ever seen in metrics and the access log, never sent.
+CLIENT_CLOSED_REQUEST = 499
 MAX_KEY_BYTES = 1024  # S3's limit on object key length
 # S3 bucket naming rules (3-63 chars, lowercase letters, digits, dots, hyphens).
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 # Characters XML 1.0 cannot carry (and so no S3 listing could return).
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
-# Query parameters that do not change what a GET/HEAD of an object returns.
-_HARMLESS_QUERY = {"x-id"}
-_ALLOWED_METHODS = "GET, HEAD"
 # Bytes an open-ended response may run ahead of what its client has read: it
 # keeps an abandoned `bytes=pos-` read from pulling more blocks and read heads
 # honest. Bounded ranges keep the kernel's default: the client asked for all of
@@ -75,6 +83,8 @@ def error_for(exc: OriginError) -> S3Error:
         return S3Error(404, "NoSuchKey", "The specified key does not exist.")
     if isinstance(exc, OriginAccessDenied):
         return S3Error(403, "AccessDenied", "Access Denied")
+    if isinstance(exc, OriginThrottled):
+        return slow_down()
     return S3Error(
         503, "ServiceUnavailable", "The origin is unavailable; please retry.",
         _slow_down_headers(),
@@ -131,7 +141,11 @@ class DataPort:
         max_requests: int = 256,
         client_timeout_s: float = 30.0,
         access_log: AccessLog | None = None,
+        auth: Authenticator | None = None,
+        passthrough: PassThrough | None = None,
     ) -> None:
+        self._auth = auth
+        self._passthrough = passthrough
         self._engine = engine
         self._origin = origin
         self._metrics = metrics
@@ -153,37 +167,37 @@ class DataPort:
         cache_label = "none"
         self._active += 1
         try:
+            # First, for every method: nothing is parsed or forwarded for a stranger.
+            self._authenticate(request)
             if self._active > self._max_requests:
                 raise slow_down()
             bucket, key, query = split_path(request.raw_path)
-            if request.method not in ("GET", "HEAD"):
-                raise S3Error(
-                    405, "MethodNotAllowed",
-                    "The specified method is not allowed against this resource.",
-                    (("Allow", _ALLOWED_METHODS),),
-                )
-            if not bucket or not key:
-                op = "ListBuckets" if not bucket else "BucketOperation"
-                raise S3Error(501, "NotImplemented", "Only object GET and HEAD are served here.")
-            validate_object_address(bucket, key)
-            if set(query) - _HARMLESS_QUERY:
-                raise S3Error(
-                    501, "NotImplemented",
-                    "Sub-resources and versions of objects are not served here.",
-                )
-            try:
-                info = await self._origin.head(bucket, key)
-            except OriginError as exc:
-                raise error_for(exc) from exc
-            response, cache_label = await self._answer(request, info, request_id)
+            operation = classify(request.method, bucket, key, query, request.headers)
+            op = operation.name
+            if bucket:
+                validate_object_address(bucket, key)
+            if operation.name == OTHER_OPERATION:
+                # Not an S3 operation (PATCH, TRACE, a bare POST to a key...): S3
+                # answers 405, and the origin is never asked.
+                raise S3Error(405, "MethodNotAllowed",
+                              "The specified method is not allowed against this resource.")
+            if not operation.cached:
+                response = await self._pass_through(request, operation, bucket, key)
+            else:
+                response, cache_label = await self._read(request, bucket, key, request_id)
         except Overloaded:
             response = self._error_response(request, slow_down(), resource, request_id)
         except DownloadsPaused:
             response = self._error_response(request, paused(), resource, request_id)
         except S3Error as exc:
             response = self._error_response(request, exc, resource, request_id)
+        except ConnectionError:
+            # The client left before its answer went out (aiohttp raises this
+            # from prepare()): nothing to send, and nothing wrong here.
+            response = web.Response(status=CLIENT_CLOSED_REQUEST)
         except Exception:
-            log.exception("request %s %s failed", request_id, resource)
+            log.exception("request %s %s failed", request_id, resource,
+                          extra={"request_id": request_id, "resource": resource})
             response = self._error_response(
                 request,
                 S3Error(500, "InternalError", "We encountered an internal error. Please try again."),
@@ -202,6 +216,51 @@ class DataPort:
                 cache=cache_label, duration_s=elapsed,
             ))
         return response
+
+    def _authenticate(self, request: web.Request) -> None:
+        if self._auth is None:
+            return
+        try:
+            self._auth.check(request.method, request.raw_path, list(request.headers.items()))
+        except SignatureRejected as exc:
+            self._metrics.auth_failures.labels(exc.reason.value).inc()
+            raise S3Error(403, "AccessDenied", exc.message) from None
+
+    async def _pass_through(
+        self, request: web.Request, operation: Operation, bucket: str, key: str
+    ) -> web.StreamResponse:
+        """Everything but a plain object GET/HEAD: the origin answers (sidecar.passthrough)."""
+        if self._passthrough is None:
+            raise S3Error(501, "NotImplemented", "Only object GET and HEAD are served here.")
+        try:
+            return await self._passthrough.forward(request, operation, bucket, key)
+        except BadPayload as exc:
+            raise S3Error(400, exc.code, str(exc)) from exc
+        except OriginError as exc:
+            raise error_for(exc) from exc
+
+    async def _read(
+        self, request: web.Request, bucket: str, key: str, request_id: str
+    ) -> tuple[web.StreamResponse, str]:
+        """HEAD (remembered) then answer; once more if the object changed meanwhile.
+
+        A GET of the origin carries the remembered ETag in If-Match; a 412 means
+        the object was rewritten (the origin has forgotten the old HEAD by
+        then). Nothing was sent yet, so the request is answered afresh from the
+        new version: its size, ETag and preconditions, never bytes of both.
+        """
+        for attempt in (1, 2):
+            try:
+                info = await self._origin.head(bucket, key)
+                return await self._answer(request, info, request_id)
+            except OriginObjectChanged as exc:
+                if attempt == 2:
+                    raise error_for(exc) from exc
+                log.info("s3://%s/%s changed at the origin; reading the new version",
+                         bucket, key)
+            except OriginError as exc:
+                raise error_for(exc) from exc
+        raise AssertionError("unreachable")
 
     async def _answer(
         self, request: web.Request, info: ObjectInfo, request_id: str
@@ -295,6 +354,8 @@ class DataPort:
                 raise
         except OriginError as exc:
             if not prepared:
+                if isinstance(exc, OriginObjectChanged):
+                    raise  # _read tries once more, with the object's new HEAD
                 raise error_for(exc) from exc
             # Headers (and a Content-Length) are gone: cut the connection rather
             # than let the client take a short body for a whole one.

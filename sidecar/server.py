@@ -11,14 +11,18 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry
 
 from sidecar.access_log import AccessLog
 from sidecar.admin import AdminPort
+from sidecar.auth import Authenticator
 from sidecar.cache import BlockStore
 from sidecar.config import Config, HostPort
 from sidecar.engine import Engine, max_coalesce_blocks
@@ -27,13 +31,42 @@ from sidecar.isolation.disk import DiskWatcher, check_dedicated
 from sidecar.isolation.host import apply_host_settings
 from sidecar.isolation.lanes import PREFETCH, WARM, LaneLimiter
 from sidecar.isolation.modes import Mode, ModeState
+from sidecar.layout import is_small_object
 from sidecar.metrics import Metrics
 from sidecar.origin import Origin
+from sidecar.passthrough import PassThrough
 from sidecar.prefetch.prefetcher import Prefetcher
 from sidecar.prefetch.streams import StreamTable
 from sidecar.s3api import DataPort
 
 log = logging.getLogger(__name__)
+
+
+MAX_HEADER_LINE = 8190
+MAX_HEADERS = 128
+
+
+class MalformedRequestLog(logging.Logger):
+    """aiohttp's server logger, minus a stack trace per malformed request.
+
+    aiohttp answers a request it cannot parse (bad request line, oversized or
+    invalid header, broken chunking) with 400 itself, then logs it as ERROR with
+    a traceback: anyone able to connect could flood the log. Such a request
+    is logged at DEBUG in one line; every other error keeps its traceback.
+    """
+
+    def __init__(self, parent: logging.Logger) -> None:
+        super().__init__(parent.name)
+        self.parent = parent  # records go to aiohttp.server's handlers and level
+
+    def exception(
+        self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any
+    ) -> None:
+        if isinstance(exc_info, HttpProcessingError) and 400 <= (exc_info.code or 0) < 500:
+            self.debug("refused a malformed request (%d): %.200s", exc_info.code,
+                       str(exc_info.message).replace("\n", " "))
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kwargs)
 
 
 def check_cache_dir(directory: Path) -> None:
@@ -56,7 +89,7 @@ class Sidecar:
             max_workers=config.server.io_threads, thread_name_prefix="sidecar-io"
         )
         self.modes = ModeState(on_change=self._show_mode)
-        self._show_mode(self.modes.current)
+        self._show_mode(self.modes.current, changed=False)
         limiter = LaneLimiter(
             config.origin.bandwidth,
             {PREFETCH: config.origin.prefetch_share, WARM: config.origin.warm_share},
@@ -68,6 +101,7 @@ class Sidecar:
         self._store: BlockStore | None = None
         self._engine: Engine | None = None
         self._prefetcher: Prefetcher | None = None
+        self._passthrough: PassThrough | None = None
         self._ready = False
         self.data_url = ""
         self.admin_url = ""
@@ -85,7 +119,7 @@ class Sidecar:
             self._store = await BlockStore.open(
                 cache.directory, cache.size_bytes, cache.block_size, self._executor,
                 self.metrics, drop_written_pages=cache.drop_written_pages,
-                preallocate=cache.preallocate,
+                preallocate=cache.preallocate, scrub_rate=cache.scrub_rate,
             )
         except OSError as exc:
             raise ConfigError(
@@ -93,6 +127,9 @@ class Sidecar:
                 f"{exc.strerror}"
             ) from None
         store = self._store
+        if self.config.prefetch.layout == "aiven":
+            prefix = self.config.prefetch.layout_prefix
+            store.admit_to_main = lambda ident: is_small_object(ident.key, prefix)
         store.disk_error_listeners.append(
             lambda exc: self.modes.disk_failed(
                 f"{errno.errorcode.get(exc.errno or 0, 'error')}: {exc.strerror}"
@@ -117,11 +154,19 @@ class Sidecar:
             except OSError as exc:
                 raise ConfigError(f"cannot open the access log {server.access_log}: "
                                   f"{exc.strerror}") from None
+        auth = self.config.auth
+        self._passthrough = PassThrough(
+            self.config.origin, self._written(self._engine), server.client_timeout_s
+        )
+        await self._passthrough.start()
         data = DataPort(self._engine, self.origin, self.metrics,
-                        server.max_requests, server.client_timeout_s, self._access_log)
+                        server.max_requests, server.client_timeout_s, self._access_log,
+                        Authenticator(auth.keys, auth.allow_anonymous) if auth.keys else None,
+                        passthrough=self._passthrough)
         admin = AdminPort(
             self.metrics, lambda: self._ready, self._engine, self.origin,
             server.admin_token, self.modes,
+            cache_recovery=store.recovery_stats,
         )
         watcher = DiskWatcher(
             cache.directory, cache.disk_reserve_bytes, cache.disk_check_interval_s,
@@ -139,6 +184,13 @@ class Sidecar:
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
         self._ready = True
+
+    def _written(self, engine: Engine) -> Callable[[str, str], None]:
+        """What a write or delete passed through to the origin makes stale here."""
+        def invalidate(bucket: str, key: str) -> None:
+            self.origin.forget(bucket, key)
+            engine.invalidate(bucket, key)
+        return invalidate
 
     def _build_prefetcher(self, engine: Engine, store: BlockStore) -> Prefetcher:
         settings = self.config.prefetch
@@ -161,8 +213,14 @@ class Sidecar:
         # aiohttp's keep-alive timer starts with the connection and moves only
         # when a request completes: a client trickling its headers (slowloris)
         # or idling between requests is closed after client_timeout.
+        # Header bounds are aiohttp's defaults, stated so they stay: a longer
+        # request line or header gets 400 before any handler runs (S3 itself
+        # takes at most 8 KiB of headers).
         runner = web.AppRunner(application, access_log=None, handle_signals=False,
-                               keepalive_timeout=self.config.server.client_timeout_s)
+                               keepalive_timeout=self.config.server.client_timeout_s,
+                               max_line_size=MAX_HEADER_LINE, max_field_size=MAX_HEADER_LINE,
+                               max_headers=MAX_HEADERS,
+                               logger=MalformedRequestLog(logging.getLogger("aiohttp.server")))
         await runner.setup()
         self._runners.append(runner)
         site = web.TCPSite(runner, address.host, address.port, reuse_address=True)
@@ -173,9 +231,15 @@ class Sidecar:
         host, port = runner.addresses[0][:2]
         return f"http://{host}:{port}"
 
-    def _show_mode(self, current: Mode) -> None:
+    def _show_mode(self, current: Mode, changed: bool = True) -> None:
         for mode in Mode:
             self.metrics.mode.labels(mode.value).set(1 if mode is current else 0)
+        if changed:
+            # A `mode` field, so a log query finds every switch (the why is logged by ModeState).
+            log.info("mode changed to %s", current.value, extra={
+                "mode": current.value, "requested_mode": self.modes.requested.value,
+                "disk_problem": self.modes.disk_problem,
+            })
 
     async def stop(self) -> None:
         self._ready = False
@@ -192,12 +256,18 @@ class Sidecar:
             await self._engine.close()
         if self._store is not None:
             await self._store.close()
+        if self._passthrough is not None:
+            await self._passthrough.close()
         await self.origin.close()
         self._executor.shutdown(wait=True)
 
 
-async def serve(config: Config) -> None:
-    """Run until SIGTERM or SIGINT. Prints one JSON line on stdout once serving."""
+async def serve(config: Config, summary: Mapping[str, object] | None = None) -> None:
+    """Run until SIGTERM or SIGINT. Prints one JSON line on stdout once serving.
+
+    `summary` is the effective configuration with secrets redacted
+    (config_reference.effective_values); it goes into the start-up log record.
+    """
     sidecar = Sidecar(config, CollectorRegistry())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -207,9 +277,14 @@ async def serve(config: Config) -> None:
         await sidecar.start()
         print(json.dumps({"event": "ready", "data": sidecar.data_url,
                           "admin": sidecar.admin_url, "pid": os.getpid()}), flush=True)
+        # One record that says what this process runs with (logged only once
+        # serving, so a failed start still ends in its one line on stderr).
         log.info("serving S3 reads on %s, admin on %s, cache %s (%d bytes, blocks of %d)",
                  sidecar.data_url, sidecar.admin_url, config.cache.directory,
-                 config.cache.size_bytes, config.cache.block_size)
+                 config.cache.size_bytes, config.cache.block_size,
+                 extra={"event": "started", "data_url": sidecar.data_url,
+                        "admin_url": sidecar.admin_url, "pid": os.getpid(),
+                        "mode": sidecar.modes.current.value, "config": dict(summary or {})})
         await stop.wait()
     finally:
         await sidecar.stop()

@@ -29,7 +29,7 @@ reaches the eviction point is moved to the head of main and skipped.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, Literal, TypeVar
 
 from sidecar.cache.errors import CacheFullError
@@ -91,8 +91,14 @@ class EvictionPolicy(Generic[K]):
         if freq is not None and freq < _MAX_FREQ:
             self._freq[key] = freq + 1
 
-    def insert(self, key: K, pinned: Callable[[K], bool] = _never_pinned) -> list[K]:
+    def insert(
+        self, key: K, pinned: Callable[[K], bool] = _never_pinned, *, main: bool = False
+    ) -> list[K]:
         """Admit ``key``; returns the keys evicted (in order) to make room.
+
+        ``main`` admits it straight into the main FIFO, skipping probation: for
+        entries known to be reused (a segment's manifest and indexes, read
+        whole and often), which a scan must not push out of the small FIFO.
 
         Raises ``CacheFullError`` (admitting nothing) if the policy is full and
         every resident key is pinned.
@@ -105,13 +111,27 @@ class EvictionPolicy(Generic[K]):
             if victim is None:
                 raise CacheFullError(f"all {len(self._freq)} resident entries are pinned")
             victims.append(victim)
-        if key in self._ghost:
-            del self._ghost[key]
+        if key in self._ghost or main:
+            self._ghost.pop(key, None)
             self._main[key] = None
         else:
             self._small[key] = None
         self._freq[key] = 0
         return victims
+
+    def adopt(self, keys: Iterable[K]) -> None:
+        """Admit ``keys``, oldest first, into this empty policy (a recovered index).
+
+        They queue in the small FIFO as new entries would: a block hit again
+        after the restart is promoted, the others leave in their old order.
+        """
+        if self._freq:
+            raise ValueError("adopt() needs an empty policy")
+        small: OrderedDict[K, None] = OrderedDict.fromkeys(keys)
+        if len(small) > self._capacity:
+            raise CacheFullError(f"{len(small)} keys do not fit {self._capacity} entries")
+        self._small = small
+        self._freq = dict.fromkeys(small, 0)
 
     def remove(self, key: K) -> None:
         """Forget ``key`` entirely (explicit invalidation); no-op if unknown."""

@@ -61,17 +61,31 @@ trusted only chunk by chunk, when each chunk matches its checksum.
 Writing a slot, and what a crash leaves behind
 ==============================================
 
-A slot is written in three steps (``write_block``):
+A slot is written in three steps (``write_block``), always in this order:
 
 1. clear the valid flag (2 bytes at offset 6 of the header);
 2. write the data;
 3. write the whole new header: names, chunk checksums, valid flag, header
    checksum.
 
-Crash before or during step 1: the old header and old data are intact, so the
-slot still holds the old block. After step 1, up to the end of step 2: the flag
-is clear, the slot is empty. During step 3: a torn header fails its own
-checksum, the slot is empty. After step 3: the slot holds the new block.
+What a process crash (``kill -9``, OOM kill) at each point leaves, and what
+the next start's recovery (below) makes of it:
+
+    crash                          on disk                      recovery
+    before step 1                  old header, old data         old block, intact
+    after 1, during or after 2     flag clear, any data         empty slot
+    during 3 (torn header)         checksum does not match      corrupt: dropped, counted
+    after 3                        new header, new data         new block, intact
+
+The store also clears the flag (``invalidate``) before it reuses a slot whose
+block was purged, replaced or failed its checksum, and a recovered slot that is
+dropped gets its header erased (``erase_header``). A crash before such a clear
+reached the page cache leaves a valid header of a block that was dropped in
+memory: it is recovered as cached. That is safe because the header still
+describes the bytes under it (its chunk checksums), and the ETag in its name
+ties it to that version of the object: a rewritten object has another ETag and
+never meets the old blocks, a deleted one is a 404 at the origin before any
+block is looked up.
 
 Nothing is ever fsynced or msynced: a cache may lose blocks, it must never
 serve wrong bytes, and correctness never depends on the order in which pages
@@ -81,25 +95,44 @@ of old and new pages of a slot may be on disk. A header is trusted only if its
 own checksum matches, so a half-written header is no header; data is trusted
 only if it matches the chunk checksums of the header that describes it, so an
 old header over partly new data (or a new header over old data) fails at the
-first read of a bad chunk, which the store turns into a miss and a refetch.
-The worst a crash can do is cost a refetch.
+first read of a bad chunk, which the store turns into a miss, a refetch and a
+``sidecar_cache_checksum_failures_total``. A stale header can never vouch for
+new data: the data would have to match the old block's xxh3 of every chunk it
+is read through. The worst a crash can do is cost a refetch.
 
 The generation orders writes: if two valid headers ever name the same block
 (a replacement was written to a new slot while the old slot's invalidation had
 not reached disk), the higher generation is the newer one.
 
-Reopening
-=========
+Reopening (warm restart)
+========================
 
-``Slab.open`` reuses an existing file whose header and size match the
-requested geometry, leaving its slots as they are; any other file is truncated
-and recreated, the file header being written last so that a crash during
-creation leaves a file that is recreated again at the next start. The store
-currently treats every slot of a reused file as empty: stale headers are
-harmless because the first write to a slot clears its valid flag before
-anything else. Recovering the index after a restart is a scan of the slot
-headers with ``read_record`` (4 KiB per slot, the data is verified lazily by
-every read anyway), resuming the generation counter after the largest one seen.
+``Slab.open`` looks at an existing file before using it (``Opening``):
+
+- same file header and size: reused as it is, every slot kept;
+- same block size, other slot count (the cache was resized): the file is cut
+  or extended to the new size and the slots below both counts are kept. Slot
+  offsets depend only on the block size, and every slot header stands alone;
+- a good file header but a file shorter (or longer) than it says (truncated):
+  the slots wholly inside the file are kept, the file is cut to them and
+  extended again with zeros (empty slots), reported as damage;
+- no file, a damaged or foreign file header, another block size: the file is
+  truncated and recreated, the file header being written last so that a crash
+  during creation leaves a file that is recreated again at the next start.
+
+In every case but the first the new file header is written last; a crash
+before it leaves a header that disagrees with the size, and the next open
+repeats the decision, keeping no more slots than this one did.
+
+The store then recovers its index from the kept slots (``scan``; see
+``sidecar.cache.recovery``): one 4 KiB header read per slot, a thousand asked
+of the disk at a time (``POSIX_FADV_WILLNEED``) while the previous thousand are
+decoded; zeros and clear flags are empty slots, valid headers come back as
+cached blocks, anything else that claims a block is corrupt and dropped.
+Duplicates keep the higher generation, and the write counter resumes after the
+largest generation seen, so a block written after the restart always outranks
+older copies. Data is not read at start: every read verifies the chunks it
+touches, which catches data torn by a crash or rotted on the disk.
 
 I/O
 ===
@@ -121,10 +154,13 @@ with any other call on that slot, nor ``close`` with anything.
 from __future__ import annotations
 
 import ctypes
+import enum
 import errno
+import functools
 import mmap
 import os
 import struct
+from dataclasses import dataclass
 from io import FileIO
 from pathlib import Path
 
@@ -153,7 +189,10 @@ _FILE_HEADER = struct.Struct("<8sHHIQQ")  # magic .. slot_count: bytes 0..31
 _SLOT_FIXED = struct.Struct("<4sHHIQQIHHHH")  # magic .. etag_len: bytes 0..39
 _U64 = struct.Struct("<Q")
 _FLAGS_OFFSET = 6
+_NAME_LENGTHS_OFFSET = 34
 _NOT_VALID = struct.pack("<H", 0)
+_ZEROS_8 = bytes(8)
+_SCAN_BATCH = 1024  # slot headers asked of the disk at once by Slab.scan
 
 assert _FILE_HEADER.size == 32 and _SLOT_FIXED.size == 40
 # The largest possible header (see the module docstring) must fit its page.
@@ -215,45 +254,118 @@ def encode_slot_header(
     return body + _U64.pack(chunk_checksum(body))
 
 
+class HeaderState(enum.Enum):
+    """What a slot header that describes no block is, for recovery's counts."""
+
+    EMPTY = "empty"  # zeros (never written, space given back), or its valid flag is clear
+    CORRUPT = "corrupt"  # claims a block (or is not zeros) but fails a check: dropped
+
+
 def decode_slot_header(header: bytes, slot: int, block_size: int) -> SlotRecord | None:
     """The block a slot header describes, or None if it describes none."""
+    result = inspect_slot_header(header, slot, block_size)
+    return result if isinstance(result, SlotRecord) else None
+
+
+def inspect_slot_header(
+    header: bytes, slot: int, block_size: int
+) -> SlotRecord | HeaderState:
+    """The block a slot header describes, or why it describes none."""
+    return _inspect(header, slot, block_size, chunk_size_for(block_size), {})
+
+
+def _inspect(
+    header: bytes, slot: int, block_size: int, expected_chunk_size: int,
+    names_seen: dict[bytes, tuple[str, str, str]],
+) -> SlotRecord | HeaderState:
+    # The cheap checks come first: only a header that passes magic, version
+    # and lengths is hashed. ``names_seen`` shares the strings of the blocks of
+    # one object (recovery decodes each name once, and 100k records then hold
+    # a few hundred names, not 100k copies).
+    if header[:4] != SLOT_MAGIC:
+        # Zeros are a slot never written (or a punched hole); anything else in
+        # the magic is damage (a stray write, a torn page after a power loss).
+        return HeaderState.EMPTY if header[:8] == _ZEROS_8 else HeaderState.CORRUPT
     if len(header) < _SLOT_FIXED.size:
-        return None
+        return HeaderState.CORRUPT
     (
-        magic, version, flags, length, block, generation,
+        _, version, flags, length, block, generation,
         chunk_size, chunk_count, bucket_len, key_len, etag_len,
     ) = _SLOT_FIXED.unpack_from(header)
-    if magic != SLOT_MAGIC or version != SLOT_VERSION or not flags & FLAG_VALID:
-        return None
+    if not flags & FLAG_VALID:
+        # Invalidated, or a write that had cleared the flag and then stopped
+        # (step 1 of write_block): an empty slot, not damage.
+        return HeaderState.EMPTY
+    if version != SLOT_VERSION or flags != FLAG_VALID:
+        return HeaderState.CORRUPT
     if (
         length > block_size
-        or chunk_size != chunk_size_for(block_size)
+        or chunk_size != expected_chunk_size
         or chunk_count != -(-length // chunk_size)
         or bucket_len > MAX_BUCKET_BYTES
         or key_len > MAX_KEY_BYTES
         or etag_len > MAX_ETAG_BYTES
     ):
-        return None
+        return HeaderState.CORRUPT
     names_end = _SLOT_FIXED.size + bucket_len + key_len + etag_len
     body_end = names_end + _U64.size * chunk_count
     if body_end + _U64.size > len(header):
-        return None
-    if chunk_checksum(header[:body_end]) != _U64.unpack_from(header, body_end)[0]:
-        return None
-    names = header[_SLOT_FIXED.size:names_end]
-    try:
-        bucket = names[:bucket_len].decode()
-        key = names[bucket_len:bucket_len + key_len].decode()
-        etag = names[bucket_len + key_len:].decode()
-    except UnicodeDecodeError:
-        return None
+        return HeaderState.CORRUPT
+    if xxhash.xxh3_64_intdigest(header[:body_end]) != _U64.unpack_from(header, body_end)[0]:
+        return HeaderState.CORRUPT
+    # The three lengths (bytes 34..39) and the names: the same bytes cannot
+    # split into other names.
+    raw = header[_NAME_LENGTHS_OFFSET:names_end]
+    names = names_seen.get(raw)
+    if names is None:
+        try:
+            names = (
+                header[_SLOT_FIXED.size:_SLOT_FIXED.size + bucket_len].decode(),
+                header[_SLOT_FIXED.size + bucket_len:names_end - etag_len].decode(),
+                header[names_end - etag_len:names_end].decode(),
+            )
+        except UnicodeDecodeError:
+            return HeaderState.CORRUPT
+        names_seen[raw] = names
     return SlotRecord(
-        ident=BlockIdent(bucket, key, etag, block),
-        slot=slot,
-        length=length,
-        generation=generation,
-        checksums=struct.unpack_from(f"<{chunk_count}Q", header, names_end),
+        BlockIdent(names[0], names[1], names[2], block), slot, length, generation,
+        _checksums_struct(chunk_count).unpack_from(header, names_end),
     )
+
+
+@functools.cache
+def _checksums_struct(count: int) -> struct.Struct:
+    return struct.Struct(f"<{count}Q")
+
+
+@dataclass(frozen=True)
+class SlotScan:
+    """The slot headers of a run of slots, as ``Slab.scan`` found them."""
+
+    records: list[SlotRecord]
+    corrupt: list[int]  # slots whose header claims a block but fails a check
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What ``Slab.open`` found and did with the file, for the recovery report.
+
+    ``state`` is one of:
+
+    created    there was no slab file
+    reused     the file had this geometry; every slot may hold a block
+    resized    the cache size changed (same block size): slots below both the
+               old and the new slot count were kept, the file cut or extended
+    truncated  the file header is good but the file is not as long as its
+               geometry says: the slots wholly present were kept
+    recreated  the file header is damaged, not a slab header, or of another
+               block size: nothing was kept
+    """
+
+    state: str
+    reason: str | None
+    kept_slots: int  # slots 0..kept_slots-1 may hold blocks; the others are empty
+    damaged: bool = False  # blocks were lost to damage, not to a configuration change
 
 
 class Slab:
@@ -267,7 +379,7 @@ class Slab:
         mapping: mmap.mmap,
         slot_count: int,
         block_size: int,
-        reused: bool,
+        opening: Opening,
     ) -> None:
         # Use Slab.open; this only adopts an already opened file.
         self._path = path
@@ -277,7 +389,7 @@ class Slab:
         self._slot_count = slot_count
         self._block_size = block_size
         self._chunk_size = chunk_size_for(block_size)
-        self._reused = reused
+        self._opening = opening
         self._closed = False
 
     @classmethod
@@ -295,9 +407,11 @@ class Slab:
         path = directory / SLAB_FILE_NAME
         size = slab_file_size(slot_count, block_size)
         file_header = encode_file_header(block_size, slot_count)
-        reused = _has_geometry(path, file_header, size)
-        if not reused:
+        opening = _inspect_file(path, slot_count, block_size)
+        if opening.state in ("created", "recreated"):
             _create(path, size, file_header, preallocate)
+        elif opening.state != "reused":
+            _resize(path, size, file_header, opening.kept_slots, block_size, preallocate)
         file = FileIO(path, "r+")
         try:
             mapping = mmap.mmap(file.fileno(), size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
@@ -306,7 +420,7 @@ class Slab:
             raise
         return cls(
             path=path, file=file, mapping=mapping,
-            slot_count=slot_count, block_size=block_size, reused=reused,
+            slot_count=slot_count, block_size=block_size, opening=opening,
         )
 
     @property
@@ -327,8 +441,14 @@ class Slab:
 
     @property
     def reused(self) -> bool:
-        """Whether open() found a file of this geometry (instead of creating one)."""
-        return self._reused
+        """Whether open() kept the file (whole, or some of its slots) rather than
+        creating it afresh."""
+        return self._opening.state not in ("created", "recreated")
+
+    @property
+    def opening(self) -> Opening:
+        """What open() found, and which slots may hold blocks from before."""
+        return self._opening
 
     def write_block(
         self, slot: int, ident: BlockIdent, generation: int, data: bytes | bytearray | memoryview
@@ -399,6 +519,56 @@ class Slab:
             self._mm[offset:offset + SLOT_HEADER_SIZE], slot, self._block_size
         )
 
+    def scan(self, first: int, stop: int) -> SlotScan:
+        """The slot headers of slots ``first..stop-1`` (recovery). Blocking.
+
+        One ``pread`` of a header page per slot rather than the mapping: a read
+        releases the GIL while the disk works, so a few threads scanning
+        disjoint runs keep the disk busy, and no page fault stalls a thread
+        that holds the GIL. Data pages are never read here.
+        """
+        if self._closed:
+            raise ValueError("slab is closed")
+        if not 0 <= first <= stop <= self._slot_count:
+            raise IndexError(f"slots {first}..{stop} outside 0..{self._slot_count}")
+        records: list[SlotRecord] = []
+        corrupt: list[int] = []
+        fd, pread, stride = self._fd, os.pread, SLOT_HEADER_SIZE + self._block_size
+        block_size, chunk_size = self._block_size, self._chunk_size
+        names_seen: dict[bytes, tuple[str, str, str]] = {}
+        self._advise_headers(first, min(stop, first + _SCAN_BATCH))
+        for batch in range(first, stop, _SCAN_BATCH):
+            # Ask for the next batch before decoding this one: the kernel reads
+            # those pages while this thread hashes, many reads in flight at once.
+            self._advise_headers(batch + _SCAN_BATCH, min(stop, batch + 2 * _SCAN_BATCH))
+            offset = self._slot_offset(batch)
+            for slot in range(batch, min(stop, batch + _SCAN_BATCH)):
+                header = pread(fd, SLOT_HEADER_SIZE, offset)
+                offset += stride
+                if header[:8] == _ZEROS_8:  # the common empty slot, without decoding
+                    continue
+                result = _inspect(header, slot, block_size, chunk_size, names_seen)
+                if isinstance(result, SlotRecord):
+                    records.append(result)
+                elif result is HeaderState.CORRUPT:
+                    corrupt.append(slot)
+        return SlotScan(records, corrupt)
+
+    def _advise_headers(self, first: int, stop: int) -> None:
+        """Start reading the header pages of slots ``first..stop-1`` (readahead(2)
+        style, without waiting): one pread after another would wait for each."""
+        fd, stride = self._fd, SLOT_HEADER_SIZE + self._block_size
+        offset = self._slot_offset(first) if first < stop else 0
+        for _ in range(first, stop):
+            os.posix_fadvise(fd, offset, SLOT_HEADER_SIZE, os.POSIX_FADV_WILLNEED)
+            offset += stride
+
+    def erase_header(self, slot: int) -> None:
+        """Zero the magic, version and flags of the slot's header: an empty slot
+        from now on, also for the next recovery. Blocking: call from an executor."""
+        self._check_slot(slot)
+        _pwrite_all(self._fd, _ZEROS_8, self._slot_offset(slot))
+
     def drop_pages(self, slot: int) -> None:
         """Advise the kernel that the slot's pages are not needed (starts writeback of
         dirty ones, drops clean ones): a big replay must not balloon the node's page
@@ -449,14 +619,88 @@ def _check_geometry(slot_count: int, block_size: int) -> None:
         )
 
 
-def _has_geometry(path: Path, file_header: bytes, size: int) -> bool:
+def parse_file_header(head: bytes) -> tuple[int, int] | None:
+    """``(block_size, slot_count)`` of a slab file header, or None if it is not one
+    (wrong magic, version or slot header size, or a checksum that does not match)."""
+    if len(head) < _FILE_HEADER.size + _U64.size:
+        return None
+    fields = head[:_FILE_HEADER.size]
+    if xxhash.xxh64_intdigest(fields) != _U64.unpack_from(head, _FILE_HEADER.size)[0]:
+        return None
+    magic, version, _, header_size, block_size, slot_count = _FILE_HEADER.unpack(fields)
+    if magic != FILE_MAGIC or version != FORMAT_VERSION or header_size != SLOT_HEADER_SIZE:
+        return None
+    return block_size, slot_count
+
+
+def _inspect_file(path: Path, slot_count: int, block_size: int) -> Opening:
+    """Decide what to do with an existing file: keep it, keep some slots, or start over.
+
+    Slot offsets depend only on the block size (the slot count only sets where
+    the file ends), and every slot header stands on its own, so with the same
+    block size any slot wholly inside the file can be kept whatever happened
+    to the rest.
+    """
     try:
         with FileIO(path, "r") as file:
-            return os.fstat(file.fileno()).st_size == size and file.read(
-                len(file_header)
-            ) == file_header
+            size = os.fstat(file.fileno()).st_size
+            head = file.read(_FILE_HEADER.size + _U64.size)
     except FileNotFoundError:
-        return False
+        return Opening("created", None, 0)
+    geometry = parse_file_header(head)
+    if geometry is None:
+        return Opening(
+            "recreated",
+            f"the file header is damaged or not a slab header ({size}-byte file): "
+            "every cached block dropped",
+            0,
+            damaged=True,
+        )
+    old_block_size, old_slot_count = geometry
+    if old_block_size != block_size:
+        return Opening(
+            "recreated",
+            f"block size changed from {old_block_size} to {block_size}: every cached "
+            "block dropped",
+            0,
+        )
+    old_size = slab_file_size(old_slot_count, block_size)
+    if old_slot_count == slot_count and size == old_size:
+        return Opening("reused", None, slot_count)
+    present = max(0, (size - FILE_HEADER_SIZE) // (SLOT_HEADER_SIZE + block_size))
+    kept = min(old_slot_count, slot_count, present)
+    if size != old_size:
+        return Opening(
+            "truncated",
+            f"the file is {size} bytes, its header says {old_size}: kept the {kept} "
+            f"slots wholly present, dropped slots {kept}..{old_slot_count - 1}"
+            if size < old_size else
+            f"the file is {size} bytes, its header says {old_size}: cut the excess",
+            kept,
+            damaged=True,
+        )
+    return Opening(
+        "resized", f"cache resized from {old_slot_count} to {slot_count} slots", kept
+    )
+
+
+def _resize(
+    path: Path, size: int, file_header: bytes, kept_slots: int, block_size: int,
+    preallocate: bool,
+) -> None:
+    # Cut to the kept slots first: whatever lay beyond (a partly present slot,
+    # slots of a larger geometry, stray bytes) goes, and the extension reads as
+    # zeros, i.e. empty slots. The file header goes last; a crash before it
+    # leaves a header that disagrees with the size, and the next open resizes
+    # again, keeping no more slots than this one did.
+    with FileIO(path, "r+") as file:
+        fd = file.fileno()
+        os.ftruncate(fd, slab_file_size(kept_slots, block_size))
+        if preallocate:
+            _preallocate(fd, size)
+        else:
+            os.ftruncate(fd, size)
+        _pwrite_all(fd, file_header, 0)
 
 
 def _create(path: Path, size: int, file_header: bytes, preallocate: bool) -> None:

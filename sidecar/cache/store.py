@@ -18,6 +18,10 @@ ever chosen as eviction victims, and a dropped slot goes back to ``free`` only
 once nobody pins it, so a write never overwrites bytes that a reader is
 copying out.
 
+``BlockStore.open`` starts from what the slab holds: every valid slot header
+comes back as a live block (``sidecar.cache.recovery``; the crash analysis is
+in ``slab.py``), the rest are free, and ``recovery`` reports what was found.
+
 Executor work is run in a task of its own and awaited through ``shield``: a
 client that disconnects mid-read cancels its wait, not the copy, so a pin is
 released (and a slot reused) only when the executor is really done with it.
@@ -38,6 +42,12 @@ from typing import Any, Protocol, TypeVar
 from sidecar.cache.errors import CacheFullError, ChecksumMismatch
 from sidecar.cache.ident import BlockIdent, SlotRecord
 from sidecar.cache.policy import EvictionPolicy
+from sidecar.cache.recovery import (
+    RecoveredIndex,
+    RecoveryReport,
+    ScrubProgress,
+    rebuild_index,
+)
 from sidecar.cache.slab import SLOT_HEADER_SIZE, Slab
 
 log = logging.getLogger(__name__)
@@ -48,13 +58,15 @@ REASON_CAPACITY = "capacity"
 REASON_CHECKSUM = "checksum"
 REASON_INVALIDATED = "invalidated"
 REASON_SHRINK = "shrink"
+REASON_RECOVERY = "recovery"
 
 
 class CacheMetrics(Protocol):
     """What the store reports; sidecar.metrics.Metrics implements it."""
 
     def on_eviction(self, reason: str) -> None:
-        """A block left the cache: "capacity", "checksum" or "invalidated"."""
+        """A block left the cache: "capacity", "checksum", "invalidated", "shrink",
+        or "recovery" (a slot header dropped when the index was rebuilt at start)."""
 
     def on_checksum_failure(self) -> None:
         """A read found cached bytes that do not match their checksum."""
@@ -96,8 +108,11 @@ class BlockStore:
         clock: Callable[[], float] = time.monotonic,
         protected_share: float = 0.5,
         drop_written_pages: bool = False,
+        recovered: RecoveredIndex | None = None,
+        report: RecoveryReport | None = None,
     ) -> None:
-        # Use BlockStore.open; this only adopts an opened slab.
+        # Use BlockStore.open; this only adopts an opened slab (and the index
+        # recovered from it).
         self._slab = slab
         self._executor = executor
         self._metrics = metrics
@@ -113,11 +128,14 @@ class BlockStore:
         self._cancelled: set[int] = set()  # writing slots whose object was invalidated
         self._retiring: dict[int, bool] = {}  # slot -> clear the on-disk valid flag first
         self._tasks: set[asyncio.Task[Any]] = set()
-        # Restarts at 0 with every process: the store does not recover the
-        # index yet, so no generation on disk is ever compared with these.
+        self._scrubbing: asyncio.Task[Any] | None = None
+        # The last generation given out; a recovered index resumes after the
+        # largest one on disk, so that a newer copy always has the larger one.
         self._generation = 0
         self._used_bytes = 0
         self._closed = False
+        self.recovery = report
+        self.scrub: ScrubProgress | None = None
         # Warmed blocks: never evicted until read or until their deadline, and
         # never more than a share of the slots, so a warm-up cannot evict
         # itself or flush the live hot set.
@@ -130,6 +148,21 @@ class BlockStore:
         self.disk_error_listeners: list[Callable[[OSError], None]] = []
         # Told which block left and why (the prefetcher counts unread ones as waste).
         self.eviction_listeners: list[Callable[[BlockIdent, str], None]] = []
+        # Blocks that skip the policy's probation (small objects read whole and
+        # often: a segment's manifest and indexes), so scans cannot evict them.
+        self.admit_to_main: Callable[[BlockIdent], bool] = lambda ident: False
+        if recovered is not None:
+            self._adopt(recovered)
+
+    def _adopt(self, recovered: RecoveredIndex) -> None:
+        self._records = recovered.records
+        self._objects = recovered.objects
+        self._policy = recovered.policy
+        self._used_bytes = recovered.used_bytes
+        self._free = recovered.free
+        self._generation = recovered.next_generation - 1
+        for _ in range(recovered.corrupt_headers + recovered.duplicates):
+            self._metrics.on_eviction(REASON_RECOVERY)
 
     @classmethod
     async def open(
@@ -143,14 +176,83 @@ class BlockStore:
         protected_share: float = 0.5,
         drop_written_pages: bool = False,
         preallocate: bool = True,
+        scrub_rate: int | None = None,
     ) -> BlockStore:
+        """Open (or create) the slab in ``directory`` and recover its index.
+
+        Every slot header the file kept is read (in the executor) and every
+        valid block comes back as cached; see ``sidecar.cache.recovery``.
+        With ``scrub_rate`` (bytes per second) the recovered blocks' data is
+        then verified in the background at that rate (``start_scrub``).
+        """
         slot_count = slots_for_capacity(capacity_bytes, block_size)
         loop = asyncio.get_running_loop()
+        started = time.perf_counter()
         slab = await loop.run_in_executor(
             executor, Slab.open, directory, slot_count, block_size, preallocate
         )
-        return cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
-                   protected_share=protected_share, drop_written_pages=drop_written_pages)
+        try:
+            recovered = await _recover(slab, executor, loop)
+        except BaseException:
+            await loop.run_in_executor(executor, slab.close)
+            raise
+        opening = slab.opening
+        report = RecoveryReport(
+            file=opening.state,
+            reason=opening.reason,
+            slots=slot_count,
+            slots_scanned=opening.kept_slots,
+            blocks_recovered=len(recovered.records),
+            bytes_recovered=recovered.used_bytes,
+            corrupt_headers=recovered.corrupt_headers,
+            duplicates=recovered.duplicates,
+            next_generation=recovered.next_generation,
+            seconds=time.perf_counter() - started,
+        )
+        if opening.damaged:
+            log.warning("cache file %s: %s", slab.path, opening.reason)
+        elif opening.reason is not None:
+            log.info("cache file %s: %s", slab.path, opening.reason)
+        if report.dropped:
+            log.warning(
+                "cache recovery dropped %d slot headers: %d corrupt, %d older duplicates",
+                report.dropped, report.corrupt_headers, report.duplicates,
+            )
+        log.info(
+            "cache recovery: %s file, %d of %d slots scanned, %d blocks (%d bytes) recovered, "
+            "%d corrupt headers and %d duplicates dropped, in %.3f s",
+            report.file, report.slots_scanned, report.slots, report.blocks_recovered,
+            report.bytes_recovered, report.corrupt_headers, report.duplicates, report.seconds,
+        )
+        store = cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
+                    protected_share=protected_share, drop_written_pages=drop_written_pages,
+                    recovered=recovered, report=report)
+        if scrub_rate:
+            store.start_scrub(scrub_rate)
+        return store
+
+    def recovery_stats(self) -> dict[str, Any] | None:
+        """The recovery report and the scrub's progress (``cache.recovery`` in the stats)."""
+        if self.recovery is None:
+            return None
+        return {**self.recovery.as_dict(),
+                "scrub": None if self.scrub is None else self.scrub.as_dict()}
+
+    def start_scrub(self, rate: int) -> None:
+        """Verify the data of every block cached now, in slot order (the disk's),
+        at most ``rate`` bytes per second, in the background until done or closed.
+
+        Reads are lazily verified anyway; the scrub finds damage before a
+        client meets it, with a bound on the disk bandwidth it takes from the
+        foreground: one block at a time, paced after each block.
+        """
+        if rate <= 0:
+            raise ValueError(f"scrub rate must be positive, got {rate}")
+        if self._closed or self.scrub is not None:
+            return
+        records = sorted(self._records.values(), key=_slot_of)
+        self.scrub = ScrubProgress(rate=rate, blocks=len(records))
+        self._track(self._loop.create_task(self._scrub(records, self.scrub)))
 
     @property
     def block_size(self) -> int:
@@ -313,14 +415,60 @@ class BlockStore:
         return len(self._records)
 
     async def close(self) -> None:
-        """Wait for the reads and writes in progress, then unmap the slab."""
+        """Stop the scrub, wait for the reads and writes in progress, then unmap
+        the slab."""
         if self._closed:
             return
         self._closed = True
+        if self._scrubbing is not None:
+            # Cancels the pacing, not a verification in flight: that one runs
+            # in a task of its own (in _tasks), awaited below like any read.
+            self._scrubbing.cancel()
         while self._tasks:
             # wait, not gather: cancelling close must not cancel the copies.
             await asyncio.wait(list(self._tasks))
         await self._loop.run_in_executor(self._executor, self._slab.close)
+
+    async def _scrub(self, records: list[SlotRecord], progress: ScrubProgress) -> None:
+        self._scrubbing = asyncio.current_task()
+        due = self._loop.time()
+        for record in records:
+            if self._closed:
+                return
+            if not self._pin_if_current(record, 0, record.length):
+                progress.skipped += 1
+                continue
+            try:
+                intact = await self._in_task(self._scrub_pinned(record))
+            except Exception as exc:  # the scrub is advice; reads still verify
+                log.warning("cache scrub stopped at slot %d: %s", record.slot, exc)
+                return
+            if intact:
+                progress.verified += 1
+                progress.verified_bytes += record.length
+            else:
+                progress.dropped += 1
+            # Blocks start at least length/rate seconds apart: never more than
+            # `rate` on average, and time lost in a slow read is not made up
+            # for with a burst.
+            due = max(due + record.length / progress.rate, self._loop.time())
+            delay = due - self._loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        progress.done = True
+        log.info("cache scrub done: %d blocks verified, %d dropped, %d gone before their turn",
+                 progress.verified, progress.dropped, progress.skipped)
+
+    async def _scrub_pinned(self, record: SlotRecord) -> bool:
+        try:
+            offset = await self._verified(self._slab.verify, record, 0, record.length)
+        finally:
+            self._unpin(record.slot)
+        if record.slot not in self._pins:
+            # Read for the check only: out of the page cache again, unless a
+            # client is reading the block right now.
+            self._track(self._loop.create_task(self._drop_pages(record.slot)))
+        return offset is not None
 
     async def _read_pinned(self, record: SlotRecord, start: int, end: int) -> bytes | None:
         try:
@@ -367,7 +515,8 @@ class BlockStore:
             self._retire(previous.slot, clear_on_disk=True)
         else:
             try:
-                victims = self._policy.insert(ident, self._is_pinned)
+                victims = self._policy.insert(ident, self._is_pinned,
+                                              main=self.admit_to_main(ident))
             except CacheFullError:
                 # Cannot happen while the reserved slot is outside the policy
                 # (it has fewer entries than slots); kept correct regardless.
@@ -495,3 +644,31 @@ class BlockStore:
     def _track(self, task: asyncio.Task[Any]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+async def _recover(
+    slab: Slab, executor: concurrent.futures.Executor, loop: asyncio.AbstractEventLoop
+) -> RecoveredIndex:
+    """Scan the kept slots' headers, rebuild the index, erase the dropped headers:
+    all in the executor.
+
+    One scan job, not several in parallel: ``Slab.scan`` already keeps a
+    thousand header reads in flight, and decoding holds the GIL, so more
+    threads only contend for it (measured with ``python -m bench.recovery``).
+    """
+    scan = await loop.run_in_executor(executor, slab.scan, 0, slab.opening.kept_slots)
+    recovered = await loop.run_in_executor(
+        executor, rebuild_index, slab.slot_count, scan.records, scan.corrupt
+    )
+    if recovered.erase:
+        await loop.run_in_executor(executor, _erase_all, slab, recovered.erase)
+    return recovered
+
+
+def _slot_of(record: SlotRecord) -> int:
+    return record.slot
+
+
+def _erase_all(slab: Slab, slots: list[int]) -> None:
+    for slot in slots:
+        slab.erase_header(slot)

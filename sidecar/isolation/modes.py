@@ -67,16 +67,19 @@ class ModeState:
 
     def request(self, mode: Mode) -> None:
         self._update(lambda: setattr(self, "_requested", mode))
-        log.warning("mode set to %s by the operator", mode.value)
+        log.warning("mode set to %s by the operator", mode.value,
+                    extra={"mode": self.current.value, "requested_mode": mode.value})
 
     def disk_failed(self, problem: str) -> None:
         if self._disk_problem is None:
-            log.error("cache disk failed (%s): bypassing the cache until it recovers", problem)
+            log.error("cache disk failed (%s): bypassing the cache until it recovers", problem,
+                      extra={"mode": Mode.BYPASS.value, "disk_problem": problem})
         self._update(lambda: setattr(self, "_disk_problem", problem))
 
     def disk_recovered(self) -> None:
         if self._disk_problem is not None:
-            log.warning("cache disk recovered: back to mode %s", self._requested.value)
+            log.warning("cache disk recovered: back to mode %s", self._requested.value,
+                        extra={"mode": self._requested.value})
         self._update(lambda: setattr(self, "_disk_problem", None))
 
     def _update(self, change: Callable[[], None]) -> None:

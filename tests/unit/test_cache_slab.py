@@ -233,19 +233,38 @@ def test_reopen_with_same_geometry_reuses_the_file(tmp_path: Path) -> None:
         second.close()
 
 
-@pytest.mark.parametrize(("slots", "block_size"), [(4, BLOCK), (3, 2 * BLOCK)])
-def test_reopen_with_other_geometry_recreates_the_file(
-    tmp_path: Path, slots: int, block_size: int
-) -> None:
+def test_reopen_with_another_block_size_recreates_the_file(tmp_path: Path) -> None:
     first = Slab.open(tmp_path, slot_count=3, block_size=BLOCK)
     first.write_block(0, IDENT, 1, payload(1000))
     first.close()
 
-    second = Slab.open(tmp_path, slot_count=slots, block_size=block_size)
+    second = Slab.open(tmp_path, slot_count=3, block_size=2 * BLOCK)
     try:
-        assert not second.reused
-        assert second.path.stat().st_size == 4096 + slots * (4096 + block_size)
+        assert not second.reused and second.opening.state == "recreated"
+        assert second.path.stat().st_size == 4096 + 3 * (4096 + 2 * BLOCK)
         assert second.read_record(0) is None  # the old slot headers are gone
+    finally:
+        second.close()
+
+
+@pytest.mark.parametrize("slots", [2, 4])
+def test_reopen_with_another_slot_count_keeps_the_common_slots(
+    tmp_path: Path, slots: int
+) -> None:
+    # Slot offsets depend only on the block size: a resized cache keeps its blocks.
+    first = Slab.open(tmp_path, slot_count=3, block_size=BLOCK)
+    kept = first.write_block(1, IDENT, 1, payload(1000))
+    first.write_block(2, IDENT, 2, payload(1000))
+    first.close()
+
+    second = Slab.open(tmp_path, slot_count=slots, block_size=BLOCK)
+    try:
+        assert second.reused and second.opening.state == "resized"
+        assert second.opening.kept_slots == min(3, slots)
+        assert second.path.stat().st_size == 4096 + slots * (4096 + BLOCK)
+        assert second.read_record(1) == kept
+        found = [second.read_record(slot) is not None for slot in range(slots)]
+        assert found == [False, True, True, False][:slots]  # slot 3 is new: empty
     finally:
         second.close()
 

@@ -401,18 +401,22 @@ async def test_close_waits_for_reads_then_refuses_work(
     await store.close()
 
 
-async def test_reopened_store_starts_empty(
+async def test_reopened_store_recovers_its_blocks(
     tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
 ) -> None:
+    # The full story (corruption, duplicates, truncation) is in test_cache_recovery.py.
     store = await open_store(tmp_path, executor, metrics, slots=2)
     await written(store, ident(0), payload(10))
     await store.close()
     store = await open_store(tmp_path, executor, metrics, slots=2)
     try:
-        assert store.lookup(ident(0)) is None and store.block_count() == 0
+        record = store.lookup(ident(0))
+        assert record is not None and store.block_count() == 1
+        assert await store.read(record, 0, 10) == payload(10)
         await written(store, ident(1), payload(10))
-        await written(store, ident(2), payload(10))
         assert metrics.evictions == {}
+        await written(store, ident(2), payload(10))  # full: the oldest block goes
+        assert metrics.evictions == {"capacity": 1}
     finally:
         await store.close()
 

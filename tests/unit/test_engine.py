@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.cache import BlockStore
 from sidecar.engine import Engine, Source
-from sidecar.errors import OriginUnavailable
+from sidecar.errors import OriginBadBody, OriginUnavailable
 from sidecar.metrics import Metrics
 from sidecar.origin import ObjectInfo
 
@@ -223,3 +223,38 @@ async def test_hits_and_misses_count_who_started_the_origin_read(
     assert len(origin.calls) == 1
     await engine.close()
     await store.close()
+
+
+@pytest.mark.parametrize("wrong", ["short", "long"])
+async def test_an_origin_read_of_the_wrong_length_fails_its_readers_and_caches_nothing_wrong(
+    tmp_path: Path, executor: ThreadPoolExecutor, wrong: str
+) -> None:
+    """A reader must not wait forever for bytes that will not come (short), and
+    bytes beyond the range asked go into no block (long: the origin's own check
+    is sidecar.origin; the engine only refuses to overflow its buffers)."""
+    data = random.Random(11).randbytes(3 * BLOCK)
+    engine, origin, info, store = await make_engine(tmp_path, executor, data)
+
+    async def wrong_length(info: ObjectInfo, start: int, end: int, lane: str
+                           ) -> AsyncIterator[bytes]:
+        origin.calls.append((start, end))
+        yield data[start:end - 100] if wrong == "short" else data[start:end] + b"\0" * 100
+
+    try:
+        origin.read_range = wrong_length  # type: ignore[method-assign]
+        if wrong == "short":
+            with pytest.raises(OriginBadBody):
+                await asyncio.wait_for(collect(engine, info, 0, 3 * BLOCK - 1), timeout=5)
+        else:
+            body, _ = await asyncio.wait_for(collect(engine, info, 0, 3 * BLOCK - 1), timeout=5)
+            assert body == data
+        for _ in range(100):  # blocks that did complete land in the background
+            if store.block_count() == (2 if wrong == "short" else 3):
+                break
+            await asyncio.sleep(0.01)
+        assert store.block_count() == (2 if wrong == "short" else 3)
+        origin.read_range = ScriptedOrigin(data).read_range  # type: ignore[method-assign]
+        assert (await collect(engine, info, 0, 3 * BLOCK - 1))[0] == data
+    finally:
+        await engine.close()
+        await store.close()

@@ -1,0 +1,265 @@
+"""Pass-through: every S3 request the cache does not serve goes to the origin.
+
+Tiered-storage plugins use one endpoint for everything: they upload segments
+with multipart uploads, delete them on retention and list them. Those requests
+are streamed to the origin and the answers streamed back, never buffering a
+whole body (DeleteObjects bodies, small by S3's own limit, are the exception:
+their keys are needed to invalidate the cache).
+
+The client's signature is for the sidecar's host and cannot be replayed, so the
+request is re-signed (SigV4) with the sidecar's own credentials, keeping the
+client's payload hash: the origin still verifies the body against the hash the
+client computed (sidecar.s3ops.plan_payload says how each payload mode is
+forwarded). Writes and deletes invalidate the cached blocks and the remembered
+HEAD of their keys once the origin accepted them, so an object written through
+the sidecar reads back through it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+import aiohttp
+from aiobotocore.session import get_session
+from aiohttp import web
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from multidict import CIMultiDict
+from yarl import URL
+
+from sidecar.access_log import BODY_BYTES
+from sidecar.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker
+from sidecar.config import OriginConfig
+from sidecar.errors import OriginUnavailable
+from sidecar.s3ops import (
+    MAX_DELETE_BODY,
+    BadPayload,
+    Invalidates,
+    Operation,
+    Payload,
+    PayloadMode,
+    deleted_keys,
+    outbound_headers,
+    outbound_path,
+    outbound_query,
+    plan_payload,
+    response_headers,
+)
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 256 * 1024
+# Chunk size of re-framed (unsigned-trailer) uploads: S3's minimum is 8 KiB;
+# 64 KiB keeps the framing overhead under 0.02%.
+REFRAME_CHUNK = 64 * 1024
+# aiohttp must not add headers the signature does not cover and S3 would store
+# (a default Content-Type), nor compress or decompress bodies it only relays.
+_SKIP_AUTO_HEADERS = ("Content-Type", "Accept", "Accept-Encoding", "User-Agent")
+
+
+class _ClientHashSigner(S3SigV4Auth):  # type: ignore[misc]
+    """SigV4 for S3 with the payload hash given, not computed from a body
+    (the body is a stream the signer never sees)."""
+
+    def __init__(self, credentials: Any, region: str, payload_hash: str) -> None:
+        super().__init__(credentials, "s3", region)
+        self._payload_hash = payload_hash
+
+    def payload(self, request: Any) -> str:
+        return self._payload_hash
+
+
+@dataclass
+class _BodyFailure:
+    """Why reading the client's body failed, if it did (seen after the upload)."""
+
+    error: BadPayload | None = None
+
+
+class PassThrough:
+    def __init__(
+        self,
+        config: OriginConfig,
+        invalidate: Callable[[str, str], object],
+        client_timeout_s: float = 30.0,
+    ) -> None:
+        self._config = config
+        self._invalidate = invalidate
+        self._client_timeout = client_timeout_s
+        self._base = (config.endpoint or f"https://s3.{config.region}.amazonaws.com").rstrip("/")
+        self._session: aiohttp.ClientSession | None = None
+        self._credentials: Any = None
+
+    async def start(self) -> None:
+        # The same credential chain as the origin's aiobotocore client (env vars,
+        # profiles, instance roles), refreshed by botocore when they expire.
+        # None: an anonymous origin; requests then go unsigned.
+        self._credentials = await get_session().get_credentials()
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._config.max_connections),
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=self._config.connect_timeout_s,
+                sock_read=self._config.read_timeout_s,
+            ),
+            auto_decompress=False,
+            skip_auto_headers=_SKIP_AUTO_HEADERS,
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def forward(
+        self, request: web.Request, operation: Operation, bucket: str, key: str
+    ) -> web.StreamResponse:
+        """Send the request to the origin and stream its answer back.
+
+        Raises BadPayload (a 400) for a body S3 would refuse, and OriginUnavailable
+        (a 503) when the origin cannot be reached before an answer started.
+        """
+        assert self._session is not None, "start() first"
+        payload = plan_payload(request.headers, REFRAME_CHUNK)
+        query = parse_qsl(request.raw_path.partition("?")[2], keep_blank_values=True)
+        path = outbound_path(bucket, key)
+        encoded_query = outbound_query(query)
+        url = self._base + path + (f"?{encoded_query}" if encoded_query else "")
+        headers = await self._signed(
+            request.method, url, outbound_headers(request.headers.items(), payload), payload
+        )
+        keys = [key] if operation.invalidates is Invalidates.KEY else []
+        failure = _BodyFailure()
+        body: bytes | AsyncIterator[bytes] | None
+        if operation.invalidates is Invalidates.DELETED_KEYS:
+            body = await self._small_body(request, payload)
+            keys = deleted_keys(body)
+        elif request.body_exists:
+            body = self._stream_body(request, payload, failure)
+        else:
+            body = None
+        try:
+            async with self._session.request(
+                request.method, URL(url, encoded=True), headers=headers, data=body,
+                allow_redirects=False,
+            ) as upstream:
+                if 200 <= upstream.status < 300:
+                    for each in keys:
+                        self._invalidate(bucket, each)
+                return await self._relay(request, upstream)
+        except BadPayload:
+            raise
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            if failure.error is not None:
+                raise failure.error from exc
+            raise OriginUnavailable(
+                f"{operation.name} {bucket}/{key}: origin unreachable: {exc!r}"
+            ) from exc
+
+    async def _signed(
+        self, method: str, url: str, headers: list[tuple[str, str]], payload: Payload
+    ) -> CIMultiDict[str]:
+        if self._credentials is None:
+            return CIMultiDict(headers)
+        frozen = await self._credentials.get_frozen_credentials()
+        signing = AWSRequest(method=method, url=url, data=b"")
+        for name, value in headers:
+            signing.headers[name] = value  # appends: repeated fields stay repeated
+        _ClientHashSigner(frozen, self._config.region, payload.sha256).add_auth(signing)
+        return CIMultiDict(signing.headers.items())
+
+    async def _relay(
+        self, request: web.Request, upstream: aiohttp.ClientResponse
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            status=upstream.status, reason=upstream.reason,
+            headers=CIMultiDict(response_headers(upstream.headers.items())),
+        )
+        await response.prepare(request)
+        if request.method == "HEAD":
+            return response
+        try:
+            async for chunk in upstream.content.iter_chunked(_CHUNK):
+                await asyncio.wait_for(response.write(chunk), self._client_timeout)
+                request[BODY_BYTES] = request.get(BODY_BYTES, 0) + len(chunk)
+            await response.write_eof()
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+            # Headers (and a Content-Length) are gone: cut the connection rather
+            # than let the client take a short body for a whole one.
+            log.warning("aborting a pass-through answer mid-stream: %r", exc)
+            if request.transport is not None:
+                request.transport.abort()
+        return response
+
+    async def _read(self, request: web.Request) -> bytes:
+        try:
+            # A client that sends nothing for client_timeout gives up its slot.
+            return await asyncio.wait_for(request.content.readany(), self._client_timeout)
+        except asyncio.TimeoutError:
+            raise BadPayload("Your socket connection to the server was not read from or "
+                             "written to within the timeout period.", "RequestTimeout") from None
+        except Exception as exc:  # the client hung up or broke its framing
+            raise BadPayload(f"The request body ended early: {exc!r}", "IncompleteBody") from exc
+
+    async def _stream_body(
+        self, request: web.Request, payload: Payload, failure: _BodyFailure
+    ) -> AsyncIterator[bytes]:
+        try:
+            async for piece in self._decoded(request, payload):
+                yield piece
+        except BadPayload as exc:
+            # aiohttp reports it as a failed upload; forward() raises this instead.
+            failure.error = exc
+            raise
+
+    async def _decoded(self, request: web.Request, payload: Payload) -> AsyncIterator[bytes]:
+        """The body as it goes to the origin, piece by piece as the client sends it."""
+        if payload.mode is PayloadMode.AS_IS:
+            while chunk := await self._read(request):
+                yield chunk
+            return
+        decoder = AwsChunkedDecoder()
+        rechunker = Rechunker(REFRAME_CHUNK) if payload.mode is PayloadMode.REFRAME else None
+        # The last decoded piece is held back until the framing has ended well:
+        # the origin must not receive all Content-Length bytes (and store the
+        # object) from a body that turns out to be cut short or malformed.
+        held = b""
+        try:
+            while chunk := await self._read(request):
+                for piece in decoder.feed(chunk):
+                    if rechunker is not None:
+                        for framed in rechunker.feed(piece):
+                            yield framed
+                        continue
+                    if held:
+                        yield held
+                    held = bytes(piece)
+        except ChunkedFormatError as exc:
+            raise BadPayload(str(exc), "IncompleteBody") from exc
+        if not decoder.done:
+            raise BadPayload("the aws-chunked body ended early", "IncompleteBody")
+        if decoder.decoded_bytes != _expected(payload, request):
+            raise BadPayload("the aws-chunked body does not match x-amz-decoded-content-length",
+                             "IncompleteBody")
+        if rechunker is not None:
+            trailers = [(n, v) for n, v in decoder.trailers if n == payload.trailer]
+            yield rechunker.finish(trailers)
+        elif held:
+            yield held
+
+    async def _small_body(self, request: web.Request, payload: Payload) -> bytes:
+        """A DeleteObjects body, read whole (bounded) so its keys are known."""
+        collected = bytearray()
+        async for piece in self._decoded(request, payload):
+            collected += piece
+            if len(collected) > MAX_DELETE_BODY:
+                raise BadPayload("Your request was too big.", "MaxMessageLengthExceeded")
+        return bytes(collected)
+
+
+def _expected(payload: Payload, request: web.Request) -> int:
+    declared = request.headers.get("x-amz-decoded-content-length", "")
+    return int(declared) if declared.isdigit() else -1

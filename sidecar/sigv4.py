@@ -1,0 +1,421 @@
+"""AWS Signature Version 4 verification of S3 requests (pure: no I/O, no clock).
+
+Both forms S3 accepts are verified:
+- the `Authorization: AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., Signature=...`
+  header (https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html);
+- a presigned URL, `X-Amz-Algorithm`, `X-Amz-Credential`, `X-Amz-Date`,
+  `X-Amz-Expires`, `X-Amz-SignedHeaders` and `X-Amz-Signature` in the query
+  (https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-query-string-auth.html).
+
+The signature covers a canonical request:
+
+    METHOD \n CanonicalURI \n CanonicalQuery \n CanonicalHeaders \n \n SignedHeaders \n PayloadHash
+
+S3 differs from other services in that the URI path is *not* normalised (no
+dot-segment removal, no slash collapsing) and is URI-encoded once. The payload
+hash is the `x-amz-content-sha256` header as given (a hex SHA-256,
+`UNSIGNED-PAYLOAD` or one of the `STREAMING-*` values): the body is never
+buffered here, and a forwarded body is checked against that hash by the origin
+once the request is re-signed. A presigned URL signs `UNSIGNED-PAYLOAD` unless
+the request carries the header.
+
+Signing keys are derived from the secret per (date, region, service); the caller
+hands in a function from a credential to its signing key (None: unknown access
+key), so it can cache them and so this module never holds the secrets.
+Signatures are compared in constant time (hmac.compare_digest).
+"""
+
+from __future__ import annotations
+
+import calendar
+import enum
+import hashlib
+import hmac
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from urllib.parse import quote, unquote_to_bytes
+
+ALGORITHM = "AWS4-HMAC-SHA256"
+# S3 refuses a request whose time is more than 15 minutes from its own
+# ("RequestTimeTooSkewed").
+MAX_SKEW_S = 15 * 60
+# S3's bound on X-Amz-Expires: seven days.
+MAX_PRESIGN_EXPIRES_S = 7 * 24 * 3600
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+_TIMESTAMP_RE = re.compile(r"^\d{8}T\d{6}Z$")
+_DATE_RE = re.compile(r"^\d{8}$")
+_SIGNATURE_RE = re.compile(r"^[0-9a-f]{64}$")
+_PAYLOAD_HASH_RE = re.compile(r"^([0-9a-f]{64}|UNSIGNED-PAYLOAD|STREAMING-[A-Z0-9-]{1,64})$")
+# RFC 3986 §2.3 unreserved characters stay as they are; quote() always keeps
+# ASCII letters, digits and "_.-~".
+_QUERY_SAFE = ""
+_PATH_SAFE = "/"
+_QUERY_AUTH_PARAMS = frozenset({
+    "x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-expires",
+    "x-amz-signedheaders", "x-amz-signature",
+})
+# Query parameters that make a request a presigned one; AWSAccessKeyId is
+# Signature Version 2's, refused as such rather than taken for anonymous.
+_PRESIGN_MARKERS = (b"x-amz-algorithm", b"x-amz-signature", b"x-amz-credential",
+                    b"awsaccesskeyid")
+
+
+class Reason(enum.Enum):
+    """Why a request was refused (the label of sidecar_auth_failures_total)."""
+
+    UNSIGNED = "unsigned"
+    MALFORMED = "malformed"
+    UNKNOWN_KEY = "unknown_key"
+    BAD_SIGNATURE = "bad_signature"
+    EXPIRED = "expired"
+    SKEWED = "skewed"
+
+
+class SignatureRejected(Exception):
+    """The request's signature does not prove it; `message` never holds a secret."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Credential:
+    """`AKID/20260101/us-east-1/s3/aws4_request`: who signed, and the key's scope."""
+
+    access_key: str
+    date: str
+    region: str
+    service: str
+
+    @property
+    def scope(self) -> str:
+        return f"{self.date}/{self.region}/{self.service}/aws4_request"
+
+
+@dataclass(frozen=True)
+class _Signed:
+    """What a request claims: parsed from its Authorization header or its query."""
+
+    presigned: bool
+    credential: Credential
+    signed_headers: tuple[str, ...]
+    signature: str
+    timestamp: str
+    expires_s: int | None
+
+
+SigningKeyFor = Callable[[Credential], bytes | None]
+
+
+def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
+    """kSigning = HMAC(HMAC(HMAC(HMAC("AWS4" + secret, date), region), service), "aws4_request")."""
+    key = _hmac(("AWS4" + secret).encode("utf-8"), date)
+    for part in (region, service, "aws4_request"):
+        key = _hmac(key, part)
+    return key
+
+
+def _hmac(key: bytes, message: str) -> bytes:
+    return hmac.new(key, message.encode("utf-8"), hashlib.sha256).digest()
+
+
+def _query_pairs(raw_query: str) -> list[tuple[str, str]]:
+    return [pair.partition("=")[::2] for pair in raw_query.split("&") if pair]
+
+
+def _auth_params(raw_query: str) -> dict[str, str]:
+    """The X-Amz-* auth parameters of a query, percent-decoded (names case-insensitive)."""
+    found: dict[str, str] = {}
+    for name, value in _query_pairs(raw_query):
+        lowered = unquote_to_bytes(name).decode("utf-8", "replace").lower()
+        if lowered in _QUERY_AUTH_PARAMS:
+            if lowered in found:
+                raise SignatureRejected(Reason.MALFORMED, f"Query parameter {lowered} is repeated.")
+            found[lowered] = unquote_to_bytes(value).decode("utf-8", "replace")
+    return found
+
+
+def _presigned(raw_query: str) -> bool:
+    """Whether the query carries a presigned URL's signature (valid or not)."""
+    return any(
+        unquote_to_bytes(name).lower() in _PRESIGN_MARKERS for name, _ in _query_pairs(raw_query)
+    )
+
+
+def is_signed(raw_path: str, headers: Iterable[tuple[str, str]]) -> bool:
+    """Whether the request carries a signature of either form (valid or not)."""
+    if any(name.lower() == "authorization" for name, _ in headers):
+        return True
+    return _presigned(raw_path.partition("?")[2])
+
+
+def _parse_credential(text: str) -> Credential:
+    parts = text.rsplit("/", 4)
+    if len(parts) != 5 or parts[4] != "aws4_request" or not all(parts[:4]):
+        raise SignatureRejected(
+            Reason.MALFORMED,
+            "The credential is not of the form AKID/YYYYMMDD/region/service/aws4_request.",
+        )
+    access_key, date, region, service = parts[:4]
+    if not _DATE_RE.match(date):
+        raise SignatureRejected(Reason.MALFORMED, "The credential's date is not YYYYMMDD.")
+    if service != "s3":
+        raise SignatureRejected(Reason.MALFORMED, "The credential is not scoped to service s3.")
+    return Credential(access_key, date, region, service)
+
+
+def _parse_signed_headers(text: str) -> tuple[str, ...]:
+    names = tuple(text.split(";"))
+    if not all(names) or any(name != name.lower() or name != name.strip() for name in names):
+        raise SignatureRejected(Reason.MALFORMED, "SignedHeaders must be lower-case names.")
+    if "host" not in names:
+        raise SignatureRejected(Reason.MALFORMED, "The host header must be signed.")
+    return names
+
+
+def _parse_authorization(value: str) -> tuple[Credential, tuple[str, ...], str]:
+    algorithm, _, rest = value.strip().partition(" ")
+    if algorithm != ALGORITHM:
+        raise SignatureRejected(
+            Reason.MALFORMED, f"Only {ALGORITHM} (Signature Version 4) is accepted."
+        )
+    fields: dict[str, str] = {}
+    for component in rest.split(","):
+        name, eq, field_value = component.strip().partition("=")
+        if not eq or name in fields:
+            raise SignatureRejected(Reason.MALFORMED, "The Authorization header is malformed.")
+        fields[name] = field_value
+    if set(fields) != {"Credential", "SignedHeaders", "Signature"}:
+        raise SignatureRejected(
+            Reason.MALFORMED,
+            "The Authorization header needs exactly Credential, SignedHeaders and Signature.",
+        )
+    return (
+        _parse_credential(fields["Credential"]),
+        _parse_signed_headers(fields["SignedHeaders"]),
+        fields["Signature"],
+    )
+
+
+def _amz_timestamp_from_http_date(value: str) -> str:
+    try:
+        parsed = parsedate_to_datetime(value)
+        # RFC 9110 §5.6.7: an HTTP date is in GMT; a zone-less one is taken as GMT.
+        epoch = parsed.timestamp() if parsed.tzinfo else calendar.timegm(parsed.timetuple())
+        return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(epoch))
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
+        raise SignatureRejected(Reason.MALFORMED, "The Date header is not an HTTP date.") from None
+
+
+def _claims(raw_path: str, headers: dict[str, list[str]]) -> _Signed:
+    query = raw_path.partition("?")[2]
+    presigned = _presigned(query)
+    authorization = headers.get("authorization", [])
+    if presigned and authorization:
+        raise SignatureRejected(
+            Reason.MALFORMED, "Only one auth mechanism allowed: header or query string."
+        )
+    if len(authorization) > 1:
+        raise SignatureRejected(Reason.MALFORMED, "More than one Authorization header.")
+    if authorization:
+        credential, signed_headers, signature = _parse_authorization(authorization[0])
+        dates = headers.get("x-amz-date", [])
+        if len(dates) > 1:
+            raise SignatureRejected(Reason.MALFORMED, "More than one X-Amz-Date header.")
+        if dates:
+            timestamp = dates[0].strip()
+        elif len(headers.get("date", [])) == 1:
+            timestamp = _amz_timestamp_from_http_date(headers["date"][0])
+        else:
+            raise SignatureRejected(Reason.MALFORMED, "The request has no X-Amz-Date or Date.")
+        if "x-amz-content-sha256" not in headers:
+            raise SignatureRejected(
+                Reason.MALFORMED, "Missing required header for this request: x-amz-content-sha256."
+            )
+        expires: int | None = None
+    else:
+        params = _auth_params(query)
+        if "x-amz-algorithm" not in params and "AWSAccessKeyId=" in query:
+            raise SignatureRejected(
+                Reason.MALFORMED, f"Only {ALGORITHM} (Signature Version 4) is accepted."
+            )
+        missing = sorted(_QUERY_AUTH_PARAMS - set(params))
+        if missing:
+            raise SignatureRejected(
+                Reason.MALFORMED, f"The presigned URL lacks the query parameter {missing[0]}."
+            )
+        if params["x-amz-algorithm"] != ALGORITHM:
+            raise SignatureRejected(
+                Reason.MALFORMED, f"Only {ALGORITHM} (Signature Version 4) is accepted."
+            )
+        credential = _parse_credential(params["x-amz-credential"])
+        signed_headers = _parse_signed_headers(params["x-amz-signedheaders"])
+        signature = params["x-amz-signature"]
+        timestamp = params["x-amz-date"]
+        text = params["x-amz-expires"]
+        if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_PRESIGN_EXPIRES_S:
+            raise SignatureRejected(
+                Reason.MALFORMED,
+                f"X-Amz-Expires must be a number of seconds from 1 to {MAX_PRESIGN_EXPIRES_S}.",
+            )
+        expires = int(text)
+    if not _TIMESTAMP_RE.match(timestamp):
+        raise SignatureRejected(Reason.MALFORMED, "X-Amz-Date is not of the form YYYYMMDDTHHMMSSZ.")
+    if timestamp[:8] != credential.date:
+        raise SignatureRejected(
+            Reason.MALFORMED, "The credential's date does not match the request's date."
+        )
+    return _Signed(not authorization, credential, signed_headers, signature, timestamp, expires)
+
+
+def _epoch(timestamp: str) -> float:
+    try:
+        return float(calendar.timegm(time.strptime(timestamp, "%Y%m%dT%H%M%SZ")))
+    except ValueError:
+        raise SignatureRejected(Reason.MALFORMED, "X-Amz-Date is not a valid time.") from None
+
+
+def _check_time(signed: _Signed, now: float) -> None:
+    signed_at = _epoch(signed.timestamp)
+    if signed.expires_s is not None and now > signed_at + signed.expires_s:
+        raise SignatureRejected(Reason.EXPIRED, "Request has expired.")
+    # A presigned URL may be used long after it was made, but not before.
+    too_old = signed.expires_s is None and now - signed_at > MAX_SKEW_S
+    if too_old or signed_at - now > MAX_SKEW_S:
+        raise SignatureRejected(
+            Reason.SKEWED,
+            "The difference between the request time and the server's time is too large.",
+        )
+
+
+def _canonical_uri_candidates(path: str) -> list[str]:
+    """The URI-encoded-once path, and (if different) the path exactly as sent.
+
+    Clients encode the key into the path themselves (botocore and the AWS SDKs
+    with RFC 3986 rules) and sign that; re-encoding the decoded path gives the
+    same string for them and for any client that encodes a character it did not
+    have to. Both candidates name the same key, so accepting either admits no
+    request for another object.
+    """
+    path = path or "/"
+    encoded = quote(unquote_to_bytes(path), safe=_PATH_SAFE)
+    return [encoded] if encoded == path else [encoded, path]
+
+
+def _canonical_query_candidates(query: str, presigned: bool) -> list[str]:
+    pairs = _query_pairs(query)
+    if presigned:
+        pairs = [
+            (name, value) for name, value in pairs
+            if unquote_to_bytes(name).decode("utf-8", "replace").lower() != "x-amz-signature"
+        ]
+    encoded = sorted(
+        (quote(unquote_to_bytes(name), safe=_QUERY_SAFE),
+         quote(unquote_to_bytes(value), safe=_QUERY_SAFE))
+        for name, value in pairs
+    )
+    canonical = "&".join(f"{name}={value}" for name, value in encoded)
+    as_sent = "&".join(f"{name}={value}" for name, value in sorted(pairs))
+    return [canonical] if canonical == as_sent else [canonical, as_sent]
+
+
+def _canonical_headers(signed: _Signed, headers: dict[str, list[str]]) -> str:
+    lines = []
+    for name in signed.signed_headers:
+        values = headers.get(name)
+        if values is None:
+            raise SignatureRejected(
+                Reason.BAD_SIGNATURE, "A header named in SignedHeaders is not in the request."
+            )
+        # "Trimall": trim, and collapse runs of white space to one space.
+        lines.append(f"{name}:{','.join(' '.join(value.split()) for value in values)}\n")
+    return "".join(lines)
+
+
+def canonical_requests(
+    method: str, raw_path: str, headers: Sequence[tuple[str, str]]
+) -> list[str]:
+    """The canonical request(s) the signature may cover (see _canonical_uri_candidates)."""
+    by_name = _headers_by_name(headers)
+    return _canonical_requests(method, raw_path, by_name, _claims(raw_path, by_name))
+
+
+def _canonical_requests(
+    method: str, raw_path: str, headers: dict[str, list[str]], signed: _Signed
+) -> list[str]:
+    path, _, query = raw_path.partition("?")
+    payload_hashes = headers.get("x-amz-content-sha256", [])
+    if len(payload_hashes) > 1:
+        raise SignatureRejected(Reason.MALFORMED, "More than one x-amz-content-sha256 header.")
+    payload_hash = payload_hashes[0].strip() if payload_hashes else UNSIGNED_PAYLOAD
+    if not _PAYLOAD_HASH_RE.match(payload_hash):
+        raise SignatureRejected(
+            Reason.MALFORMED, "x-amz-content-sha256 is not a SHA-256 or a known payload mode."
+        )
+    tail = (
+        f"{_canonical_headers(signed, headers)}\n{';'.join(signed.signed_headers)}\n{payload_hash}"
+    )
+    return [
+        f"{method.upper()}\n{uri}\n{canonical_query}\n{tail}"
+        for uri in _canonical_uri_candidates(path)
+        for canonical_query in _canonical_query_candidates(query, signed.presigned)
+    ]
+
+
+def string_to_sign(timestamp: str, scope: str, canonical_request: str) -> str:
+    digest = hashlib.sha256(canonical_request.encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{ALGORITHM}\n{timestamp}\n{scope}\n{digest}"
+
+
+def _headers_by_name(headers: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    by_name: dict[str, list[str]] = {}
+    for name, value in headers:
+        by_name.setdefault(name.lower(), []).append(value)
+    return by_name
+
+
+def verify(
+    method: str,
+    raw_path: str,
+    headers: Sequence[tuple[str, str]],
+    signing_key_for: SigningKeyFor,
+    now: float,
+) -> str:
+    """Check a signed request; return the access key that signed it.
+
+    `raw_path` is the request target as sent (path and query, percent-encoded),
+    `headers` every header in order (repeats kept), `now` the epoch time.
+    Raises SignatureRejected.
+    """
+    by_name = _headers_by_name(headers)
+    if not is_signed(raw_path, headers):
+        raise SignatureRejected(Reason.UNSIGNED, "Anonymous requests are not allowed here.")
+    signed = _claims(raw_path, by_name)
+    key = signing_key_for(signed.credential)
+    if key is None:
+        raise SignatureRejected(
+            Reason.UNKNOWN_KEY, "The AWS access key Id you provided does not exist in our records."
+        )
+    _check_time(signed, now)
+    if not _SIGNATURE_RE.match(signed.signature):
+        raise SignatureRejected(Reason.MALFORMED, "The signature is not 64 lower-case hex digits.")
+    given = signed.signature.encode("ascii")
+    matched = False
+    for canonical in _canonical_requests(method, raw_path, by_name, signed):
+        expected = hmac.new(
+            key, string_to_sign(signed.timestamp, signed.credential.scope, canonical).encode(),
+            hashlib.sha256,
+        ).hexdigest().encode("ascii")
+        # No early exit: every candidate is compared, in constant time.
+        matched |= hmac.compare_digest(expected, given)
+    if not matched:
+        raise SignatureRejected(
+            Reason.BAD_SIGNATURE,
+            "The request signature we calculated does not match the signature you provided.",
+        )
+    return signed.credential.access_key

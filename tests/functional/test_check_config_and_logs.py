@@ -1,0 +1,169 @@
+"""`sidecar serve --check-config` and the structured logs of a running sidecar."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.config import OPTIONS
+from sidecar.local_s3 import LocalS3
+from tests.support.processes import SidecarProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "tok-3f9a1c-do-not-print"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SIDECAR_")}
+    return {**env, **extra}
+
+
+def sidecar_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sidecar", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+@pytest.fixture
+def listening() -> Iterator[socket.socket]:
+    """A loopback socket that listens but never accepts: connecting to it would queue."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        sock.setblocking(False)
+        yield sock
+
+
+def test_example_toml_passes_check_config() -> None:
+    result = sidecar_cli("serve", "--config", str(ROOT / "sidecar.example.toml"),
+                         "--check-config", env=clean_env())
+    assert result.returncode == 0, result.stderr
+    assert 'cache_dir = "/var/cache/kafka-sidecar"' in result.stdout
+    assert result.stderr == ""
+
+
+def test_check_config_merges_every_source_and_touches_nothing(
+    tmp_path: Path, listening: socket.socket
+) -> None:
+    port = listening.getsockname()[1]
+    cache_dir = tmp_path / "not-created"
+    config = tmp_path / "sidecar.toml"
+    config.write_text('cache_size = "2GiB"\nblock_size = "4MiB"\n[auth]\nallow_anonymous = true\n')
+    result = sidecar_cli(
+        "serve", "--config", str(config), "--check-config",
+        # A data port already taken and an origin that would queue a connection:
+        # serve would fail to bind, and a contact with the origin would show.
+        "--listen", f"127.0.0.1:{port}", "--origin-endpoint", f"http://127.0.0.1:{port}",
+        "--cache-dir", str(cache_dir), "--block-size", "1MiB",
+        env=clean_env(SIDECAR_ADMIN_TOKEN=SECRET, SIDECAR_ORIGIN_REGION="eu-west-1"),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = {line.split(" = ")[0]: line for line in result.stdout.splitlines()
+             if " = " in line and not line.startswith("#")}
+    assert sorted(lines) == sorted(option.name for option in OPTIONS)
+    assert lines["block_size"].endswith("# flag --block-size")  # flag beats file
+    assert lines["cache_size"].endswith(f"# file {config}")
+    assert lines["origin_region"].endswith("# env SIDECAR_ORIGIN_REGION")
+    assert lines["auth_allow_anonymous"].startswith("auth_allow_anonymous = true")
+    assert lines["admin_token"].startswith('admin_token = "<set>"')
+    assert lines["max_requests"].endswith("# default")
+    assert SECRET not in result.stdout + result.stderr
+    assert not cache_dir.exists()
+    with pytest.raises(BlockingIOError):
+        listening.accept()  # nobody connected to the "origin"
+
+
+def test_check_config_reports_a_bad_value_in_one_line(tmp_path: Path) -> None:
+    result = sidecar_cli("serve", "--cache-dir", str(tmp_path), "--check-config",
+                         env=clean_env(SIDECAR_LOG_FORMAT="yaml"))
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SIDECAR_LOG_FORMAT" in lines[0] and "unknown log format" in lines[0]
+
+
+def _records(lines: list[str]) -> list[dict[str, Any]]:
+    records = []
+    for line in lines:
+        if line.strip():
+            record = json.loads(line)  # every stderr line is one JSON object
+            assert {"ts", "level", "logger", "msg"} <= set(record), record
+            records.append(record)
+    return records
+
+
+def test_a_running_sidecar_logs_json_with_config_and_mode(
+    tmp_path: Path, local_s3: LocalS3
+) -> None:
+    env = {"SIDECAR_LOG_LEVEL": "INFO", "SIDECAR_ADMIN_TOKEN": SECRET}
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--cache-size", "64MiB", env=env) as sidecar:
+        request = urllib.request.Request(
+            sidecar.admin_url + "/api/v1/mode", method="PUT",
+            data=json.dumps({"mode": "cache-only"}).encode(),
+            headers={"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.load(response)["mode"] == "cache-only"
+    records = _records(sidecar.stderr_lines)
+    assert SECRET not in "".join(sidecar.stderr_lines)
+    started = [r for r in records if r.get("event") == "started"]
+    assert len(started) == 1
+    config = started[0]["config"]
+    assert config["admin_token"] == "<set>" and config["cache_dir"] == str(tmp_path)
+    assert config["cache_size"] == "64MiB" and started[0]["data_url"] == sidecar.data_url
+    assert started[0]["ts"].endswith("Z") and started[0]["level"] == "INFO"
+    changes = [r for r in records if r.get("mode") == "cache-only"]
+    assert any(r["logger"] == "sidecar.server" and "mode changed" in r["msg"] for r in changes)
+    assert any(r.get("requested_mode") == "cache-only" for r in changes)
+
+
+def test_log_format_text_is_plain_lines(tmp_path: Path, local_s3: LocalS3) -> None:
+    env = {"SIDECAR_LOG_LEVEL": "INFO"}
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--log-format", "text", env=env) as sidecar:
+        pass
+    lines = [line for line in sidecar.stderr_lines if line.strip()]
+    started = [line for line in lines if " INFO sidecar.server: serving S3 reads on " in line]
+    assert len(started) == 1 and not any(line.startswith("{") for line in lines)
+    assert " event=started " in started[0] and '"admin_token": "<unset>"' in started[0]
+
+
+_PROBE = (
+    "import logging; from sidecar.cli import configure_logging; configure_logging('auto'); "
+    "logging.getLogger('sidecar.probe').warning('disk %s', 'full', extra={'mode': 'bypass'})"
+)
+
+
+def test_auto_logs_text_to_a_terminal_and_json_to_a_pipe() -> None:
+    leader, follower = pty.openpty()
+    try:
+        subprocess.run([sys.executable, "-c", _PROBE], stderr=follower, timeout=60,
+                       env=clean_env(), check=True)
+        os.close(follower)
+        follower = -1
+        output = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO once the terminal's other end is closed
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        if follower != -1:
+            os.close(follower)
+        os.close(leader)
+    text = output.decode().strip()
+    assert not text.startswith("{") and text.endswith("WARNING sidecar.probe: disk full mode=bypass")
+    piped = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
+                           timeout=60, env=clean_env(), check=True)
+    record = json.loads(piped.stderr)
+    assert (record["msg"], record["mode"], record["level"]) == ("disk full", "bypass", "WARNING")

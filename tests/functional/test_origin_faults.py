@@ -1,0 +1,423 @@
+"""Fault injection: the sidecar in front of a misbehaving origin (tests/support/fault_proxy).
+
+For every fault the client gets the exact bytes or a correct S3 error, in
+bounded time, and no wrong block is cached: once the origin is healed, every
+byte read back (from the cache) is checked. The outcome of each fault is
+written to test-artifacts/reliability/faults.json for RELIABILITY.md.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from sidecar.config import load_config
+from sidecar.errors import ObjectNotFound, OriginUnavailable
+from sidecar.local_s3 import LocalS3
+from sidecar.metrics import Metrics
+from sidecar.origin import Origin
+from tests.support.fault_proxy import Fault, FaultProxy
+from tests.support.processes import SidecarProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+SUMMARY = ROOT / "test-artifacts" / "reliability" / "faults.json"
+BLOCK = 64 * 1024
+SIZE = 5 * BLOCK + 1234  # six blocks, the last one short
+RANGE = (1000, 4 * BLOCK - 100)  # inclusive; blocks 0-3, one coalesced origin GET
+DEADLINE_S = 2.5
+MARGIN_S = 5.0  # scheduling slack on a shared 2-core machine; the bound stays finite
+FAULT_ENV = {
+    "SIDECAR_PREFETCH": "false",
+    "SIDECAR_ORIGIN_DEADLINE": f"{DEADLINE_S}s",
+    "SIDECAR_ORIGIN_CONNECT_TIMEOUT": "1s",
+    "SIDECAR_ORIGIN_RETRIES": "4",
+}
+
+RESULTS: dict[str, dict[str, Any]] = {}
+
+pytestmark = pytest.mark.functional
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    aborted: bool  # the connection was cut before the promised body was complete
+    seconds: float
+
+    @property
+    def code(self) -> str:
+        text = self.body.decode(errors="replace")
+        return text.partition("<Code>")[2].partition("</Code>")[0]
+
+
+def fetch(base: str, bucket: str, key: str, byte_range: str | None = None,
+          method: str = "GET") -> Answer:
+    """One request on a fresh connection, with no retries: what the sidecar said."""
+    parts = urlsplit(base)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=60)
+    started = time.monotonic()
+    try:
+        connection.request(method, f"/{bucket}/{key}",
+                           headers={"Range": byte_range} if byte_range else {})
+        response = connection.getresponse()
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        try:
+            body, aborted = response.read(), False
+        except http.client.IncompleteRead as exc:
+            body, aborted = exc.partial, True
+        except (ConnectionResetError, http.client.HTTPException):
+            body, aborted = b"", True
+        return Answer(response.status, headers, body, aborted, time.monotonic() - started)
+    finally:
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def fault_proxy(local_s3: LocalS3) -> Iterator[FaultProxy]:
+    with FaultProxy(local_s3.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def summary() -> Iterator[dict[str, dict[str, Any]]]:
+    yield RESULTS
+    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
+    SUMMARY.write_text(json.dumps(
+        {"deadline_s": DEADLINE_S, "block_size": BLOCK, "faults_tried": len(RESULTS),
+         "bytes_checked": sum(result["bytes_checked"] for result in RESULTS.values()),
+         "faults": RESULTS}, indent=2, sort_keys=True,
+    ) + "\n")
+
+
+@pytest.fixture(scope="module")
+def faulty(fault_proxy: FaultProxy, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[SidecarProcess]:
+    """64 KiB blocks, a 2.5 s deadline, no breaker (each fault is met on its own)."""
+    cache = tmp_path_factory.mktemp("fault-cache")
+    with SidecarProcess(
+        fault_proxy.endpoint, cache, "--block-size", "64KiB",
+        "--cache-size", str(256 * (BLOCK + 4096)),
+        env={**FAULT_ENV, "SIDECAR_ORIGIN_BREAKER_FAILURES": "0"},
+    ) as process:
+        yield process
+
+
+def put(origin_s3: Any, bucket: str, key: str, seed: int) -> tuple[bytes, str]:
+    data = random.Random(seed).randbytes(SIZE)
+    etag = origin_s3.put_object(Bucket=bucket, Key=key, Body=data)["ETag"]
+    return data, str(etag)
+
+
+def check_healed(sidecar: SidecarProcess, bucket: str, key: str, data: bytes) -> int:
+    """Read everything twice after the faults are gone: the second time all from
+    the cache. Every byte is compared; returns how many were."""
+    first, second = (fetch(sidecar.data_url, bucket, key) for _ in range(2))
+    for answer in (first, second):
+        assert (answer.status, answer.aborted) == (200, False)
+        assert answer.body == data, "a wrong byte was served after the origin healed"
+    assert second.headers["x-sidecar-cache"] == "hit"
+    start, end = RANGE
+    ranged = fetch(sidecar.data_url, bucket, key, f"bytes={start}-{end}")
+    assert ranged.status == 206 and ranged.body == data[start:end + 1]
+    assert ranged.headers["x-sidecar-cache"] == "hit"
+    return 2 * len(data) + len(ranged.body)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    faults: tuple[tuple[Fault, str, int | None], ...]  # (fault, method, times)
+    expect: str  # "exact", or the S3 error code of a 503
+    min_origin_gets: int = 1
+    notes: str = ""
+    range: tuple[int, int] = RANGE
+
+
+def _once(fault: Fault, method: str = "GET") -> tuple[Fault, str, int | None]:
+    return fault, method, 1
+
+
+def _always(fault: Fault, method: str = "GET") -> tuple[Fault, str, int | None]:
+    return fault, method, None
+
+
+MID = 100_000  # bytes into the coalesced GET of blocks 0-3 (262144 bytes)
+CASES = (
+    Case("status_500_once", (_once(Fault("status", 500, "InternalError")),), "exact", 2),
+    Case("slowdown_twice", ((Fault("status", 503, "SlowDown"), "GET", 2),), "exact", 3),
+    Case("head_503_once", (_once(Fault("status", 503, "ServiceUnavailable"), "HEAD"),),
+         "exact"),
+    Case("reset_before_body", (_once(Fault("reset_before_body")),), "exact", 2),
+    Case("reset_mid_body", (_once(Fault("reset_mid_body", after_bytes=MID)),), "exact", 2),
+    Case("stall_mid_body", (_once(Fault("stall_mid_body", after_bytes=MID, seconds=10)),),
+         "exact", 2, "no byte for half the deadline: resumed"),
+    Case("stall_every_body", (_always(Fault("stall_mid_body", after_bytes=MID, seconds=10)),),
+         "exact", 3, "each attempt makes progress: resumed until complete"),
+    Case("truncated_content_length", (_once(Fault("truncate", after_bytes=MID)),), "exact", 2,
+         "Content-Length promises the range, the body ends early with a clean close"),
+    Case("truncated_connection_close", (_once(Fault("truncate_close", after_bytes=MID)),),
+         "exact", 2, "no Content-Length, Connection: close, fewer bytes"),
+    Case("overlong_content_length", (_once(Fault("overlong", extra=1000)),), "exact", 2),
+    Case("overlong_connection_close", (_once(Fault("overlong_close", extra=1000)),), "exact", 2,
+         "no Content-Length: caught at the end of the body, before the last block is cached"),
+    Case("whole_object_for_a_range", (_once(Fault("ignore_range")),), "exact", 2,
+         "a 200 with the whole object: its bytes would land at the wrong offsets",
+         range=(2 * BLOCK + 5, 4 * BLOCK - 1)),
+    Case("latency_spike", (_once(Fault("latency", seconds=0.8)),), "exact"),
+    Case("status_500_always", (_always(Fault("status", 500, "InternalError")),),
+         "ServiceUnavailable", 2),
+    Case("slowdown_always", (_always(Fault("status", 503, "SlowDown")),), "SlowDown", 2),
+    Case("reset_always", (_always(Fault("reset_before_body")),), "ServiceUnavailable", 2),
+    Case("stall_before_body_always", (_always(Fault("stall_mid_body", seconds=10)),),
+         "ServiceUnavailable", 2, "headers, then no byte: no progress until the deadline"),
+    Case("latency_beyond_deadline", (_always(Fault("latency", seconds=10)),),
+         "ServiceUnavailable", 1),
+    Case("truncated_always", (_always(Fault("truncate", after_bytes=0)),),
+         "ServiceUnavailable", 2),
+    Case("overlong_always", (_always(Fault("overlong", extra=1)),), "ServiceUnavailable", 2),
+)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_fault(case: Case, faulty: SidecarProcess, fault_proxy: FaultProxy, origin_s3: Any,
+               bucket: str, summary: dict[str, dict[str, Any]]) -> None:
+    key = f"seg/{case.name}.log"
+    data, _ = put(origin_s3, bucket, key, seed=len(case.name))
+    for fault, method, times in case.faults:
+        fault_proxy.add(fault, method, key, times)
+    start, end = case.range
+    try:
+        answer = fetch(faulty.data_url, bucket, key, f"bytes={start}-{end}")
+    finally:
+        fault_proxy.clear()
+    gets = len(fault_proxy.requests("GET", key))
+    assert answer.seconds < DEADLINE_S + MARGIN_S
+    if case.expect == "exact":
+        assert (answer.status, answer.aborted) == (206, False)
+        assert answer.body == data[start:end + 1]
+        outcome = "exact bytes"
+    elif answer.status == 503:
+        assert answer.code == case.expect and answer.headers.get("retry-after") == "1"
+        outcome = f"503 {answer.code}"
+    else:
+        # The first bytes were already on their way: the sidecar had sent its
+        # headers, so it must cut the connection, never end the body short.
+        assert answer.status == 206 and answer.aborted, (answer.status, answer.body[:200])
+        assert data[start:end + 1].startswith(answer.body)
+        outcome = "connection aborted after a correct prefix"
+    assert gets >= case.min_origin_gets
+    checked = check_healed(faulty, bucket, key, data)
+    summary[case.name] = {
+        "outcome": outcome, "seconds": round(answer.seconds, 3), "origin_gets": gets,
+        "bytes_checked": checked + len(answer.body) * (outcome == "exact bytes"),
+        "notes": case.notes,
+    }
+
+
+def test_etag_flip_between_head_and_get(
+    faulty: SidecarProcess, fault_proxy: FaultProxy, origin_s3: Any, bucket: str,
+    summary: dict[str, dict[str, Any]],
+) -> None:
+    """The object is rewritten after the sidecar's HEAD: its GET (If-Match) gets 412,
+    and the request is answered afresh from the new version."""
+    key = "seg/flip.log"
+    old, old_etag = put(origin_s3, bucket, key, seed=1)
+    assert fetch(faulty.data_url, bucket, key, method="HEAD").headers["etag"] == old_etag
+    new: list[bytes] = []
+
+    def rewrite() -> None:
+        new.append(put(origin_s3, bucket, key, seed=2)[0])
+
+    fault_proxy.add(Fault("pass"), "GET", key, 1, before=rewrite)
+    answer = fetch(faulty.data_url, bucket, key, "bytes=0-")
+    fault_proxy.clear()
+    assert (answer.status, answer.aborted) == (206, False)
+    assert answer.body == new[0] and answer.body != old
+    assert answer.headers["etag"] != old_etag
+    if_matches = [seen.if_match for seen in fault_proxy.requests("GET", key)]
+    assert if_matches[0] == old_etag and answer.headers["etag"] in if_matches[1:]
+    checked = check_healed(faulty, bucket, key, new[0])
+    summary["etag_flip_between_head_and_get"] = {
+        "outcome": "new version only (412, HEAD again, answered afresh)",
+        "seconds": round(answer.seconds, 3), "bytes_checked": checked + len(answer.body),
+    }
+
+
+def test_etag_flip_at_an_origin_that_ignores_if_match(
+    faulty: SidecarProcess, fault_proxy: FaultProxy, origin_s3: Any, bucket: str,
+    summary: dict[str, dict[str, Any]],
+) -> None:
+    """Some S3 clones ignore If-Match: the GET's own ETag gives the rewrite away."""
+    key = "seg/flip-no-if-match.log"
+    _, old_etag = put(origin_s3, bucket, key, seed=3)
+    assert fetch(faulty.data_url, bucket, key, method="HEAD").status == 200
+    new: list[bytes] = []
+    fault_proxy.add(Fault("ignore_if_match"), "GET", key, 1,
+                    before=lambda: new.append(put(origin_s3, bucket, key, seed=4)[0]))
+    start, end = RANGE
+    answer = fetch(faulty.data_url, bucket, key, f"bytes={start}-{end}")
+    fault_proxy.clear()
+    assert (answer.status, answer.aborted) == (206, False)
+    assert answer.body == new[0][start:end + 1] and answer.headers["etag"] != old_etag
+    checked = check_healed(faulty, bucket, key, new[0])
+    summary["etag_flip_if_match_ignored"] = {
+        "outcome": "new version only (GET's ETag checked)",
+        "seconds": round(answer.seconds, 3), "bytes_checked": checked + len(answer.body),
+    }
+
+
+def test_etag_flip_mid_stream_aborts_the_response(
+    faulty: SidecarProcess, fault_proxy: FaultProxy, origin_s3: Any, bucket: str,
+    summary: dict[str, dict[str, Any]],
+) -> None:
+    """An open-ended read is fetched a block at a time as the client reads; the
+    object is rewritten before its second block: the response already carries
+    the old version's headers and first block, so the connection is cut."""
+    key = "seg/flip-mid-stream.log"
+    old, _ = put(origin_s3, bucket, key, seed=5)
+    new: list[bytes] = []
+    fault_proxy.add(Fault("pass"), "GET", key, 1)  # block 0 as it is
+    fault_proxy.add(Fault("pass"), "GET", key, 1,
+                    before=lambda: new.append(put(origin_s3, bucket, key, seed=6)[0]))
+    answer = fetch(faulty.data_url, bucket, key, "bytes=0-")
+    fault_proxy.clear()
+    assert answer.status == 206 and answer.aborted
+    assert len(answer.body) >= BLOCK and old.startswith(answer.body)
+    checked = check_healed(faulty, bucket, key, new[0])
+    summary["etag_flip_mid_stream"] = {
+        "outcome": f"connection aborted after {len(answer.body)} bytes, all of the old version",
+        "seconds": round(answer.seconds, 3), "bytes_checked": checked + len(answer.body),
+    }
+
+
+@pytest.mark.parametrize("down", ["503", "reset"])
+def test_origin_outage(
+    down: str, fault_proxy: FaultProxy, origin_s3: Any, bucket: str, tmp_path: Path,
+    summary: dict[str, dict[str, Any]],
+) -> None:
+    """The whole origin fails (every request answered 503, or every connection
+    reset): cached ranges are still served (stale HEAD), misses fail fast with
+    503, the breaker opens and, once the origin is back, closes."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = {**FAULT_ENV, "SIDECAR_HEAD_TTL": "1s", "SIDECAR_HEAD_STALE_IF_ERROR": "5m",
+           "SIDECAR_ORIGIN_BREAKER_FAILURES": "3", "SIDECAR_ORIGIN_BREAKER_COOLDOWN": "6s"}
+    with SidecarProcess(fault_proxy.endpoint, cache, "--block-size", "64KiB",
+                        "--cache-size", str(64 * (BLOCK + 4096)), env=env) as sidecar:
+        cached, _ = put(origin_s3, bucket, "seg/cached.log", seed=7)
+        uncached, _ = put(origin_s3, bucket, "seg/uncached.log", seed=8)
+        deleted, _ = put(origin_s3, bucket, "seg/deleted.log", seed=9)
+        half = 3 * BLOCK - 1
+        for key in ("seg/cached.log", "seg/deleted.log"):
+            assert fetch(sidecar.data_url, bucket, key, f"bytes=0-{half}").status == 206
+        origin_s3.delete_object(Bucket=bucket, Key="seg/deleted.log")
+        time.sleep(1.2)  # past head_ttl: every read needs the origin's HEAD again
+        # A deleted object is not papered over: the origin's 404 is an answer.
+        assert fetch(sidecar.data_url, bucket, "seg/deleted.log", "bytes=0-99").code == \
+            "NoSuchKey"
+
+        fault_proxy.down = down
+        served = fetch(sidecar.data_url, bucket, "seg/cached.log", f"bytes=10-{half}")
+        assert (served.status, served.aborted) == (206, False)
+        assert served.body == cached[10:half + 1]
+        assert served.seconds < DEADLINE_S + MARGIN_S
+        assert fetch(sidecar.data_url, bucket, "seg/cached.log", method="HEAD").status == 200
+        miss = fetch(sidecar.data_url, bucket, "seg/uncached.log", "bytes=0-99")
+        assert (miss.status, miss.code) == (503, "ServiceUnavailable")
+        assert miss.seconds < DEADLINE_S + MARGIN_S
+        assert sidecar.metric("sidecar_origin_breaker_state", state="open") == 1
+        assert sidecar.stats()["origin"]["breaker"]["state"] == "open"  # type: ignore[index]
+
+        # Open: misses fail without a request to the origin (inside the cool-down).
+        before = len(fault_proxy.requests())
+        uncached_tail = fetch(sidecar.data_url, bucket, "seg/cached.log", f"bytes={half + 1}-")
+        fast = fetch(sidecar.data_url, bucket, "seg/uncached.log", "bytes=0-99")
+        assert (uncached_tail.status, uncached_tail.code) == (503, "ServiceUnavailable")
+        assert (fast.status, fast.code) == (503, "ServiceUnavailable")
+        assert len(fault_proxy.requests()) == before
+        assert sidecar.metric("sidecar_origin_breaker_rejected_total") >= 2
+
+        fault_proxy.clear()
+        healed_at = time.monotonic()
+        answer = wait_for(lambda: _ok(fetch(sidecar.data_url, bucket, "seg/uncached.log")),
+                          "the breaker to let reads through again")
+        recovery = time.monotonic() - healed_at
+        assert answer.body == uncached
+        assert sidecar.metric("sidecar_origin_breaker_state", state="closed") == 1
+        assert sidecar.stats()["origin"]["breaker"]["state"] == "closed"  # type: ignore[index]
+        whole = fetch(sidecar.data_url, bucket, "seg/cached.log")
+        assert whole.body == cached
+        log = "".join(sidecar.stderr_lines)
+        assert "circuit breaker closed -> open" in log
+    summary[f"origin_down_{down}"] = {
+        "outcome": "cached range 206 exact from a stale HEAD; misses 503 ServiceUnavailable; "
+                   "breaker opened, refused misses without origin requests, closed on recovery",
+        "seconds": round(max(served.seconds, miss.seconds, fast.seconds), 3),
+        "recovery_seconds": round(recovery, 3),
+        "bytes_checked": len(served.body) + len(answer.body) + len(whole.body),
+    }
+
+
+async def test_a_stale_head_is_used_only_within_its_bound_and_never_after_a_404(
+    fault_proxy: FaultProxy, origin_s3: Any, bucket: str, tmp_path: Path,
+) -> None:
+    """The origin client itself, in this process, on a clock the test moves."""
+    now = [1000.0]
+    config = load_config(
+        {"origin_endpoint": fault_proxy.endpoint, "cache_dir": str(tmp_path)},
+        {"SIDECAR_HEAD_TTL": "30s", "SIDECAR_HEAD_STALE_IF_ERROR": "60s",
+         "SIDECAR_ORIGIN_DEADLINE": "2s", "SIDECAR_ORIGIN_BREAKER_FAILURES": "0"}, {},
+    )
+    origin = Origin(config.origin, Metrics(CollectorRegistry()), clock=lambda: now[0])
+    await origin.start()
+    key = "seg/stale.log"
+    put(origin_s3, bucket, key, seed=10)
+    try:
+        info = await origin.head(bucket, key)
+        fault_proxy.down = "503"
+        now[0] += 31  # past head_ttl
+        assert await origin.head(bucket, key) == info
+        now[0] += 30  # 61 s after the origin's last answer: too old to stand in
+        with pytest.raises(OriginUnavailable):
+            await origin.head(bucket, key)
+        fault_proxy.clear()
+        assert await origin.head(bucket, key) == info
+        origin_s3.delete_object(Bucket=bucket, Key=key)
+        now[0] += 31
+        with pytest.raises(ObjectNotFound):
+            await origin.head(bucket, key)
+        fault_proxy.down = "503"
+        now[0] += 31
+        with pytest.raises(OriginUnavailable):  # the 404 was an answer: nothing stale
+            await origin.head(bucket, key)
+    finally:
+        fault_proxy.clear()
+        await origin.close()
+
+
+def _ok(answer: Answer) -> Answer | None:
+    return answer if answer.status == 200 and not answer.aborted else None
+
+
+def wait_for(probe: Callable[[], Answer | None], what: str, timeout: float = 30.0) -> Answer:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result is not None:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.25)

@@ -1,0 +1,313 @@
+"""Pass-through: everything but a plain object GET/HEAD reaches the origin,
+re-signed with the sidecar's credentials (checked by a verifying proxy in front
+of moto), and writes and deletes invalidate what the cache held."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import http.client
+import json
+import os
+import random
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
+
+from sidecar.kafka_segments import generate_topic_segments, iter_segment_batches
+from sidecar.local_s3 import CREDENTIALS, LocalS3
+from tests.functional.conftest import s3_client
+from tests.support.processes import SidecarProcess
+from tests.support.verifying_proxy import VerifyingProxy
+
+BLOCK = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def verifying(local_s3: LocalS3) -> Iterator[VerifyingProxy]:
+    with VerifyingProxy(local_s3.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def sidecar(verifying: VerifyingProxy, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[SidecarProcess]:
+    cache = tmp_path_factory.mktemp("passthrough-cache")
+    with SidecarProcess(
+        verifying.endpoint, cache, "--block-size", "64KiB",
+        "--cache-size", str(64 * (BLOCK + 4096)), env={"SIDECAR_PREFETCH": "false"},
+    ) as process:
+        yield process
+
+
+@pytest.fixture(autouse=True)
+def _signatures_hold(verifying: VerifyingProxy) -> Iterator[None]:
+    yield
+    assert verifying.failures == [], verifying.failures
+
+
+def raw(url: str, method: str, path: str, headers: dict[str, str] | None = None,
+        body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def cached_blocks(sidecar: SidecarProcess, expect: int | None = None) -> int:
+    """Blocks in the cache; with `expect`, once that many are there (blocks land
+    in the cache just after the bytes went to the client), or after 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        count = int(sidecar.metric("sidecar_cache_blocks"))
+        if expect is None or count == expect or time.monotonic() > deadline:
+            return count
+        time.sleep(0.02)
+
+
+def test_a_write_through_the_sidecar_reads_back_at_once(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, verifying: VerifyingProxy
+) -> None:
+    client = s3_client(sidecar.data_url)
+    old, new = random.Random(1).randbytes(3 * BLOCK + 5), random.Random(2).randbytes(2 * BLOCK)
+    origin_s3.put_object(Bucket=bucket, Key="seg.log", Body=old)
+    blocks_before = cached_blocks(sidecar)
+    assert client.get_object(Bucket=bucket, Key="seg.log")["Body"].read() == old
+    assert cached_blocks(sidecar, blocks_before + 4) == blocks_before + 4
+    client.put_object(Bucket=bucket, Key="seg.log", Body=new)
+    # The old version's blocks and its remembered HEAD are gone at once.
+    assert cached_blocks(sidecar) == blocks_before
+    assert origin_s3.get_object(Bucket=bucket, Key="seg.log")["Body"].read() == new
+    got = client.get_object(Bucket=bucket, Key="seg.log", Range="bytes=10-")
+    assert got["Body"].read() == new[10:]
+    assert sidecar.metric("sidecar_requests_total", op="PutObject", code="200") >= 1
+    assert any(method == "PUT" for method, _, _ in verifying.verified)
+
+
+def test_bucket_and_sub_resource_operations_reach_the_origin(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str
+) -> None:
+    client = s3_client(sidecar.data_url)
+    for key in ("a/1", "a/2", "b/3 with space+plus"):
+        client.put_object(Bucket=bucket, Key=key, Body=key.encode(), Tagging="k=v")
+    listed = client.list_objects_v2(Bucket=bucket, Prefix="a/")
+    assert [item["Key"] for item in listed["Contents"]] == ["a/1", "a/2"]
+    everything = client.list_objects_v2(Bucket=bucket)["Contents"]
+    at_origin = origin_s3.list_objects_v2(Bucket=bucket)["Contents"]
+    assert [(i["Key"], i["ETag"], i["Size"]) for i in everything] == \
+        [(i["Key"], i["ETag"], i["Size"]) for i in at_origin]
+    prefixes = client.list_objects(Bucket=bucket, Delimiter="/")["CommonPrefixes"]
+    assert [p["Prefix"] for p in prefixes] == ["a/", "b/"]
+    client.head_bucket(Bucket=bucket)
+    assert bucket in [b["Name"] for b in client.list_buckets()["Buckets"]]
+    assert client.get_object_tagging(Bucket=bucket, Key="a/1")["TagSet"] == \
+        [{"Key": "k", "Value": "v"}]
+    assert client.get_object(Bucket=bucket, Key="b/3 with space+plus")["Body"].read() == \
+        b"b/3 with space+plus"
+    client.copy_object(Bucket=bucket, Key="a/copy", CopySource={"Bucket": bucket, "Key": "a/1"})
+    assert origin_s3.get_object(Bucket=bucket, Key="a/copy")["Body"].read() == b"a/1"
+    client.delete_object(Bucket=bucket, Key="a/copy")
+    with pytest.raises(ClientError) as caught:
+        origin_s3.head_object(Bucket=bucket, Key="a/copy")
+    assert caught.value.response["Error"]["Code"] == "404"
+    with pytest.raises(ClientError) as caught:
+        client.list_objects_v2(Bucket="no-such-bucket-" + secrets.token_hex(3))
+    assert caught.value.response["Error"]["Code"] == "NoSuchBucket"
+    assert sidecar.metric("sidecar_requests_total", op="ListObjectsV2", code="200") >= 2
+    assert sidecar.metric("sidecar_requests_total", op="HeadBucket", code="200") >= 1
+
+
+def test_multipart_upload_and_abort(sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:
+    client = s3_client(sidecar.data_url)
+    parts = [random.Random(i).randbytes(5 * 1024 * 1024 if i < 2 else 1234) for i in range(3)]
+    upload = client.create_multipart_upload(Bucket=bucket, Key="big.log")["UploadId"]
+    assert [u["UploadId"] for u in client.list_multipart_uploads(Bucket=bucket)["Uploads"]] \
+        == [upload]
+    etags = [
+        client.upload_part(Bucket=bucket, Key="big.log", UploadId=upload, PartNumber=n + 1,
+                           Body=part)["ETag"]
+        for n, part in enumerate(parts)
+    ]
+    assert [p["ETag"] for p in client.list_parts(Bucket=bucket, Key="big.log",
+                                                 UploadId=upload)["Parts"]] == etags
+    client.complete_multipart_upload(
+        Bucket=bucket, Key="big.log", UploadId=upload,
+        MultipartUpload={"Parts": [{"ETag": e, "PartNumber": n + 1} for n, e in enumerate(etags)]},
+    )
+    whole = b"".join(parts)
+    assert origin_s3.get_object(Bucket=bucket, Key="big.log")["Body"].read() == whole
+    assert client.get_object(Bucket=bucket, Key="big.log", Range="bytes=5242000-5243000")[
+        "Body"].read() == whole[5242000:5243001]
+    aborted = client.create_multipart_upload(Bucket=bucket, Key="gone.log")["UploadId"]
+    client.abort_multipart_upload(Bucket=bucket, Key="gone.log", UploadId=aborted)
+    assert "Uploads" not in origin_s3.list_multipart_uploads(Bucket=bucket)
+
+
+def test_delete_objects_invalidates_every_listed_key(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str
+) -> None:
+    client = s3_client(sidecar.data_url)
+    keys = [f"d/{n}" for n in range(3)]
+    for key in keys:
+        origin_s3.put_object(Bucket=bucket, Key=key, Body=random.Random(key).randbytes(BLOCK + 1))
+    before = cached_blocks(sidecar)
+    for key in keys:
+        client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    assert cached_blocks(sidecar, before + 6) == before + 6
+    answer = client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]})
+    assert sorted(d["Key"] for d in answer["Deleted"]) == keys
+    assert cached_blocks(sidecar) == before
+    for key in keys:
+        with pytest.raises(ClientError) as caught:
+            client.get_object(Bucket=bucket, Key=key)
+        assert caught.value.response["Error"]["Code"] == "NoSuchKey"
+
+
+def test_replaced_and_unsupported_requests(sidecar: SidecarProcess, bucket: str) -> None:
+    # What the old data port refused now reaches the origin.
+    assert raw(sidecar.data_url, "PUT", f"/{bucket}/k", body=b"")[0] == 200
+    status, _, body = raw(sidecar.data_url, "POST", f"/{bucket}/k?uploads")
+    assert status == 200 and b"<UploadId>" in body
+    status, _, body = raw(sidecar.data_url, "GET", f"/{bucket}/k?acl")
+    assert status == 200 and b"AccessControlPolicy" in body
+    status, _, body = raw(sidecar.data_url, "GET", f"/{bucket}")
+    assert status == 200 and b"<Key>k</Key>" in body
+    assert raw(sidecar.data_url, "DELETE", f"/{bucket}/k")[0] == 204
+    # A DeleteObjects body larger than S3 allows is refused without reaching the origin.
+    status, _, body = raw(sidecar.data_url, "POST", f"/{bucket}?delete",
+                          body=b"<Delete>" + b" " * (3 * 1024 * 1024) + b"</Delete>")
+    assert status == 400 and b"<Code>MaxMessageLengthExceeded</Code>" in body
+    status, _, body = raw(sidecar.data_url, "PUT", f"/{bucket}/k",
+                          {"x-amz-content-sha256": "not-a-hash"}, body=b"x")
+    assert status == 400 and b"<Code>InvalidArgument</Code>" in body
+
+
+def _signed_chunked(
+    endpoint: str, bucket: str, key: str, data: bytes, chunk: int, trailer: bool
+) -> tuple[dict[str, str], bytes]:
+    """A STREAMING-AWS4-HMAC-SHA256-PAYLOAD(-TRAILER) upload, signed as the AWS
+    SDKs do (https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-streaming.html)."""
+    pieces = [data[i:i + chunk] for i in range(0, len(data), chunk)] + [b""]
+    checksum = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+    trailer_text = f"x-amz-checksum-crc32:{checksum}\r\n".encode()
+
+    def encode(signatures: list[str], trailer_signature: str) -> bytes:
+        body = b"".join(b"%x;chunk-signature=%s\r\n%s%s" % (
+            len(p), s.encode(), p, b"\r\n" if p else b"") for p, s in zip(pieces, signatures))
+        if trailer:
+            return body + trailer_text + f"x-amz-trailer-signature:{trailer_signature}\r\n\r\n".encode()
+        return body + b"\r\n"
+
+    length = len(encode(["0" * 64] * len(pieces), "0" * 64))
+    headers = {
+        "x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" + ("-TRAILER" if trailer else ""),
+        "Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data)),
+        "Content-Length": str(length),
+    }
+    if trailer:
+        headers["x-amz-trailer"] = "x-amz-checksum-crc32"
+    request = AWSRequest(method="PUT", url=f"{endpoint}/{bucket}/{key}", headers=headers, data=b"")
+    credentials = Credentials(CREDENTIALS["AWS_ACCESS_KEY_ID"], CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    signer = S3SigV4Auth(credentials, "s3", "us-east-1")
+    signer.payload = lambda request: headers["x-amz-content-sha256"]  # type: ignore[method-assign]
+    signer.add_auth(request)
+    timestamp = request.context["timestamp"]
+    scope = signer.credential_scope(request)
+    key_bytes = hmac.new(f"AWS4{credentials.secret_key}".encode(), timestamp[:8].encode(),
+                         hashlib.sha256).digest()
+    for part in ("us-east-1", "s3", "aws4_request"):
+        key_bytes = hmac.new(key_bytes, part.encode(), hashlib.sha256).digest()
+    previous = request.headers["Authorization"].rpartition("Signature=")[2]
+    empty = hashlib.sha256(b"").hexdigest()
+    signatures = []
+    for piece in pieces:
+        to_sign = "\n".join(["AWS4-HMAC-SHA256-PAYLOAD", timestamp, scope, previous, empty,
+                             hashlib.sha256(piece).hexdigest()])
+        previous = hmac.new(key_bytes, to_sign.encode(), hashlib.sha256).hexdigest()
+        signatures.append(previous)
+    to_sign = "\n".join(["AWS4-HMAC-SHA256-TRAILER", timestamp, scope, previous,
+                         hashlib.sha256(trailer_text).hexdigest()])
+    trailer_signature = hmac.new(key_bytes, to_sign.encode(), hashlib.sha256).hexdigest()
+    return dict(request.headers.items()), encode(signatures, trailer_signature)
+
+
+@pytest.mark.parametrize("trailer", [False, True])
+def test_signed_aws_chunked_uploads_are_decoded(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, trailer: bool,
+    verifying: VerifyingProxy,
+) -> None:
+    data = random.Random(7).randbytes(3 * 65536 + 99)
+    headers, body = _signed_chunked(sidecar.data_url, bucket, "chunked.bin", data, 65536, trailer)
+    status, _, answer = raw(sidecar.data_url, "PUT", f"/{bucket}/chunked.bin", headers, body)
+    assert status == 200, answer
+    assert origin_s3.get_object(Bucket=bucket, Key="chunked.bin")["Body"].read() == data
+    sent = [h for m, p, h in verifying.verified if m == "PUT" and "chunked.bin" in p][-1]
+    assert sent == ("STREAMING-UNSIGNED-PAYLOAD-TRAILER" if trailer else "UNSIGNED-PAYLOAD")
+    # A body cut short of its declared framing is refused, and nothing is stored.
+    status, _, answer = raw(sidecar.data_url, "PUT", f"/{bucket}/broken.bin",
+                            {**headers, "Content-Length": str(len(body) - 10)}, body[:-10])
+    assert status == 400 and b"IncompleteBody" in answer, answer
+    with pytest.raises(ClientError):
+        origin_s3.head_object(Bucket=bucket, Key="broken.bin")
+
+
+def closed_port_url() -> str:
+    """A loopback URL nothing listens on (a port bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_an_unreachable_origin_gets_service_unavailable(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(closed_port_url(), cache, "--block-size", "64KiB", "--cache-size", "1MiB",
+                        env={"SIDECAR_ORIGIN_CHECK": "false",
+                             "SIDECAR_ORIGIN_CONNECT_TIMEOUT": "1s",
+                             "SIDECAR_ORIGIN_RETRIES": "0"}) as process:
+        status, headers, body = raw(process.data_url, "PUT", "/some-bucket/k", body=b"abc")
+        assert status == 503 and b"<Code>ServiceUnavailable</Code>" in body
+        assert headers["content-type"].startswith("application/xml")
+
+
+def test_replay_lists_through_the_sidecar_without_a_list_endpoint(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str
+) -> None:
+    segments = list(generate_topic_segments(
+        topic="audit", partitions=1, segments_per_partition=2, segment_bytes=512 * 1024,
+        value_size=1024, seed=5,
+    ))
+    for segment in segments:
+        origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+    listed = sidecar.metric("sidecar_requests_total", op="ListObjectsV2", code="200")
+    result = subprocess.run(
+        [sys.executable, "-m", "sidecar", "replay", "--endpoint", sidecar.data_url,
+         "--bucket", bucket, "--admin", sidecar.admin_url, "--json"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING"},
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["crc_errors"] == 0 and report["segments"] == 2
+    assert report["records"] == sum(h.record_count for s in segments
+                                    for h in iter_segment_batches(s.data))
+    assert sidecar.metric("sidecar_requests_total", op="ListObjectsV2", code="200") > listed

@@ -1,0 +1,173 @@
+"""A proxy in front of the local S3 server that checks the sidecar's signatures.
+
+moto accepts any signature, so pass-through tests put this between the sidecar
+and moto. For every request it recomputes the SigV4 signature with botocore from
+what arrived (method, path, query decoded and re-encoded as a server does, the
+signed headers, x-amz-content-sha256) and the test credentials, and, when the
+payload hash is a hex SHA-256, hashes the body. Failures are collected in
+`failures` (and the request is refused with 403, as S3 would); `verified` counts
+the requests that passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from urllib.parse import parse_qsl, urlsplit
+
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from sidecar.local_s3 import CREDENTIALS
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
+
+
+def expected_signature(
+    method: str, host: str, raw_path: str, headers: dict[str, str], region: str = "us-east-1"
+) -> tuple[str, str]:
+    """(signature the test credentials give, signature the request carries)."""
+    authorization = headers.get("authorization", "")
+    assert authorization.startswith("AWS4-HMAC-SHA256 "), f"not SigV4: {authorization!r}"
+    fields = dict(
+        part.strip().split("=", 1) for part in authorization[len("AWS4-HMAC-SHA256 "):].split(",")
+    )
+    access_key, date, scope_region, service, _ = fields["Credential"].split("/")
+    assert access_key == CREDENTIALS["AWS_ACCESS_KEY_ID"], access_key
+    assert (scope_region, service) == (region, "s3"), fields["Credential"]
+    path, _, query = raw_path.partition("?")
+    request = AWSRequest(method=method, url=f"http://{host}{path}", data=b"")
+    request.params = parse_qsl(query, keep_blank_values=True)
+    for name in fields["SignedHeaders"].split(";"):
+        assert name in headers, f"signed header {name} missing"
+        if name != "host":
+            request.headers[name] = headers[name]
+    timestamp = headers["x-amz-date"]
+    assert timestamp[:8] == date, (timestamp, date)
+    request.context["timestamp"] = timestamp
+    signer = S3SigV4Auth(
+        Credentials(CREDENTIALS["AWS_ACCESS_KEY_ID"], CREDENTIALS["AWS_SECRET_ACCESS_KEY"]),
+        "s3", region,
+    )
+    canonical = signer.canonical_request(request)
+    signature = signer.signature(signer.string_to_sign(request, canonical), request)
+    return signature, fields["Signature"]
+
+
+class VerifyingProxy:
+    def __init__(self, upstream: str) -> None:
+        parts = urlsplit(upstream)
+        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.failures: list[str] = []
+        self.verified: list[tuple[str, str, str]] = []  # (method, path, payload hash)
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.endpoint = ""
+
+    def __enter__(self) -> VerifyingProxy:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _body(self) -> bytes:
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                    data = bytearray()
+                    while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                        data += self.rfile.read(size)
+                        self.rfile.readline()
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return bytes(data)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if len(body) < length:
+                    raise ConnectionAbortedError("the sender hung up mid-body")
+                return body
+
+            def _check(self, body: bytes) -> str | None:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                try:
+                    expected, given = expected_signature(
+                        self.command, headers.get("host", ""), self.path, headers
+                    )
+                except (AssertionError, KeyError, ValueError) as exc:
+                    return f"{self.command} {self.path}: malformed signature: {exc!r}"
+                if expected != given:
+                    return f"{self.command} {self.path}: signature mismatch"
+                declared = headers.get("x-amz-content-sha256", "")
+                if len(declared) == 64 and hashlib.sha256(body).hexdigest() != declared:
+                    return f"{self.command} {self.path}: body does not match x-amz-content-sha256"
+                with proxy._lock:
+                    proxy.verified.append((self.command, self.path, declared))
+                return None
+
+            def _forward(self) -> None:
+                try:
+                    body = self._body()
+                except ConnectionAbortedError:
+                    # As S3 does: a body shorter than its Content-Length stores nothing.
+                    self.close_connection = True
+                    return
+                failure = self._check(body)
+                if failure is not None:
+                    with proxy._lock:
+                        proxy.failures.append(failure)
+                    message = b"<Error><Code>SignatureDoesNotMatch</Code></Error>"
+                    self.send_response(403)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(message)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(message)
+                    return
+                upstream = http.client.HTTPConnection(*proxy._upstream, timeout=60)
+                response: http.client.HTTPResponse | None = None
+                try:
+                    headers = {k: v for k, v in self.headers.items()
+                               if k.lower() not in _HOP_BY_HOP}
+                    if body or self.command in ("PUT", "POST"):
+                        headers["Content-Length"] = str(len(body))
+                    upstream.request(self.command, self.path, body=body or None, headers=headers)
+                    response = upstream.getresponse()
+                    self.send_response(response.status)
+                    for name, value in response.getheaders():
+                        if name.lower() not in _HOP_BY_HOP:
+                            self.send_header(name, value)
+                    self.end_headers()
+                    while chunk := response.read(256 * 1024):
+                        self.wfile.write(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                finally:
+                    if response is not None:
+                        response.close()
+                    upstream.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._server is not None and self._thread is not None
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)

@@ -1,0 +1,111 @@
+"""The [auth] options and the Authenticator's policy (keys, anonymous, clock)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from sidecar.auth import Authenticator
+from sidecar.config import load_config
+from sidecar.errors import ConfigError
+from sidecar.sigv4 import Reason, SignatureRejected
+
+SECRET = "very-secret-value-1"
+
+
+def auth_of(env: dict[str, str], file_values: dict[str, object] | None = None) -> object:
+    return load_config({"cache_dir": "/x"}, env, file_values or {}).auth
+
+
+def test_no_keys_means_anonymous_as_before() -> None:
+    auth = load_config({"cache_dir": "/x"}, {}, {}).auth
+    assert auth.keys == {} and auth.allow_anonymous
+
+
+def test_keys_from_env_toml_table_and_file(tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys"
+    keys_file.write_text("# comment\n\nAKIDFILE:file-secret\n")
+    config = load_config(
+        {"cache_dir": "/x"}, {"SIDECAR_AUTH_KEYS_FILE": str(keys_file)},
+        {"auth": {"keys": {"AKIDTOML": SECRET}}},
+    )
+    assert dict(config.auth.keys) == {"AKIDTOML": SECRET, "AKIDFILE": "file-secret"}
+    assert not config.auth.allow_anonymous  # keys configured: signatures required
+    env = load_config({"cache_dir": "/x"}, {"SIDECAR_AUTH_KEYS": "A1:s1, A2:s:2"}, {})
+    assert dict(env.auth.keys) == {"A1": "s1", "A2": "s:2"}  # a secret may hold ':'
+
+
+def test_allow_anonymous_with_keys() -> None:
+    config = load_config({"cache_dir": "/x"}, {"SIDECAR_AUTH_KEYS": f"A1:{SECRET}"},
+                         {"auth": {"allow_anonymous": True}})
+    assert config.auth.allow_anonymous and dict(config.auth.keys) == {"A1": SECRET}
+
+
+@pytest.mark.parametrize("env,file_values,message", [
+    ({"SIDECAR_AUTH_KEYS": f"A1{SECRET}"}, {}, "entry 1: not AKID:SECRET"),
+    ({"SIDECAR_AUTH_KEYS": f"A 1:{SECRET}"}, {}, "entry 1: not AKID:SECRET"),
+    ({"SIDECAR_AUTH_KEYS": f"A1:{SECRET},A1:{SECRET}"}, {}, "entry 2: an access key id is given twice"),
+    ({"SIDECAR_AUTH_KEYS": f"{SECRET}:,A1:x"}, {}, "entry 1: the secret must be a non-empty"),
+    ({}, {"auth": {"keys": {"A1": 5}}}, "must be a non-empty string"),
+    ({}, {"auth": {"allow_anonymous": False}}, "needs access keys"),
+    ({}, {"auth": {"keyz": "x"}}, "unknown config key 'auth_keyz'"),
+    ({"SIDECAR_AUTH_ALLOW_ANONYMOUS": "maybe"}, {}, "not a boolean"),
+])
+def test_bad_auth_config_is_a_clear_error_without_the_secret(
+    env: dict[str, str], file_values: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_config({"cache_dir": "/x"}, env, file_values)
+    assert SECRET not in str(caught.value)
+
+
+def test_keys_file_and_table_must_agree(tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"A1:{SECRET}-other\n")
+    with pytest.raises(ConfigError, match="different secrets") as caught:
+        load_config({"cache_dir": "/x"}, {"SIDECAR_AUTH_KEYS": f"A1:{SECRET}",
+                                          "SIDECAR_AUTH_KEYS_FILE": str(keys_file)}, {})
+    assert SECRET not in str(caught.value)
+    keys_file.write_text(f"A1:{SECRET}\nbroken line\n")
+    with pytest.raises(ConfigError, match="key line 2") as caught:
+        load_config({"cache_dir": "/x"}, {"SIDECAR_AUTH_KEYS_FILE": str(keys_file)}, {})
+    assert SECRET not in str(caught.value)
+
+
+def test_secrets_stay_out_of_reprs() -> None:
+    config = load_config({"cache_dir": "/x", "admin_token": "tok-" + SECRET},
+                         {"SIDECAR_AUTH_KEYS": f"A1:{SECRET}"}, {})
+    assert SECRET not in repr(config)
+    assert SECRET not in repr(Authenticator(config.auth.keys, False))
+
+
+def _signed_headers(secret: str) -> list[tuple[str, str]]:
+    request = AWSRequest(method="GET", url="http://127.0.0.1:9330/b/k")
+    S3SigV4Auth(Credentials("A1", secret), "s3", "us-east-1").add_auth(request)
+    return [*request.headers.items(), ("Host", "127.0.0.1:9330")]
+
+
+def test_authenticator_policy() -> None:
+    import time
+
+    now = [time.time()]
+    strict = Authenticator({"A1": SECRET}, allow_anonymous=False, clock=lambda: now[0])
+    lenient = Authenticator({"A1": SECRET}, allow_anonymous=True, clock=lambda: now[0])
+    good, bad = _signed_headers(SECRET), _signed_headers("wrong")
+    assert strict.check("GET", "/b/k", good) == "A1"
+    assert lenient.check("GET", "/b/k", [("Host", "h")]) is None
+    for authenticator in (strict, lenient):
+        with pytest.raises(SignatureRejected) as caught:
+            authenticator.check("GET", "/b/k", bad)
+        assert caught.value.reason is Reason.BAD_SIGNATURE
+    with pytest.raises(SignatureRejected) as caught:
+        strict.check("GET", "/b/k", [("Host", "h")])
+    assert caught.value.reason is Reason.UNSIGNED
+    now[0] += 16 * 60  # the handed-in clock moves past the skew window
+    with pytest.raises(SignatureRejected) as caught:
+        strict.check("GET", "/b/k", good)
+    assert caught.value.reason is Reason.SKEWED

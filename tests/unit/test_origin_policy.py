@@ -1,0 +1,98 @@
+"""Retry delays, the deadline, and what counts as a good answer to a ranged GET."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from sidecar.origin_policy import (
+    BACKOFF_CAP_S,
+    Deadline,
+    backoff_s,
+    is_retryable_answer,
+    is_throttling,
+    range_answer_problem,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 50.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@given(st.integers(1, 60), st.floats(0.0, 0.999), st.booleans())
+def test_backoff_is_full_jitter_under_the_cap(attempt: int, jitter: float, slow: bool) -> None:
+    delay = backoff_s(attempt, jitter, slow)
+    assert 0.0 <= delay <= jitter * BACKOFF_CAP_S < BACKOFF_CAP_S
+
+
+def test_throttling_backs_off_harder() -> None:
+    assert backoff_s(1, 0.5, throttled=True) > backoff_s(1, 0.5)
+
+
+@pytest.mark.parametrize(("status", "code", "retry", "throttled"), [
+    (500, "InternalError", True, False),
+    (503, "SlowDown", True, True),
+    (503, "ServiceUnavailable", True, False),
+    (429, "", True, True),
+    (400, "RequestTimeout", True, False),
+    (404, "NoSuchKey", False, False),
+    (403, "AccessDenied", False, False),
+    (412, "PreconditionFailed", False, False),
+])
+def test_which_answers_are_tried_again(status: int, code: str, retry: bool,
+                                       throttled: bool) -> None:
+    assert is_retryable_answer(status, code) is retry
+    assert is_throttling(status, code) is throttled
+
+
+def test_the_deadline_runs_from_the_last_progress() -> None:
+    clock = Clock()
+    deadline = Deadline(10.0, clock)
+    clock.now += 6
+    assert deadline.remaining() == 4.0 and not deadline.expired()
+    assert deadline.allows_sleep(3.9) and not deadline.allows_sleep(4.0)
+    deadline.progress()
+    clock.now += 9
+    assert deadline.remaining() == 1.0
+    deadline.extend(2.0)  # time spent in the sidecar's own bandwidth lane
+    assert deadline.remaining() == 3.0
+    clock.now += 3
+    assert deadline.expired() and deadline.remaining() == 0.0
+
+
+SIZE = 1000
+
+
+@pytest.mark.parametrize(("content_range", "length", "start", "end", "problem"), [
+    ("bytes 100-199/1000", 100, 100, 200, None),
+    ("bytes 100-199/1000", None, 100, 200, None),  # no length: checked as bytes arrive
+    (None, 1000, 0, 1000, None),  # the whole object asked for
+    (None, 1000, 100, 200, "body of 1000 bytes"),  # Range ignored: a 200 with everything
+    (None, None, 100, 200, "no Content-Range"),
+    ("bytes 100-199/1000", 101, 100, 200, "body of 101 bytes"),  # over-long
+    ("bytes 100-199/1000", 99, 100, 200, "body of 99 bytes"),
+    ("bytes 0-99/1000", 100, 100, 200, "for a request of bytes=100-199"),
+    ("bytes 100-199/2000", 100, 100, 200, "no longer 1000 bytes"),
+    ("items 100-199/1000", 100, 100, 200, "unreadable"),
+    ("bytes 100-/1000", 100, 100, 200, "unreadable"),
+])
+def test_a_ranged_answer_must_be_the_range_asked(
+    content_range: str | None, length: int | None, start: int, end: int, problem: str | None
+) -> None:
+    found = range_answer_problem(content_range, length, start, end, SIZE)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
+
+
+@given(st.integers(0, SIZE - 1), st.integers(1, SIZE), st.integers(-3, 3))
+def test_only_the_exact_range_passes(start: int, length: int, skew: int) -> None:
+    end = min(SIZE, start + length)
+    header = f"bytes {start}-{end - 1 + skew}/{SIZE}"
+    found = range_answer_problem(header, end - start, start, end, SIZE)
+    assert (found is None) == (skew == 0)
