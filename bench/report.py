@@ -752,6 +752,9 @@ def console_summary(results: dict[str, Any]) -> str:
                     lines.append(f"  {scenario:12} {'misses ' + phase:22} p50 {total.get('p50')} "
                                  f"ms  p99 {total.get('p99')} ms  "
                                  f"({(data.get(phase) or {}).get('counted')} counted)")
+            elif "median_seconds" in data:
+                lines.append(f"  {scenario:12} {run:22} indexed in {data.get('seconds')} s "
+                             f"(recovered {data.get('recovered')})")
             elif "warm_lane" in data:
                 lane = data.get("warm_lane") or {}
                 lines.append(f"  {scenario:12} {run:22} via {data.get('via')}: "
