@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from sidecar.access_log import AccessLog
 from sidecar.admin import AdminPort
 from sidecar.auth import Authenticator
-from sidecar.cache import BlockStore
+from sidecar.cache import BlockIdent, BlockStore
 from sidecar.config import Config, HostPort
 from sidecar.engine import Engine, max_coalesce_blocks
 from sidecar.errors import ConfigError
@@ -120,6 +120,7 @@ class Sidecar:
                 cache.directory, cache.size_bytes, cache.block_size, self._executor,
                 self.metrics, drop_written_pages=cache.drop_written_pages,
                 preallocate=cache.preallocate, scrub_rate=cache.scrub_rate,
+                admit_to_main=self._small_objects(),
             )
         except OSError as exc:
             raise ConfigError(
@@ -127,9 +128,6 @@ class Sidecar:
                 f"{exc.strerror}"
             ) from None
         store = self._store
-        if self.config.prefetch.layout == "aiven":
-            prefix = self.config.prefetch.layout_prefix
-            store.admit_to_main = lambda ident: is_small_object(ident.key, prefix)
         store.disk_error_listeners.append(
             lambda exc: self.modes.disk_failed(
                 f"{errno.errorcode.get(exc.errno or 0, 'error')}: {exc.strerror}"
@@ -184,6 +182,14 @@ class Sidecar:
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
         self._ready = True
+
+    def _small_objects(self) -> Callable[[BlockIdent], bool] | None:
+        """Blocks that skip probation, also when recovered at start: a segment's
+        manifest and indexes (Aiven layout), read whole and often."""
+        if self.config.prefetch.layout != "aiven":
+            return None
+        prefix = self.config.prefetch.layout_prefix
+        return lambda ident: is_small_object(ident.key, prefix)
 
     def _written(self, engine: Engine) -> Callable[[str, str], None]:
         """What a write or delete passed through to the origin makes stale here."""

@@ -119,19 +119,26 @@ class EvictionPolicy(Generic[K]):
         self._freq[key] = 0
         return victims
 
-    def adopt(self, keys: Iterable[K]) -> None:
+    def adopt(self, keys: Iterable[K], main: Callable[[K], bool] = _never_pinned) -> None:
         """Admit ``keys``, oldest first, into this empty policy (a recovered index).
 
         They queue in the small FIFO as new entries would: a block hit again
         after the restart is promoted, the others leave in their old order.
+        Keys for which ``main`` is true go to the main FIFO, as ``insert(main=True)``
+        put them before the restart.
         """
         if self._freq:
             raise ValueError("adopt() needs an empty policy")
-        small: OrderedDict[K, None] = OrderedDict.fromkeys(keys)
-        if len(small) > self._capacity:
-            raise CacheFullError(f"{len(small)} keys do not fit {self._capacity} entries")
+        small: OrderedDict[K, None] = OrderedDict()
+        protected: OrderedDict[K, None] = OrderedDict()
+        for key in keys:
+            (protected if main(key) else small)[key] = None
+        if len(small) + len(protected) > self._capacity:
+            raise CacheFullError(
+                f"{len(small) + len(protected)} keys do not fit {self._capacity} entries")
         self._small = small
-        self._freq = dict.fromkeys(small, 0)
+        self._main = protected
+        self._freq = dict.fromkeys(small, 0) | dict.fromkeys(protected, 0)
 
     def remove(self, key: K) -> None:
         """Forget ``key`` entirely (explicit invalidation); no-op if unknown."""

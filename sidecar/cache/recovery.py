@@ -22,7 +22,7 @@ This module is the pure half: what the headers found mean for the index
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +116,8 @@ class RecoveredIndex:
 
 
 def rebuild_index(
-    slot_count: int, records: Iterable[SlotRecord], corrupt: Iterable[int]
+    slot_count: int, records: Iterable[SlotRecord], corrupt: Iterable[int],
+    admit_to_main: Callable[[BlockIdent], bool] = lambda ident: False,
 ) -> RecoveredIndex:
     """The index the valid headers describe, duplicates resolved by generation."""
     best: dict[BlockIdent, SlotRecord] = {}
@@ -143,7 +144,7 @@ def rebuild_index(
     # Oldest generation first: recovered blocks queue for eviction in the order
     # they were written, as they would have without the restart.
     policy: EvictionPolicy[BlockIdent] = EvictionPolicy(slot_count)
-    policy.adopt(ordered)
+    policy.adopt(ordered, admit_to_main)
     used = {record.slot for record in kept}
     # Free slots as a stack that hands out the lowest slot first, as a new
     # store does.

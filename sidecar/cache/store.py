@@ -177,6 +177,7 @@ class BlockStore:
         drop_written_pages: bool = False,
         preallocate: bool = True,
         scrub_rate: int | None = None,
+        admit_to_main: Callable[[BlockIdent], bool] | None = None,
     ) -> BlockStore:
         """Open (or create) the slab in ``directory`` and recover its index.
 
@@ -192,7 +193,7 @@ class BlockStore:
             executor, Slab.open, directory, slot_count, block_size, preallocate
         )
         try:
-            recovered = await _recover(slab, executor, loop)
+            recovered = await _recover(slab, executor, loop, admit_to_main)
         except BaseException:
             await loop.run_in_executor(executor, slab.close)
             raise
@@ -227,6 +228,8 @@ class BlockStore:
         store = cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
                     protected_share=protected_share, drop_written_pages=drop_written_pages,
                     recovered=recovered, report=report)
+        if admit_to_main is not None:
+            store.admit_to_main = admit_to_main
         if scrub_rate:
             store.start_scrub(scrub_rate)
         return store
@@ -647,7 +650,8 @@ class BlockStore:
 
 
 async def _recover(
-    slab: Slab, executor: concurrent.futures.Executor, loop: asyncio.AbstractEventLoop
+    slab: Slab, executor: concurrent.futures.Executor, loop: asyncio.AbstractEventLoop,
+    admit_to_main: Callable[[BlockIdent], bool] | None,
 ) -> RecoveredIndex:
     """Scan the kept slots' headers, rebuild the index, erase the dropped headers:
     all in the executor.
@@ -658,7 +662,8 @@ async def _recover(
     """
     scan = await loop.run_in_executor(executor, slab.scan, 0, slab.opening.kept_slots)
     recovered = await loop.run_in_executor(
-        executor, rebuild_index, slab.slot_count, scan.records, scan.corrupt
+        executor, rebuild_index, slab.slot_count, scan.records, scan.corrupt,
+        admit_to_main or (lambda ident: False),
     )
     if recovered.erase:
         await loop.run_in_executor(executor, _erase_all, slab, recovered.erase)

@@ -149,6 +149,30 @@ async def test_eviction_resumes_in_write_order(
         await store.close()
 
 
+async def test_small_objects_keep_their_protected_place_across_a_restart(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    manifest = ident(0, key="topic-abc/0/00000000000000000000-x.rsm-manifest")
+    is_manifest = lambda block: block.key.endswith(".rsm-manifest")  # noqa: E731
+    store = await BlockStore.open(tmp_path, 8 * SLOT, BLOCK, executor, RecordingMetrics(),
+                                  admit_to_main=is_manifest)
+    await store.write(manifest, b"m" * 100)
+    for n in range(1, 4):
+        await store.write(ident(n), bytes([n]) * 100)
+    await store.close()
+
+    store = await BlockStore.open(tmp_path, 8 * SLOT, BLOCK, executor, RecordingMetrics(),
+                                  admit_to_main=is_manifest)
+    try:
+        # A scan of one-hit blocks, many times the cache: only probation turns over.
+        for n in range(100, 140):
+            await store.write(ident(n), b"s" * 100)
+        assert store.lookup(manifest) is not None
+        assert store.lookup(ident(1)) is None  # recovered, unprotected: gone with the scan
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize("newer_slot", [0, 1])
 async def test_duplicates_keep_the_higher_generation(
     tmp_path: Path, executor: ThreadPoolExecutor, newer_slot: int
