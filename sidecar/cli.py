@@ -173,6 +173,10 @@ def _format_stats(stats: dict[str, Any]) -> str:
         failed = sum(n for outcome, n in requests.items() if outcome != "ok")
         lines.append(("origin read", f"{mib(stats['origin_bytes'])} ({by_lane})"))
         lines.append(("origin requests", f"{sum(requests.values()):,} ({failed:,} failed)"))
+        breaker = origin.get("breaker")
+        if breaker is not None and (breaker["state"] != "closed" or breaker["rejected"]):
+            lines.append(("origin breaker", f"{breaker['state']} "
+                                            f"({breaker['rejected']:,} misses refused)"))
         waits = origin["ratelimit_wait_seconds"]
         if any(waits.values()):
             lines.append(("rate-limit waits",
@@ -192,6 +196,12 @@ def _format_stats(stats: dict[str, Any]) -> str:
                            f"{cache['blocks']:,} blocks"))
     lines.append(("evictions", f"{cache['evictions']:,}  "
                                f"(checksum failures {cache['checksum_failures']:,})"))
+    recovery = cache.get("recovery")
+    if recovery is not None:
+        lines.append(("last start", f"{recovery['blocks_recovered']:,} blocks reused "
+                                    f"({mib(recovery['bytes_recovered'])}), "
+                                    f"{recovery['corrupt_headers'] + recovery['duplicates']:,} "
+                                    f"dropped, {recovery['file']} cache file"))
     width = max(len(label) for label, _ in lines) + 2
     return "\n".join(f"{label:<{width}}{value}" for label, value in lines)
 

@@ -577,6 +577,8 @@ def _build(v: Mapping[str, Any]) -> Config:
             f"prefetch_max_in_flight + warm_concurrency ({lower_lanes}) must leave at least 4 of "
             f"origin_max_connections ({v['origin_max_connections']}) to foreground reads"
         )
+    if v["origin_deadline"] <= 0:
+        raise ConfigError("origin_deadline must be more than 0 (every origin read would fail)")
     admin: HostPort = v["admin_listen"]
     if not admin.is_loopback and v["admin_token"] is None:
         raise ConfigError(

@@ -15,6 +15,7 @@ from botocore.config import Config as BotoConfig
 from sidecar.local_s3 import CREDENTIALS, LocalS3
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
+from tests.support.verifying_proxy import VerifyingProxy
 
 BLOCK = 64 * 1024  # small blocks: many block boundaries with little data
 
@@ -63,6 +64,14 @@ def _close_clients() -> Iterator[None]:
     yield
     while _clients:
         _clients.pop().close()
+
+
+@pytest.fixture(scope="module")
+def verifying(local_s3: LocalS3) -> Iterator[VerifyingProxy]:
+    """A proxy in front of moto that checks the sidecar's re-signed requests
+    (moto itself does not verify signatures); one per test module."""
+    with VerifyingProxy(local_s3.endpoint) as proxy:
+        yield proxy
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from botocore.exceptions import ClientError
 
 from sidecar.kafka_segments import parse_batch_header, build_segment
 from sidecar.layout import format_aiven_key
-from sidecar.local_s3 import LocalS3
 from tests.functional.conftest import s3_client
 from tests.support.processes import SidecarProcess
 from tests.support.verifying_proxy import VerifyingProxy
@@ -31,12 +29,6 @@ SEGMENT_ID = "uR8pD3f0Q5eYwW2mKc9aTg"
 def segment_keys(offset: int) -> dict[str, str]:
     return {suffix: format_aiven_key("", "payments", TOPIC_ID, 0, offset, SEGMENT_ID, suffix)
             for suffix in ("log", "indexes", "rsm-manifest")}
-
-
-@pytest.fixture(scope="module")
-def verifying(local_s3: LocalS3) -> Iterator[VerifyingProxy]:
-    with VerifyingProxy(local_s3.endpoint) as proxy:
-        yield proxy
 
 
 def start(verifying: VerifyingProxy, tmp_path: Path, block: str, slots: int, block_bytes: int

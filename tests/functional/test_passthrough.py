@@ -29,18 +29,12 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from sidecar.kafka_segments import generate_topic_segments, iter_segment_batches
-from sidecar.local_s3 import CREDENTIALS, LocalS3
+from sidecar.local_s3 import CREDENTIALS
 from tests.functional.conftest import s3_client
 from tests.support.processes import SidecarProcess
 from tests.support.verifying_proxy import VerifyingProxy
 
 BLOCK = 64 * 1024
-
-
-@pytest.fixture(scope="module")
-def verifying(local_s3: LocalS3) -> Iterator[VerifyingProxy]:
-    with VerifyingProxy(local_s3.endpoint) as proxy:
-        yield proxy
 
 
 @pytest.fixture(scope="module")

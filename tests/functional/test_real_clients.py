@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from sidecar.local_s3 import CREDENTIALS, LocalS3
+from sidecar.local_s3 import CREDENTIALS
 from tests.support.processes import SidecarProcess
 from tests.support.verifying_proxy import VerifyingProxy
 
@@ -35,12 +35,6 @@ def s3_clients_installed() -> None:
     result = subprocess.run([str(ROOT / "scripts" / "ensure-s3-clients.sh")],
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"ensure-s3-clients.sh failed:\n{result.stderr}"
-
-
-@pytest.fixture(scope="module")
-def verifying(local_s3: LocalS3) -> Iterator[VerifyingProxy]:
-    with VerifyingProxy(local_s3.endpoint) as proxy:
-        yield proxy
 
 
 @pytest.fixture(scope="module")

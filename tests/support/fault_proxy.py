@@ -25,11 +25,12 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from urllib.parse import unquote, urlsplit
 
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
+from tests.support.loopback_http import HOP_BY_HOP, LoopbackServer
+
 KINDS = (
     "status", "reset_before_body", "reset_mid_body", "stall_mid_body", "truncate",
     "truncate_close", "overlong", "overlong_close", "latency", "ignore_if_match",
@@ -93,8 +94,7 @@ class FaultProxy:
         self._wake = threading.Event()
         self.down: str | None = None  # "503" or "reset": the whole origin fails
         self.seen: list[Seen] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http: LoopbackServer | None = None
         self.endpoint = ""
 
     def add(
@@ -189,12 +189,12 @@ class FaultProxy:
                 upstream = http.client.HTTPConnection(*proxy._upstream, timeout=30)
                 try:
                     headers = {k: v for k, v in self.headers.items()
-                               if k.lower() not in _HOP_BY_HOP and k.lower() not in drop}
+                               if k.lower() not in HOP_BY_HOP and k.lower() not in drop}
                     upstream.request(self.command, self.path, body=body, headers=headers)
                     response = upstream.getresponse()
                     data = response.read()
                     kept = [(k, v) for k, v in response.getheaders()
-                            if k.lower() not in _HOP_BY_HOP]
+                            if k.lower() not in HOP_BY_HOP]
                     return _Upstream(response.status, kept, data)
                 finally:
                     upstream.close()
@@ -263,11 +263,8 @@ class FaultProxy:
                 self.close_connection = True
                 self.connection.close()
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._http = LoopbackServer(Handler)
+        self.endpoint = self._http.endpoint
         return self
 
     def __exit__(
@@ -276,8 +273,6 @@ class FaultProxy:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        assert self._server is not None and self._thread is not None
+        assert self._http is not None
         self.clear()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._http.stop()

@@ -7,14 +7,13 @@ coalescing and "each block fetched once". Bodies are streamed, not buffered.
 
 from __future__ import annotations
 
-import http.client
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from urllib.parse import unquote, urlsplit
 
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
+from tests.support.loopback_http import HOP_BY_HOP, LoopbackServer, relay
 
 
 @dataclass(frozen=True)
@@ -39,8 +38,7 @@ class RecordingProxy:
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.requests: list[OriginRequest] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http: LoopbackServer | None = None
         self.endpoint = ""
 
     def gets(self, key: str | None = None) -> list[OriginRequest]:
@@ -69,36 +67,14 @@ class RecordingProxy:
                     )
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                upstream = http.client.HTTPConnection(*proxy._upstream, timeout=30)
-                response: http.client.HTTPResponse | None = None
-                try:
-                    headers = {k: v for k, v in self.headers.items()
-                               if k.lower() not in _HOP_BY_HOP}
-                    upstream.request(self.command, self.path, body=body, headers=headers)
-                    response = upstream.getresponse()
-                    self.send_response(response.status)
-                    for name, value in response.getheaders():
-                        if name.lower() not in _HOP_BY_HOP:
-                            self.send_header(name, value)
-                    self.end_headers()
-                    while chunk := response.read(256 * 1024):
-                        self.wfile.write(chunk)
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True
-                finally:
-                    # With `Connection: close` (moto) the socket belongs to the
-                    # response, which a client that hung up leaves half read.
-                    if response is not None:
-                        response.close()
-                    upstream.close()
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in HOP_BY_HOP}
+                relay(self, proxy._upstream, headers, body, timeout=30)
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._http = LoopbackServer(Handler)
+        self.endpoint = self._http.endpoint
         return self
 
     def __exit__(
@@ -107,7 +83,5 @@ class RecordingProxy:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        assert self._server is not None and self._thread is not None
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        assert self._http is not None
+        self._http.stop()

@@ -12,9 +12,8 @@ the requests that passed.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from urllib.parse import parse_qsl, urlsplit
 
@@ -23,8 +22,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from sidecar.local_s3 import CREDENTIALS
+from tests.support.loopback_http import HOP_BY_HOP, LoopbackServer, relay
 
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "upgrade"}
 
 
 def expected_signature(
@@ -65,8 +64,7 @@ class VerifyingProxy:
         self.failures: list[str] = []
         self.verified: list[tuple[str, str, str]] = []  # (method, path, payload hash)
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http: LoopbackServer | None = None
         self.endpoint = ""
 
     def __enter__(self) -> VerifyingProxy:
@@ -129,36 +127,16 @@ class VerifyingProxy:
                     if self.command != "HEAD":
                         self.wfile.write(message)
                     return
-                upstream = http.client.HTTPConnection(*proxy._upstream, timeout=60)
-                response: http.client.HTTPResponse | None = None
-                try:
-                    headers = {k: v for k, v in self.headers.items()
-                               if k.lower() not in _HOP_BY_HOP}
-                    if body or self.command in ("PUT", "POST"):
-                        headers["Content-Length"] = str(len(body))
-                    upstream.request(self.command, self.path, body=body or None, headers=headers)
-                    response = upstream.getresponse()
-                    self.send_response(response.status)
-                    for name, value in response.getheaders():
-                        if name.lower() not in _HOP_BY_HOP:
-                            self.send_header(name, value)
-                    self.end_headers()
-                    while chunk := response.read(256 * 1024):
-                        self.wfile.write(chunk)
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True
-                finally:
-                    if response is not None:
-                        response.close()
-                    upstream.close()
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in HOP_BY_HOP}
+                if body or self.command in ("PUT", "POST"):
+                    headers["Content-Length"] = str(len(body))
+                relay(self, proxy._upstream, headers, body or None, timeout=60)
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._http = LoopbackServer(Handler)
+        self.endpoint = self._http.endpoint
         return self
 
     def __exit__(
@@ -167,7 +145,5 @@ class VerifyingProxy:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        assert self._server is not None and self._thread is not None
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        assert self._http is not None
+        self._http.stop()

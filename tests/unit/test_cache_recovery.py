@@ -12,7 +12,6 @@ import logging
 import os
 import random
 import time
-from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,22 +23,11 @@ from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache import slab as slab_module
 from sidecar.cache.recovery import rebuild_index
 from sidecar.cache.slab import Slab
+from tests.support.cache_metrics import RecordingMetrics
 
 BLOCK = 64 * 1024
 SLOT = BLOCK + 4096
 SEED = 20261122
-
-
-class RecordingMetrics:
-    def __init__(self) -> None:
-        self.evictions: Counter[str] = Counter()
-        self.checksum_failures = 0
-
-    def on_eviction(self, reason: str) -> None:
-        self.evictions[reason] += 1
-
-    def on_checksum_failure(self) -> None:
-        self.checksum_failures += 1
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import asyncio
 import random
 import struct
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,21 +15,10 @@ import pytest
 
 from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache.slab import Slab
+from tests.support.cache_metrics import RecordingMetrics
 
 BLOCK = 64 * 1024
 SLOT = BLOCK + 4096
-
-
-class RecordingMetrics:
-    def __init__(self) -> None:
-        self.evictions: Counter[str] = Counter()
-        self.checksum_failures = 0
-
-    def on_eviction(self, reason: str) -> None:
-        self.evictions[reason] += 1
-
-    def on_checksum_failure(self) -> None:
-        self.checksum_failures += 1
 
 
 class Gate:

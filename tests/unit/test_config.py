@@ -74,6 +74,7 @@ def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
         ({"cache_dir": "/x"}, {"cache_sise": "1GiB"}, "unknown config key 'cache_sise'"),
         ({"cache_dir": "/x"}, {"block_size": "lots"}, "config key block_size"),
         ({"cache_dir": "/x", "listen": "nowhere"}, {}, "HOST:PORT"),
+        ({"cache_dir": "/x"}, {"origin_deadline": "0s"}, "origin_deadline must be more than 0"),
     ],
 )
 def test_bad_config_is_a_clear_error(

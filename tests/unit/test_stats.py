@@ -85,3 +85,18 @@ def test_summary_of_an_older_sidecar_without_the_new_fields() -> None:
     for key in ("origin", "warm_blocks", "requests"):
         del stats[key]
     assert rendered(stats)["origin read"] == "0.0 MiB"
+
+
+def test_summary_shows_an_open_breaker_and_the_last_start() -> None:
+    metrics = busy_metrics()
+    metrics.origin_breaker_state.labels("open").set(1)
+    metrics.origin_breaker_rejected.inc(7)
+    stats = stats_snapshot(metrics)
+    stats.update(mode="normal")
+    stats["cache"]["recovery"] = {"blocks_recovered": 1200, "bytes_recovered": 3 * 2**30,
+                                  "corrupt_headers": 2, "duplicates": 1, "file": "reused"}
+    lines = rendered(stats)
+    assert lines["origin breaker"] == "open (7 misses refused)"
+    assert lines["last start"] == ("1,200 blocks reused (3,072.0 MiB), 3 dropped, "
+                                   "reused cache file")
+    assert "origin breaker" not in rendered(stats_snapshot(busy_metrics()) | {"mode": "normal"})

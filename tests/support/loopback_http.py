@@ -1,0 +1,56 @@
+"""What the test proxies share: a threaded HTTP server on a loopback port, and
+relaying one request to the upstream with the answer streamed back."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# RFC 9110 §7.6.1: connection-specific fields, never forwarded by a proxy.
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding",
+                        "proxy-connection", "upgrade"})
+
+
+class LoopbackServer:
+    """`handler` served on 127.0.0.1 on a free port, from a daemon thread, until `stop`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+def relay(
+    handler: BaseHTTPRequestHandler, upstream: tuple[str, int], headers: dict[str, str],
+    body: bytes | None, timeout: float,
+) -> None:
+    """Send the handler's request (with `headers` and `body`) upstream and stream
+    the answer back to its client."""
+    connection = http.client.HTTPConnection(*upstream, timeout=timeout)
+    response: http.client.HTTPResponse | None = None
+    try:
+        connection.request(handler.command, handler.path, body=body, headers=headers)
+        response = connection.getresponse()
+        handler.send_response(response.status)
+        for name, value in response.getheaders():
+            if name.lower() not in HOP_BY_HOP:
+                handler.send_header(name, value)
+        handler.end_headers()
+        while chunk := response.read(256 * 1024):
+            handler.wfile.write(chunk)
+    except (BrokenPipeError, ConnectionResetError):
+        handler.close_connection = True
+    finally:
+        # With `Connection: close` (moto) the socket belongs to the response,
+        # which a client that hung up leaves half read.
+        if response is not None:
+            response.close()
+        connection.close()
