@@ -60,7 +60,7 @@ def example_instructions(plan_path: str, plan: dict[str, object], data_url: str,
         f"  python -m spark_warmup {plan_path} --report /tmp/warmup-report",
         "then replay through the sidecar (100% block hits for the warmed range):",
         f"  {env} \\",
-        f"  sidecar replay --endpoint {data_url} --list-endpoint {origin['endpoint']} "
+        f"  sidecar replay --endpoint {data_url} "
         f"--bucket {origin['bucket']} --topic {replays[-1]['topic']} "
         f"--admin {next(iter(sidecars.values()))}",
     ])
