@@ -274,7 +274,7 @@ def filled_cache(local_s3: LocalS3, objects: dict[str, bytes], bucket: str, cach
     return blocks
 
 
-@pytest.mark.parametrize("damage", ["flipped", "truncated", "file-header"])
+@pytest.mark.parametrize("damage", ["flipped", "truncated", "file-header", "garbage-index"])
 def test_a_damaged_slab_is_survived_and_reported(
     local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path, damage: str
 ) -> None:
@@ -308,6 +308,10 @@ def test_a_damaged_slab_is_survived_and_reported(
                 flip(4096 + slot * SLOT + 4096 + rng.randrange(length))
         elif damage == "truncated":
             handle.truncate(size // 2 + 1234)
+        elif damage == "garbage-index":  # every slot header (the index) is noise
+            for slot in range(SLOTS):
+                handle.seek(4096 + slot * SLOT)
+                handle.write(rng.randbytes(4096))
         else:
             handle.seek(0)
             handle.write(rng.randbytes(4096))
@@ -341,11 +345,24 @@ def test_a_damaged_slab_is_survived_and_reported(
             assert 0 < kept < SLOTS
             assert report["blocks_recovered"] == len([s for s in used if s < kept]) > 0
             assert slab.stat().st_size == size and failures == 0
+        elif damage == "garbage-index":
+            assert report["file"] == "reused"
+            assert report["corrupt_headers"] == SLOTS == dropped
+            assert report["blocks_recovered"] == 0 and failures == 0
+            wait_for(lambda: any(f"cache recovery dropped {SLOTS} slot headers: {SLOTS} corrupt"
+                                 in line for line in process.stderr_lines))
         else:
             assert report["recreated"] and "file header" in report["reason"]
             assert report["blocks_recovered"] == 0 and failures == 0
-        if damage != "flipped":  # said at start, as a WARNING
+        if damage in ("truncated", "file-header"):  # said at start, as a WARNING
             wait_for(lambda: any(report["reason"] in line for line in process.stderr_lines))
+        cached_after = int(process.metric("sidecar_cache_blocks"))
+    if damage == "garbage-index":
+        # The noise was erased on disk: the next start finds only the blocks cached since.
+        with SidecarProcess(local_s3.endpoint, cache, *FLAGS, env=ENV) as process:
+            again = recovery(process)
+        assert again["corrupt_headers"] == 0
+        assert again["blocks_recovered"] == cached_after > 0
 
 
 def _header_valid(slab: Path, slot: int) -> bool:
