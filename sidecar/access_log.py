@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
+from sidecar.http_fields import as_sent
+
 # The key a request's handler adds the object bytes it sent to (request[BODY_BYTES]).
 BODY_BYTES = "sidecar_body_bytes"
 
@@ -58,7 +60,7 @@ def entry(
         time=stamp.replace("+00:00", "Z"), request_id=request_id, method=method,
         # A malformed escape is logged as sent rather than dropped.
         bucket=unquote(bucket, errors="replace"), key=unquote(key, errors="replace"),
-        range=range_header, status=status, bytes=body_bytes, cache=cache,
+        range=None if range_header is None else as_sent(range_header), status=status, bytes=body_bytes, cache=cache,
         duration_s=round(duration_s, 6),
     )
 

@@ -7,8 +7,9 @@ Mutating calls need `Authorization: Bearer <token>` when an admin token is set
 from __future__ import annotations
 
 import hmac
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -16,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sidecar import ui, warm_api
 from sidecar.engine import Engine
+from sidecar.http_fields import undecodable_field
 from sidecar.isolation.modes import ModeState, parse_mode
 from sidecar.metrics import BREAKER_STATES, EVICTION_REASONS, LANES, ORIGIN_OUTCOMES, Metrics
 from sidecar.origin import Origin
@@ -82,6 +84,21 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
     }
 
 
+@web.middleware
+async def _refuse_undecodable_headers(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """A header that is not UTF-8 (sidecar.http_fields) is a 400 before any handler
+    compares it with the admin token or reads it."""
+    unreadable = undecodable_field(request.headers.items())
+    if unreadable is not None:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"header {unreadable} is not valid UTF-8"}),
+            content_type="application/json",
+        )
+    return await handler(request)
+
+
 class AdminPort:
     def __init__(
         self,
@@ -116,7 +133,7 @@ class AdminPort:
             )
 
     def app(self) -> web.Application:
-        application = web.Application()
+        application = web.Application(middlewares=[_refuse_undecodable_headers])
         application.router.add_get("/healthz", self.healthz)
         application.router.add_get("/readyz", self.readyz)
         application.router.add_get("/metrics", self.metrics)

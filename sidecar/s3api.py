@@ -38,6 +38,7 @@ from sidecar.errors import (
     OriginObjectChanged,
     OriginThrottled,
 )
+from sidecar.http_fields import undecodable_field
 from sidecar.metrics import Metrics
 from sidecar.origin import ObjectInfo, Origin
 from sidecar.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
@@ -167,6 +168,9 @@ class DataPort:
         cache_label = "none"
         self._active += 1
         try:
+            unreadable = undecodable_field(request.headers.items())
+            if unreadable is not None:
+                raise S3Error(400, "InvalidArgument", f"Header {unreadable} is not valid UTF-8.")
             # First, for every method: nothing is parsed or forwarded for a stranger.
             self._authenticate(request)
             if self._active > self._max_requests:
@@ -308,7 +312,9 @@ class DataPort:
             return response, "none"
         # An open-ended range or a whole-object GET is read as the client reads.
         lazy = status == 200 or (request.headers.get("Range", "").rstrip().endswith("-"))
-        return response, await self._stream(request, response, info, start, end, lazy)
+        return response, await self._stream(
+            request, response, info, start, end, lazy, request_id
+        )
 
     async def _stream(
         self,
@@ -318,9 +324,11 @@ class DataPort:
         start: int,
         end: int,
         lazy: bool,
+        request_id: str,
     ) -> str:
         sources: set[Source] = set()
         prepared = False
+        where = {"request_id": request_id}
         if lazy and request.transport is not None:
             request.transport.set_write_buffer_limits(high=SEND_BUFFER_BYTES // 2)
             sock = request.transport.get_extra_info("socket")
@@ -329,66 +337,86 @@ class DataPort:
         try:
             async with aclosing(self._engine.stream(info, start, end, lazy=lazy)) as pieces:
                 async for piece, source in pieces:
-                    if not prepared:
-                        await response.prepare(request)
-                        prepared = True
-                    # A client that stops reading is cut off and releases its slot.
-                    await asyncio.wait_for(
-                        self._send(request, response, piece), self._client_timeout
-                    )
+                    try:
+                        if not prepared:
+                            await response.prepare(request)
+                            prepared = True
+                        # A client that stops reading is cut off and releases its slot.
+                        await asyncio.wait_for(
+                            self._send(request, response, piece), self._client_timeout
+                        )
+                    finally:
+                        # The region is ours from the moment it is yielded, whether
+                        # it went out, the client left first or the send timed out
+                        # (wait_for returns only once the send has stopped): a pin
+                        # left behind would keep its slot from ever being reused.
+                        if isinstance(piece, SlabRegion):
+                            piece.release()
                     sources.add(source)
                     self._metrics.served_bytes.labels(source.value).inc(piece_length(piece))
                     request[BODY_BYTES] = request.get(BODY_BYTES, 0) + piece_length(piece)
         except ConnectionError:
-            pass  # the client went away; what it read was counted
+            # The client went away (what it read was counted), or the engine gave
+            # up on a block (at shutdown): either way no more bytes will follow.
+            if not prepared:
+                raise  # handle() records 499; no headers promising a body go out
+            self._abort(request, prepared)
         except TimeoutError:
             log.warning("cutting off a client that read nothing for %.0fs: s3://%s/%s",
-                        self._client_timeout, info.bucket, info.key)
-            if request.transport is not None:
-                request.transport.abort()
+                        self._client_timeout, info.bucket, info.key, extra=where)
+            self._abort(request, prepared=True)
         except (Overloaded, DownloadsPaused):
-            if prepared:
-                if request.transport is not None:
-                    request.transport.abort()
-            else:
+            if not prepared:
                 raise
+            self._abort(request, prepared)
         except OriginError as exc:
             if not prepared:
                 if isinstance(exc, OriginObjectChanged):
                     raise  # _read tries once more, with the object's new HEAD
                 raise error_for(exc) from exc
-            # Headers (and a Content-Length) are gone: cut the connection rather
-            # than let the client take a short body for a whole one.
-            log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
-            if request.transport is not None:
-                request.transport.abort()
+            log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc,
+                        extra=where)
+            self._abort(request, prepared)
+        except Exception:
+            if not prepared:
+                raise  # handle() answers 500 InternalError
+            # Anything else after the headers (a failing cache disk under sendfile,
+            # say): handle() must not write a second response into this body.
+            log.exception("aborting s3://%s/%s mid-stream", info.bucket, info.key,
+                          extra=where)
+            self._abort(request, prepared)
         if Source.CACHE in sources and Source.ORIGIN in sources:
             return "partial"
         return "hit" if sources == {Source.CACHE} else "miss"
 
+    @staticmethod
+    def _abort(request: web.Request, prepared: bool) -> None:
+        """Cut the connection of an answer whose headers (and Content-Length) are
+        gone, rather than let the client take a short body for a whole one."""
+        if prepared and request.transport is not None:
+            request.transport.abort()
+
     async def _send(
         self, request: web.Request, response: web.StreamResponse, piece: Piece
     ) -> None:
+        """One piece to the client; a SlabRegion stays pinned: the caller releases it."""
         if not isinstance(piece, SlabRegion):
             await response.write(piece)
             return
+        transport = request.transport
+        if transport is None:
+            raise ConnectionResetError("client went away")
+        loop = asyncio.get_running_loop()
         try:
-            transport = request.transport
-            if transport is None:
-                raise ConnectionResetError("client went away")
-            loop = asyncio.get_running_loop()
-            try:
-                # Straight from the page cache to the socket, as aiohttp's own
-                # FileResponse does; fallback=False: never through file.read().
-                await loop.sendfile(transport, piece.file, piece.offset, piece.count,
-                                    fallback=False)
-            except asyncio.SendfileNotAvailableError:
-                data = await loop.run_in_executor(
-                    None, os.pread, piece.file.fileno(), piece.count, piece.offset
-                )
-                await response.write(data)
-        finally:
-            piece.release()
+            # Straight from the page cache to the socket, as aiohttp's own
+            # FileResponse does; fallback=False: never through file.read().
+            await loop.sendfile(transport, piece.file, piece.offset, piece.count,
+                                fallback=False)
+        except asyncio.SendfileNotAvailableError:
+            data = await loop.run_in_executor(
+                None, os.pread, piece.file.fileno(), piece.count, piece.offset
+            )
+            await response.write(data)
 
     def _error_response(
         self, request: web.Request, error: S3Error, resource: str, request_id: str

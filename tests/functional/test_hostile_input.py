@@ -15,6 +15,7 @@ import os
 import random
 import re
 import socket
+import struct
 import threading
 import time
 from collections import Counter
@@ -117,7 +118,7 @@ def _range(rng: random.Random) -> str:
 
 
 def _header(rng: random.Random) -> tuple[str, str]:
-    choice = rng.randrange(12)
+    choice = rng.randrange(13)
     if choice <= 2:
         return "Range", _range(rng)
     if choice == 3:
@@ -143,7 +144,12 @@ def _header(rng: random.Random) -> tuple[str, str]:
         return "Accept-Encoding", rng.choice(["gzip", "br", "*", "identity;q=0", "x" * 200])
     if choice == 10:
         return _garbage(rng, 10).replace(":", "").replace("\r", "") or "X", "v"
-    return "Expect", rng.choice(["100-continue", "200-ok", "x"])
+    if choice == 11:
+        return "Expect", rng.choice(["100-continue", "200-ok", "x"])
+    # Bytes that are not UTF-8 (surrogate escapes become raw 0x80-0xff on the wire).
+    return rng.choice(["Range", "Authorization", "If-Match", "x-amz-date", "x-amz-meta-m",
+                       "Content-Type", "X-Other"]), rng.choice(
+        ["bytes=0-\udcff", "\udcc0\udcaf", _garbage(rng, 8) + "\udc80\udcfe"])
 
 
 def build_request(rng: random.Random, bucket: str) -> tuple[bytes, bool]:
@@ -188,7 +194,7 @@ def build_request(rng: random.Random, bucket: str) -> tuple[bytes, bool]:
     if damage == 2:
         separators[rng.randrange(len(headers))] = rng.choice([" : ", ": \x00", ":\r\n ", "\x00: "])
     head = f"{method} ".encode("utf-8", "surrogatepass") + _path(rng, bucket) + f" {version}\r\n".encode()
-    lines = [f"{name}{separator}{value}\r\n".encode("utf-8", "surrogatepass")
+    lines = [f"{name}{separator}{value}\r\n".encode("utf-8", "surrogateescape")
              for (name, value), separator in zip(headers, separators)]
     if damage == 3:
         lines.insert(rng.randrange(len(lines)), b"NoColonHere\r\n")
@@ -367,3 +373,84 @@ def test_slow_and_idle_clients_are_cut_off(target: SidecarProcess, fuzz_bucket: 
         slow.close()
     assert set(closed_after) == {"idle", "slow"}, closed_after
     assert all(4 <= seconds < 20 for seconds in closed_after.values()), closed_after
+
+
+def test_clients_hanging_up_before_the_first_byte_pin_no_slot(
+    local_s3: LocalS3, origin_s3: Any, fuzz_bucket: str, tmp_path: Path
+) -> None:
+    """A cached block is handed to the sender pinned (it must not be rewritten
+    while sendfile reads it). Clients that reset the connection right after
+    their GET, before any byte went out, must not leave those pins behind: with
+    every slot pinned nothing could be cached again."""
+    block = 64 * 1024
+    for key in ("pin-a", "pin-b", "pin-c"):
+        origin_s3.put_object(Bucket=fuzz_bucket, Key=key, Body=os.urandom(block))
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "64KiB",
+                        "--cache-size", str(2 * (block + 4096)),
+                        env={"SIDECAR_PREFETCH": "false"}) as process:
+        host, _, port = process.data_url.removeprefix("http://").rpartition(":")
+
+        def get(key: str) -> bytes:
+            return exchange(host, int(port), f"GET /{fuzz_bucket}/{key} HTTP/1.1\r\nHost: h\r\n"
+                            f"Range: bytes=0-{block - 1}\r\nConnection: close\r\n\r\n".encode(),
+                            True)
+
+        for key in ("pin-a", "pin-b"):  # both slots now hold a block
+            assert status_of(get(key)) == 206
+        for _ in range(40):
+            for key in ("pin-a", "pin-b"):
+                sock = socket.create_connection((host, int(port)), timeout=10)
+                # SO_LINGER 0: close() sends RST at once, before the answer starts.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.sendall(f"GET /{fuzz_bucket}/{key} HTTP/1.1\r\nHost: h\r\n"
+                             f"Range: bytes=0-{block - 1}\r\n\r\n".encode())
+                sock.close()
+        hits_before = process.metric("sidecar_cache_lookups_total", result="hit")
+        answers = [get("pin-c") for _ in range(3)]
+        assert all(status_of(answer) == 206 for answer in answers)
+        assert [b"x-sidecar-cache: hit" in answer.lower() for answer in answers] == \
+            [False, True, True], "pin-c could not be cached: every slot stayed pinned"
+        assert process.metric("sidecar_cache_lookups_total", result="hit") == hits_before + 2
+        assert process.metric("sidecar_cache_evictions_total") >= 1
+
+
+def test_header_bytes_that_are_not_utf8_are_refused_on_both_ports(
+    local_s3: LocalS3, fuzz_bucket: str, tmp_path: Path
+) -> None:
+    """A header value that is not UTF-8 reaches no signature check, no re-signing,
+    no token comparison: 400 on both ports, no traceback, and the access log
+    still records the request with the bytes escaped."""
+    access_log = tmp_path / "access.log"
+    (tmp_path / "cache").mkdir()
+    with SidecarProcess(local_s3.endpoint, tmp_path / "cache", "--block-size", "64KiB",
+                        "--cache-size", "4MiB", "--admin-token", "tok-123456",
+                        "--access-log", str(access_log),
+                        env={"SIDECAR_AUTH_KEYS": "AKIDX:secret-x"}) as process:
+        data = process.data_url.removeprefix("http://").rpartition(":")
+        admin = process.admin_url.removeprefix("http://").rpartition(":")
+        signed = ("Authorization: AWS4-HMAC-SHA256 Credential=AKIDX/20260101/\xff/s3/aws4_request,"
+                  " SignedHeaders=host, Signature=" + "0" * 64)
+        requests = [
+            (data, f"GET /{fuzz_bucket}/{KEYS[1]}", "Range: bytes=0-\xff"),
+            (data, f"GET /{fuzz_bucket}/{KEYS[1]}", signed),
+            (data, f"PUT /{fuzz_bucket}/new.bin", "x-amz-meta-m: \xfe\xff"),
+            (data, f"GET /{fuzz_bucket}?list-type=2", "X-Other: \xc0\xaf"),
+            (admin, "PUT /api/v1/mode", "Authorization: Bearer \xff"),
+            (admin, "GET /api/v1/stats", "X-Other: \x80"),
+        ]
+        for (host, _, port), line, header in requests:
+            raw = (f"{line} HTTP/1.1\r\nHost: h\r\n{header}\r\nContent-Length: 0\r\n"
+                   "Connection: close\r\n\r\n").encode("latin-1")
+            answer = final(exchange(host, int(port), raw, True))
+            assert status_of(answer) == 400, (line, header, answer[:300])
+            if host == data[0] and port == data[2]:
+                assert b"<Code>InvalidArgument</Code>" in answer and b"not valid UTF-8" in answer
+            else:
+                assert b"not valid UTF-8" in answer
+        assert process.metric("sidecar_requests_total", code="500") == 0
+        process.stop()
+    assert not [line for line in process.stderr_lines if "Traceback" in line], \
+        "".join(process.stderr_lines)
+    logged = [json.loads(line) for line in access_log.read_text().splitlines()]
+    assert len(logged) == 4 and {entry["status"] for entry in logged} == {400}
+    assert logged[0]["range"] == "bytes=0-\\xff"
