@@ -96,6 +96,47 @@ class ObjectInfo:
     etag: str  # as the origin sends it, with quotes
     last_modified: datetime
     content_type: str | None = None
+    # What else the origin says of the object (object_headers), repeated on
+    # every answer served for it, cached or not.
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+# Headers of an object's HEAD that describe the object itself and that S3
+# repeats on every GET and HEAD of it (user metadata, encodings, encryption,
+# version, storage class, lock and retention state), per the HeadObject and
+# GetObject references. Checksums (x-amz-checksum-*) are left out: they are of
+# the whole object, and an SDK that checks them would fail every ranged answer.
+_OBJECT_HEADERS = frozenset({
+    "cache-control", "content-disposition", "content-encoding", "content-language",
+    "expires", "x-amz-version-id", "x-amz-storage-class", "x-amz-website-redirect-location",
+    "x-amz-server-side-encryption", "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-server-side-encryption-bucket-key-enabled",
+    "x-amz-server-side-encryption-customer-algorithm",
+    "x-amz-server-side-encryption-customer-key-md5", "x-amz-object-lock-mode",
+    "x-amz-object-lock-retain-until-date", "x-amz-object-lock-legal-hold",
+    "x-amz-tagging-count", "x-amz-replication-status", "x-amz-restore", "x-amz-expiration",
+    "x-amz-missing-meta",
+})
+_USER_METADATA_PREFIX = "x-amz-meta-"
+# S3 caps user metadata at 2 KiB; an origin that allows more does not make an
+# ObjectInfo (up to 8192 are remembered) grow without bound.
+_MAX_OBJECT_HEADER_BYTES = 8 * 1024
+
+
+def object_headers(http_headers: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The headers of a HEAD answer (botocore's lower-cased HTTPHeaders) that
+    describe the object, bounded in size."""
+    kept: list[tuple[str, str]] = []
+    total = 0
+    for name, value in sorted(http_headers.items()):
+        lower = name.lower()
+        if lower not in _OBJECT_HEADERS and not lower.startswith(_USER_METADATA_PREFIX):
+            continue
+        total += len(lower) + len(value)
+        if total > _MAX_OBJECT_HEADER_BYTES:
+            break
+        kept.append((lower, value))
+    return tuple(kept)
 
 
 def translate_client_error(exc: ClientError, bucket: str, key: str) -> OriginError:
@@ -220,8 +261,15 @@ class Origin:
             return
 
     def forget(self, bucket: str, key: str) -> None:
+        """A write or delete of the key went through: drop what is known of it.
+
+        A HEAD still in flight is taken off the table too, so that its answer,
+        which may predate the write, is handed to those already waiting but never
+        remembered, and the next reader asks anew.
+        """
         self._heads.pop((bucket, key), None)
         self._known.pop((bucket, key), None)
+        self._heads_in_flight.pop((bucket, key), None)
 
     async def head(self, bucket: str, key: str) -> ObjectInfo:
         """Size and ETag of an object, remembered for head_ttl; one HEAD at a time per key.
@@ -238,7 +286,11 @@ class Origin:
         future: asyncio.Future[ObjectInfo] = asyncio.get_running_loop().create_future()
         self._heads_in_flight[(bucket, key)] = future
         try:
-            info = await self._head_or_stale(bucket, key)
+            info, fresh = await self._head_or_stale(bucket, key)
+            # Remembered only if no write passed through meanwhile (see forget).
+            if fresh and self._heads_in_flight.get((bucket, key)) is future:
+                self._heads[(bucket, key)] = info
+                self._known[(bucket, key)] = (info, self._clock())
             future.set_result(info)
             return info
         except BaseException as exc:
@@ -246,25 +298,24 @@ class Origin:
             future.exception()  # consumed here: waiters re-raise it themselves
             raise
         finally:
-            del self._heads_in_flight[(bucket, key)]
+            if self._heads_in_flight.get((bucket, key)) is future:
+                del self._heads_in_flight[(bucket, key)]
 
-    async def _head_or_stale(self, bucket: str, key: str) -> ObjectInfo:
+    async def _head_or_stale(self, bucket: str, key: str) -> tuple[ObjectInfo, bool]:
+        """The origin's answer (fresh), or while it fails the last one known (not)."""
         try:
-            info = await self._head_uncached(bucket, key)
+            return await self._head_uncached(bucket, key), True
         except OriginUnavailable as exc:
             known = self._known.get((bucket, key))
             if known is None or self._clock() - known[1] > self._config.head_stale_if_error_s:
                 raise
             log.debug("s3://%s/%s: using the HEAD answer of %.0fs ago: %s",
                      bucket, key, self._clock() - known[1], exc)
-            return known[0]
+            return known[0], False
         except OriginError:
             # 404 and 403 are answers, not failures: a deleted object is gone.
             self._known.pop((bucket, key), None)
             raise
-        self._heads[(bucket, key)] = info
-        self._known[(bucket, key)] = (info, self._clock())
-        return info
 
     async def _head_uncached(self, bucket: str, key: str) -> ObjectInfo:
         try:
@@ -285,6 +336,7 @@ class Origin:
             bucket=bucket, key=key, size=int(response["ContentLength"]),
             etag=str(response.get("ETag", '""')), last_modified=modified,
             content_type=response.get("ContentType"),
+            headers=object_headers(response.get("ResponseMetadata", {}).get("HTTPHeaders", {})),
         )
 
     async def bucket_exists(self, bucket: str) -> bool:

@@ -302,6 +302,7 @@ class DataPort:
         else:
             start, end, status = 0, info.size - 1, 200
         common["Content-Type"] = info.content_type or "binary/octet-stream"
+        common.update(info.headers)  # user metadata, encodings, version: as S3 repeats them
         # Whether the first byte comes without waiting for the origin: lets a
         # client (`sidecar replay`) report hit rates per fetch.
         common["x-sidecar-cache"] = "hit" if self._engine.will_hit(info, start) else "miss"

@@ -222,7 +222,11 @@ class Sidecar:
         # Header bounds are aiohttp's defaults, stated so they stay: a longer
         # request line or header gets 400 before any handler runs (S3 itself
         # takes at most 8 KiB of headers).
+        # auto_decompress=False: a body is relayed as the client encoded it. aiohttp
+        # would otherwise inflate a `Content-Encoding: gzip` upload and cut it at
+        # the client's Content-Length, and the origin would store those bytes.
         runner = web.AppRunner(application, access_log=None, handle_signals=False,
+                               auto_decompress=False,
                                keepalive_timeout=self.config.server.client_timeout_s,
                                max_line_size=MAX_HEADER_LINE, max_field_size=MAX_HEADER_LINE,
                                max_headers=MAX_HEADERS,

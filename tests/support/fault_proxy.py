@@ -7,8 +7,8 @@ faults are those of real object stores and the networks before them: error
 answers (500, 503, SlowDown XML), connection resets before and in the middle of
 a body, a body that stalls, a body shorter than its range with a clean close
 (Content-Length lying, or `Connection: close` without one), an over-long body,
-an origin that ignores If-Match or Range (a 200 with the whole object), and
-latency spikes. `before` runs just before
+an origin that ignores If-Match or Range (a 200 with the whole object),
+latency spikes, and answers held back after the origin gave them (late_answer). `before` runs just before
 a request is forwarded: an ETag flip is the object really rewritten in moto
 between the sidecar's HEAD and its GET. `down` makes the whole origin answer
 503 (or reset every connection) until it is cleared.
@@ -33,8 +33,8 @@ from tests.support.loopback_http import HOP_BY_HOP, LoopbackServer
 
 KINDS = (
     "status", "reset_before_body", "reset_mid_body", "stall_mid_body", "truncate",
-    "truncate_close", "overlong", "overlong_close", "latency", "ignore_if_match",
-    "ignore_range", "pass",
+    "truncate_close", "overlong", "overlong_close", "latency", "late_answer",
+    "ignore_if_match", "ignore_range", "pass",
 )
 
 
@@ -173,6 +173,12 @@ class FaultProxy:
                 if kind == "latency":
                     wake.wait(fault.seconds)
                     self._send(self._forward(request_body))
+                elif kind == "late_answer":
+                    # The origin answers at once; the answer arrives late, so it
+                    # can describe an object rewritten meanwhile.
+                    answer = self._forward(request_body)
+                    wake.wait(fault.seconds)
+                    self._send(answer)
                 elif kind == "status":
                     self._error(fault.status, fault.code)
                 elif kind == "reset_before_body":
