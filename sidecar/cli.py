@@ -1,7 +1,11 @@
 """`sidecar serve|demo|stats`: the command line.
 
-Every failure an operator can cause (bad flag, bad size, unreachable origin,
-unusable cache dir) ends in one line on stderr and exit code 2.
+Every start-up failure ends in one line on stderr and an exit code that says
+whether to retry: 2 for what only the operator can fix (a bad flag, size or
+config key, an unusable cache dir), 75 (EX_TEMPFAIL, sysexits.h) when the
+origin cannot be reached or no credentials can be found yet, which may pass by
+itself (a network or instance metadata service not up at boot), so a service
+manager restarts on 75 and not on 2.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from sidecar.errors import ConfigError, OriginUnavailable
 from sidecar.log_format import choose_format, formatter_for
 
 EXIT_USAGE = 2
+EXIT_TEMPFAIL = 75
 
 
 class _Parser(argparse.ArgumentParser):
@@ -244,9 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"serve": _serve, "demo": _demo, "stats": _stats, "replay": _replay}
     try:
         handlers[args.command](args)
-    except (ConfigError, OriginUnavailable) as exc:
+    except ConfigError as exc:
         print(f"sidecar: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OriginUnavailable as exc:
+        print(f"sidecar: error: {exc}", file=sys.stderr)
+        return EXIT_TEMPFAIL
     except KeyboardInterrupt:
         return 130
     return 0

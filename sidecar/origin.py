@@ -51,7 +51,6 @@ from cachetools import LRUCache, TTLCache
 from sidecar.config import OriginConfig
 from sidecar.errors import (
     BucketNotFound,
-    ConfigError,
     ObjectNotFound,
     OriginAccessDenied,
     OriginBadBody,
@@ -251,7 +250,9 @@ class Origin:
             if isinstance(exc.__cause__, ClientError):
                 return  # it answered, if only 5xx
             if isinstance(exc.__cause__, NoCredentialsError):
-                raise ConfigError(
+                # Unavailable rather than misconfigured: an instance role's
+                # metadata service or a mounted token may come up later.
+                raise OriginUnavailable(
                     "no origin credentials found (set AWS_ACCESS_KEY_ID etc.)"
                 ) from exc
             raise OriginUnavailable(

@@ -1,4 +1,5 @@
-"""`sidecar serve` start-up failures: one clear line on stderr and exit code 2."""
+"""`sidecar serve` start-up failures: one clear line on stderr; exit code 2 for
+what the operator must fix, 75 for an origin that may come back by itself."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import pytest
 from sidecar.local_s3 import CREDENTIALS, LocalS3
 
 
-def run_sidecar(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_sidecar(*args: str, timeout: float = 60, env: dict[str, str] | None = None
+                ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sidecar", *args], capture_output=True, text=True,
-        timeout=timeout, env={**os.environ, **CREDENTIALS},
+        timeout=timeout, env=env if env is not None else {**os.environ, **CREDENTIALS},
     )
 
 
@@ -49,12 +51,26 @@ def test_bad_flags(tmp_path: Path, local_s3: LocalS3, extra: list[str], message:
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
-def test_unreachable_origin(tmp_path: Path) -> None:
+def test_unreachable_origin_is_worth_a_retry(tmp_path: Path) -> None:
+    """75 (EX_TEMPFAIL), not 2: the systemd unit restarts on it, not on config errors."""
     origin = f"http://127.0.0.1:{closed_port()}"
     result = run_sidecar(*serve_args(origin, tmp_path))
-    assert result.returncode == 2
+    assert result.returncode == 75
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"origin {origin} unreachable" in lines[0], result.stderr
+
+
+def test_no_credentials_yet_is_worth_a_retry(tmp_path: Path, local_s3: LocalS3) -> None:
+    """No credentials in any source botocore knows (env, files, instance metadata):
+    an instance role's metadata service may not be up yet, so 75, not 2."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true")
+    result = run_sidecar(*serve_args(local_s3.endpoint, tmp_path), env=env)
+    assert result.returncode == 75
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no origin credentials found" in lines[0], result.stderr
 
 
 @pytest.mark.parametrize(

@@ -236,11 +236,18 @@ def test_systemd_unit_carries_isolation_and_hardening() -> None:
     keys = unit_keys(UNIT.read_text(encoding="utf-8"))
     missing = sorted(REQUIRED_UNIT_KEYS - set(keys))
     assert not missing, missing
-    assert keys["ExecStart"].endswith("sidecar serve --config /etc/kafka-sidecar/sidecar.toml")
+    command = keys["ExecStart"].split()
+    assert command[1:4] == ["serve", "--config", "/etc/kafka-sidecar/sidecar.toml"]
+    # The cache dir it serves from is the one it may write and the mount it waits for.
+    cache_dir = command[command.index("--cache-dir") + 1]
+    assert cache_dir in keys["ReadWritePaths"].split()
+    assert cache_dir in keys["RequiresMountsFor"].split()
     assert keys["ProtectSystem"] == "strict" and keys["NoNewPrivileges"] == "yes"
     assert keys["CapabilityBoundingSet"] == ""  # nothing the sidecar calls needs one
     assert set(keys["RestrictAddressFamilies"].split()) == {"AF_INET", "AF_INET6", "AF_UNIX"}
     assert keys["Restart"] == "on-failure"
+    # Config errors (2) are not retried; an unreachable origin (75) is.
+    assert keys["RestartPreventExitStatus"].split() == ["2"]
     assert "DynamicUser" in keys or keys.get("User") not in (None, "", "root")
 
 
