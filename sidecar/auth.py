@@ -3,6 +3,12 @@
 The signature math is sidecar.sigv4 (pure); this holds the secrets, the clock
 and a small cache of derived signing keys (one HMAC chain per key, day and
 region, instead of four HMACs per request).
+
+Anonymous access (`auth_allow_anonymous`) next to configured keys is read-only:
+everything the cache does not serve is passed through to the origin signed with
+the sidecar's own credentials, so an unsigned PUT or DELETE would write with
+them. With no keys at all (the loopback default) everything is served, as
+before authentication existed.
 """
 
 from __future__ import annotations
@@ -10,7 +16,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from sidecar.sigv4 import Credential, is_signed, signing_key, verify
+from sidecar.s3ops import READ_OPERATIONS
+from sidecar.sigv4 import Credential, Verified, is_signed, signing_key, verify
 
 # Distinct (key, day, region) scopes remembered; a client naming ever new
 # regions only costs re-deriving, never memory.
@@ -34,8 +41,11 @@ class Authenticator:
     def __repr__(self) -> str:
         return f"Authenticator(keys={len(self._keys)}, allow_anonymous={self._allow_anonymous})"
 
-    def check(self, method: str, raw_path: str, headers: Sequence[tuple[str, str]]) -> str | None:
-        """The access key that signed the request, or None for an allowed anonymous one.
+    def check(
+        self, method: str, raw_path: str, headers: Sequence[tuple[str, str]]
+    ) -> Verified | None:
+        """Who signed the request (and its ChunkSigner), or None for an anonymous
+        one that may go on (what it may do: anonymous_may).
 
         A signed request is always verified, even where anonymous ones pass: a
         bad signature is a client bug or an attack, never "anonymous".
@@ -43,6 +53,11 @@ class Authenticator:
         if self._allow_anonymous and not is_signed(raw_path, headers):
             return None
         return verify(method, raw_path, headers, self._signing_key, self._clock())
+
+    def anonymous_may(self, operation: str) -> bool:
+        """Whether an anonymous request may perform `operation` (a sidecar.s3ops name):
+        anything with no keys configured, else only reads."""
+        return not self._keys or operation in READ_OPERATIONS
 
     def _signing_key(self, credential: Credential) -> bytes | None:
         secret = self._keys.get(credential.access_key)
@@ -57,3 +72,4 @@ class Authenticator:
                 secret, credential.date, credential.region, credential.service
             )
         return key
+

@@ -16,11 +16,23 @@ request cannot forward the frames as they are: it decodes them and sends the
 plain bytes, or re-frames them as `STREAMING-UNSIGNED-PAYLOAD-TRAILER`
 (the same framing without chunk extensions) so the trailing checksum still
 reaches the origin, which verifies it.
+
+The origin then no longer sees the chunk signatures, so the decoder checks them
+when it is handed a SignatureChain (the sidecar knows the client's signing key
+only when access keys are configured): each chunk's signature as its last byte
+arrives, the final zero-length chunk's, and with `-TRAILER` the trailer's.
+A broken chain raises SignatureRejected; the caller must not let the origin
+receive the end of the body before the decoder is `done`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
 from dataclasses import dataclass, field
+
+from sidecar.sigv4 import ChunkSigner, Reason, SignatureRejected
 
 # A chunk header is a hex size and one `;chunk-signature=` extension (about 90
 # bytes); a trailer line is a header name and a base64 checksum. Anything much
@@ -46,19 +58,82 @@ class ChunkedFormatError(ValueError):
     """The body is not valid aws-chunked framing."""
 
 
+_SIGNATURE_EXTENSION = re.compile(rb"^chunk-signature=([0-9a-f]{64})$")
+_TRAILER_SIGNATURE = "x-amz-trailer-signature"
+_HMAC_STREAMING = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+_MISMATCH = "The request signature we calculated does not match the signature you provided."
+
+
+def _mismatch(what: str) -> SignatureRejected:
+    return SignatureRejected(Reason.BAD_SIGNATURE, f"{_MISMATCH} ({what})")
+
+
+@dataclass
+class SignatureChain:
+    """The signatures of one signed aws-chunked body, each checked against the
+    one before it (the first against the request's own, the ChunkSigner's seed)."""
+
+    signer: ChunkSigner
+    trailer_signed: bool  # STREAMING-...-PAYLOAD-TRAILER: the trailer is signed too
+    _previous: str = field(init=False, repr=False)
+    chunks: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self._previous = self.signer.seed
+
+    @classmethod
+    def of(cls, signer: ChunkSigner, payload_hash: str) -> SignatureChain:
+        """The chain of a body sent as `payload_hash` (a STREAMING-AWS4-* value)."""
+        if not payload_hash.startswith(_HMAC_STREAMING):
+            # SigV4a (ECDSA) chunk signatures under a SigV4 request signature
+            # cannot be checked with an HMAC key, and S3 refuses the mix too.
+            raise SignatureRejected(
+                Reason.MALFORMED,
+                "SigV4a (ECDSA) chunk signatures cannot follow a SigV4 request signature.",
+            )
+        return cls(signer, payload_hash.endswith("-TRAILER"))
+
+    def chunk(self, claimed: bytes | None, data_sha256: str) -> None:
+        self._previous = self._check(
+            claimed, self.signer.chunk_signature(self._previous, data_sha256),
+            f"chunk {self.chunks + 1}",
+        )
+        self.chunks += 1
+
+    def trailer(self, claimed: bytes | None, lines: bytes) -> None:
+        expected = self.signer.trailer_signature(self._previous, hashlib.sha256(lines).hexdigest())
+        self._previous = self._check(claimed, expected, "trailer")
+
+    @staticmethod
+    def _check(claimed: bytes | None, expected: str, what: str) -> str:
+        if claimed is None:
+            raise _mismatch(f"{what} carries no signature")
+        if not hmac.compare_digest(claimed, expected.encode("ascii")):
+            raise _mismatch(what)
+        return expected
+
+
 @dataclass
 class AwsChunkedDecoder:
     """Feed the encoded body in pieces of any size; get the payload bytes back.
 
     Memory is bounded by MAX_LINE plus the piece being fed: payload bytes are
-    returned as slices of the input, never collected.
+    returned as slices of the input, never collected. With a `chain`, every
+    signature is checked (SignatureRejected) before the decoder is `done`.
     """
 
+    chain: SignatureChain | None = None
     _state: str = "header"  # header | data | data_end | trailer | done
     _line: bytearray = field(default_factory=bytearray)
     _remaining: int = 0
     decoded_bytes: int = 0
     trailers: list[tuple[str, str]] = field(default_factory=list)
+    # The chain's state for the chunk being read: its claimed signature and the
+    # running hash of its data; the trailer lines as sent (for their signature).
+    _claimed: bytes | None = field(default=None, repr=False)
+    _digest: hashlib._Hash | None = field(default=None, repr=False)
+    _trailer_lines: bytearray = field(default_factory=bytearray, repr=False)
+    _trailer_signed: bool = field(default=False, repr=False)
 
     @property
     def done(self) -> bool:
@@ -75,6 +150,8 @@ class AwsChunkedDecoder:
                 take = view[: self._remaining]
                 self._remaining -= len(take)
                 self.decoded_bytes += len(take)
+                if self._digest is not None:
+                    self._digest.update(take)
                 out.append(take)
                 view = view[len(take):]
                 if not self._remaining:
@@ -88,6 +165,8 @@ class AwsChunkedDecoder:
             elif self._state == "data_end":
                 if line:
                     raise ChunkedFormatError("a chunk is longer than its declared size")
+                if self.chain is not None and self._digest is not None:
+                    self.chain.chunk(self._claimed, self._digest.hexdigest())
                 self._state = "header"
             else:
                 self._trailer_line(line)
@@ -111,19 +190,29 @@ class AwsChunkedDecoder:
         return line[:-2], view[end + 1:]
 
     def _chunk_header(self, line: bytes) -> None:
-        size_field = line.partition(b";")[0].strip()
+        size_field, _, extension = line.partition(b";")
+        size_field = size_field.strip()
         if not size_field or len(size_field) > _MAX_SIZE_DIGITS or \
                 any(c not in b"0123456789abcdefABCDEF" for c in size_field):
             raise ChunkedFormatError(f"bad aws-chunked chunk header {line[:64]!r}")
         size = int(size_field, 16)
+        if self.chain is not None:
+            match = _SIGNATURE_EXTENSION.match(extension.strip())
+            self._claimed = match.group(1) if match else None
+            self._digest = hashlib.sha256()
         if size:
             self._remaining = size
             self._state = "data"
         else:
+            # The final chunk is signed too: a body cut at a chunk boundary
+            # lacks it, and never verifies.
+            if self.chain is not None and self._digest is not None:
+                self.chain.chunk(self._claimed, self._digest.hexdigest())
             self._state = "trailer"
 
     def _trailer_line(self, line: bytes) -> None:
         if not line:
+            self._end_of_trailer()
             self._state = "done"
             return
         name, colon, value = line.decode("latin-1").partition(":")
@@ -131,7 +220,31 @@ class AwsChunkedDecoder:
             raise ChunkedFormatError(f"bad aws-chunked trailer line {line[:64]!r}")
         if len(self.trailers) >= MAX_TRAILER_LINES:
             raise ChunkedFormatError("too many aws-chunked trailer lines")
+        if self.chain is not None:
+            self._signed_trailer_line(name.strip().lower(), value.strip(), line)
         self.trailers.append((name.strip().lower(), value.strip()))
+
+    def _signed_trailer_line(self, name: str, value: str, line: bytes) -> None:
+        assert self.chain is not None
+        if self._trailer_signed:
+            raise _mismatch("a trailer line follows the trailer signature")
+        if name != _TRAILER_SIGNATURE:
+            # sigv4-streaming-trailers.html: the trailer's string to sign holds
+            # the hash of its lines, each ended by a newline.
+            self._trailer_lines += line + b"\n"
+            return
+        if not self.chain.trailer_signed:
+            raise _mismatch("a trailer signature in a body declared without one")
+        self.chain.trailer(value.encode("latin-1"), bytes(self._trailer_lines))
+        self._trailer_signed = True
+
+    def _end_of_trailer(self) -> None:
+        if self.chain is None:
+            return
+        if self.chain.trailer_signed and not self._trailer_signed:
+            raise _mismatch("the trailer carries no signature")
+        if not self.chain.trailer_signed and self._trailer_lines:
+            raise _mismatch("trailer lines in a body declared without a signed trailer")
 
 
 def unsigned_chunk(data: bytes | bytearray | memoryview) -> bytes:

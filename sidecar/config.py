@@ -390,7 +390,10 @@ OPTIONS: tuple[Option, ...] = (
            "a file of AKID:SECRET lines (e.g. a Kubernetes Secret mount), added to auth_keys",
            "PATH", flag=False),
     Option("auth_allow_anonymous", _optional_bool, "",
-           "serve unsigned requests (default: true when no keys are configured)", "BOOL",
+           "serve unsigned requests (default: true when no keys are configured); next to "
+           "access keys they may only read (GET/HEAD of objects and their sub-resources, "
+           "listings, HeadBucket, GetBucketLocation, ListBuckets): writes and deletes need a "
+           "signature, as they reach the origin with the sidecar's credentials", "BOOL",
            flag=False),
 )
 _BY_NAME = {option.name: option for option in OPTIONS}

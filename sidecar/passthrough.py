@@ -10,7 +10,11 @@ The client's signature is for the sidecar's host and cannot be replayed, so the
 request is re-signed (SigV4) with the sidecar's own credentials, keeping the
 client's payload hash: the origin still verifies the body against the hash the
 client computed (sidecar.s3ops.plan_payload says how each payload mode is
-forwarded). Writes and deletes invalidate the cached blocks and the remembered
+forwarded). A signed aws-chunked body reaches the origin decoded, so its chunk
+signatures are checked here instead, against the ChunkSigner of the verified
+request (known only when access keys are configured); the last piece is held
+back until the whole chain holds, so the origin never stores a body whose chain
+fails. Writes and deletes invalidate the cached blocks and the remembered
 HEAD of their keys once the origin accepted them, so an object written through
 the sidecar reads back through it at once.
 """
@@ -21,7 +25,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl
 
 import aiohttp
@@ -33,7 +37,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from sidecar.access_log import BODY_BYTES
-from sidecar.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker
+from sidecar.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker, SignatureChain
 from sidecar.config import OriginConfig
 from sidecar.errors import OriginUnavailable
 from sidecar.s3ops import (
@@ -46,10 +50,12 @@ from sidecar.s3ops import (
     deleted_keys,
     outbound_headers,
     outbound_path,
+    outbound_payload,
     outbound_query,
     plan_payload,
     response_headers,
 )
+from sidecar.sigv4 import ChunkSigner, SignatureRejected
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +84,15 @@ class _ClientHashSigner(S3SigV4Auth):  # type: ignore[misc]
 class _BodyFailure:
     """Why reading the client's body failed, if it did (seen after the upload)."""
 
-    error: BadPayload | None = None
+    error: BadPayload | SignatureRejected | None = None
 
 
 class PassThrough:
+    # Where the data port leaves a verified request's ChunkSigner for forward().
+    CHUNK_SIGNER: ClassVar[web.RequestKey[ChunkSigner]] = web.RequestKey(
+        "sidecar_chunk_signer", ChunkSigner
+    )
+
     def __init__(
         self,
         config: OriginConfig,
@@ -115,15 +126,22 @@ class PassThrough:
             await self._session.close()
 
     async def forward(
-        self, request: web.Request, operation: Operation, bucket: str, key: str
+        self, request: web.Request, operation: Operation, bucket: str, key: str,
+        chunk_signer: ChunkSigner | None = None,
     ) -> web.StreamResponse:
         """Send the request to the origin and stream its answer back.
 
-        Raises BadPayload (a 400) for a body S3 would refuse, and OriginUnavailable
-        (a 503) when the origin cannot be reached before an answer started.
+        With `chunk_signer` (the verified request's), a signed aws-chunked body
+        must chain to it. Raises BadPayload (a 400) for a body S3 would refuse,
+        SignatureRejected (a 403) for a chunk signature that does not hold, and
+        OriginUnavailable (a 503) when the origin cannot be reached before an
+        answer started.
         """
         assert self._session is not None, "start() first"
         payload = plan_payload(request.headers, REFRAME_CHUNK)
+        chain = None
+        if chunk_signer is not None and payload.signed_streaming is not None:
+            chain = SignatureChain.of(chunk_signer, payload.signed_streaming)
         query = parse_qsl(request.raw_path.partition("?")[2], keep_blank_values=True)
         path = outbound_path(bucket, key)
         encoded_query = outbound_query(query)
@@ -135,10 +153,11 @@ class PassThrough:
         failure = _BodyFailure()
         body: bytes | AsyncIterator[bytes] | None
         if operation.invalidates is Invalidates.DELETED_KEYS:
-            body = await self._small_body(request, payload)
-            keys = deleted_keys(body)
+            body = await self._small_body(request, payload, chain)
+            # The keys are in the XML, wherever the body goes framed.
+            keys = deleted_keys(outbound_payload(body, payload))
         elif request.body_exists:
-            body = self._stream_body(request, payload, failure)
+            body = self._stream_body(request, payload, chain, failure)
         else:
             body = None
         try:
@@ -150,7 +169,7 @@ class PassThrough:
                     for each in keys:
                         self._invalidate(bucket, each)
                 return await self._relay(request, upstream)
-        except BadPayload:
+        except (BadPayload, SignatureRejected):
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             if failure.error is not None:
@@ -205,27 +224,31 @@ class PassThrough:
             raise BadPayload(f"The request body ended early: {exc!r}", "IncompleteBody") from exc
 
     async def _stream_body(
-        self, request: web.Request, payload: Payload, failure: _BodyFailure
+        self, request: web.Request, payload: Payload, chain: SignatureChain | None,
+        failure: _BodyFailure,
     ) -> AsyncIterator[bytes]:
         try:
-            async for piece in self._decoded(request, payload):
+            async for piece in self._decoded(request, payload, chain):
                 yield piece
-        except BadPayload as exc:
+        except (BadPayload, SignatureRejected) as exc:
             # aiohttp reports it as a failed upload; forward() raises this instead.
             failure.error = exc
             raise
 
-    async def _decoded(self, request: web.Request, payload: Payload) -> AsyncIterator[bytes]:
+    async def _decoded(
+        self, request: web.Request, payload: Payload, chain: SignatureChain | None
+    ) -> AsyncIterator[bytes]:
         """The body as it goes to the origin, piece by piece as the client sends it."""
         if payload.mode is PayloadMode.AS_IS:
             while chunk := await self._read(request):
                 yield chunk
             return
-        decoder = AwsChunkedDecoder()
+        decoder = AwsChunkedDecoder(chain)
         rechunker = Rechunker(REFRAME_CHUNK) if payload.mode is PayloadMode.REFRAME else None
-        # The last decoded piece is held back until the framing has ended well:
+        # The last decoded piece (re-framed: the final chunk and trailer) is held
+        # back until the framing has ended well and every chunk signature held:
         # the origin must not receive all Content-Length bytes (and store the
-        # object) from a body that turns out to be cut short or malformed.
+        # object) from a body that turns out to be cut short, malformed or forged.
         held = b""
         try:
             while chunk := await self._read(request):
@@ -250,10 +273,13 @@ class PassThrough:
         elif held:
             yield held
 
-    async def _small_body(self, request: web.Request, payload: Payload) -> bytes:
-        """A DeleteObjects body, read whole (bounded) so its keys are known."""
+    async def _small_body(
+        self, request: web.Request, payload: Payload, chain: SignatureChain | None
+    ) -> bytes:
+        """A DeleteObjects body as it goes to the origin, read whole (bounded) so
+        its keys are known."""
         collected = bytearray()
-        async for piece in self._decoded(request, payload):
+        async for piece in self._decoded(request, payload, chain):
             collected += piece
             if len(collected) > MAX_DELETE_BODY:
                 raise BadPayload("Your request was too big.", "MaxMessageLengthExceeded")

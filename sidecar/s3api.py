@@ -45,7 +45,7 @@ from sidecar.preconditions import ReadOutcome, RequestHeaders, decide_read, http
 from sidecar.passthrough import PassThrough
 from sidecar.ranges import unsatisfied_content_range
 from sidecar.s3ops import OTHER_OPERATION, BadPayload, Operation, classify
-from sidecar.sigv4 import SignatureRejected
+from sidecar.sigv4 import Reason, SignatureRejected
 
 log = logging.getLogger(__name__)
 
@@ -172,12 +172,14 @@ class DataPort:
             if unreadable is not None:
                 raise S3Error(400, "InvalidArgument", f"Header {unreadable} is not valid UTF-8.")
             # First, for every method: nothing is parsed or forwarded for a stranger.
-            self._authenticate(request)
+            anonymous = self._authenticate(request)
             if self._active > self._max_requests:
                 raise slow_down()
             bucket, key, query = split_path(request.raw_path)
             operation = classify(request.method, bucket, key, query, request.headers)
             op = operation.name
+            if anonymous:
+                self._refuse_anonymous_writes(operation)
             if bucket:
                 validate_object_address(bucket, key)
             if operation.name == OTHER_OPERATION:
@@ -221,14 +223,31 @@ class DataPort:
             ))
         return response
 
-    def _authenticate(self, request: web.Request) -> None:
+    def _authenticate(self, request: web.Request) -> bool:
+        """Check the request's signature; True if it goes on as an anonymous one."""
         if self._auth is None:
-            return
+            return False
         try:
-            self._auth.check(request.method, request.raw_path, list(request.headers.items()))
+            verified = self._auth.check(
+                request.method, request.raw_path, list(request.headers.items())
+            )
         except SignatureRejected as exc:
             self._metrics.auth_failures.labels(exc.reason.value).inc()
             raise S3Error(403, "AccessDenied", exc.message) from None
+        if verified is None:
+            return True
+        # A signed aws-chunked body must chain to this signature (checked as the
+        # pass-through decodes it).
+        request[PassThrough.CHUNK_SIGNER] = verified.chunk_signer
+        return False
+
+    def _refuse_anonymous_writes(self, operation: Operation) -> None:
+        """Next to access keys, anonymous requests only read: everything the cache
+        does not serve goes to the origin with the sidecar's own credentials."""
+        if self._auth is not None and not self._auth.anonymous_may(operation.name):
+            self._metrics.auth_failures.labels(Reason.UNSIGNED.value).inc()
+            raise S3Error(403, "AccessDenied",
+                          "Anonymous requests may only read here; sign this one.")
 
     async def _pass_through(
         self, request: web.Request, operation: Operation, bucket: str, key: str
@@ -237,9 +256,15 @@ class DataPort:
         if self._passthrough is None:
             raise S3Error(501, "NotImplemented", "Only object GET and HEAD are served here.")
         try:
-            return await self._passthrough.forward(request, operation, bucket, key)
+            return await self._passthrough.forward(
+                request, operation, bucket, key, request.get(PassThrough.CHUNK_SIGNER)
+            )
         except BadPayload as exc:
             raise S3Error(400, exc.code, str(exc)) from exc
+        except SignatureRejected as exc:
+            # A chunk of a signed aws-chunked body that does not chain: S3's answer.
+            self._metrics.auth_failures.labels(exc.reason.value).inc()
+            raise S3Error(403, "SignatureDoesNotMatch", exc.message) from None
         except OriginError as exc:
             raise error_for(exc) from exc
 

@@ -19,13 +19,18 @@ from urllib.parse import quote
 from xml.etree import ElementTree
 
 # Also pure: the framing's length is part of deciding how a body is forwarded.
-from sidecar.aws_chunked import unsigned_trailer_length
+from sidecar.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, unsigned_trailer_length
 
-# The query half of a presigned URL (SigV4 query authentication): checked by
-# the data port's authentication, never forwarded (the sidecar signs anew).
+# The query half of a presigned URL: checked by the data port's authentication
+# (which refuses Signature Version 2 when keys are configured), never forwarded:
+# the sidecar signs anew, and S3 refuses a request authenticated twice.
 PRESIGN_QUERY = frozenset({
+    # SigV4 query authentication (sigv4-query-string-auth.html).
     "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
     "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token",
+    # SigV2 query authentication (RESTAuthentication.html#RESTAuthenticationQueryStringAuth),
+    # which botocore's generate_presigned_url makes with signature_version "s3".
+    "AWSAccessKeyId", "Signature", "Expires", "x-amz-security-token",
 })
 # Query parameters that do not change what a GET/HEAD of an object returns.
 HARMLESS_QUERY = frozenset({"x-id"}) | PRESIGN_QUERY
@@ -61,6 +66,17 @@ class Invalidates(enum.Enum):
 
 # What a request that is no S3 operation is called (and refused as).
 OTHER_OPERATION = "Other"
+
+
+# What an anonymous request may do when access keys are configured
+# (sidecar.auth): read objects and list them, never write or delete with the
+# sidecar's credentials. Bucket configuration (GetBucketConfig) stays private.
+READ_OPERATIONS = frozenset({
+    "GetObject", "HeadObject", "ListObjects", "ListObjectsV2", "ListObjectVersions",
+    "ListMultipartUploads", "HeadBucket", "GetBucketLocation", "ListBuckets",
+    "ListParts", "GetObjectTagging", "GetObjectAcl", "GetObjectAttributes",
+    "GetObjectRetention", "GetObjectLegalHold", "GetObjectTorrent",
+})
 
 
 @dataclass(frozen=True)
@@ -196,6 +212,9 @@ class Payload:
     sha256: str  # the payload hash the re-signed request carries
     content_length: int | None  # outbound Content-Length (None: as the client's)
     trailer: str | None = None  # REFRAME: the checksum trailer's name
+    # DECODE and REFRAME: the client's STREAMING-AWS4-* payload hash; its chunk
+    # signatures chain to the request's signature (sidecar.aws_chunked).
+    signed_streaming: str | None = None
 
 
 class BadPayload(ValueError):
@@ -235,8 +254,9 @@ def plan_payload(headers: Mapping[str, str], reframe_chunk: int) -> Payload:
     if match.group(2) and trailer:
         framed = unsigned_trailer_length(length, reframe_chunk, trailer)
         if framed is not None:
-            return Payload(PayloadMode.REFRAME, STREAMING_UNSIGNED_TRAILER, framed, trailer)
-    return Payload(PayloadMode.DECODE, UNSIGNED_PAYLOAD, length)
+            return Payload(PayloadMode.REFRAME, STREAMING_UNSIGNED_TRAILER, framed, trailer,
+                           declared)
+    return Payload(PayloadMode.DECODE, UNSIGNED_PAYLOAD, length, None, declared)
 
 
 def outbound_headers(headers: Iterable[tuple[str, str]], payload: Payload) -> list[tuple[str, str]]:
@@ -285,6 +305,21 @@ def response_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]
         for token in value.split(",")
     }
     return [(n, v) for n, v in pairs if n.lower() not in HOP_BY_HOP and n.lower() not in named]
+
+
+def outbound_payload(body: bytes, payload: Payload) -> bytes:
+    """The payload bytes of a whole body as it goes to the origin: without the
+    aws-chunked framing when it goes framed (STREAMING-UNSIGNED-PAYLOAD-TRAILER,
+    as the client sent it or re-framed). Malformed framing holds no payload; the
+    origin refuses it anyway."""
+    if payload.sha256 != STREAMING_UNSIGNED_TRAILER:
+        return body
+    decoder = AwsChunkedDecoder()
+    try:
+        pieces = decoder.feed(body)
+    except ChunkedFormatError:
+        return b""
+    return b"".join(pieces) if decoder.done else b""
 
 
 def deleted_keys(body: bytes) -> list[str]:

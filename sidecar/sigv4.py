@@ -19,10 +19,24 @@ buffered here, and a forwarded body is checked against that hash by the origin
 once the request is re-signed. A presigned URL signs `UNSIGNED-PAYLOAD` unless
 the request carries the header.
 
+Every `x-amz-*` header of the request must be among the signed ones, as S3
+requires (403 AccessDenied, "There were headers present in the request which
+were not signed"): the pass-through forwards such headers to the origin under
+the sidecar's own signature, so an unsigned `x-amz-copy-source` added to a
+presigned PUT would otherwise copy any object the sidecar may read. The one
+exception is `x-amz-content-sha256` on a presigned URL: its value is the payload
+hash of the canonical request, so the signature covers it all the same.
+
 Signing keys are derived from the secret per (date, region, service); the caller
 hands in a function from a credential to its signing key (None: unknown access
 key), so it can cache them and so this module never holds the secrets.
 Signatures are compared in constant time (hmac.compare_digest).
+
+A verified request yields a ChunkSigner: what the chunk signatures of a signed
+`aws-chunked` body chain to (its signing key, timestamp, scope and the
+request's own signature as the seed), with the string-to-sign of a chunk and of
+the trailer (https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-streaming.html,
+sigv4-streaming-trailers.html). sidecar.aws_chunked checks the chain.
 """
 
 from __future__ import annotations
@@ -34,7 +48,7 @@ import hmac
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from urllib.parse import quote, unquote_to_bytes
 
@@ -45,6 +59,7 @@ MAX_SKEW_S = 15 * 60
 # S3's bound on X-Amz-Expires: seven days.
 MAX_PRESIGN_EXPIRES_S = 7 * 24 * 3600
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _TIMESTAMP_RE = re.compile(r"^\d{8}T\d{6}Z$")
 _DATE_RE = re.compile(r"^\d{8}$")
 _SIGNATURE_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -57,6 +72,8 @@ _QUERY_AUTH_PARAMS = frozenset({
     "x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-expires",
     "x-amz-signedheaders", "x-amz-signature",
 })
+# x-amz-* headers a presigned request may carry unsigned (see the module docstring).
+_UNSIGNED_OK_PRESIGNED = frozenset({"x-amz-content-sha256"})
 # Query parameters that make a request a presigned one; AWSAccessKeyId is
 # Signature Version 2's, refused as such rather than taken for anonymous.
 _PRESIGN_MARKERS = (b"x-amz-algorithm", b"x-amz-signature", b"x-amz-credential",
@@ -107,6 +124,43 @@ class _Signed:
     signature: str
     timestamp: str
     expires_s: int | None
+
+
+@dataclass(frozen=True)
+class ChunkSigner:
+    """What the signatures of a signed aws-chunked body chain to.
+
+    `key` is the signing key derived from the client's secret: it stays out of
+    repr (and so out of logs and errors).
+    """
+
+    key: bytes = field(repr=False)
+    timestamp: str
+    scope: str
+    seed: str  # the request's own signature: the first chunk's "previous signature"
+
+    def chunk_signature(self, previous: str, chunk_sha256: str) -> str:
+        """A chunk's signature: its string to sign is "AWS4-HMAC-SHA256-PAYLOAD",
+        timestamp, scope, the previous signature, the hash of nothing (the chunk
+        has no headers) and the hash of the chunk's data, one a line."""
+        return self._sign(f"{ALGORITHM}-PAYLOAD", previous, _EMPTY_SHA256, chunk_sha256)
+
+    def trailer_signature(self, previous: str, trailer_sha256: str) -> str:
+        """The trailer's signature, over the hash of its `name:value\\n` lines."""
+        return self._sign(f"{ALGORITHM}-TRAILER", previous, trailer_sha256)
+
+    def _sign(self, algorithm: str, *lines: str) -> str:
+        text = "\n".join((algorithm, self.timestamp, self.scope, *lines))
+        return hmac.new(self.key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A request whose signature holds: who signed it, and what its body's chunk
+    signatures (if any) must chain to."""
+
+    access_key: str
+    chunk_signer: ChunkSigner
 
 
 SigningKeyFor = Callable[[Credential], bytes | None]
@@ -324,6 +378,20 @@ def _canonical_query_candidates(query: str, presigned: bool) -> list[str]:
     return [canonical] if canonical == as_sent else [canonical, as_sent]
 
 
+def _check_amz_headers_signed(signed: _Signed, headers: dict[str, list[str]]) -> None:
+    exempt = _UNSIGNED_OK_PRESIGNED if signed.presigned else frozenset()
+    unsigned = sorted(
+        name for name in headers
+        if name.startswith("x-amz-") and name not in signed.signed_headers and name not in exempt
+    )
+    if unsigned:
+        raise SignatureRejected(
+            Reason.MALFORMED,
+            "There were headers present in the request which were not signed: "
+            + ", ".join(unsigned)[:200] + ".",
+        )
+
+
 def _canonical_headers(signed: _Signed, headers: dict[str, list[str]]) -> str:
     lines = []
     for name in signed.signed_headers:
@@ -385,8 +453,8 @@ def verify(
     headers: Sequence[tuple[str, str]],
     signing_key_for: SigningKeyFor,
     now: float,
-) -> str:
-    """Check a signed request; return the access key that signed it.
+) -> Verified:
+    """Check a signed request; return who signed it and its ChunkSigner.
 
     `raw_path` is the request target as sent (path and query, percent-encoded),
     `headers` every header in order (repeats kept), `now` the epoch time.
@@ -396,6 +464,7 @@ def verify(
     if not is_signed(raw_path, headers):
         raise SignatureRejected(Reason.UNSIGNED, "Anonymous requests are not allowed here.")
     signed = _claims(raw_path, by_name)
+    _check_amz_headers_signed(signed, by_name)
     key = signing_key_for(signed.credential)
     if key is None:
         raise SignatureRejected(
@@ -418,4 +487,7 @@ def verify(
             Reason.BAD_SIGNATURE,
             "The request signature we calculated does not match the signature you provided.",
         )
-    return signed.credential.access_key
+    return Verified(
+        signed.credential.access_key,
+        ChunkSigner(key, signed.timestamp, signed.credential.scope, signed.signature),
+    )

@@ -29,6 +29,7 @@ from botocore.exceptions import ClientError
 
 from sidecar.local_s3 import CREDENTIALS, LocalS3
 from tests.support.processes import SidecarProcess
+from tests.support.signed_chunks import crc32_trailer, signed_chunked
 
 AKID, SECRET = "AKIDBROKER1", "broker-secret-Xq7pLm2"
 AKID2, SECRET2 = "AKIDBROKER2", "second-secret-Zt9wRv4"
@@ -80,8 +81,12 @@ def secured(local_s3: LocalS3, auth_bucket: str, secured_dir: Path) -> Iterator[
 
 
 def fetch(url: str, headers: dict[str, str] | None = None,
-          method: str = "GET") -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers=headers or {}, method=method)
+          method: str = "GET", data: bytes | None = None) -> tuple[int, bytes]:
+    headers = dict(headers or {})
+    if data is not None and not any(name.lower() == "content-type" for name in headers):
+        # urllib's default is a form, which moto parses away.
+        headers["Content-Type"] = "application/octet-stream"
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, response.read()
@@ -185,7 +190,7 @@ def test_a_signature_older_than_fifteen_minutes_is_refused(
 
 
 def test_allow_anonymous_serves_unsigned_but_still_checks_signatures(
-    local_s3: LocalS3, auth_bucket: str, tmp_path: Path
+    local_s3: LocalS3, auth_bucket: str, tmp_path: Path, origin_s3: Any
 ) -> None:
     with SidecarProcess(
         local_s3.endpoint, tmp_path, "--block-size", "64KiB", "--cache-size", "8MiB",
@@ -193,6 +198,8 @@ def test_allow_anonymous_serves_unsigned_but_still_checks_signatures(
     ) as sidecar:
         assert fetch(f"{sidecar.data_url}/{auth_bucket}/{KEY}", {"Range": "bytes=0-3"}) == (
             206, BODY[:4])
+        status, listing = fetch(f"{sidecar.data_url}/{auth_bucket}?list-type=2")
+        assert status == 200 and KEY.encode() in listing
         s3 = client(sidecar.data_url, AKID, "wrong")
         try:
             with pytest.raises(ClientError) as caught:
@@ -200,6 +207,86 @@ def test_allow_anonymous_serves_unsigned_but_still_checks_signatures(
             assert caught.value.response["Error"]["Code"] == "AccessDenied"
         finally:
             s3.close()
+        # Anonymous means read-only: writes would go out with the sidecar's credentials.
+        status, body = fetch(f"{sidecar.data_url}/{auth_bucket}/anonymous.bin", method="PUT",
+                             data=b"written by nobody")
+        assert_access_denied(status, body, "only read")
+        with pytest.raises(ClientError):
+            origin_s3.head_object(Bucket=auth_bucket, Key="anonymous.bin")
+        assert_access_denied(*fetch(f"{sidecar.data_url}/{auth_bucket}/{KEY}", method="DELETE"),
+                             "only read")
+        assert_access_denied(*fetch(
+            f"{sidecar.data_url}/{auth_bucket}?delete", method="POST",
+            data=f"<Delete><Object><Key>{KEY}</Key></Object></Delete>".encode()), "only read")
+        assert origin_s3.head_object(Bucket=auth_bucket, Key=KEY)["ContentLength"] == len(BODY)
+        # A SigV2 presigned URL is a signature, and not one accepted here.
+        v2 = client(sidecar.data_url, AKID, SECRET, signature_version="s3")
+        try:
+            url = v2.generate_presigned_url(
+                "get_object", Params={"Bucket": auth_bucket, "Key": KEY}, ExpiresIn=300)
+        finally:
+            v2.close()
+        assert_access_denied(*fetch(url), "Signature Version 4")
+
+
+def test_unsigned_amz_headers_are_refused(
+    secured: SidecarProcess, auth_bucket: str, origin_s3: Any
+) -> None:
+    s3 = client(secured.data_url, AKID, SECRET)
+    try:
+        url = s3.generate_presigned_url(
+            "put_object", Params={"Bucket": auth_bucket, "Key": "upload/k"}, ExpiresIn=300)
+    finally:
+        s3.close()
+    # A presigned PUT turned into a copy of another object by one added header:
+    # the pass-through would have sent it signed by the sidecar.
+    status, body = fetch(url, {"x-amz-copy-source": f"/{auth_bucket}/{KEY}"}, "PUT", b"")
+    assert_access_denied(status, body, "not signed: x-amz-copy-source")
+    with pytest.raises(ClientError):
+        origin_s3.head_object(Bucket=auth_bucket, Key="upload/k")
+    # The same with a header-signed request.
+    request = AWSRequest(method="PUT", url=f"{secured.data_url}/{auth_bucket}/upload/k",
+                         data=b"")
+    S3SigV4Auth(Credentials(AKID, SECRET), "s3", "eu-west-1").add_auth(request)
+    status, body = fetch(request.url, {**dict(request.headers.items()),
+                                       "X-Amz-Copy-Source": f"/{auth_bucket}/{KEY}"},
+                         "PUT", b"")
+    assert_access_denied(status, body, "not signed")
+    with pytest.raises(ClientError):
+        origin_s3.head_object(Bucket=auth_bucket, Key="upload/k")
+    # Both requests as signed pass.
+    assert fetch(url, {}, "PUT", b"presigned")[0] == 200
+    assert origin_s3.get_object(Bucket=auth_bucket, Key="upload/k")["Body"].read() == b"presigned"
+    assert fetch(request.url, dict(request.headers.items()), "PUT", b"")[0] == 200
+
+
+@pytest.mark.parametrize("trailer", [False, True])
+def test_signed_aws_chunked_uploads_must_chain_to_their_signature(
+    secured: SidecarProcess, auth_bucket: str, origin_s3: Any, trailer: bool
+) -> None:
+    data = os.urandom(3 * 65536 + 99)
+    key = f"chunked/{trailer}.bin"
+    url = f"{secured.data_url}/{auth_bucket}/{key}"
+    headers, body = signed_chunked(url, data, 65536, AKID, SECRET, trailer, region="eu-west-1")
+    middle = len(body) // 2  # inside the second chunk's data
+    if trailer:  # another checksum of the same length: the trailer signature fails
+        name, value = crc32_trailer(data)
+        last = body.replace(f"{name}:{value}".encode(),
+                            f"{name}:{crc32_trailer(b'other')[1]}".encode())
+    else:  # the final, empty chunk's signature: every data byte was already sent
+        final = body.rindex(b"0;chunk-signature=") + len(b"0;chunk-signature=")
+        last = body[:final] + (b"1" if body[final:final + 1] == b"0" else b"0") + body[final + 1:]
+    before = secured.metric("sidecar_auth_failures_total", reason="bad_signature")
+    # The signed headers replayed with other bytes: refused, and nothing stored.
+    for forged in (body[:middle] + bytes([body[middle] ^ 1]) + body[middle + 1:], last):
+        assert len(forged) == len(body)
+        status, answer = fetch(url, headers, "PUT", forged)
+        assert status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in answer, answer
+        with pytest.raises(ClientError):
+            origin_s3.head_object(Bucket=auth_bucket, Key=key)
+    assert secured.metric("sidecar_auth_failures_total", reason="bad_signature") == before + 2
+    assert fetch(url, headers, "PUT", body)[0] == 200
+    assert origin_s3.get_object(Bucket=auth_bucket, Key=key)["Body"].read() == data
 
 
 def _send_json(url: str, method: str, body: object, headers: dict[str, str]) -> int:

@@ -4,9 +4,6 @@ of moto), and writes and deletes invalidate what the cache held."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import http.client
 import json
 import os
@@ -16,25 +13,26 @@ import socket
 import subprocess
 import sys
 import time
-import zlib
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import boto3
 import pytest
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
+from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
 from sidecar.kafka_segments import generate_topic_segments, iter_segment_batches
 from sidecar.local_s3 import CREDENTIALS
 from tests.functional.conftest import s3_client
 from tests.support.processes import SidecarProcess
+from tests.support.signed_chunks import crc32_trailer, signed_chunked
 from tests.support.verifying_proxy import VerifyingProxy
 
 BLOCK = 64 * 1024
+MOTO_KEY = (CREDENTIALS["AWS_ACCESS_KEY_ID"], CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
 
 
 @pytest.fixture(scope="module")
@@ -194,62 +192,14 @@ def test_replaced_and_unsupported_requests(sidecar: SidecarProcess, bucket: str)
     assert status == 400 and b"<Code>InvalidArgument</Code>" in body
 
 
-def _signed_chunked(
-    endpoint: str, bucket: str, key: str, data: bytes, chunk: int, trailer: bool
-) -> tuple[dict[str, str], bytes]:
-    """A STREAMING-AWS4-HMAC-SHA256-PAYLOAD(-TRAILER) upload, signed as the AWS
-    SDKs do (https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-streaming.html)."""
-    pieces = [data[i:i + chunk] for i in range(0, len(data), chunk)] + [b""]
-    checksum = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
-    trailer_text = f"x-amz-checksum-crc32:{checksum}\r\n".encode()
-
-    def encode(signatures: list[str], trailer_signature: str) -> bytes:
-        body = b"".join(b"%x;chunk-signature=%s\r\n%s%s" % (
-            len(p), s.encode(), p, b"\r\n" if p else b"") for p, s in zip(pieces, signatures))
-        if trailer:
-            return body + trailer_text + f"x-amz-trailer-signature:{trailer_signature}\r\n\r\n".encode()
-        return body + b"\r\n"
-
-    length = len(encode(["0" * 64] * len(pieces), "0" * 64))
-    headers = {
-        "x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" + ("-TRAILER" if trailer else ""),
-        "Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data)),
-        "Content-Length": str(length),
-    }
-    if trailer:
-        headers["x-amz-trailer"] = "x-amz-checksum-crc32"
-    request = AWSRequest(method="PUT", url=f"{endpoint}/{bucket}/{key}", headers=headers, data=b"")
-    credentials = Credentials(CREDENTIALS["AWS_ACCESS_KEY_ID"], CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
-    signer = S3SigV4Auth(credentials, "s3", "us-east-1")
-    signer.payload = lambda request: headers["x-amz-content-sha256"]  # type: ignore[method-assign]
-    signer.add_auth(request)
-    timestamp = request.context["timestamp"]
-    scope = signer.credential_scope(request)
-    key_bytes = hmac.new(f"AWS4{credentials.secret_key}".encode(), timestamp[:8].encode(),
-                         hashlib.sha256).digest()
-    for part in ("us-east-1", "s3", "aws4_request"):
-        key_bytes = hmac.new(key_bytes, part.encode(), hashlib.sha256).digest()
-    previous = request.headers["Authorization"].rpartition("Signature=")[2]
-    empty = hashlib.sha256(b"").hexdigest()
-    signatures = []
-    for piece in pieces:
-        to_sign = "\n".join(["AWS4-HMAC-SHA256-PAYLOAD", timestamp, scope, previous, empty,
-                             hashlib.sha256(piece).hexdigest()])
-        previous = hmac.new(key_bytes, to_sign.encode(), hashlib.sha256).hexdigest()
-        signatures.append(previous)
-    to_sign = "\n".join(["AWS4-HMAC-SHA256-TRAILER", timestamp, scope, previous,
-                         hashlib.sha256(trailer_text).hexdigest()])
-    trailer_signature = hmac.new(key_bytes, to_sign.encode(), hashlib.sha256).hexdigest()
-    return dict(request.headers.items()), encode(signatures, trailer_signature)
-
-
 @pytest.mark.parametrize("trailer", [False, True])
 def test_signed_aws_chunked_uploads_are_decoded(
     sidecar: SidecarProcess, origin_s3: Any, bucket: str, trailer: bool,
     verifying: VerifyingProxy,
 ) -> None:
     data = random.Random(7).randbytes(3 * 65536 + 99)
-    headers, body = _signed_chunked(sidecar.data_url, bucket, "chunked.bin", data, 65536, trailer)
+    headers, body = signed_chunked(f"{sidecar.data_url}/{bucket}/chunked.bin", data, 65536,
+                                   *MOTO_KEY, trailer=trailer)
     status, _, answer = raw(sidecar.data_url, "PUT", f"/{bucket}/chunked.bin", headers, body)
     assert status == 200, answer
     assert origin_s3.get_object(Bucket=bucket, Key="chunked.bin")["Body"].read() == data
@@ -261,6 +211,71 @@ def test_signed_aws_chunked_uploads_are_decoded(
     assert status == 400 and b"IncompleteBody" in answer, answer
     with pytest.raises(ClientError):
         origin_s3.head_object(Bucket=bucket, Key="broken.bin")
+
+
+def _unsigned_trailer_body(data: bytes, chunk: int) -> bytes:
+    """STREAMING-UNSIGNED-PAYLOAD-TRAILER framing with a CRC-32 trailer."""
+    name, value = crc32_trailer(data)
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(data[i:i + chunk]), data[i:i + chunk])
+                      for i in range(0, len(data), chunk))
+    return framed + f"0\r\n{name}:{value}\r\n\r\n".encode()
+
+
+@pytest.mark.parametrize("framing", ["unsigned-trailer", "signed-trailer"])
+def test_delete_objects_sent_aws_chunked_invalidates_every_listed_key(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, framing: str
+) -> None:
+    # Unsigned-trailer bodies go to the origin as sent, signed ones re-framed:
+    # either way framing, so the keys must come from the decoded XML.
+    client = s3_client(sidecar.data_url)
+    keys = [f"{framing}/{n}" for n in range(2)]
+    for key in keys:
+        origin_s3.put_object(Bucket=bucket, Key=key, Body=random.Random(key).randbytes(BLOCK + 1))
+    before = cached_blocks(sidecar)
+    for key in keys:
+        client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    assert cached_blocks(sidecar, before + 4) == before + 4
+    xml = ("<Delete>" + "".join(f"<Object><Key>{k}</Key></Object>" for k in keys)
+           + "</Delete>").encode()
+    if framing == "unsigned-trailer":
+        headers = {"x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+                   "Content-Encoding": "aws-chunked", "x-amz-trailer": "x-amz-checksum-crc32",
+                   "x-amz-decoded-content-length": str(len(xml))}
+        body = _unsigned_trailer_body(xml, 16)
+    else:
+        headers, body = signed_chunked(f"{sidecar.data_url}/{bucket}?delete", xml, 16,
+                                       *MOTO_KEY, trailer=True, method="POST")
+    status, _, answer = raw(sidecar.data_url, "POST", f"/{bucket}?delete", headers, body)
+    assert status == 200 and answer.count(b"<Deleted>") == 2, answer
+    assert cached_blocks(sidecar) == before
+    for key in keys:
+        with pytest.raises(ClientError) as caught:
+            client.get_object(Bucket=bucket, Key=key)
+        assert caught.value.response["Error"]["Code"] == "NoSuchKey"
+
+
+def test_sigv2_presigned_get_is_served_through_the_cache(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, verifying: VerifyingProxy
+) -> None:
+    # Without [auth] the SigV2 query (AWSAccessKeyId, Signature, Expires) is
+    # ignored like SigV4's: the read is a cached GetObject, and the origin never
+    # sees a request authenticated twice (S3 refuses those).
+    data = random.Random(9).randbytes(BLOCK + 7)
+    origin_s3.put_object(Bucket=bucket, Key="v2.log", Body=data)
+    v2 = boto3.client("s3", endpoint_url=sidecar.data_url, region_name="us-east-1",
+                      config=BotoConfig(signature_version="s3", s3={"addressing_style": "path"}))
+    try:
+        url = v2.generate_presigned_url(
+            "get_object", Params={"Bucket": bucket, "Key": "v2.log"}, ExpiresIn=300)
+    finally:
+        v2.close()
+    assert "AWSAccessKeyId=" in url and "Signature=" in url and "Expires=" in url
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Range": "bytes=3-12"}),
+                                timeout=30) as response:
+        assert response.status == 206 and response.read() == data[3:13]
+        assert response.headers["x-sidecar-cache"] == "miss"
+    assert not [path for _, path, _ in verifying.verified
+                if "AWSAccessKeyId" in path or "Signature=" in path]
 
 
 def closed_port_url() -> str:

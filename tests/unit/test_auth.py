@@ -12,6 +12,8 @@ from botocore.credentials import Credentials
 from sidecar.auth import Authenticator
 from sidecar.config import load_config
 from sidecar.errors import ConfigError
+from sidecar.s3api import split_path
+from sidecar.s3ops import classify
 from sidecar.sigv4 import Reason, SignatureRejected
 
 SECRET = "very-secret-value-1"
@@ -96,7 +98,8 @@ def test_authenticator_policy() -> None:
     strict = Authenticator({"A1": SECRET}, allow_anonymous=False, clock=lambda: now[0])
     lenient = Authenticator({"A1": SECRET}, allow_anonymous=True, clock=lambda: now[0])
     good, bad = _signed_headers(SECRET), _signed_headers("wrong")
-    assert strict.check("GET", "/b/k", good) == "A1"
+    verified = strict.check("GET", "/b/k", good)
+    assert verified is not None and verified.access_key == "A1"
     assert lenient.check("GET", "/b/k", [("Host", "h")]) is None
     for authenticator in (strict, lenient):
         with pytest.raises(SignatureRejected) as caught:
@@ -109,3 +112,47 @@ def test_authenticator_policy() -> None:
     with pytest.raises(SignatureRejected) as caught:
         strict.check("GET", "/b/k", good)
     assert caught.value.reason is Reason.SKEWED
+
+
+READS = [
+    ("GET", "/b/k"), ("HEAD", "/b/k"), ("GET", "/b/k?x-id=GetObject"), ("GET", "/b/k?versionId=1"),
+    ("GET", "/b/k?tagging"), ("GET", "/b/k?acl"), ("GET", "/b/k?uploadId=u"),
+    ("GET", "/b?list-type=2&prefix=p"), ("GET", "/b"), ("HEAD", "/b"), ("GET", "/"),
+    ("GET", "/b?location"), ("GET", "/b?versions"), ("GET", "/b?uploads"),
+]
+WRITES = [
+    ("PUT", "/b/k"), ("DELETE", "/b/k"), ("POST", "/b?delete"), ("PUT", "/b/k?tagging"),
+    ("DELETE", "/b/k?tagging"), ("POST", "/b/k?uploads"), ("PUT", "/b/k?partNumber=1&uploadId=u"),
+    ("POST", "/b/k?uploadId=u"), ("DELETE", "/b/k?uploadId=u"), ("PUT", "/b"), ("DELETE", "/b"),
+    ("PUT", "/b?policy"), ("GET", "/b?policy"), ("POST", "/b/k?restore"), ("PATCH", "/b/k"),
+]
+
+
+def _operation(method: str, target: str, headers: dict[str, str] | None = None) -> str:
+    """The S3 operation the data port makes of the request (split_path, classify)."""
+    bucket, key, query = split_path(target)
+    return classify(method, bucket, key, query, headers).name
+
+
+@pytest.mark.parametrize("method,target", READS + WRITES)
+def test_anonymous_requests_only_read_when_keys_are_configured(method: str, target: str) -> None:
+    # Everything not served from the cache goes to the origin with the sidecar's
+    # credentials: an anonymous PUT or DELETE would write with them.
+    lenient = Authenticator({"A1": SECRET}, allow_anonymous=True)
+    assert lenient.check(method, target, [("Host", "h")]) is None  # goes on, anonymous
+    assert lenient.anonymous_may(_operation(method, target)) is ((method, target) in READS)
+    # No keys at all (the loopback default): everything, as before.
+    assert Authenticator({}, allow_anonymous=True).anonymous_may(_operation(method, target))
+
+
+def test_an_anonymous_copy_is_a_write() -> None:
+    lenient = Authenticator({"A1": SECRET}, allow_anonymous=True)
+    assert not lenient.anonymous_may(
+        _operation("PUT", "/b/k", {"X-Amz-Copy-Source": "/b/secret"}))
+
+
+def test_the_verified_requests_chunk_signer_holds_no_secret_in_its_repr() -> None:
+    verified = Authenticator({"A1": SECRET}, allow_anonymous=False).check(
+        "GET", "/b/k", _signed_headers(SECRET))
+    assert verified is not None
+    assert SECRET not in repr(verified) and verified.chunk_signer.key.hex() not in repr(verified)

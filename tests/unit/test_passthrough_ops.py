@@ -13,6 +13,7 @@ from sidecar.aws_chunked import (
     AwsChunkedDecoder,
     ChunkedFormatError,
     Rechunker,
+    SignatureChain,
     unsigned_trailer_length,
 )
 from sidecar.s3ops import (
@@ -23,10 +24,13 @@ from sidecar.s3ops import (
     deleted_keys,
     outbound_headers,
     outbound_path,
+    outbound_payload,
     outbound_query,
     plan_payload,
     response_headers,
 )
+from sidecar.sigv4 import ChunkSigner, Reason, SignatureRejected
+from tests.support.signed_chunks import chunked_body, crc32_trailer, key_of
 
 
 @pytest.mark.parametrize(
@@ -36,6 +40,11 @@ from sidecar.s3ops import (
         ("HEAD", "b/k", {"x-id": "HeadObject"}, {}, "HeadObject", True, Invalidates.NOTHING),
         ("GET", "b/k", {"X-Amz-Signature": "s", "X-Amz-Date": "d"}, {}, "GetObject", True,
          Invalidates.NOTHING),
+        # A SigV2 presigned URL (boto3 with signature_version "s3").
+        ("GET", "b/k", {"AWSAccessKeyId": "a", "Signature": "s", "Expires": "1"}, {}, "GetObject",
+         True, Invalidates.NOTHING),
+        ("HEAD", "b/k", {"AWSAccessKeyId": "a", "Signature": "s", "Expires": "1",
+                         "x-amz-security-token": "t"}, {}, "HeadObject", True, Invalidates.NOTHING),
         ("GET", "b/k", {"versionId": "1"}, {}, "GetObject", False, Invalidates.NOTHING),
         ("GET", "b/k", {"partNumber": "1"}, {}, "GetObject", False, Invalidates.NOTHING),
         ("HEAD", "b/k", {"partNumber": "1"}, {}, "HeadObject", False, Invalidates.NOTHING),
@@ -84,6 +93,11 @@ def test_outbound_path_and_query_are_canonically_encoded() -> None:
     query = [("prefix", "a/b c"), ("list-type", "2"), ("uploads", ""),
              ("X-Amz-Signature", "dropped")]
     assert outbound_query(query) == "list-type=2&prefix=a%2Fb%20c&uploads="
+    # Neither form of query authentication reaches the origin, which would see
+    # the request authenticated twice.
+    sigv2 = [("uploadId", "u"), ("AWSAccessKeyId", "a"), ("Signature", "s"), ("Expires", "1"),
+             ("x-amz-security-token", "t")]
+    assert outbound_query(sigv2) == "uploadId=u"
 
 
 def test_payload_plans() -> None:
@@ -98,6 +112,9 @@ def test_payload_plans() -> None:
     plan = plan_payload(signed, 65536)
     assert (plan.mode, plan.sha256, plan.content_length) == \
         (PayloadMode.DECODE, "UNSIGNED-PAYLOAD", 1000)
+    assert plan.signed_streaming == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+    assert plan_payload({"x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER"},
+                        65536).signed_streaming is None
     with_trailer = {**signed, "x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
                     "x-amz-trailer": "x-amz-checksum-crc32"}
     plan = plan_payload(with_trailer, 65536)
@@ -196,3 +213,129 @@ def test_reframed_length_is_known_in_advance(size: int, chunk: int, name: str) -
     assert len(framed) == unsigned_trailer_length(size, chunk, name)
     decoder = AwsChunkedDecoder()
     assert b"".join(decoder.feed(framed)) == data and decoder.trailers == [(name, value)]
+
+
+def test_delete_objects_keys_come_from_the_xml_whatever_the_framing() -> None:
+    xml = b"<Delete><Object><Key>a/1</Key></Object><Object><Key>b/2</Key></Object></Delete>"
+    plain = plan_payload({"x-amz-content-sha256": "ab" * 32}, 65536)
+    assert deleted_keys(outbound_payload(xml, plain)) == ["a/1", "b/2"]
+    # Unsigned-trailer framing goes to the origin as the client sent it.
+    unsigned = plan_payload({"x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER"}, 65536)
+    framed = b"10\r\n" + xml[:16] + b"\r\n%x\r\n" % (len(xml) - 16) + xml[16:] + \
+        b"\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n"
+    assert deleted_keys(framed) == []
+    assert deleted_keys(outbound_payload(framed, unsigned)) == ["a/1", "b/2"]
+    # A signed body with a checksum trailer is re-framed unsigned.
+    reframed_plan = plan_payload({
+        "x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
+        "x-amz-decoded-content-length": str(len(xml)), "x-amz-trailer": "x-amz-checksum-crc32",
+    }, 65536)
+    assert reframed_plan.mode is PayloadMode.REFRAME
+    rechunker = Rechunker(65536)
+    reframed = b"".join(rechunker.feed(xml)) + rechunker.finish([crc32_trailer(xml)])
+    assert deleted_keys(outbound_payload(reframed, reframed_plan)) == ["a/1", "b/2"]
+    assert outbound_payload(framed[:-5], unsigned) == b""  # cut short: no keys
+
+
+# --- chunk signatures (sigv4-streaming.html)
+
+TIMESTAMP, SCOPE = "20130524T000000Z", "20130524/us-east-1/s3/aws4_request"
+SEED = "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9"
+KEY = key_of("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "20130524", "us-east-1")
+SIGNER = ChunkSigner(KEY, TIMESTAMP, SCOPE, SEED)
+# The AWS example's body, byte for byte.
+AWS_EXAMPLE = (
+    b"10000;chunk-signature=ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648\r\n"
+    + b"a" * 65536 + b"\r\n"
+    + b"400;chunk-signature=0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497\r\n"
+    + b"a" * 1024 + b"\r\n"
+    + b"0;chunk-signature=b6c6ea8a5354eaf15b3cb7646744f4275b71ea724fed81ceb9323e279d449df9\r\n\r\n"
+)
+
+
+def decode(body: bytes, chain: SignatureChain, feed: int = 1000) -> bytes:
+    decoder = AwsChunkedDecoder(chain)
+    out = bytearray()
+    for start in range(0, len(body), feed):
+        for piece in decoder.feed(body[start:start + feed]):
+            out += piece
+    assert decoder.done
+    return bytes(out)
+
+
+@pytest.mark.parametrize("feed", [1, 7, 1000, 100_000])
+def test_the_aws_example_body_chains(feed: int) -> None:
+    chain = SignatureChain.of(SIGNER, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
+    assert decode(AWS_EXAMPLE, chain, feed) == b"a" * 66560
+    assert chain.chunks == 3
+
+
+def _flip(body: bytes, at: int) -> bytes:
+    return body[:at] + bytes([body[at] ^ 1]) + body[at + 1:]
+
+
+def forgeries() -> list[tuple[str, bytes]]:
+    first_data = AWS_EXAMPLE.index(b"\r\n") + 2
+    second_header = AWS_EXAMPLE.index(b"400;")
+    final_header = AWS_EXAMPLE.index(b"\r\n0;chunk") + 2
+    other_seed = chunked_body(b"a" * 66560, 65536, KEY, TIMESTAMP, SCOPE, "1" * 64)
+    return [
+        ("first chunk's data", _flip(AWS_EXAMPLE, first_data + 100)),
+        ("last data byte", _flip(AWS_EXAMPLE, final_header - 3)),
+        ("a signature", AWS_EXAMPLE.replace(b"=ad80c7", b"=ad80c8")),
+        ("final chunk's signature", AWS_EXAMPLE.replace(b"=b6c6ea", b"=b6c6eb")),
+        ("chunks reordered", AWS_EXAMPLE[second_header:final_header]
+         + AWS_EXAMPLE[:second_header] + AWS_EXAMPLE[final_header:]),
+        ("cut after a chunk, a final chunk added",
+         AWS_EXAMPLE[:second_header] + AWS_EXAMPLE[final_header:]),
+        ("no signature", AWS_EXAMPLE.replace(
+            b";chunk-signature=0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497",
+            b"")),
+        ("signed for another request", other_seed),
+        ("an unsigned trailer", AWS_EXAMPLE[:-2] + b"x-amz-checksum-crc32:AAAAAA==\r\n\r\n"),
+    ]
+
+
+@pytest.mark.parametrize("name,body", forgeries(), ids=[n for n, _ in forgeries()])
+def test_a_body_that_does_not_chain_is_refused_before_it_is_done(name: str, body: bytes) -> None:
+    decoder = AwsChunkedDecoder(SignatureChain.of(SIGNER, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"))
+    with pytest.raises(SignatureRejected) as caught:
+        for start in range(0, len(body), 4096):
+            decoder.feed(body[start:start + 4096])
+    assert caught.value.reason is Reason.BAD_SIGNATURE
+    assert not decoder.done
+    # Without a chain (no keys configured) the same framing decodes.
+    if name not in ("an unsigned trailer",):
+        plain = AwsChunkedDecoder()
+        plain.feed(body)
+        assert plain.done
+
+
+def test_signed_trailer_chains_and_refuses_changes() -> None:
+    data = random.Random(3).randbytes(70_000)
+    trailer = crc32_trailer(data)
+    body = chunked_body(data, 8192, KEY, TIMESTAMP, SCOPE, SEED, trailer)
+    mode = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
+    decoder = AwsChunkedDecoder(SignatureChain.of(SIGNER, mode))
+    assert b"".join(decoder.feed(body)) == data and decoder.done
+    assert trailer in decoder.trailers
+    other = crc32_trailer(b"other")
+    line = f"{trailer[0]}:{trailer[1]}".encode()
+    signature_line = body[body.index(b"x-amz-trailer-signature"):]
+    for forged in (
+        body.replace(line, f"{other[0]}:{other[1]}".encode()),  # another checksum
+        body.replace(signature_line, b"\r\n"),  # the trailer signature left out
+        body[:-2] + b"x-amz-meta-late:1\r\n\r\n",  # a line after the signature
+        body.replace(line + b"\r\n", line + b"\r\nx-amz-meta-extra:1\r\n"),  # a line added
+    ):
+        with pytest.raises(SignatureRejected):
+            AwsChunkedDecoder(SignatureChain.of(SIGNER, mode)).feed(forged)
+    # The same trailer in a body declared without a signed trailer is refused.
+    untrailed = SignatureChain.of(SIGNER, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")
+    with pytest.raises(SignatureRejected):
+        AwsChunkedDecoder(untrailed).feed(body)
+
+
+def test_sigv4a_chunks_cannot_chain_to_a_sigv4_signature() -> None:
+    with pytest.raises(SignatureRejected):
+        SignatureChain.of(SIGNER, "STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD")

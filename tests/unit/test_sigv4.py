@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from email.utils import formatdate
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from sidecar.metrics import AUTH_FAILURE_REASONS
 from sidecar.sigv4 import (
     MAX_SKEW_S,
+    ChunkSigner,
     Credential,
     Reason,
     SignatureRejected,
@@ -76,17 +78,17 @@ def rejected(method: str, target: str, headers: list[tuple[str, str]],
 def test_header_signature_of_a_ranged_get_verifies() -> None:
     method, target, headers = signed(headers=[("Range", "bytes=0-1048575")])
     assert any(name == "Authorization" for name, _ in headers)
-    assert verify(method, target, headers, key_for, time.time()) == "AKIDEXAMPLE"
+    assert verify(method, target, headers, key_for, time.time()).access_key == "AKIDEXAMPLE"
 
 
 def test_presigned_url_verifies_and_expires() -> None:
     method, target, headers = signed(presign_expires=60)
     assert "X-Amz-Signature=" in target
     now = time.time()
-    assert verify(method, target, headers, key_for, now) == "AKIDEXAMPLE"
+    assert verify(method, target, headers, key_for, now).access_key == "AKIDEXAMPLE"
     # Long after its making but inside its expiry a presigned URL still works.
     method, target, headers = signed(presign_expires=3600)
-    assert verify(method, target, headers, key_for, now + 3000) == "AKIDEXAMPLE"
+    assert verify(method, target, headers, key_for, now + 3000).access_key == "AKIDEXAMPLE"
     assert rejected(method, target, headers, now + 3700) is Reason.EXPIRED
 
 
@@ -120,14 +122,14 @@ def test_another_keys_secret_does_not_sign_for_this_key() -> None:
 def test_the_region_in_the_credential_is_the_clients_own() -> None:
     # The plugin signs for its origin's region; any region the key signed for holds.
     method, target, headers = signed(region="eu-west-1")
-    assert verify(method, target, headers, key_for, time.time()) == "AKIDEXAMPLE"
+    assert verify(method, target, headers, key_for, time.time()).access_key == "AKIDEXAMPLE"
 
 
 def test_date_header_instead_of_x_amz_date() -> None:
     # botocore (and the spec) use Date when the request already has one.
     method, target, headers = signed(headers=[("Date", formatdate(usegmt=True))])
     assert not any(name.lower() == "x-amz-date" for name, _ in headers)
-    assert verify(method, target, headers, key_for, time.time()) == "AKIDEXAMPLE"
+    assert verify(method, target, headers, key_for, time.time()).access_key == "AKIDEXAMPLE"
 
 
 def replace_header(headers: list[tuple[str, str]], name: str, value: str) -> list[tuple[str, str]]:
@@ -246,7 +248,7 @@ def test_botocore_signatures_verify(
 ) -> None:
     method, target, headers = request_parts
     wired = signed(method, target, headers, region=region, presign_expires=300 if presign else None)
-    assert verify(*wired, key_for, time.time()) == "AKIDEXAMPLE"
+    assert verify(*wired, key_for, time.time()).access_key == "AKIDEXAMPLE"
 
 
 @_PROPERTY
@@ -288,3 +290,81 @@ def test_garbage_never_escapes_as_anything_but_a_rejection(
         assert exc.reason in Reason
     else:
         pytest.fail("garbage verified")
+
+
+# --- every x-amz-* header is signed (S3's HeadersNotSigned)
+
+
+@pytest.mark.parametrize("name", ["x-amz-copy-source", "X-Amz-Copy-Source", "x-amz-meta-a",
+                                  "x-amz-server-side-encryption", "X-AMZ-ACL"])
+@pytest.mark.parametrize("presign", [False, True])
+def test_an_unsigned_amz_header_is_refused(name: str, presign: bool) -> None:
+    # The pass-through would forward it under the sidecar's own signature.
+    method, target, headers = signed("PUT", "/bucket/upload/k",
+                                     presign_expires=300 if presign else None)
+    assert verify(method, target, headers, key_for, time.time()).access_key == "AKIDEXAMPLE"
+    with pytest.raises(SignatureRejected, match="not signed") as caught:
+        verify(method, target, headers + [(name, "/bucket/secret/payroll")], key_for, time.time())
+    assert caught.value.reason is Reason.MALFORMED
+
+
+def test_signed_amz_headers_pass_and_unsigned_ones_beside_them_do_not() -> None:
+    method, target, headers = signed("PUT", "/bucket/k", headers=[
+        ("x-amz-meta-a", "1"), ("x-amz-meta-a", "2"), ("x-amz-acl", "private")])
+    assert verify(method, target, headers, key_for, time.time())
+    # A value added to a signed name breaks the signature; a new name is unsigned.
+    assert rejected(method, target, headers + [("x-amz-acl", "public-read")]) \
+        is Reason.BAD_SIGNATURE
+    assert rejected(method, target, headers + [("x-amz-tagging", "a=b")]) is Reason.MALFORMED
+    # Presigned with the headers signed (boto3's generate_presigned_url with Metadata).
+    method, target, headers = signed("PUT", "/bucket/k", headers=[("x-amz-meta-a", "1")],
+                                     presign_expires=60)
+    assert "x-amz-meta-a" in target.lower()
+    assert verify(method, target, headers, key_for, time.time())
+
+
+def test_a_presigned_url_may_carry_its_payload_hash_unsigned() -> None:
+    # The payload hash is the last line of the canonical request: it is covered
+    # whether or not SignedHeaders names it.
+    method, target, headers = signed(presign_expires=60)
+    sent = headers + [("X-Amz-Content-SHA256", "UNSIGNED-PAYLOAD")]
+    assert verify(method, target, sent, key_for, time.time()).access_key == "AKIDEXAMPLE"
+    assert rejected(method, target, headers + [("x-amz-content-sha256", "ab" * 32)]) \
+        is Reason.BAD_SIGNATURE
+
+
+# --- what a verified request hands on for its chunk signatures
+
+AWS_EXAMPLE_KEY = signing_key("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "20130524",
+                              "us-east-1", "s3")
+
+
+def test_chunk_signatures_match_the_aws_example() -> None:
+    # sigv4-streaming.html, "Example: PUT Object": 64 KiB and 1 KiB of "a", then
+    # the final empty chunk, chained to the request's signature.
+    signer = ChunkSigner(AWS_EXAMPLE_KEY, "20130524T000000Z", "20130524/us-east-1/s3/aws4_request",
+                         "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9")
+    previous = signer.seed
+    for data, expected in [
+        (b"a" * 65536, "ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648"),
+        (b"a" * 1024, "0055627c9e194cb4542bae2aa5492e3c1575bbb81b612b7d234b86a503ef5497"),
+        (b"", "b6c6ea8a5354eaf15b3cb7646744f4275b71ea724fed81ceb9323e279d449df9"),
+    ]:
+        previous = signer.chunk_signature(previous, hashlib.sha256(data).hexdigest())
+        assert previous == expected
+
+
+def test_the_chunk_signer_is_the_verified_requests_and_keeps_its_key_out_of_repr() -> None:
+    method, target, headers = signed("PUT", "/bucket/k", headers=[
+        ("x-amz-content-sha256", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD")])
+    verified = verify(method, target, headers, key_for, time.time())
+    authorization = dict(headers)["Authorization"]
+    timestamp = dict(headers)["X-Amz-Date"]
+    signer = verified.chunk_signer
+    assert signer.seed == authorization.rpartition("Signature=")[2]
+    assert signer.timestamp == timestamp
+    assert signer.scope == f"{timestamp[:8]}/us-east-1/s3/aws4_request"
+    assert signer.key == signing_key(KEYS["AKIDEXAMPLE"], timestamp[:8], "us-east-1", "s3")
+    for text in (repr(verified), str(verified), repr(signer)):
+        assert signer.key.hex() not in text and repr(signer.key) not in text
+        assert KEYS["AKIDEXAMPLE"] not in text
