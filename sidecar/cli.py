@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 from sidecar.config import OPTIONS, Setting, build_config, read_toml, resolve
 from sidecar.config_reference import NEGATED_FLAGS, effective_values, render_effective
 from sidecar.errors import ConfigError, OriginUnavailable
-from sidecar.log_format import choose_format, formatter_for
+from sidecar.log_format import RequestIdFilter, choose_format, formatter_for
 
 EXIT_USAGE = 2
 EXIT_TEMPFAIL = 75
@@ -228,6 +228,7 @@ def configure_logging(setting: str) -> None:
     """
     stream = sys.stderr
     handler = logging.StreamHandler(stream)
+    handler.addFilter(RequestIdFilter())
     handler.setFormatter(formatter_for(choose_format(setting, stream.isatty())))
     root = logging.getLogger()
     for old in list(root.handlers):

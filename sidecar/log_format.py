@@ -9,6 +9,12 @@ traceback never breaks the one-record-per-line framing a log shipper relies on
 
 Text lines keep the old shape, `TIME LEVEL logger: message`, with the extra
 fields appended as `key=value`.
+
+Every line written on behalf of a data-port request carries its `request_id`
+(the client's x-amz-request-id, the access log's id): the data port sets
+CURRENT_REQUEST for the length of the request, asyncio copies it into every task
+the request starts (its origin fetches), and RequestIdFilter puts it on the
+record, so an origin failure or a cut-off answer can be traced to its request.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -28,6 +35,19 @@ _STANDARD_ATTRIBUTES = frozenset(
 ) | {"message", "asctime", "taskName"}
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+CURRENT_REQUEST: ContextVar[str | None] = ContextVar("sidecar_request_id", default=None)
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds `request_id` from CURRENT_REQUEST to records that have none. A filter
+    runs in the thread that logs, where the request's context is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request_id = CURRENT_REQUEST.get()
+        if request_id is not None and not hasattr(record, "request_id"):
+            record.request_id = request_id
+        return True
 
 
 def choose_format(setting: str, is_terminal: bool) -> LogFormat:

@@ -39,6 +39,7 @@ from sidecar.errors import (
     OriginThrottled,
 )
 from sidecar.http_fields import undecodable_field
+from sidecar.log_format import CURRENT_REQUEST
 from sidecar.metrics import Metrics
 from sidecar.origin import ObjectInfo, Origin
 from sidecar.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
@@ -167,6 +168,8 @@ class DataPort:
         resource = request.raw_path.partition("?")[0]
         cache_label = "none"
         self._active += 1
+        # Every log line of this request, and of the fetches it starts, names it.
+        context = CURRENT_REQUEST.set(request_id)
         try:
             unreadable = undecodable_field(request.headers.items())
             if unreadable is not None:
@@ -203,7 +206,7 @@ class DataPort:
             response = web.Response(status=CLIENT_CLOSED_REQUEST)
         except Exception:
             log.exception("request %s %s failed", request_id, resource,
-                          extra={"request_id": request_id, "resource": resource})
+                          extra={"resource": resource})
             response = self._error_response(
                 request,
                 S3Error(500, "InternalError", "We encountered an internal error. Please try again."),
@@ -211,6 +214,8 @@ class DataPort:
             )
         finally:
             self._active -= 1
+            # aiohttp answers the requests of a keep-alive connection in one task.
+            CURRENT_REQUEST.reset(context)
         elapsed = time.monotonic() - started
         self._metrics.requests.labels(op, str(response.status)).inc()
         self._metrics.request_duration.labels(op, cache_label).observe(elapsed)
@@ -338,9 +343,7 @@ class DataPort:
             return response, "none"
         # An open-ended range or a whole-object GET is read as the client reads.
         lazy = status == 200 or (request.headers.get("Range", "").rstrip().endswith("-"))
-        return response, await self._stream(
-            request, response, info, start, end, lazy, request_id
-        )
+        return response, await self._stream(request, response, info, start, end, lazy)
 
     async def _stream(
         self,
@@ -350,11 +353,9 @@ class DataPort:
         start: int,
         end: int,
         lazy: bool,
-        request_id: str,
     ) -> str:
         sources: set[Source] = set()
         prepared = False
-        where = {"request_id": request_id}
         if lazy and request.transport is not None:
             request.transport.set_write_buffer_limits(high=SEND_BUFFER_BYTES // 2)
             sock = request.transport.get_extra_info("socket")
@@ -389,7 +390,7 @@ class DataPort:
             self._abort(request, prepared)
         except TimeoutError:
             log.warning("cutting off a client that read nothing for %.0fs: s3://%s/%s",
-                        self._client_timeout, info.bucket, info.key, extra=where)
+                        self._client_timeout, info.bucket, info.key)
             self._abort(request, prepared=True)
         except (Overloaded, DownloadsPaused):
             if not prepared:
@@ -400,16 +401,14 @@ class DataPort:
                 if isinstance(exc, OriginObjectChanged):
                     raise  # _read tries once more, with the object's new HEAD
                 raise error_for(exc) from exc
-            log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc,
-                        extra=where)
+            log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
             self._abort(request, prepared)
         except Exception:
             if not prepared:
                 raise  # handle() answers 500 InternalError
             # Anything else after the headers (a failing cache disk under sendfile,
             # say): handle() must not write a second response into this body.
-            log.exception("aborting s3://%s/%s mid-stream", info.bucket, info.key,
-                          extra=where)
+            log.exception("aborting s3://%s/%s mid-stream", info.bucket, info.key)
             self._abort(request, prepared)
         if Source.CACHE in sources and Source.ORIGIN in sources:
             return "partial"

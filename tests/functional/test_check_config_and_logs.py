@@ -8,6 +8,7 @@ import pty
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from sidecar.config import OPTIONS
 from sidecar.local_s3 import LocalS3
+from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,6 +125,34 @@ def test_a_running_sidecar_logs_json_with_config_and_mode(
     changes = [r for r in records if r.get("mode") == "cache-only"]
     assert any(r["logger"] == "sidecar.server" and "mode changed" in r["msg"] for r in changes)
     assert any(r.get("requested_mode") == "cache-only" for r in changes)
+
+
+def test_what_a_request_causes_is_logged_with_its_request_id(
+    tmp_path: Path, local_s3: LocalS3, origin_s3: Any, bucket: str
+) -> None:
+    """The origin fetch a request starts runs in a task of its own; its warning
+    still names the request, by the id the client got in x-amz-request-id."""
+    origin_s3.put_object(Bucket=bucket, Key="k.log", Body=os.urandom(100_000))
+    env = {"SIDECAR_PREFETCH": "false", "SIDECAR_ORIGIN_DEADLINE": "1s",
+           "SIDECAR_ORIGIN_BREAKER_FAILURES": "0"}
+    with FaultProxy(local_s3.endpoint) as proxy, SidecarProcess(
+        proxy.endpoint, tmp_path, "--block-size", "64KiB", "--cache-size", "4MiB", env=env
+    ) as sidecar:
+        proxy.add(Fault("status", status=500, code="InternalError"), method="GET", key="k.log",
+                  times=None)
+        request = urllib.request.Request(f"{sidecar.data_url}/{bucket}/k.log",
+                                         headers={"Range": "bytes=0-99"})
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=10)
+        assert caught.value.code == 503
+        request_id = caught.value.headers["x-amz-request-id"]
+        caught.value.close()
+    records = _records(sidecar.stderr_lines)
+    mine = [r for r in records if r.get("request_id") == request_id]
+    assert any(r["level"] == "WARNING" and f"s3://{bucket}/k.log" in r["msg"] for r in mine), \
+        records
+    # Lines of no request (start-up, shutdown) carry none.
+    assert all(r.get("request_id") in (None, request_id) for r in records)
 
 
 def test_log_format_text_is_plain_lines(tmp_path: Path, local_s3: LocalS3) -> None:

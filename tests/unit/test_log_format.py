@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import sys
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from sidecar.log_format import (
+    CURRENT_REQUEST,
     JsonFormatter,
+    RequestIdFilter,
     TextFormatter,
     choose_format,
     extra_fields,
@@ -104,3 +107,28 @@ def test_auto_means_text_on_a_terminal(setting: str, terminal: bool, chosen: str
 def test_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown log format"):
         choose_format("yaml", False)
+
+
+def test_records_written_within_a_request_carry_its_id() -> None:
+    def record(**extra: object) -> logging.LogRecord:
+        made = logging.LogRecord("sidecar.engine", logging.WARNING, "", 0, "fetch failed",
+                                 None, None)
+        made.__dict__.update(extra)
+        return made
+
+    stamp = RequestIdFilter()
+    outside = record()
+    assert stamp.filter(outside) and not hasattr(outside, "request_id")
+
+    def within() -> tuple[logging.LogRecord, logging.LogRecord]:
+        CURRENT_REQUEST.set("0A1B2C3D4E5F6071")
+        plain, given = record(), record(request_id="GIVEN")
+        stamp.filter(plain)
+        stamp.filter(given)
+        return plain, given
+
+    plain, given = contextvars.copy_context().run(within)
+    assert plain.request_id == "0A1B2C3D4E5F6071"  # type: ignore[attr-defined]
+    assert given.request_id == "GIVEN"  # type: ignore[attr-defined]
+    assert json.loads(JsonFormatter().format(plain))["request_id"] == "0A1B2C3D4E5F6071"
+    assert CURRENT_REQUEST.get() is None
