@@ -60,7 +60,8 @@ def entry(
         time=stamp.replace("+00:00", "Z"), request_id=request_id, method=method,
         # A malformed escape is logged as sent rather than dropped.
         bucket=unquote(bucket, errors="replace"), key=unquote(key, errors="replace"),
-        range=None if range_header is None else as_sent(range_header), status=status, bytes=body_bytes, cache=cache,
+        range=None if range_header is None else as_sent(range_header),
+        status=status, bytes=body_bytes, cache=cache,
         duration_s=round(duration_s, 6),
     )
 

@@ -387,38 +387,38 @@ class DataPort:
             # up on a block (at shutdown): either way no more bytes will follow.
             if not prepared:
                 raise  # handle() records 499; no headers promising a body go out
-            self._abort(request, prepared)
+            self._abort(request)
         except TimeoutError:
             log.warning("cutting off a client that read nothing for %.0fs: s3://%s/%s",
                         self._client_timeout, info.bucket, info.key)
-            self._abort(request, prepared=True)
+            self._abort(request)
         except (Overloaded, DownloadsPaused):
             if not prepared:
                 raise
-            self._abort(request, prepared)
+            self._abort(request)
         except OriginError as exc:
             if not prepared:
                 if isinstance(exc, OriginObjectChanged):
                     raise  # _read tries once more, with the object's new HEAD
                 raise error_for(exc) from exc
             log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
-            self._abort(request, prepared)
+            self._abort(request)
         except Exception:
             if not prepared:
                 raise  # handle() answers 500 InternalError
             # Anything else after the headers (a failing cache disk under sendfile,
             # say): handle() must not write a second response into this body.
             log.exception("aborting s3://%s/%s mid-stream", info.bucket, info.key)
-            self._abort(request, prepared)
+            self._abort(request)
         if Source.CACHE in sources and Source.ORIGIN in sources:
             return "partial"
         return "hit" if sources == {Source.CACHE} else "miss"
 
     @staticmethod
-    def _abort(request: web.Request, prepared: bool) -> None:
+    def _abort(request: web.Request) -> None:
         """Cut the connection of an answer whose headers (and Content-Length) are
         gone, rather than let the client take a short body for a whole one."""
-        if prepared and request.transport is not None:
+        if request.transport is not None:
             request.transport.abort()
 
     async def _send(
