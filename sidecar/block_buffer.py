@@ -18,6 +18,9 @@ class BlockBuffer:
     def __init__(self, length: int) -> None:
         self.data = bytearray(length)
         self.filled = 0
+        # Whether a reader has taken bytes of it: if none has by the time the
+        # block is cached, its first read from the cache is its first use.
+        self.read = False
         self._error: BaseException | None = None
         self._progress = asyncio.Event()
 
@@ -53,6 +56,7 @@ class BlockBuffer:
                 # A fresh event per wake-up; waiting on the one current now.
                 await self._progress.wait()
             upto = min(end, self.filled, position + piece_size)
+            self.read = True
             yield memoryview(self.data)[position:upto]
             position = upto
 

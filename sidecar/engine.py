@@ -364,7 +364,7 @@ class Engine:
                 log.error("not caching s3://%s/%s block %d: %d bytes where %d were due",
                           ident.bucket, ident.key, ident.block, buffer.filled, expected)
             elif self._modes.caching:
-                await self._store.write(ident, buffer.data)
+                await self._store.write(ident, buffer.data, read=buffer.read)
         finally:
             del self._in_flight[ident]
             self._buffered -= buffer.length

@@ -142,6 +142,8 @@ class BlockStore:
         self._clock = clock
         self._protected: dict[BlockIdent, float] = {}
         self._max_protected = int(slab.slot_count * protected_share)
+        # Cached blocks no reader has had yet (see lookup); at most one per slot.
+        self._unread: set[BlockIdent] = set()
         self._drop_written_pages = drop_written_pages
         self._disabled: set[int] = set()  # slots whose space was given back to the disk
         # Told when a write fails on the disk (the sidecar then bypasses the cache).
@@ -267,12 +269,22 @@ class BlockStore:
 
     def lookup(self, ident: BlockIdent, *, touch: bool = True) -> SlotRecord | None:
         """The record of a cached block, or None. ``touch`` counts it as a hit
-        for eviction (the engine's look-ahead probes pass False)."""
+        for eviction (the engine's look-ahead probes pass False).
+
+        The first read of a block cached before any reader had its bytes (a
+        coalesced fetch running ahead of its reader, read-ahead, warm-up) is its
+        first use, not a reuse: counted as a hit, a segment scan would promote
+        every block it reads into S3-FIFO's main queue and push out the blocks
+        that are really shared (manifests, indexes).
+        """
         if self._closed:
             return None
         record = self._records.get(ident)
         if record is not None and touch:
-            self._policy.touch(ident)
+            if ident in self._unread:
+                self._unread.discard(ident)
+            else:
+                self._policy.touch(ident)
             self._protected.pop(ident, None)  # warmed "until read": it was read
         return record
 
@@ -347,8 +359,13 @@ class BlockStore:
             self._checksum_failed(record, exc)
             return None
 
-    async def write(self, ident: BlockIdent, data: bytes | bytearray) -> SlotRecord | None:
+    async def write(
+        self, ident: BlockIdent, data: bytes | bytearray, *, read: bool = True
+    ) -> SlotRecord | None:
         """Cache ``data`` as ``ident`` (replacing any previous copy).
+
+        ``read`` False: no reader has had the bytes yet (the block was fetched
+        ahead of them), so its first lookup is its first use, not a hit.
 
         Returns None, caching nothing, when every slot is pinned or being
         written, when the object was invalidated during the write, or when the
@@ -363,7 +380,9 @@ class BlockStore:
             return None
         self._writing[slot] = ident
         self._generation += 1
-        return await self._in_task(self._write_reserved(slot, ident, self._generation, data))
+        return await self._in_task(
+            self._write_reserved(slot, ident, self._generation, data, read)
+        )
 
     def invalidate_object(self, bucket: str, key: str) -> int:
         """Drop every cached block of the object, whatever its ETag; returns how many."""
@@ -486,7 +505,8 @@ class BlockStore:
             self._drop(record, REASON_CHECKSUM)
 
     async def _write_reserved(
-        self, slot: int, ident: BlockIdent, generation: int, data: bytes | bytearray
+        self, slot: int, ident: BlockIdent, generation: int, data: bytes | bytearray,
+        read: bool,
     ) -> SlotRecord | None:
         try:
             record = await self._loop.run_in_executor(
@@ -531,6 +551,8 @@ class BlockStore:
                 self._evicted(evicted, REASON_CAPACITY)
                 self._retire(evicted.slot, clear_on_disk=False)
         self._records[ident] = record
+        if not read:
+            self._unread.add(ident)
         self._objects.setdefault((ident.bucket, ident.key), set()).add(ident)
         self._used_bytes += record.length
         if self._drop_written_pages:
@@ -573,6 +595,7 @@ class BlockStore:
         """Remove a record from the index (not from the policy)."""
         del self._records[record.ident]
         self._protected.pop(record.ident, None)
+        self._unread.discard(record.ident)
         object_key = (record.ident.bucket, record.ident.key)
         idents = self._objects.get(object_key)
         if idents is not None:

@@ -427,3 +427,24 @@ async def test_disk_error_on_write_caches_nothing(
         await written(store, ident(0), payload(10))  # the slot was given back
     finally:
         await store.close()
+
+
+async def test_a_block_cached_before_anyone_read_it_is_not_reused_by_its_first_read(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
+) -> None:
+    """Read-ahead and coalesced fetches cache blocks before their reader gets
+    there: that read is the block's first use. Counted as a reuse, a segment
+    scan would promote everything it reads into S3-FIFO's main queue."""
+    store = await open_store(tmp_path, executor, metrics, slots=10)
+    try:
+        await written(store, ident(0), payload(seed=0))  # its reader had it from the buffer
+        for block in (1, 2):  # fetched ahead of any reader
+            assert await store.write(ident(block), payload(seed=block), read=False) is not None
+        for block in (0, 1, 2, 2):  # block 2 is read twice
+            assert store.lookup(ident(block)) is not None
+        for block in range(10, 30):  # a scan, none of it read again
+            await written(store, ident(block), payload(1000, seed=block))
+        survivors = [store.lookup(ident(b), touch=False) is not None for b in (0, 1, 2)]
+        assert survivors == [True, False, True]
+    finally:
+        await store.close()
