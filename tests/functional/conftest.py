@@ -13,6 +13,7 @@ import pytest
 from botocore.config import Config as BotoConfig
 
 from sidecar.local_s3 import CREDENTIALS, LocalS3
+from tests.support.fault_proxy import FaultProxy
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
 from tests.support.verifying_proxy import VerifyingProxy
@@ -71,6 +72,14 @@ def verifying(local_s3: LocalS3) -> Iterator[VerifyingProxy]:
     """A proxy in front of moto that checks the sidecar's re-signed requests
     (moto itself does not verify signatures); one per test module."""
     with VerifyingProxy(local_s3.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def fault_proxy(local_s3: LocalS3) -> Iterator[FaultProxy]:
+    """A misbehaving origin in front of moto that each test scripts (and heals);
+    one per test module."""
+    with FaultProxy(local_s3.endpoint) as proxy:
         yield proxy
 
 

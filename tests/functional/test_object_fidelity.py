@@ -18,18 +18,11 @@ from typing import Any
 
 import pytest
 
-from sidecar.local_s3 import LocalS3
 from tests.functional.conftest import s3_client
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
 
 BLOCK = 64 * 1024
-
-
-@pytest.fixture(scope="module")
-def fault_proxy(local_s3: LocalS3) -> Iterator[FaultProxy]:
-    with FaultProxy(local_s3.endpoint) as proxy:
-        yield proxy
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,9 @@ from __future__ import annotations
 import http.client
 import json
 import random
-import secrets
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,7 +23,6 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.config import load_config
 from sidecar.errors import ObjectNotFound, OriginUnavailable
-from sidecar.local_s3 import LocalS3
 from sidecar.metrics import Metrics
 from sidecar.origin import Origin
 from tests.support.fault_proxy import Fault, FaultProxy
@@ -83,12 +81,6 @@ def fetch(base: str, bucket: str, key: str, byte_range: str | None = None,
         return Answer(response.status, headers, body, aborted, time.monotonic() - started)
     finally:
         connection.close()
-
-
-@pytest.fixture(scope="module")
-def fault_proxy(local_s3: LocalS3) -> Iterator[FaultProxy]:
-    with FaultProxy(local_s3.endpoint) as proxy:
-        yield proxy
 
 
 @pytest.fixture(scope="module")
