@@ -1,5 +1,7 @@
 # `make run` and `make test` work on a fresh machine: they create .venv and install
-# everything the project needs from PyPI.
+# everything the project needs from PyPI. The venv gets the serving path plus the
+# tools (demo, replay), Spark and test extras; `pip install .` alone is what a
+# broker node runs.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,11 +13,14 @@ $(STAMP): pyproject.toml scripts/ensure-java.sh
 	sh scripts/ensure-java.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[tools,spark,test]'
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/sidecar demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -40,5 +45,5 @@ bench: $(STAMP)
 .PHONY: config-docs
 config-docs:
 	mkdir -p docs
-	$(PYTHON) -m sidecar.config_reference > docs/CONFIG.md.tmp
+	$(PYTHON) -m sidecar.config.reference > docs/CONFIG.md.tmp
 	mv docs/CONFIG.md.tmp docs/CONFIG.md

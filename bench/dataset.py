@@ -17,12 +17,12 @@ import json
 import os
 import shutil
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 from xml.sax.saxutils import escape
 
-from sidecar.kafka_segments import generate_topic_segments
+from sidecar.tools.kafka_segments import generate_topic_segments
 
 BUCKET = "tiered"
 TOPIC = "orders"
@@ -187,7 +187,7 @@ def list_objects_v2_xml(dataset: Dataset, prefix: str, delimiter: str | None = N
             common.add(prefix + rest[: rest.index(delimiter) + len(delimiter)])
             continue
         stat = dataset.path(item.key).stat()
-        modified = datetime.fromtimestamp(int(stat.st_mtime), timezone.utc)
+        modified = datetime.fromtimestamp(int(stat.st_mtime), UTC)
         etag = escape(nginx_etag(stat.st_mtime, stat.st_size), {'"': "&quot;"})
         rows.append(
             "<Contents>"

@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import tempfile
 
-    from sidecar.local_s3 import LocalS3
+    from sidecar.tools.local_s3 import LocalS3
 
     with tempfile.TemporaryDirectory(prefix="sidecar-load-") as tmp, LocalS3() as origin:
         summary = run_load(origin.endpoint, Path(tmp), connections=args.connections,

@@ -36,15 +36,21 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench.clients import ClientFailed, replay_command, run_replay, run_wrk
+from bench.dataset import (
+    FULL,
+    QUICK,
+    Dataset,
+    DatasetSpec,
+    ensure_dataset,
+    write_listings,
+    write_range_targets,
+)
 from bench.isolation import run_isolation
-from bench.warmup import run_warmup
-from bench.dataset import FULL, QUICK, Dataset, DatasetSpec, ensure_dataset, write_listings
-from bench.dataset import write_range_targets
 from bench.machine import machine_info
 from bench.nginx import (
     FIRST_BYTE_S,
@@ -58,6 +64,7 @@ from bench.nginx import (
 )
 from bench.report import console_summary, evaluate_targets, merge_results, render_markdown
 from bench.sidecar_server import SidecarServer, stats_delta
+from bench.warmup import run_warmup
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -98,7 +105,7 @@ QUICK_SETTINGS = Settings(quick=True, dataset=QUICK, wrk_seconds=5, probe_idle_s
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _replay_timeout(bytes_: int) -> float:
@@ -437,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = QUICK_SETTINGS if args.quick else FULL_SETTINGS
     selected = set(args.only or SCENARIOS)
     partial = bool(args.only) and set(args.only) != set(SCENARIOS)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     suffix = "-quick" if settings.quick else ("-partial" if partial else "")
     work = RESULTS / "tmp" / f"{stamp}{suffix}"
     work.mkdir(parents=True)

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar.config import OPTIONS, Setting, build_config, read_toml, resolve
-from sidecar.config_reference import NEGATED_FLAGS, effective_values, render_effective
+from sidecar.config.reference import NEGATED_FLAGS, effective_values, render_effective
 from sidecar.errors import ConfigError, OriginUnavailable
-from sidecar.log_format import RequestIdFilter, choose_format, formatter_for
+from sidecar.telemetry.logs import RequestIdFilter, choose_format, formatter_for
 
 EXIT_USAGE = 2
 EXIT_TEMPFAIL = 75
@@ -120,15 +120,34 @@ def _serve(args: argparse.Namespace) -> None:
     asyncio.run(serve(config, effective_values(settings)))
 
 
+def _tools_missing(command: str, exc: ImportError) -> ConfigError:
+    """`demo` and `replay` need the tools extra, which a broker node does not install."""
+    return ConfigError(
+        f"`sidecar {command}` needs the tools extra ({exc.name} is not installed): "
+        "pip install 'kafka-cold-sidecar[tools]'"
+    )
+
+
 def _demo(args: argparse.Namespace) -> None:
-    from sidecar.demo import run_demo
+    try:
+        from sidecar.tools.demo import run_demo
+    except ImportError as exc:
+        raise _tools_missing("demo", exc) from None
 
     asyncio.run(run_demo(args.listen, args.admin_listen, args.seconds))
 
 
 def _replay(args: argparse.Namespace) -> None:
     from sidecar.config import parse_size
-    from sidecar.replay import ReplayOptions, format_summary, parse_partitions, run_replay
+    try:
+        from sidecar.tools.replay import (
+            ReplayOptions,
+            format_summary,
+            parse_partitions,
+            run_replay,
+        )
+    except ImportError as exc:
+        raise _tools_missing("replay", exc) from None
 
     if args.concurrency < 1:
         raise ConfigError(f"--concurrency must be at least 1, got {args.concurrency}")

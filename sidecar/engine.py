@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from dataclasses import astuple, dataclass
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from contextlib import aclosing
+from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sidecar.block_buffer import BlockBuffer
@@ -32,8 +32,8 @@ from sidecar.blocks import block_span, blocks_for_range, coalesce_runs
 from sidecar.cache import BlockIdent, BlockStore, SlabRegion
 from sidecar.errors import DownloadsPaused, OriginBadBody, OriginCircuitOpen, Overloaded
 from sidecar.isolation.modes import ModeState
-from sidecar.metrics import Metrics
-from sidecar.origin import ObjectInfo
+from sidecar.model import ObjectInfo
+from sidecar.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
     from sidecar.prefetch.prefetcher import Prefetcher

@@ -20,24 +20,25 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry
 
-from sidecar.access_log import AccessLog
-from sidecar.admin import AdminPort
-from sidecar.auth import Authenticator
+from sidecar.admin.port import AdminPort
 from sidecar.cache import BlockIdent, BlockStore
 from sidecar.config import Config, HostPort
 from sidecar.engine import Engine, max_coalesce_blocks
 from sidecar.errors import ConfigError
 from sidecar.isolation.disk import DiskWatcher, check_dedicated
 from sidecar.isolation.host import apply_host_settings
-from sidecar.isolation.lanes import PREFETCH, WARM, LaneLimiter
+from sidecar.isolation.lanes import LaneLimiter
 from sidecar.isolation.modes import Mode, ModeState
 from sidecar.layout import is_small_object
-from sidecar.metrics import Metrics
-from sidecar.origin import Origin
-from sidecar.passthrough import PassThrough
+from sidecar.model import PREFETCH, WARM
+from sidecar.origin.client import Origin
 from sidecar.prefetch.prefetcher import Prefetcher
 from sidecar.prefetch.streams import StreamTable
-from sidecar.s3api import DataPort
+from sidecar.s3.auth import Authenticator
+from sidecar.s3.dataport import DataPort
+from sidecar.s3.passthrough import PassThrough
+from sidecar.telemetry.access_log import AccessLog
+from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -93,7 +93,7 @@ def discover_topic(origin: OriginSpec, topic: str) -> TopicListing:
                 if number.isdigit() and str(int(number)) == number:
                     partitions.append((int(number), partition_dir))
         return TopicListing(topic, tuple(sorted(partitions)))
-    except Exception as exc:  # noqa: BLE001  # reported to the driver as a value
+    except Exception as exc:  # reported to the driver as a value
         return TopicListing(topic, error=describe_origin_error(exc, origin))
 
 
@@ -116,7 +116,7 @@ def list_partition(origin: OriginSpec, work: PartitionWork) -> PartitionListing:
                 segments = list(pool.map(lambda s: _with_times(client, origin.bucket, s),
                                          segments))
         return PartitionListing(work.topic, work.partition, tuple(segments))
-    except Exception as exc:  # noqa: BLE001  # reported to the driver as a value
+    except Exception as exc:  # reported to the driver as a value
         return PartitionListing(work.topic, work.partition,
                                 error=describe_origin_error(exc, origin))
 

@@ -34,7 +34,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -54,7 +54,7 @@ _REPLAY = ("topic", "partitions", "from_offset", "to_offset", "from_time", "to_t
 # Kafka's legal topic names (Topic.validate): at most 249 of these characters.
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _TOPIC_PARTITION = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]{0,9})")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class PlanError(ValueError):

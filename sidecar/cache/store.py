@@ -62,7 +62,7 @@ REASON_RECOVERY = "recovery"
 
 
 class CacheMetrics(Protocol):
-    """What the store reports; sidecar.metrics.Metrics implements it."""
+    """What the store reports; sidecar.telemetry.metrics.Metrics implements it."""
 
     def on_eviction(self, reason: str) -> None:
         """A block left the cache: "capacity", "checksum", "invalidated", "shrink",

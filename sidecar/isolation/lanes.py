@@ -20,10 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-FOREGROUND = "foreground"
-PREFETCH = "prefetch"
-WARM = "warm"
-LANES = (FOREGROUND, PREFETCH, WARM)
+from sidecar.model import FOREGROUND, PREFETCH, WARM
 
 
 @dataclass

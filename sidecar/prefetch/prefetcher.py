@@ -29,9 +29,9 @@ from typing import Protocol
 from sidecar.blocks import block_count
 from sidecar.cache import BlockIdent
 from sidecar.layout import next_segment_key, parse_aiven_key
-from sidecar.metrics import Metrics
-from sidecar.origin import ObjectInfo
+from sidecar.model import ObjectInfo
 from sidecar.prefetch.streams import Stream, StreamTable
+from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import boto3
 import pytest
 from botocore.config import Config as BotoConfig
 
-from sidecar.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from tests.support.fault_proxy import FaultProxy
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy

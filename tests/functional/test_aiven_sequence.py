@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from sidecar.kafka_segments import parse_batch_header, build_segment
 from sidecar.layout import format_aiven_key
+from sidecar.tools.kafka_segments import build_segment, parse_batch_header
 from tests.functional.conftest import s3_client
 from tests.support.processes import SidecarProcess
 from tests.support.verifying_proxy import VerifyingProxy

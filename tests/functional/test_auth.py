@@ -27,7 +27,7 @@ from botocore.config import Config as BotoConfig
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from sidecar.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from tests.support.processes import SidecarProcess
 from tests.support.signed_chunks import crc32_trailer, signed_chunked
 

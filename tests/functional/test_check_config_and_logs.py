@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sidecar.config import OPTIONS
-from sidecar.local_s3 import LocalS3
+from sidecar.tools.local_s3 import LocalS3
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
 

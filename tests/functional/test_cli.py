@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 
 
 def run_sidecar(*args: str, timeout: float = 60, env: dict[str, str] | None = None

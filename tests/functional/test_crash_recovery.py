@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sidecar.local_s3 import LocalS3
+from sidecar.tools.local_s3 import LocalS3
 from tests.support.processes import SidecarProcess
 
 pytestmark = pytest.mark.functional

@@ -24,7 +24,7 @@ SLOT = BLOCK + 4096  # a slot is a 4 KiB header plus one block (sidecar/cache/sl
 
 def expected_answer(range_header: str | None, size: int) -> tuple[int, int, int]:
     """(status, first, last) as Amazon S3 answers a single-object GET; written
-    independently of sidecar.ranges so that the two can disagree."""
+    independently of sidecar.s3.ranges so that the two can disagree."""
     if range_header is None:
         return 200, 0, size - 1
     unit, _, spec = range_header.partition("=")

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 
-from sidecar.kafka_segments import iter_segment_batches
+from sidecar.tools.kafka_segments import iter_segment_batches
 from tests.functional.conftest import s3_client
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 import pytest
 
-from sidecar.local_s3 import LocalS3
+from sidecar.tools.local_s3 import LocalS3
 from tests.support.processes import SidecarProcess
 
 SEED = 20261122

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
-from sidecar.local_s3 import LocalS3
+from sidecar.tools.local_s3 import LocalS3
 from tests.functional.conftest import s3_client
 from tests.functional.test_data_port import raw_request
 from tests.support.processes import SidecarProcess

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from bench.load import run_load
-from sidecar.local_s3 import LocalS3
+from sidecar.tools.local_s3 import LocalS3
 
 ARTIFACT = Path("test-artifacts/reliability/load-15s.json")
 

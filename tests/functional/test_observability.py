@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
-from sidecar.kafka_segments import SegmentObject, generate_topic_segments
-from sidecar.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.kafka_segments import SegmentObject, generate_topic_segments
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
 

@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.config import load_config
 from sidecar.errors import ObjectNotFound, OriginUnavailable
-from sidecar.metrics import Metrics
-from sidecar.origin import Origin
+from sidecar.origin.client import Origin
+from sidecar.telemetry.metrics import Metrics
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
 

@@ -24,8 +24,8 @@ import pytest
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
-from sidecar.kafka_segments import generate_topic_segments, iter_segment_batches
-from sidecar.local_s3 import CREDENTIALS
+from sidecar.tools.kafka_segments import generate_topic_segments, iter_segment_batches
+from sidecar.tools.local_s3 import CREDENTIALS
 from tests.functional.conftest import s3_client
 from tests.support.processes import SidecarProcess
 from tests.support.signed_chunks import crc32_trailer, signed_chunked

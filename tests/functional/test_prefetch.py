@@ -8,7 +8,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from sidecar.kafka_segments import BatchScanner, generate_topic_segments
+from sidecar.tools.kafka_segments import BatchScanner, generate_topic_segments
 from tests.functional.conftest import PREFETCH_BLOCK as BLOCK
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from sidecar.local_s3 import CREDENTIALS
+from sidecar.tools.local_s3 import CREDENTIALS
 from tests.support.processes import SidecarProcess
 from tests.support.verifying_proxy import VerifyingProxy
 

@@ -15,8 +15,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from sidecar.kafka_segments import SegmentObject, generate_topic_segments, iter_segment_batches
-from sidecar.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.kafka_segments import (
+    SegmentObject,
+    generate_topic_segments,
+    iter_segment_batches,
+)
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
 

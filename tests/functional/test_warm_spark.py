@@ -17,7 +17,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,12 @@ import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
-from sidecar.kafka_segments import SegmentObject, generate_topic_segments, iter_segment_batches
-from sidecar.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.kafka_segments import (
+    SegmentObject,
+    generate_topic_segments,
+    iter_segment_batches,
+)
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from spark_warmup.job import RunResult, run
 from spark_warmup.plan import PlanError, parse_plan
 from spark_warmup.routing import rendezvous_node
@@ -107,7 +111,7 @@ def sidecars(local_s3: LocalS3, tmp_path: Path) -> Iterator[dict[str, SidecarPro
 
 
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def plan_document(local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],

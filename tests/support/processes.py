@@ -15,7 +15,7 @@ from types import TracebackType
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.local_s3 import CREDENTIALS
+from sidecar.tools.local_s3 import CREDENTIALS
 
 START_TIMEOUT_S = 30.0
 
@@ -24,10 +24,11 @@ class SidecarProcess:
     """`python -m sidecar serve` on port 0; `data_url` and `admin_url` once started."""
 
     def __init__(
-        self, origin: str, cache_dir: Path, *extra: str, env: dict[str, str] | None = None
+        self, origin: str, cache_dir: Path, *extra: str, env: dict[str, str] | None = None,
+        program: tuple[str, ...] = (sys.executable, "-m", "sidecar"),
     ) -> None:
         self.args = [
-            sys.executable, "-m", "sidecar", "serve",
+            *program, "serve",
             "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
             "--origin-endpoint", origin, "--cache-dir", str(cache_dir), *extra,
         ]

@@ -21,9 +21,8 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from sidecar.local_s3 import CREDENTIALS
+from sidecar.tools.local_s3 import CREDENTIALS
 from tests.support.loopback_http import HOP_BY_HOP, LoopbackServer, relay
-
 
 
 def expected_signature(

@@ -9,12 +9,12 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from sidecar.auth import Authenticator
 from sidecar.config import load_config
 from sidecar.errors import ConfigError
-from sidecar.s3api import split_path
-from sidecar.s3ops import classify
-from sidecar.sigv4 import Reason, SignatureRejected
+from sidecar.s3.addressing import split_path
+from sidecar.s3.auth import Authenticator
+from sidecar.s3.operations import classify
+from sidecar.s3.sigv4 import Reason, SignatureRejected
 
 SECRET = "very-secret-value-1"
 

@@ -16,7 +16,7 @@ import pytest
 
 from sidecar.cli import build_parser
 from sidecar.config import OPTIONS, Option, flatten_sections, parse_size, resolve
-from sidecar.config_reference import (
+from sidecar.config.reference import (
     SECRET_SET,
     SECRET_UNSET,
     effective_values,

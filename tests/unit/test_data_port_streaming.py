@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import cast
 
 import pytest
@@ -19,13 +19,14 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.engine import Engine, Piece, Source
 from sidecar.errors import OriginUnavailable
-from sidecar.metrics import Metrics
-from sidecar.origin import ObjectInfo, Origin
-from sidecar.s3api import DataPort
+from sidecar.model import ObjectInfo
+from sidecar.origin.client import Origin
+from sidecar.s3.dataport import DataPort
+from sidecar.telemetry.metrics import Metrics
 
 SIZE = 4096
 INFO = ObjectInfo(bucket="bkt", key="seg.log", size=SIZE, etag='"e1"',
-                  last_modified=datetime(2026, 11, 1, tzinfo=timezone.utc))
+                  last_modified=datetime(2026, 11, 1, tzinfo=UTC))
 
 
 class _Origin:

@@ -6,7 +6,7 @@ import asyncio
 import random
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 from sidecar.cache import BlockStore
 from sidecar.engine import Engine, Source
 from sidecar.errors import OriginBadBody, OriginUnavailable
-from sidecar.metrics import Metrics
-from sidecar.origin import ObjectInfo
+from sidecar.model import ObjectInfo
+from sidecar.telemetry.metrics import Metrics
 
 BLOCK = 64 * 1024
 
@@ -54,7 +54,7 @@ async def make_engine(
     metrics = Metrics(CollectorRegistry())
     store = await BlockStore.open(tmp_path, slots * (BLOCK + 4096), BLOCK, executor, metrics)
     origin = ScriptedOrigin(data)
-    info = ObjectInfo("b", "k", len(data), '"e1"', datetime(2026, 1, 1, tzinfo=timezone.utc))
+    info = ObjectInfo("b", "k", len(data), '"e1"', datetime(2026, 1, 1, tzinfo=UTC))
     return Engine(store, origin, metrics, BLOCK, max_run), origin, info, store
 
 
@@ -231,7 +231,7 @@ async def test_an_origin_read_of_the_wrong_length_fails_its_readers_and_caches_n
 ) -> None:
     """A reader must not wait forever for bytes that will not come (short), and
     bytes beyond the range asked go into no block (long: the origin's own check
-    is sidecar.origin; the engine only refuses to overflow its buffers)."""
+    is sidecar.origin.client; the engine only refuses to overflow its buffers)."""
     data = random.Random(11).randbytes(3 * BLOCK)
     engine, origin, info, store = await make_engine(tmp_path, executor, data)
 

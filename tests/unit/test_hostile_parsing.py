@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.preconditions import ReadOutcome, RequestHeaders, decide_read
-from sidecar.s3api import MAX_KEY_BYTES, S3Error, split_path, validate_object_address
+from sidecar.s3.addressing import MAX_KEY_BYTES, split_path, validate_object_address
+from sidecar.s3.errors import S3Error
+from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read
 
 _HOSTILE = settings(max_examples=400, deadline=None, derandomize=True)
 

@@ -1,4 +1,4 @@
-"""Tests for sidecar.kafka_segments: genuine v2 record batches, built and
+"""Tests for sidecar.tools.kafka_segments: genuine v2 record batches, built and
 checked, cross-checked against kafka-python's own reader."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ with warnings.catch_warnings():
     from kafka.record.default_records import DefaultRecordBatch
     from kafka.record.memory_records import MemoryRecords
 
-from sidecar import kafka_segments
-from sidecar.kafka_segments import (
+from sidecar.tools import kafka_segments
+from sidecar.tools.kafka_segments import (
     BATCH_HEADER_SIZE,
     BatchCheckError,
     BatchHeader,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.isolation.lanes import FOREGROUND, PREFETCH, WARM, LaneLimiter
+from sidecar.isolation.lanes import LaneLimiter
+from sidecar.model import FOREGROUND, PREFETCH, WARM
 
 MiB = 1024 * 1024
 CHUNK = 256 * 1024

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.log_format import (
+from sidecar.telemetry.logs import (
     CURRENT_REQUEST,
     JsonFormatter,
     RequestIdFilter,
@@ -33,8 +33,8 @@ def make_record(
             raise ValueError('bad "value"\nsecond line')
         except ValueError:
             exc_info = sys.exc_info()
-    record = logging.getLogger("sidecar.s3api").makeRecord(
-        "sidecar.s3api", level, __file__, 10, msg, args, exc_info, extra=extra,
+    record = logging.getLogger("sidecar.s3.dataport").makeRecord(
+        "sidecar.s3.dataport", level, __file__, 10, msg, args, exc_info, extra=extra,
     )
     record.created = 1_790_000_000.25  # 2026-09-21T...Z, fixed for the assertions
     return record
@@ -47,7 +47,7 @@ def test_json_line_has_core_fields_and_extras() -> None:
     assert "\n" not in line
     fields = json.loads(line)
     assert list(fields)[:4] == ["ts", "level", "logger", "msg"]
-    assert fields["level"] == "ERROR" and fields["logger"] == "sidecar.s3api"
+    assert fields["level"] == "ERROR" and fields["logger"] == "sidecar.s3.dataport"
     assert fields["msg"] == "request ABC failed"
     assert (fields["request_id"], fields["bucket"], fields["key"], fields["mode"]) == (
         "ABC", "tiered", "k/0.log", "bypass")
@@ -80,10 +80,10 @@ def test_extras_never_replace_core_fields_and_odd_values_still_log() -> None:
 def test_text_line_keeps_the_old_shape_and_appends_extras() -> None:
     record = make_record(extra={"request_id": "ABC", "reason": "disk full", "n": 3})
     line = TextFormatter().format(record)
-    assert " ERROR sidecar.s3api: request ABC failed " in line
+    assert " ERROR sidecar.s3.dataport: request ABC failed " in line
     assert line.endswith('request_id=ABC reason="disk full" n=3')
     plain = TextFormatter().format(make_record())
-    assert plain.endswith("sidecar.s3api: request ABC failed")
+    assert plain.endswith("sidecar.s3.dataport: request ABC failed")
     with_exc = TextFormatter().format(make_record(exc=True))
     assert "\nTraceback (most recent call last):" in with_exc
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from sidecar.origin_breaker import BreakerSettings, BreakerState, CircuitBreaker
+from sidecar.origin.breaker import BreakerSettings, BreakerState, CircuitBreaker
 
 
 class Clock:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from sidecar.origin_policy import (
+from sidecar.origin.policy import (
     BACKOFF_CAP_S,
     Deadline,
     backoff_s,

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.aws_chunked import (
+from sidecar.s3.aws_chunked import (
     AwsChunkedDecoder,
     ChunkedFormatError,
     Rechunker,
     SignatureChain,
     unsigned_trailer_length,
 )
-from sidecar.s3ops import (
+from sidecar.s3.operations import (
     BadPayload,
     Invalidates,
     PayloadMode,
@@ -29,7 +29,7 @@ from sidecar.s3ops import (
     plan_payload,
     response_headers,
 )
-from sidecar.sigv4 import ChunkSigner, Reason, SignatureRejected
+from sidecar.s3.sigv4 import ChunkSigner, Reason, SignatureRejected
 from tests.support.signed_chunks import chunked_body, crc32_trailer, key_of
 
 

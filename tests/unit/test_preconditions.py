@@ -1,23 +1,23 @@
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.preconditions import (
+from sidecar.s3.preconditions import (
     ReadDecision,
     ReadOutcome,
     RequestHeaders,
     decide_read,
     http_date,
 )
-from sidecar.ranges import ByteRange
+from sidecar.s3.ranges import ByteRange
 
 SIZE = 1000
 ETAG = '"abc"'
-LAST_MODIFIED = datetime(1994, 11, 6, 8, 49, 37, tzinfo=timezone.utc)
+LAST_MODIFIED = datetime(1994, 11, 6, 8, 49, 37, tzinfo=UTC)
 LM_TEXT = "Sun, 06 Nov 1994 08:49:37 GMT"
 EARLIER = "Sun, 06 Nov 1994 08:49:36 GMT"
 LATER = "Sun, 06 Nov 1994 08:49:38 GMT"
@@ -241,7 +241,7 @@ def test_naive_last_modified_rejected() -> None:
 
 def test_http_date_formats_imf_fixdate() -> None:
     assert http_date(LAST_MODIFIED) == LM_TEXT
-    assert http_date(datetime(2024, 3, 1, 0, 0, 5, 999_999, tzinfo=timezone.utc)) == (
+    assert http_date(datetime(2024, 3, 1, 0, 0, 5, 999_999, tzinfo=UTC)) == (
         "Fri, 01 Mar 2024 00:00:05 GMT"
     )
     plus_two = timezone(timedelta(hours=2))
@@ -259,7 +259,7 @@ def test_http_date_rejects_naive() -> None:
 
 instants = st.datetimes(
     min_value=datetime(1970, 1, 1), max_value=datetime(9999, 1, 1)
-).map(lambda d: d.replace(tzinfo=timezone.utc))
+).map(lambda d: d.replace(tzinfo=UTC))
 # etagc = %x21 / %x23-7E: includes commas, excludes DQUOTE and spaces.
 opaque = st.text(
     alphabet=st.characters(

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
 from sidecar.cache import BlockIdent
-from sidecar.metrics import Metrics
-from sidecar.origin import ObjectInfo
+from sidecar.model import ObjectInfo
 from sidecar.prefetch.prefetcher import Prefetcher
 from sidecar.prefetch.streams import StreamTable
+from sidecar.telemetry.metrics import Metrics
 
 B = 1000
 INFO = ObjectInfo("b", "orders-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log",
-                  40 * B, '"e"', datetime(2026, 1, 1, tzinfo=timezone.utc))
+                  40 * B, '"e"', datetime(2026, 1, 1, tzinfo=UTC))
 
 
 class FakeFetcher:

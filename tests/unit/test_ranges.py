@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.ranges import (
+from sidecar.s3.ranges import (
     ByteRange,
     ByteRangeSpec,
     RangeResolution,

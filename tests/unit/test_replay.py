@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from sidecar.errors import ConfigError, OriginUnavailable
-from sidecar.kafka_segments import BatchCheckError, build_segment, iter_segment_batches
-from sidecar.replay import (
+from sidecar.layout import parse_aiven_key
+from sidecar.tools.kafka_segments import BatchCheckError, build_segment, iter_segment_batches
+from sidecar.tools.replay import (
     PartitionPlan,
     Replayer,
     ReplayOptions,
@@ -25,7 +26,6 @@ from sidecar.replay import (
     percentile,
     plan_partitions,
 )
-from sidecar.layout import parse_aiven_key
 
 TOPIC_ID = "Qx-9_aBcDeFgHiJkLmNoPw"
 OTHER_ID = "Zz9_aBcDeFgHiJkLmNoPw0"

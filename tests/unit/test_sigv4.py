@@ -15,8 +15,7 @@ from botocore.credentials import Credentials
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.metrics import AUTH_FAILURE_REASONS
-from sidecar.sigv4 import (
+from sidecar.s3.sigv4 import (
     MAX_SKEW_S,
     ChunkSigner,
     Credential,
@@ -26,6 +25,7 @@ from sidecar.sigv4 import (
     signing_key,
     verify,
 )
+from sidecar.telemetry.metrics import AUTH_FAILURE_REASONS
 
 KEYS = {"AKIDEXAMPLE": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "AKID2": "other-secret"}
 HOST = "127.0.0.1:9330"

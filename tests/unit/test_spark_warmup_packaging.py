@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.kafka_segments import build_segment, iter_segment_batches
-from spark_warmup.example import example_instructions, example_plan
+from sidecar.tools.kafka_segments import build_segment, iter_segment_batches
+from sidecar.tools.warmup_example import example_instructions, example_plan
 from spark_warmup.listing import BATCH_HEADER_SIZE, batch_times
 from spark_warmup.plan import parse_plan
 from spark_warmup.shipping import ZIP_NAME, build_zip

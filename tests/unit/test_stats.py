@@ -7,9 +7,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from sidecar.admin import stats_snapshot
+from sidecar.admin.stats import stats_snapshot
 from sidecar.cli import _format_stats
-from sidecar.metrics import Metrics
+from sidecar.telemetry.metrics import Metrics
 
 
 def busy_metrics() -> Metrics:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.access_log import AccessLog, entry, format_entry
+from sidecar.telemetry.access_log import AccessLog, entry, format_entry
 
 
 def sample(**changes: object) -> dict[str, object]:

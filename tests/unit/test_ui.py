@@ -8,9 +8,9 @@ from typing import Any, cast
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from sidecar import ui
-from sidecar.admin import AdminPort
-from sidecar.metrics import Metrics
+from sidecar.admin import ui
+from sidecar.admin.port import AdminPort
+from sidecar.telemetry.metrics import Metrics
 
 
 def test_page_loads_nothing_from_elsewhere() -> None:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
-from sidecar.engine import WarmResult
-from sidecar.errors import ObjectNotFound, OriginUnavailable
-from sidecar.origin import ObjectInfo
-from sidecar.warm_api import (
+from sidecar.admin.warm import (
     MAX_BODY_BYTES,
     MAX_OBJECTS,
     OBJECT_CONCURRENCY,
@@ -22,6 +19,9 @@ from sidecar.warm_api import (
     parse_warm_body,
     warm,
 )
+from sidecar.engine import WarmResult
+from sidecar.errors import ObjectNotFound, OriginUnavailable
+from sidecar.model import ObjectInfo
 
 
 def body(document: object) -> bytes:
@@ -112,7 +112,7 @@ def test_clamp_range(start: int, end: int | None, size: int,
 
 
 def info(bucket: str, key: str, size: int) -> ObjectInfo:
-    return ObjectInfo(bucket, key, size, '"etag"', datetime(2026, 1, 1, tzinfo=timezone.utc))
+    return ObjectInfo(bucket, key, size, '"etag"', datetime(2026, 1, 1, tzinfo=UTC))
 
 
 class FakeOrigin:

@@ -1,7 +1,7 @@
 """Which S3 operation a request is, and how it is passed on. Pure: no I/O.
 
 The data port serves plain object GET/HEAD from the cache; everything else is
-passed through to the origin (sidecar.passthrough). This module decides, from
+passed through to the origin (sidecar.s3.passthrough). This module decides, from
 method, path and query alone, which operation a request is (the `op` label of
 sidecar_requests_total, a bounded set of names), whether the cache serves it,
 and what it invalidates; and it prepares the headers, URL and payload hash of
@@ -19,7 +19,7 @@ from urllib.parse import quote
 from xml.etree import ElementTree
 
 # Also pure: the framing's length is part of deciding how a body is forwarded.
-from sidecar.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, unsigned_trailer_length
+from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, unsigned_trailer_length
 
 # The query half of a presigned URL: checked by the data port's authentication
 # (which refuses Signature Version 2 when keys are configured), never forwarded:
@@ -69,7 +69,7 @@ OTHER_OPERATION = "Other"
 
 
 # What an anonymous request may do when access keys are configured
-# (sidecar.auth): read objects and list them, never write or delete with the
+# (sidecar.s3.auth): read objects and list them, never write or delete with the
 # sidecar's credentials. Bucket configuration (GetBucketConfig) stays private.
 READ_OPERATIONS = frozenset({
     "GetObject", "HeadObject", "ListObjects", "ListObjectsV2", "ListObjectVersions",
@@ -213,7 +213,7 @@ class Payload:
     content_length: int | None  # outbound Content-Length (None: as the client's)
     trailer: str | None = None  # REFRAME: the checksum trailer's name
     # DECODE and REFRAME: the client's STREAMING-AWS4-* payload hash; its chunk
-    # signatures chain to the request's signature (sidecar.aws_chunked).
+    # signatures chain to the request's signature (sidecar.s3.aws_chunked).
     signed_streaming: str | None = None
 
 

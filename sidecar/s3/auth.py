@@ -1,6 +1,6 @@
 """Who may use the data port: the configured access keys and the anonymous policy.
 
-The signature math is sidecar.sigv4 (pure); this holds the secrets, the clock
+The signature math is sidecar.s3.sigv4 (pure); this holds the secrets, the clock
 and a small cache of derived signing keys (one HMAC chain per key, day and
 region, instead of four HMACs per request).
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from sidecar.s3ops import READ_OPERATIONS
-from sidecar.sigv4 import Credential, Verified, is_signed, signing_key, verify
+from sidecar.s3.operations import READ_OPERATIONS
+from sidecar.s3.sigv4 import Credential, Verified, is_signed, signing_key, verify
 
 # Distinct (key, day, region) scopes remembered; a client naming ever new
 # regions only costs re-deriving, never memory.
@@ -25,7 +25,7 @@ _MAX_CACHED_KEYS = 256
 
 
 class Authenticator:
-    """Checks data-port requests; raises sidecar.sigv4.SignatureRejected on refusal."""
+    """Checks data-port requests; raises sidecar.s3.sigv4.SignatureRejected on refusal."""
 
     def __init__(
         self,
@@ -55,7 +55,7 @@ class Authenticator:
         return verify(method, raw_path, headers, self._signing_key, self._clock())
 
     def anonymous_may(self, operation: str) -> bool:
-        """Whether an anonymous request may perform `operation` (a sidecar.s3ops name):
+        """Whether an anonymous request may perform `operation` (a sidecar.s3.operations name):
         anything with no keys configured, else only reads."""
         return not self._keys or operation in READ_OPERATIONS
 

@@ -1,6 +1,6 @@
 """Pure decisions of the origin client: when to try again, and what a good answer is.
 
-No sockets and no clock of its own (the clock is handed in): `sidecar.origin`
+No sockets and no clock of its own (the clock is handed in): `sidecar.origin.client`
 asks these questions and does the I/O.
 """
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from functools import partial
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import astuple, dataclass, fields
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
@@ -35,7 +35,7 @@ from sidecar.errors import (
     OriginError,
     OriginUnavailable,
 )
-from sidecar.origin import ObjectInfo
+from sidecar.model import ObjectInfo
 
 MAX_BODY_BYTES = 1024 * 1024
 MAX_OBJECTS = 1000

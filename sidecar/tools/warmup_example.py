@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-# `sidecar.kafka_segments.generate_topic_segments`' default first timestamp.
+# `sidecar.tools.kafka_segments.generate_topic_segments`' default first timestamp.
 DEMO_START_TIME_MS = 1_790_000_000_000
 
 
@@ -19,7 +19,7 @@ def example_plan(origin_endpoint: str, bucket: str, sidecar_admin_url: str,
                  start_time_ms: int = DEMO_START_TIME_MS) -> dict[str, object]:
     """A plan over `topics` ((name, partitions), at least one): the first by an offset
     range, the others by a time range (the first hour of their data)."""
-    start = datetime.fromtimestamp(start_time_ms / 1000, tz=timezone.utc)
+    start = datetime.fromtimestamp(start_time_ms / 1000, tz=UTC)
     (first, partitions), *rest = topics
     replays: list[dict[str, object]] = [
         {"topic": first, "partitions": list(range(partitions)),

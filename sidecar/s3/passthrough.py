@@ -9,7 +9,7 @@ their keys are needed to invalidate the cache).
 The client's signature is for the sidecar's host and cannot be replayed, so the
 request is re-signed (SigV4) with the sidecar's own credentials, keeping the
 client's payload hash: the origin still verifies the body against the hash the
-client computed (sidecar.s3ops.plan_payload says how each payload mode is
+client computed (sidecar.s3.operations.plan_payload says how each payload mode is
 forwarded). A signed aws-chunked body reaches the origin decoded, so its chunk
 signatures are checked here instead, against the ChunkSigner of the verified
 request (known only when access keys are configured); the last piece is held
@@ -36,11 +36,10 @@ from botocore.awsrequest import AWSRequest
 from multidict import CIMultiDict
 from yarl import URL
 
-from sidecar.access_log import BODY_BYTES
-from sidecar.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker, SignatureChain
 from sidecar.config import OriginConfig
 from sidecar.errors import OriginUnavailable
-from sidecar.s3ops import (
+from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker, SignatureChain
+from sidecar.s3.operations import (
     MAX_DELETE_BODY,
     BadPayload,
     Invalidates,
@@ -55,7 +54,8 @@ from sidecar.s3ops import (
     plan_payload,
     response_headers,
 )
-from sidecar.sigv4 import ChunkSigner, SignatureRejected
+from sidecar.s3.sigv4 import ChunkSigner, SignatureRejected
+from sidecar.telemetry.access_log import BODY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class PassThrough:
                 return await self._relay(request, upstream)
         except (BadPayload, SignatureRejected):
             raise
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if failure.error is not None:
                 raise failure.error from exc
             raise OriginUnavailable(
@@ -205,7 +205,7 @@ class PassThrough:
                 await asyncio.wait_for(response.write(chunk), self._client_timeout)
                 request[BODY_BYTES] = request.get(BODY_BYTES, 0) + len(chunk)
             await response.write_eof()
-        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
             # Headers (and a Content-Length) are gone: cut the connection rather
             # than let the client take a short body for a whole one.
             log.warning("aborting a pass-through answer mid-stream: %r", exc)
@@ -217,7 +217,7 @@ class PassThrough:
         try:
             # A client that sends nothing for client_timeout gives up its slot.
             return await asyncio.wait_for(request.content.readany(), self._client_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BadPayload("Your socket connection to the server was not read from or "
                              "written to within the timeout period.", "RequestTimeout") from None
         except Exception as exc:  # the client hung up or broke its framing

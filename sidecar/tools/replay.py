@@ -29,9 +29,9 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from botocore.handlers import set_list_objects_encoding_type_url
 
 from sidecar.errors import ConfigError, OriginError, OriginUnavailable
-from sidecar.kafka_segments import BatchCheckError, BatchScanner
 from sidecar.layout import SegmentKey, parse_aiven_key
-from sidecar.origin import translate_client_error
+from sidecar.origin.client import translate_client_error
+from sidecar.tools.kafka_segments import BatchCheckError, BatchScanner
 
 log = logging.getLogger(__name__)
 
@@ -361,7 +361,7 @@ class Replayer:
             raise ConfigError(str(error)) from exc
         except NoCredentialsError as exc:
             raise ConfigError("no credentials found (set AWS_ACCESS_KEY_ID etc.)") from exc
-        except (BotoCoreError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, BotoCoreError, OSError) as exc:
             raise OriginUnavailable(f"{where}: endpoint unreachable or failed: {exc}") from exc
 
 

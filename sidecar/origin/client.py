@@ -1,7 +1,7 @@
 """The object store: one aiobotocore S3 client, ranged GETs and cached HEADs.
 
 Every origin call is bounded by a deadline (`origin_deadline`) and goes through
-a circuit breaker (sidecar.origin_breaker): retries of 500/503/SlowDown,
+a circuit breaker (sidecar.origin.breaker): retries of 500/503/SlowDown,
 connection resets, stalls (no byte for `origin_read_timeout` or half the
 deadline, whichever is shorter) and resumes of a broken body all stop at the
 deadline, and a failing origin is not hammered. A ranged GET's deadline runs
@@ -11,7 +11,7 @@ to `head_stale_if_error` (RFC 5861 section 4), so cached blocks stay readable;
 a 404 is an answer and is never papered over.
 Retries are made here rather than by botocore, so that each attempt is seen by
 the breaker and no retry sleeps past the deadline; the delays are botocore's
-own full jitter (sidecar.origin_policy).
+own full jitter (sidecar.origin.policy).
 
 A ranged GET is checked before its bytes are used: its ETag must be the one the
 read was planned against (If-Match is sent, and an origin that ignores it is
@@ -30,8 +30,7 @@ import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import aiohttp
@@ -40,11 +39,13 @@ from aiobotocore.session import get_session
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    ConnectionError as BotoConnectionError,
     HTTPClientError,
     NoCredentialsError,
     ReadTimeoutError,
     ResponseStreamingError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
 )
 from cachetools import LRUCache, TTLCache
 
@@ -61,15 +62,16 @@ from sidecar.errors import (
     OriginUnavailable,
 )
 from sidecar.isolation.lanes import LaneLimiter
-from sidecar.metrics import Metrics
-from sidecar.origin_breaker import BreakerSettings, BreakerState, CircuitBreaker
-from sidecar.origin_policy import (
+from sidecar.model import ObjectInfo
+from sidecar.origin.breaker import BreakerSettings, BreakerState, CircuitBreaker
+from sidecar.origin.policy import (
     Deadline,
     backoff_s,
     is_retryable_answer,
     is_throttling,
     range_answer_problem,
 )
+from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -85,19 +87,6 @@ _TRANSIENT = (
 # Objects whose last answered HEAD is kept for stale-if-error (bounded memory:
 # an ObjectInfo is a few hundred bytes).
 _KNOWN_OBJECTS = 16384
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    bucket: str
-    key: str
-    size: int
-    etag: str  # as the origin sends it, with quotes
-    last_modified: datetime
-    content_type: str | None = None
-    # What else the origin says of the object (object_headers), repeated on
-    # every answer served for it, cached or not.
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 # Headers of an object's HEAD that describe the object itself and that S3
@@ -332,7 +321,7 @@ class Origin:
             if not exists:
                 raise BucketNotFound(f"s3://{bucket}: no such bucket") from exc
             raise
-        modified = response.get("LastModified") or datetime.now(timezone.utc)
+        modified = response.get("LastModified") or datetime.now(UTC)
         return ObjectInfo(
             bucket=bucket, key=key, size=int(response["ContentLength"]),
             etag=str(response.get("ETag", '""')), last_modified=modified,
@@ -505,7 +494,7 @@ class Origin:
         """`call()`, given up on after the stall limit or at the deadline."""
         remaining = deadline.remaining()
         if remaining <= 0:
-            raise asyncio.TimeoutError("the origin deadline has passed")
+            raise TimeoutError("the origin deadline has passed")
         async with asyncio.timeout(min(remaining, self._stall_s)):
             return await call()
 

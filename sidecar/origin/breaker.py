@@ -27,7 +27,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 # Calls remembered for the failure ratio, at most (a ratio over the last
 # 10,000 calls is as good as one over more).
 MAX_WINDOW_CALLS = 10_000

@@ -103,7 +103,7 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+    def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
         extras = " ".join(f"{name}={_text_value(value)}" for name, value in extra_fields(record))
         return f"{line} {extras}" if extras else line

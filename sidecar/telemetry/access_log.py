@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from urllib.parse import unquote
 
-from sidecar.http_fields import as_sent
+from sidecar.s3.http_fields import as_sent
 
 # The key a request's handler adds the object bytes it sent to (request[BODY_BYTES]).
 BODY_BYTES = "sidecar_body_bytes"

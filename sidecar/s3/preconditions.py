@@ -10,10 +10,10 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 
-from sidecar.ranges import ByteRange, RangeResolution, parse_range, resolve_range
+from sidecar.s3.ranges import ByteRange, RangeResolution, parse_range, resolve_range
 
 # entity-tag = [ weak ] opaque-tag (RFC 9110 §8.8.3); "W/" is case-sensitive.
 # The opaque part is taken loosely (anything but DQUOTE): being stricter would
@@ -178,8 +178,8 @@ def _parse_http_date(value: str | None) -> datetime | None:
         parsed = parsedate_to_datetime(value.strip(_OWS))
         # asctime-date carries no zone and is GMT by definition (§5.6.7).
         if parsed.tzinfo is None:
-            return parsed.replace(tzinfo=timezone.utc)
-        return parsed.astimezone(timezone.utc)
+            return parsed.replace(tzinfo=UTC)
+        return parsed.astimezone(UTC)
     except (ValueError, TypeError, OverflowError):
         return None
 
@@ -189,4 +189,4 @@ def _to_second(dt: datetime) -> datetime:
     # would make a client's echo of our own Last-Modified look "older".
     if dt.tzinfo is None or dt.utcoffset() is None:
         raise ValueError("datetime must be timezone-aware")
-    return dt.astimezone(timezone.utc).replace(microsecond=0)
+    return dt.astimezone(UTC).replace(microsecond=0)

@@ -15,15 +15,16 @@ from prometheus_client import (
     ProcessCollector,
 )
 
+from sidecar.model import LANES
+
 # From sub-millisecond cache hits (a 1 MiB sendfile from the page cache takes
 # ~0.2 ms) up to multi-second cold origin reads of coalesced 64 MiB runs.
 LATENCY_BUCKETS = (
     0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
     10.0, 30.0,
 )
-LANES = ("foreground", "prefetch", "warm")
 ORIGIN_OUTCOMES = ("ok", "not_found", "error")
-# sidecar.origin_breaker.BreakerState values.
+# sidecar.origin.breaker.BreakerState values.
 BREAKER_STATES = ("closed", "half_open", "open")
 # "recovery": a slot header dropped when the cache index was rebuilt at start
 # (corrupt, or an older copy of a block held in another slot).
@@ -31,7 +32,7 @@ EVICTION_REASONS = ("capacity", "checksum", "invalidated", "shrink", "recovery")
 # The `cache` label of sidecar_request_duration_seconds: how a read was served
 # ("none" for answers without a body: HEAD, 304, errors).
 REQUEST_CACHE_RESULTS = ("hit", "partial", "miss")
-# sidecar.sigv4.Reason values (metrics imports nothing of the project's logic).
+# sidecar.s3.sigv4.Reason values (metrics imports nothing of the project's logic).
 AUTH_FAILURE_REASONS = (
     "unsigned", "malformed", "unknown_key", "bad_signature", "expired", "skewed",
 )

@@ -4,7 +4,7 @@ The demo and the functional tests use it as the origin. It runs in its own
 process so that it does not share the sidecar's interpreter lock: in a real
 deployment the object store is on another machine.
 
-`python -m sidecar.local_s3` starts moto on 127.0.0.1 with a free port, prints
+`python -m sidecar.tools.local_s3` starts moto on 127.0.0.1 with a free port, prints
 `{"endpoint": "http://127.0.0.1:PORT"}` and serves until its stdin closes (so
 it never outlives the process that started it) or it gets SIGTERM.
 """
@@ -62,7 +62,7 @@ class LocalS3:
     def __enter__(self) -> LocalS3:
         env = {**os.environ, **CREDENTIALS}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "sidecar.local_s3"],
+            [sys.executable, "-m", "sidecar.tools.local_s3"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
         )
         assert self._process.stdout is not None

@@ -1,8 +1,8 @@
 """Data port: the S3 REST API (path-style). Object GET and HEAD are served
 through the cache; every other operation is passed through to the origin
-(sidecar.passthrough, classified by sidecar.s3ops).
+(sidecar.s3.passthrough, classified by sidecar.s3.operations).
 
-A request is first checked and classified (sidecar.preconditions.decide_read)
+A request is first checked and classified (sidecar.s3.preconditions.decide_read)
 and only then answered. Errors are S3 XML bodies with S3's codes and statuses so
 that SDKs retry and report them as they would for S3 itself; a HEAD error has no
 body, as S3 sends none.
@@ -13,125 +13,46 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import secrets
 import socket
 import time
 from contextlib import aclosing
-from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote
-from xml.sax.saxutils import escape
 
 from aiohttp import web
 
-from sidecar.access_log import BODY_BYTES, AccessLog, entry
-from sidecar.auth import Authenticator
 from sidecar.cache import SlabRegion
 from sidecar.engine import Engine, Piece, Source, piece_length
 from sidecar.errors import (
-    BucketNotFound,
     DownloadsPaused,
-    Overloaded,
-    ObjectNotFound,
-    OriginAccessDenied,
     OriginError,
     OriginObjectChanged,
-    OriginThrottled,
+    Overloaded,
 )
-from sidecar.http_fields import undecodable_field
-from sidecar.log_format import CURRENT_REQUEST
-from sidecar.metrics import Metrics
-from sidecar.origin import ObjectInfo, Origin
-from sidecar.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
-from sidecar.passthrough import PassThrough
-from sidecar.ranges import unsatisfied_content_range
-from sidecar.s3ops import OTHER_OPERATION, BadPayload, Operation, classify
-from sidecar.sigv4 import Reason, SignatureRejected
+from sidecar.model import ObjectInfo
+from sidecar.origin.client import Origin
+from sidecar.s3.addressing import split_path, validate_object_address
+from sidecar.s3.auth import Authenticator
+from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
+from sidecar.s3.http_fields import undecodable_field
+from sidecar.s3.operations import OTHER_OPERATION, BadPayload, Operation, classify
+from sidecar.s3.passthrough import PassThrough
+from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
+from sidecar.s3.ranges import unsatisfied_content_range
+from sidecar.s3.sigv4 import Reason, SignatureRejected
+from sidecar.telemetry.access_log import BODY_BYTES, AccessLog, entry
+from sidecar.telemetry.logs import CURRENT_REQUEST
+from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 # nginx's status for a request whose client closed the connection before the
 # answer: only ever seen in metrics and the access log, never sent.
 CLIENT_CLOSED_REQUEST = 499
-MAX_KEY_BYTES = 1024  # S3's limit on object key length
-# S3 bucket naming rules (3-63 chars, lowercase letters, digits, dots, hyphens).
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
-# Characters XML 1.0 cannot carry (and so no S3 listing could return).
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 # Bytes an open-ended response may run ahead of what its client has read: it
 # keeps an abandoned `bytes=pos-` read from pulling more blocks and read heads
 # honest. Bounded ranges keep the kernel's default: the client asked for all of
 # it, and a small buffer would split each sendfile(2) into many wake-ups.
 SEND_BUFFER_BYTES = 128 * 1024
-
-
-@dataclass(frozen=True)
-class S3Error(Exception):
-    status: int
-    code: str
-    message: str
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-def _slow_down_headers() -> tuple[tuple[str, str], ...]:
-    return (("Retry-After", "1"),)
-
-
-def error_for(exc: OriginError) -> S3Error:
-    """Translate an origin failure into what the client is told."""
-    if isinstance(exc, BucketNotFound):
-        return S3Error(404, "NoSuchBucket", "The specified bucket does not exist.")
-    if isinstance(exc, ObjectNotFound):
-        return S3Error(404, "NoSuchKey", "The specified key does not exist.")
-    if isinstance(exc, OriginAccessDenied):
-        return S3Error(403, "AccessDenied", "Access Denied")
-    if isinstance(exc, OriginThrottled):
-        return slow_down()
-    return S3Error(
-        503, "ServiceUnavailable", "The origin is unavailable; please retry.",
-        _slow_down_headers(),
-    )
-
-
-def split_path(raw_path: str) -> tuple[str, str, dict[str, str]]:
-    """`/bucket/some/key?x-id=GetObject` -> (bucket, key, query), percent-decoded.
-
-    The raw path is used (not a normalised one) so that a key is exactly what the
-    client signed; keys never become file paths here.
-    """
-    path, _, query = raw_path.partition("?")
-    bucket, _, key = path.lstrip("/").partition("/")
-    try:
-        return (
-            unquote(bucket, errors="strict"),
-            unquote(key, errors="strict"),
-            dict(parse_qsl(query, keep_blank_values=True)),
-        )
-    except UnicodeDecodeError:
-        raise S3Error(400, "InvalidURI", "Couldn't parse the specified URI.") from None
-
-
-def validate_object_address(bucket: str, key: str) -> None:
-    if not _BUCKET_RE.match(bucket) or ".." in bucket:
-        raise S3Error(400, "InvalidBucketName", "The specified bucket is not valid.")
-    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
-        raise S3Error(400, "KeyTooLongError", "Your key is too long.")
-    if _CONTROL_RE.search(key):
-        raise S3Error(400, "InvalidArgument", "Object key contains control characters.")
-    # Dot segments are rewritten by URL normalisation in clients and proxies, so
-    # a key holding them cannot be addressed reliably; Kafka never writes them.
-    if any(segment in (".", "..") for segment in key.split("/")):
-        raise S3Error(400, "InvalidArgument", "Object key contains a '.' or '..' segment.")
-
-
-def slow_down() -> S3Error:
-    return S3Error(503, "SlowDown", "Please reduce your request rate.", _slow_down_headers())
-
-
-def paused() -> S3Error:
-    return S3Error(503, "ServiceUnavailable",
-                   "Downloads are paused (cache-only mode) and the range is not cached.",
-                   _slow_down_headers())
 
 
 class DataPort:
@@ -257,7 +178,7 @@ class DataPort:
     async def _pass_through(
         self, request: web.Request, operation: Operation, bucket: str, key: str
     ) -> web.StreamResponse:
-        """Everything but a plain object GET/HEAD: the origin answers (sidecar.passthrough)."""
+        """Everything but a plain object GET/HEAD: the origin answers (sidecar.s3.passthrough)."""
         if self._passthrough is None:
             raise S3Error(501, "NotImplemented", "Only object GET and HEAD are served here.")
         try:
@@ -449,12 +370,7 @@ class DataPort:
         headers = {"x-amz-request-id": request_id, **dict(error.headers)}
         if request.method == "HEAD":
             return web.Response(status=error.status, headers=headers)
-        body = (
-            '<?xml version="1.0" encoding="UTF-8"?>\n'
-            f"<Error><Code>{error.code}</Code><Message>{escape(error.message)}</Message>"
-            f"<Resource>{escape(resource)}</Resource><RequestId>{request_id}</RequestId></Error>"
-        )
         return web.Response(
-            status=error.status, body=body.encode(), headers=headers,
+            status=error.status, body=error_body(error, resource, request_id), headers=headers,
             content_type="application/xml",
         )

@@ -36,7 +36,7 @@ A verified request yields a ChunkSigner: what the chunk signatures of a signed
 `aws-chunked` body chain to (its signing key, timestamp, scope and the
 request's own signature as the seed), with the string-to-sign of a chunk and of
 the trailer (https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-streaming.html,
-sigv4-streaming-trailers.html). sidecar.aws_chunked checks the chain.
+sigv4-streaming-trailers.html). sidecar.s3.aws_chunked checks the chain.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ import hmac
 import re
 from dataclasses import dataclass, field
 
-from sidecar.sigv4 import ChunkSigner, Reason, SignatureRejected
+from sidecar.s3.sigv4 import ChunkSigner, Reason, SignatureRejected
 
 # A chunk header is a hex size and one `;chunk-signature=` extension (about 90
 # bytes); a trailer line is a header name and a base64 checksum. Anything much

@@ -19,10 +19,10 @@ import boto3
 from prometheus_client import CollectorRegistry
 
 from sidecar.config import Config, load_config
-from sidecar.kafka_segments import generate_topic_segments
-from sidecar.local_s3 import CREDENTIALS, LocalS3
 from sidecar.server import Sidecar
-from spark_warmup.example import example_instructions, example_plan
+from sidecar.tools.kafka_segments import generate_topic_segments
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.warmup_example import example_instructions, example_plan
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,3 @@
+"""The object store: the aiobotocore client, ranged GETs and HEADs, their retry
+policy and circuit breaker.
+"""

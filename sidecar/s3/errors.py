@@ -1,0 +1,64 @@
+"""S3 error answers: the codes, statuses and XML bodies S3 sends, so that SDKs
+retry and report them as they would for S3 itself (S3 API Reference, "Error
+responses"), and the translation of origin failures into them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from xml.sax.saxutils import escape
+
+from sidecar.errors import (
+    BucketNotFound,
+    ObjectNotFound,
+    OriginAccessDenied,
+    OriginError,
+    OriginThrottled,
+)
+
+
+@dataclass(frozen=True)
+class S3Error(Exception):
+    status: int
+    code: str
+    message: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def _slow_down_headers() -> tuple[tuple[str, str], ...]:
+    return (("Retry-After", "1"),)
+
+
+def error_for(exc: OriginError) -> S3Error:
+    """Translate an origin failure into what the client is told."""
+    if isinstance(exc, BucketNotFound):
+        return S3Error(404, "NoSuchBucket", "The specified bucket does not exist.")
+    if isinstance(exc, ObjectNotFound):
+        return S3Error(404, "NoSuchKey", "The specified key does not exist.")
+    if isinstance(exc, OriginAccessDenied):
+        return S3Error(403, "AccessDenied", "Access Denied")
+    if isinstance(exc, OriginThrottled):
+        return slow_down()
+    return S3Error(
+        503, "ServiceUnavailable", "The origin is unavailable; please retry.",
+        _slow_down_headers(),
+    )
+
+
+def slow_down() -> S3Error:
+    return S3Error(503, "SlowDown", "Please reduce your request rate.", _slow_down_headers())
+
+
+def paused() -> S3Error:
+    return S3Error(503, "ServiceUnavailable",
+                   "Downloads are paused (cache-only mode) and the range is not cached.",
+                   _slow_down_headers())
+
+
+def error_body(error: S3Error, resource: str, request_id: str) -> bytes:
+    """The XML document of an error answer (a HEAD answer carries none)."""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{error.code}</Code><Message>{escape(error.message)}</Message>"
+        f"<Resource>{escape(resource)}</Resource><RequestId>{request_id}</RequestId></Error>"
+    ).encode()

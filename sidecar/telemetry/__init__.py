@@ -1,0 +1,2 @@
+"""What the sidecar tells operators: Prometheus collectors, log lines, access log.
+"""
