@@ -1,10 +1,19 @@
 """Serve a byte range: cache lookup -> single-flight fetch of misses -> stream.
 
-One in-flight table (block ident -> the block's buffer as it arrives) is the
-only way a block is fetched, so a block is fetched once however many readers
-want it at the same time; each reader takes the block's bytes as they land
-(sidecar.block_buffer). A block stays in the table until it is written to the
-cache, so a reader never finds it in neither place and fetches it again.
+The engine is the one place that starts origin fetches, for every lane:
+foreground (a reader waits), prefetch (read-ahead the planner asked for) and
+warm (the warm-up API). One in-flight table (block ident -> the block's buffer
+as it arrives) is the only way a block is fetched, so a block is fetched once
+however many readers want it at the same time; each reader takes the block's
+bytes as they land (sidecar.block_buffer). A block stays in the table until it
+is written to the cache, so a reader never finds it in neither place and
+fetches it again.
+
+The other parts answer, the engine acts: the read-ahead planner
+(sidecar.prefetch.planner) returns the blocks to fetch ahead; the store returns
+what a write evicted and whether the disk failed (the engine then switches the
+modes to bypass); evictions go back to the planner, which counts unread
+read-ahead as waste.
 
 A lookup is a hit when the block is in the cache or already on its way from the
 origin (read ahead, warmed, or fetched for an earlier request): the reader's
@@ -14,7 +23,8 @@ and only the bytes of fetches a request started count as served from origin.
 Bounded requests fetch their adjacent missing blocks in one coalesced origin GET.
 Open-ended requests (`bytes=pos-`, or no Range at all) are read lazily, a block at
 a time as the client consumes: Kafka's RemoteLogManager opens `bytes=pos-` and
-closes after about one fetch, so fetching ahead here would waste origin bytes.
+closes after about one fetch, so fetching ahead here would waste origin bytes
+(read-ahead, which follows what was consumed, does that job).
 """
 
 from __future__ import annotations
@@ -22,21 +32,20 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterable
 from contextlib import aclosing
 from dataclasses import astuple, dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from sidecar.block_buffer import BlockBuffer
 from sidecar.blocks import block_span, blocks_for_range, coalesce_runs
 from sidecar.cache import BlockIdent, BlockStore, SlabRegion
 from sidecar.errors import DownloadsPaused, OriginBadBody, OriginCircuitOpen, Overloaded
 from sidecar.isolation.modes import ModeState
-from sidecar.model import ObjectInfo
+from sidecar.model import FOREGROUND, PREFETCH, WARM, ObjectInfo
+from sidecar.prefetch.planner import NextSegment, ReadAheadPlanner
+from sidecar.prefetch.streams import Stream
 from sidecar.telemetry.metrics import Metrics
-
-if TYPE_CHECKING:
-    from sidecar.prefetch.prefetcher import Prefetcher
 
 log = logging.getLogger(__name__)
 
@@ -73,26 +82,32 @@ class Source(enum.Enum):
     ORIGIN = "origin"
 
 
-class BlockReader(Protocol):
+class OriginReader(Protocol):
     """The origin as the engine needs it (handed in; tests give a fake)."""
 
     def read_range(
         self, info: ObjectInfo, start: int, end: int, lane: str
     ) -> AsyncGenerator[bytes, None]: ...
 
+    async def head(self, bucket: str, key: str) -> ObjectInfo: ...
+
+    async def list_keys(self, bucket: str, prefix: str) -> list[str]: ...
+
 
 class Engine:
     def __init__(
         self,
         store: BlockStore,
-        origin: BlockReader,
+        origin: OriginReader,
         metrics: Metrics,
         block_size: int,
         max_coalesce_blocks: int,
+        *,
         zero_copy: bool = False,
         modes: ModeState | None = None,
         max_buffered_bytes: int | None = None,
         warm_concurrency: int = 4,
+        planner: ReadAheadPlanner | None = None,
     ) -> None:
         self._store = store
         self._origin = origin
@@ -108,9 +123,10 @@ class Engine:
         self._max_buffered = max_buffered_bytes
         self._buffered = 0
         self._warm_gate = asyncio.Semaphore(warm_concurrency)  # the warm lane's connections
+        self._planner = planner
         self._in_flight: dict[BlockIdent, BlockBuffer] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.prefetcher: Prefetcher | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._streams = 0  # ranges being served right now
 
     @property
     def block_size(self) -> int:
@@ -120,10 +136,20 @@ class Engine:
         self, info: ObjectInfo, start: int, end: int, *, lazy: bool
     ) -> AsyncGenerator[tuple[Piece, Source], None]:
         """Yield the bytes of [start, end] (inclusive) in order, with their source."""
-        prefetcher = self.prefetcher if self._modes.read_ahead else None
-        stream = prefetcher.on_request(info, start) if prefetcher is not None else None
-        if prefetcher is not None and stream is not None:
-            prefetcher.on_delivered(stream, info, start)  # a continued stream reads ahead now
+        self._streams += 1
+        try:
+            async for piece in self._stream(info, start, end, lazy):
+                yield piece
+        finally:
+            self._streams -= 1
+
+    async def _stream(
+        self, info: ObjectInfo, start: int, end: int, lazy: bool
+    ) -> AsyncIterator[tuple[Piece, Source]]:
+        planner = self._planner if self._modes.read_ahead else None
+        stream = planner.on_request(info, start) if planner is not None else None
+        if stream is not None:
+            self._read_ahead(stream, info, start)  # a continued stream reads ahead now
         position = start
         started: set[BlockIdent] = set()  # blocks whose origin fetch this request began
         blocks = blocks_for_range(start, end, self._block_size)
@@ -137,8 +163,8 @@ class Engine:
                 # Back here only once the client took the piece: heads follow
                 # delivered bytes, not the range asked for.
                 position += piece_length(piece[0])
-                if prefetcher is not None and stream is not None:
-                    prefetcher.on_delivered(stream, info, position)
+                if stream is not None:
+                    self._read_ahead(stream, info, position)
 
     async def _block_pieces(
         self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range,
@@ -155,8 +181,8 @@ class Engine:
         self._metrics.cache_lookups.labels("hit" if anticipated else "miss").inc()
         if not anticipated:
             log.debug("miss %s block %d", info.key, block)
-        if self.prefetcher is not None:
-            self.prefetcher.on_block_read(ident)
+        if self._planner is not None and self._planner.on_block_read(ident):
+            self._metrics.prefetch_blocks.labels("used").inc()
         while record is not None and lo < hi:
             upto = min(hi, lo + PIECE_SIZE)
             data: Piece | None
@@ -165,6 +191,7 @@ class Engine:
             else:
                 data = await self._store.read(record, lo, upto)
             if data is None:  # evicted meanwhile, or failed its checksum: refetch
+                self._forget_evicted((ident,))
                 break
             lo = upto
             yield data, Source.CACHE
@@ -179,7 +206,7 @@ class Engine:
     ) -> AsyncIterator[tuple[Piece, Source]]:
         """Bypass mode: the bytes straight from the origin, not cached, not shared."""
         start = block_span(block, self._block_size, info.size)[0]
-        async for chunk in self._origin.read_range(info, start + lo, start + hi, "foreground"):
+        async for chunk in self._origin.read_range(info, start + lo, start + hi, FOREGROUND):
             yield chunk, Source.ORIGIN
 
     def _reserve_buffer(self, size: int) -> None:
@@ -200,16 +227,15 @@ class Engine:
         if buffer is None:
             if not self._modes.downloads:
                 raise DownloadsPaused("cache-only mode: the block is not cached")
-            started.update(self._start_fetch(info, ahead))
+            started.update(self._start_foreground(info, ahead))
             buffer = self._in_flight[ident]
         return buffer
 
-    def _start_fetch(self, info: ObjectInfo, ahead: range) -> list[BlockIdent]:
+    def _start_foreground(self, info: ObjectInfo, ahead: range) -> list[BlockIdent]:
         """Fetch the first block of `ahead` and the missing blocks right after it."""
         run_end = ahead.start + 1
         while run_end < ahead.stop and run_end - ahead.start < self._max_run:
-            ident = BlockIdent(info.bucket, info.key, info.etag, run_end)
-            if ident in self._in_flight or self._store.lookup(ident, touch=False) is not None:
+            if self._present(BlockIdent(info.bucket, info.key, info.etag, run_end)):
                 break
             run_end += 1
         (first, last), = coalesce_runs(range(ahead.start, run_end), self._max_run)
@@ -218,7 +244,7 @@ class Engine:
             - block_span(first, self._block_size, info.size)[0]
         )
         buffers = [self._new_buffer(info, block) for block in range(first, last + 1)]
-        self._spawn(self._fetch_run(info, buffers, "foreground"))
+        self._spawn(self._fetch_run(info, buffers, FOREGROUND))
         return [ident for ident, _ in buffers]
 
     def _new_buffer(self, info: ObjectInfo, block: int) -> tuple[BlockIdent, BlockBuffer]:
@@ -227,22 +253,82 @@ class Engine:
         self._in_flight[ident] = buffer
         return ident, buffer
 
-    def will_hit(self, info: ObjectInfo, offset: int) -> bool:
-        """Whether the block holding `offset` is cached or being read ahead (no side effects)."""
-        ident = BlockIdent(info.bucket, info.key, info.etag, offset // self._block_size)
+    def _present(self, ident: BlockIdent) -> bool:
+        """Cached or on its way: fetching it again would fetch it twice."""
         return ident in self._in_flight or self._store.lookup(ident, touch=False) is not None
 
-    def fetch_ahead(
-        self, info: ObjectInfo, block: int, lane: str = "prefetch"
-    ) -> asyncio.Task[None] | None:
-        """Fetch one block in the background unless it is cached or in flight."""
+    def will_hit(self, info: ObjectInfo, offset: int) -> bool:
+        """Whether the block holding `offset` is cached or being read ahead (no side effects)."""
+        return self._present(
+            BlockIdent(info.bucket, info.key, info.etag, offset // self._block_size)
+        )
+
+    def _fetch_one(self, info: ObjectInfo, block: int, lane: str) -> asyncio.Task[bool] | None:
+        """Fetch one block in the background unless it is cached or in flight; the
+        task says whether the block reached the cache."""
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
-        if ident in self._in_flight or self._store.lookup(ident, touch=False) is not None:
+        if self._present(ident):
             return None
         entry = self._new_buffer(info, block)
         self._buffered += entry[1].length
-        task = self._spawn(self._fetch_run(info, [entry], lane))
-        return task
+        return self._spawn(self._fetch_run(info, [entry], lane))
+
+    # Read-ahead: the planner decides, the engine fetches.
+
+    def _read_ahead(self, stream: Stream, info: ObjectInfo, position: int) -> None:
+        assert self._planner is not None
+        plan = self._planner.on_delivered(stream, info, position)
+        self._fetch_ahead(stream, info, plan.blocks)
+        if plan.next_segment is not None:
+            self._spawn(self._into_next_segment(plan.next_segment))
+
+    def _fetch_ahead(self, stream: Stream, info: ObjectInfo, blocks: Iterable[int]) -> None:
+        assert self._planner is not None
+        for block in blocks:
+            ident = BlockIdent(info.bucket, info.key, info.etag, block)
+            if self._present(ident):
+                continue
+            if not self._planner.admit(ident, stream):
+                return  # over a bound: the stream asks again at its next delivery
+            self._metrics.prefetch_blocks.labels("issued").inc()
+            entry = self._new_buffer(info, block)
+            self._buffered += entry[1].length
+            self._spawn(self._prefetch(info, entry))
+
+    async def _prefetch(self, info: ObjectInfo, entry: tuple[BlockIdent, BlockBuffer]) -> None:
+        assert self._planner is not None
+        cached = False
+        try:
+            cached = await self._fetch_run(info, [entry], PREFETCH)
+        except Exception:  # logged by _fetch_run; read-ahead is best effort
+            pass
+        finally:
+            self._planner.finished(entry[0], cached)
+
+    async def _into_next_segment(self, wanted: NextSegment) -> None:
+        """Look up the partition's next segment and read its first blocks ahead."""
+        assert self._planner is not None
+        bucket = wanted.after.bucket
+        try:
+            keys = await self._origin.list_keys(bucket, wanted.partition_prefix)
+            next_key = self._planner.next_key(wanted, keys)
+            if next_key is None:
+                return
+            next_info = await self._origin.head(bucket, next_key)
+        except Exception as exc:  # read-ahead is best effort; the reader will ask itself
+            log.info("no cross-segment prefetch after s3://%s/%s: %s",
+                     bucket, wanted.after.key, exc)
+            return
+        self._fetch_ahead(wanted.stream, next_info,
+                          self._planner.continue_into(wanted, next_info))
+
+    def _forget_evicted(self, idents: Iterable[BlockIdent]) -> None:
+        """Blocks left the cache: read-ahead nobody read was wasted."""
+        if self._planner is None:
+            return
+        for ident in idents:
+            if self._planner.on_evicted(ident):
+                self._metrics.prefetch_blocks.labels("wasted").inc()
 
     async def warm(
         self, info: ObjectInfo, start: int, end: int, ttl_s: float, concurrency: int = 4
@@ -266,7 +352,7 @@ class Engine:
                 self._metrics.warm_blocks.labels("already_cached").inc()
                 return WarmResult(1, already_cached=1)
             async with gate, self._warm_gate:
-                task = self.fetch_ahead(info, block, "warm")
+                task = self._fetch_one(info, block, WARM)
                 try:
                     if task is not None:
                         await asyncio.shield(task)
@@ -297,7 +383,7 @@ class Engine:
         )
         return sum(results, WarmResult())
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -305,14 +391,19 @@ class Engine:
 
     async def _fetch_run(
         self, info: ObjectInfo, buffers: list[tuple[BlockIdent, BlockBuffer]], lane: str
-    ) -> None:
+    ) -> bool:
         """One origin GET for consecutive blocks, filling their buffers as bytes arrive;
-        each full block is then written to the cache (and leaves the table)."""
+        each full block is then written to the cache (and leaves the table).
+
+        Returns whether every block reached the cache. A failure reaches the
+        block's readers through its buffer; the prefetch and warm lanes, which
+        have no reader to tell, get it raised.
+        """
         first, last = buffers[0][0].block, buffers[-1][0].block
         start = block_span(first, self._block_size, info.size)[0]
         end = block_span(last, self._block_size, info.size)[1]
         index = 0
-        landings: list[asyncio.Task[None]] = []
+        landings: list[asyncio.Task[bool]] = []
         failure: BaseException | None = None
         try:
             # Closed at once when a block cannot take the bytes: the origin's
@@ -341,7 +432,7 @@ class Engine:
         except BaseException as exc:
             failure = exc
             # An open breaker has said so once already; not again for every miss.
-            quiet = lane == "prefetch" or isinstance(
+            quiet = lane == PREFETCH or isinstance(
                 exc, (asyncio.CancelledError, OriginCircuitOpen)
             )
             log.log(logging.INFO if quiet else logging.WARNING,
@@ -352,19 +443,28 @@ class Engine:
                 buffer.fail(exc if isinstance(exc, Exception) else ConnectionAbortedError())
                 self._in_flight.pop(ident, None)
                 self._buffered -= buffer.length
-        await asyncio.gather(*landings, return_exceptions=True)
-        if failure is not None and (lane != "foreground" or not isinstance(failure, Exception)):
-            raise failure  # the prefetcher's and warm's waits see it
+        landed = await asyncio.gather(*landings, return_exceptions=True)
+        if failure is not None and (lane != FOREGROUND or not isinstance(failure, Exception)):
+            raise failure  # the prefetch and warm waits see it
+        return failure is None and all(result is True for result in landed)
 
-    async def _land(self, ident: BlockIdent, buffer: BlockBuffer, expected: int) -> None:
+    async def _land(self, ident: BlockIdent, buffer: BlockBuffer, expected: int) -> bool:
+        """Write a full block to the cache; whether it is cached now."""
         try:
             # The store keeps what it is given: a block of any other length
             # than its span of the object would serve wrong bytes at offsets.
             if buffer.filled != expected or buffer.length != expected:
                 log.error("not caching s3://%s/%s block %d: %d bytes where %d were due",
                           ident.bucket, ident.key, ident.block, buffer.filled, expected)
-            elif self._modes.caching:
-                await self._store.write(ident, buffer.data, read=buffer.read)
+                return False
+            if not self._modes.caching:
+                return False
+            written = await self._store.write(ident, buffer.data, read=buffer.read)
+            self._forget_evicted(written.evicted)
+            if written.disk_error is not None:
+                # The sidecar bypasses the cache until the disk watcher sees it well.
+                self._modes.disk_failed(written.disk_error)
+            return written.record is not None
         finally:
             del self._in_flight[ident]
             self._buffered -= buffer.length
@@ -374,7 +474,36 @@ class Engine:
         return end - start
 
     def invalidate(self, bucket: str, key: str) -> int:
-        return self._store.invalidate_object(bucket, key)
+        """Drop every cached block of the object; how many were dropped."""
+        dropped = self._store.invalidate_object(bucket, key)
+        self._forget_evicted(dropped)
+        return len(dropped)
+
+    def shrink_cache(self, nbytes: int) -> int:
+        """Give about `nbytes` of the cache's disk space back; the bytes released."""
+        shrunk = self._store.shrink(nbytes)
+        self._forget_evicted(shrunk.evicted)
+        return shrunk.released_bytes
+
+    def activity(self) -> dict[str, int | bool]:
+        """What is under way (the stats' `engine` section; tests await `idle`)."""
+        return {
+            "streams": self._streams,
+            "blocks_in_flight": len(self._in_flight),
+            "buffered_bytes": self._buffered,
+            "prefetch_in_flight": self._planner.blocks_in_flight if self._planner else 0,
+            "prefetch_pending": self._planner.pending_blocks if self._planner else 0,
+            "idle": not self._streams and not self._tasks and not self._store.busy,
+        }
+
+    async def idle(self) -> None:
+        """Wait until no fetch, landing, look-up or disk work is under way,
+        including work that what is under way starts meanwhile (ranges still
+        being streamed are their callers' to finish)."""
+        while self._tasks or self._store.busy:
+            if self._tasks:
+                await asyncio.wait(list(self._tasks))
+            await self._store.idle()
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -384,4 +513,3 @@ class Engine:
 
 def max_coalesce_blocks(max_coalesce_bytes: int, block_size: int) -> int:
     return max(1, max_coalesce_bytes // block_size)
-

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import logging
 import os
@@ -29,10 +28,10 @@ from sidecar.isolation.disk import DiskWatcher, check_dedicated
 from sidecar.isolation.host import apply_host_settings
 from sidecar.isolation.lanes import LaneLimiter
 from sidecar.isolation.modes import Mode, ModeState
-from sidecar.layout import is_small_object
+from sidecar.layout import Layout, is_small_object
 from sidecar.model import PREFETCH, WARM
 from sidecar.origin.client import Origin
-from sidecar.prefetch.prefetcher import Prefetcher
+from sidecar.prefetch.planner import ReadAheadPlanner
 from sidecar.prefetch.streams import StreamTable
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
@@ -101,7 +100,6 @@ class Sidecar:
         self._access_log: AccessLog | None = None
         self._store: BlockStore | None = None
         self._engine: Engine | None = None
-        self._prefetcher: Prefetcher | None = None
         self._passthrough: PassThrough | None = None
         self._ready = False
         self.data_url = ""
@@ -129,11 +127,6 @@ class Sidecar:
                 f"{exc.strerror}"
             ) from None
         store = self._store
-        store.disk_error_listeners.append(
-            lambda exc: self.modes.disk_failed(
-                f"{errno.errorcode.get(exc.errno or 0, 'error')}: {exc.strerror}"
-            )
-        )
         self.metrics.cache_capacity.set_function(lambda: store.capacity_bytes())
         self.metrics.cache_used.set_function(lambda: store.used_bytes())
         self.metrics.cache_blocks.set_function(lambda: store.block_count())
@@ -141,12 +134,12 @@ class Sidecar:
             self._store, self.origin, self.metrics, cache.block_size,
             max_coalesce_blocks(cache.max_coalesce_bytes, cache.block_size),
             # Only asyncio's selector loop has a native loop.sendfile.
-            zero_copy=isinstance(asyncio.get_running_loop(), asyncio.selector_events.BaseSelectorEventLoop),
+            zero_copy=isinstance(asyncio.get_running_loop(),
+                                 asyncio.selector_events.BaseSelectorEventLoop),
             modes=self.modes, max_buffered_bytes=server.max_buffered_bytes,
             warm_concurrency=self.config.origin.warm_concurrency,
+            planner=self._read_ahead_planner(store.slot_count),
         )
-        if self.config.prefetch.enabled:
-            self._prefetcher = self._build_prefetcher(self._engine, self._store)
         if server.access_log is not None:
             try:
                 self._access_log = AccessLog(server.access_log)
@@ -169,7 +162,7 @@ class Sidecar:
         )
         watcher = DiskWatcher(
             cache.directory, cache.disk_reserve_bytes, cache.disk_check_interval_s,
-            self._executor, shrink=store.shrink, grow=store.grow,
+            self._executor, shrink=self._engine.shrink_cache, grow=store.grow,
             failed=lambda: self.modes.disk_problem is not None,
             recovered=self.modes.disk_recovered,
         )
@@ -199,22 +192,20 @@ class Sidecar:
             engine.invalidate(bucket, key)
         return invalidate
 
-    def _build_prefetcher(self, engine: Engine, store: BlockStore) -> Prefetcher:
+    def _read_ahead_planner(self, slot_count: int) -> ReadAheadPlanner | None:
         settings = self.config.prefetch
+        if not settings.enabled:
+            return None
         table = StreamTable(
             block_size=self.config.cache.block_size,
             max_window_blocks=settings.max_window_blocks,
             idle_s=settings.stream_idle_s, clock=time.monotonic,
         )
-        prefetcher = Prefetcher(
-            table, engine, self.metrics, head=self.origin.head,
-            list_keys=self.origin.list_keys if settings.layout == "aiven" else None,
-            layout_prefix=settings.layout_prefix, max_in_flight=settings.max_in_flight,
-            max_pending=int(store.slot_count * settings.cache_share),
+        return ReadAheadPlanner(
+            table, max_in_flight=settings.max_in_flight,
+            max_pending=int(slot_count * settings.cache_share),
+            layout=Layout(settings.layout), layout_prefix=settings.layout_prefix,
         )
-        engine.prefetcher = prefetcher
-        store.eviction_listeners.append(prefetcher.on_evicted)
-        return prefetcher
 
     async def _listen(self, application: web.Application, address: HostPort) -> str:
         # aiohttp's keep-alive timer starts with the connection and moves only
@@ -261,8 +252,6 @@ class Sidecar:
             await runner.cleanup()
         if self._access_log is not None:
             self._access_log.close()
-        if self._prefetcher is not None:
-            await self._prefetcher.close()
         if self._engine is not None:
             await self._engine.close()
         if self._store is not None:

@@ -137,6 +137,7 @@ class AdminPort:
         snapshot["disk_problem"] = self._modes.disk_problem
         if self._cache_recovery is not None:
             snapshot["cache"]["recovery"] = self._cache_recovery()
+        snapshot["engine"] = self._engine.activity()
         return web.json_response(snapshot)
 
     async def warm(self, request: web.Request) -> web.Response:

@@ -7,6 +7,8 @@ reads them and writes what it fetched; everything else is in here.
 from __future__ import annotations
 
 from sidecar.cache.ident import BlockIdent, SlotRecord
-from sidecar.cache.store import BlockStore, CacheMetrics, SlabRegion
+from sidecar.cache.store import BlockStore, CacheMetrics, Shrunk, SlabRegion, Written
 
-__all__ = ["BlockIdent", "BlockStore", "CacheMetrics", "SlabRegion", "SlotRecord"]
+__all__ = [
+    "BlockIdent", "BlockStore", "CacheMetrics", "Shrunk", "SlabRegion", "SlotRecord", "Written",
+]

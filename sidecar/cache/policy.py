@@ -148,15 +148,18 @@ class EvictionPolicy(Generic[K]):
         self._freq.pop(key, None)
 
     def choose_victims(
-        self, count: int, pinned: Callable[[K], bool] = _never_pinned
+        self, count: int, pinned: Callable[[K], bool] = _never_pinned, *,
+        probation_only: bool = False,
     ) -> list[K]:
         """Evict up to ``count`` unpinned keys now and return them in order.
 
         Fewer are returned when fewer unpinned keys are resident.
+        ``probation_only``: take victims from the small FIFO only (none when it
+        has none), for a caller that expects one there shortly.
         """
         victims: list[K] = []
         while len(victims) < count:
-            victim = self._evict_one(pinned)
+            victim = self._evict_small(pinned) if probation_only else self._evict_one(pinned)
             if victim is None:
                 break
             victims.append(victim)

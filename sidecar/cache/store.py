@@ -25,12 +25,18 @@ in ``slab.py``), the rest are free, and ``recovery`` reports what was found.
 Executor work is run in a task of its own and awaited through ``shield``: a
 client that disconnects mid-read cancels its wait, not the copy, so a pin is
 released (and a slot reused) only when the executor is really done with it.
+
+The store calls nobody back: what a call evicted, and a write that failed on
+the disk, come back in its result (``Written``, ``Shrunk``, the idents that
+``invalidate_object`` dropped); a read of a block that fails its checksum
+returns None. The engine acts on them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -73,6 +79,30 @@ class CacheMetrics(Protocol):
 
 
 @dataclass(frozen=True)
+class Written:
+    """What ``BlockStore.write`` did.
+
+    ``record``: the block as cached, or None when nothing was cached (every
+    slot pinned or being written, the object invalidated meanwhile, the store
+    closed, or the disk failed). ``evicted``: blocks pushed out to make room.
+    ``disk_error``: why the disk refused the write (``ENOSPC: No space left on
+    device``), for the caller to decide whether to keep using the cache.
+    """
+
+    record: SlotRecord | None
+    evicted: tuple[BlockIdent, ...] = ()
+    disk_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Shrunk:
+    """What ``BlockStore.shrink`` gave back to the disk, and the blocks it evicted."""
+
+    released_bytes: int
+    evicted: tuple[BlockIdent, ...] = ()
+
+
+@dataclass(frozen=True)
 class SlabRegion:
     """Verified bytes of a cached block, to be sent from the file with sendfile(2).
 
@@ -110,6 +140,7 @@ class BlockStore:
         drop_written_pages: bool = False,
         recovered: RecoveredIndex | None = None,
         report: RecoveryReport | None = None,
+        admit_to_main: Callable[[BlockIdent], bool] | None = None,
     ) -> None:
         # Use BlockStore.open; this only adopts an opened slab (and the index
         # recovered from it).
@@ -126,6 +157,7 @@ class BlockStore:
         self._pins: dict[int, int] = {}
         self._writing: dict[int, BlockIdent] = {}
         self._cancelled: set[int] = set()  # writing slots whose object was invalidated
+        self._landed = asyncio.Event()  # set (and replaced) each time a write ends
         self._retiring: dict[int, bool] = {}  # slot -> clear the on-disk valid flag first
         self._tasks: set[asyncio.Task[Any]] = set()
         self._scrubbing: asyncio.Task[Any] | None = None
@@ -146,13 +178,9 @@ class BlockStore:
         self._unread: set[BlockIdent] = set()
         self._drop_written_pages = drop_written_pages
         self._disabled: set[int] = set()  # slots whose space was given back to the disk
-        # Told when a write fails on the disk (the sidecar then bypasses the cache).
-        self.disk_error_listeners: list[Callable[[OSError], None]] = []
-        # Told which block left and why (the prefetcher counts unread ones as waste).
-        self.eviction_listeners: list[Callable[[BlockIdent, str], None]] = []
         # Blocks that skip the policy's probation (small objects read whole and
         # often: a segment's manifest and indexes), so scans cannot evict them.
-        self.admit_to_main: Callable[[BlockIdent], bool] = lambda ident: False
+        self._admit_to_main = admit_to_main or _nothing_skips_probation
         if recovered is not None:
             self._adopt(recovered)
 
@@ -229,9 +257,7 @@ class BlockStore:
         )
         store = cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
                     protected_share=protected_share, drop_written_pages=drop_written_pages,
-                    recovered=recovered, report=report)
-        if admit_to_main is not None:
-            store.admit_to_main = admit_to_main
+                    recovered=recovered, report=report, admit_to_main=admit_to_main)
         if scrub_rate:
             store.start_scrub(scrub_rate)
         return store
@@ -361,39 +387,40 @@ class BlockStore:
 
     async def write(
         self, ident: BlockIdent, data: bytes | bytearray, *, read: bool = True
-    ) -> SlotRecord | None:
+    ) -> Written:
         """Cache ``data`` as ``ident`` (replacing any previous copy).
 
         ``read`` False: no reader has had the bytes yet (the block was fetched
         ahead of them), so its first lookup is its first use, not a hit.
-
-        Returns None, caching nothing, when every slot is pinned or being
-        written, when the object was invalidated during the write, or when the
-        disk write failed (logged).
         """
         if len(data) > self._slab.block_size:
             raise ValueError(f"{len(data)} bytes do not fit a block of {self._slab.block_size}")
         if self._closed:
-            return None
-        slot = self._reserve_slot()
-        if slot is None:
-            return None
+            return Written(None)
+        slot, evicted = await self._reserve_slot()
+        if slot is None or self._closed:
+            if slot is not None:
+                self._free.append(slot)
+            return Written(None)
         self._writing[slot] = ident
         self._generation += 1
-        return await self._in_task(
+        written = await self._in_task(
             self._write_reserved(slot, ident, self._generation, data, read)
         )
+        if evicted is None:
+            return written
+        return Written(written.record, (evicted, *written.evicted), written.disk_error)
 
-    def invalidate_object(self, bucket: str, key: str) -> int:
-        """Drop every cached block of the object, whatever its ETag; returns how many."""
-        idents = self._objects.pop((bucket, key), set())
+    def invalidate_object(self, bucket: str, key: str) -> tuple[BlockIdent, ...]:
+        """Drop every cached block of the object, whatever its ETag; the blocks dropped."""
+        idents = tuple(self._objects.pop((bucket, key), ()))
         for ident in idents:
             self._drop(self._records[ident], REASON_INVALIDATED)
         # A write still copying would otherwise bring the object back.
         for slot, ident in self._writing.items():
             if (ident.bucket, ident.key) == (bucket, key):
                 self._cancelled.add(slot)
-        return len(idents)
+        return idents
 
     def used_bytes(self) -> int:
         return self._used_bytes
@@ -402,23 +429,24 @@ class BlockStore:
         """Bytes of block data the usable slots can hold (slot headers not included)."""
         return (self._slab.slot_count - len(self._disabled)) * self._slab.block_size
 
-    def shrink(self, nbytes: int) -> int:
+    def shrink(self, nbytes: int) -> Shrunk:
         """Give about `nbytes` of disk space back (free slots first, then evicting
-        the policy's victims); returns the bytes released. Never touches pinned,
-        protected or in-flight slots."""
+        the policy's victims). Never touches pinned, protected or in-flight slots."""
         slot_bytes = SLOT_HEADER_SIZE + self._slab.block_size
         want = -(-nbytes // slot_bytes)
+        evicted: list[BlockIdent] = []
         if want > len(self._free):
             for victim in self._policy.choose_victims(want - len(self._free), self._is_pinned):
                 record = self._records[victim]
                 self._forget(record)
                 self._evicted(record, REASON_SHRINK)
                 self._retire(record.slot, clear_on_disk=False)
+                evicted.append(victim)
         slots = [self._free.pop() for _ in range(min(want, len(self._free)))]
         self._disabled.update(slots)
         for slot in slots:
             self._track(self._loop.create_task(self._release_space(slot)))
-        return len(slots) * slot_bytes
+        return Shrunk(len(slots) * slot_bytes, tuple(evicted))
 
     def grow(self) -> int:
         """Take back every slot given to the disk; returns how many."""
@@ -435,6 +463,16 @@ class BlockStore:
 
     def block_count(self) -> int:
         return len(self._records)
+
+    @property
+    def busy(self) -> bool:
+        """Whether disk work (reads, writes, page advice, the scrub) is under way."""
+        return bool(self._tasks)
+
+    async def idle(self) -> None:
+        """Wait until no disk work is under way (work started meanwhile included)."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
 
     async def close(self) -> None:
         """Stop the scrub, wait for the reads and writes in progress, then unmap
@@ -507,7 +545,7 @@ class BlockStore:
     async def _write_reserved(
         self, slot: int, ident: BlockIdent, generation: int, data: bytes | bytearray,
         read: bool,
-    ) -> SlotRecord | None:
+    ) -> Written:
         try:
             record = await self._loop.run_in_executor(
                 self._executor, self._slab.write_block, slot, ident, generation, data
@@ -521,16 +559,15 @@ class BlockStore:
                 # A failing cache disk must not fail the client whose block
                 # this is: the block is just not cached.
                 log.warning("could not cache block %s in slot %d: %s", ident, slot, exc)
-                for listener in self.disk_error_listeners:
-                    listener(exc)
-                return None
+                return Written(None, disk_error=_describe_disk_error(exc))
             raise
         cancelled = self._end_write(slot)
         if self._closed:
-            return None
+            return Written(None)
         if cancelled:
             self._retire(slot, clear_on_disk=True)
-            return None
+            return Written(None)
+        evicted: list[BlockIdent] = []
         previous = self._records.get(ident)
         if previous is not None:
             # Replaced while we wrote (or before): the ident stays in the policy.
@@ -539,17 +576,18 @@ class BlockStore:
         else:
             try:
                 victims = self._policy.insert(ident, self._is_pinned,
-                                              main=self.admit_to_main(ident))
+                                              main=self._admit_to_main(ident))
             except CacheFullError:
                 # Cannot happen while the reserved slot is outside the policy
                 # (it has fewer entries than slots); kept correct regardless.
                 self._retire(slot, clear_on_disk=True)
-                return None
+                return Written(None)
             for victim in victims:
-                evicted = self._records[victim]
-                self._forget(evicted)
-                self._evicted(evicted, REASON_CAPACITY)
-                self._retire(evicted.slot, clear_on_disk=False)
+                gone = self._records[victim]
+                self._forget(gone)
+                self._evicted(gone, REASON_CAPACITY)
+                self._retire(gone.slot, clear_on_disk=False)
+                evicted.append(victim)
         self._records[ident] = record
         if not read:
             self._unread.add(ident)
@@ -558,27 +596,48 @@ class BlockStore:
         if self._drop_written_pages:
             # Starts writeback now instead of letting a replay's dirty pages pile up.
             self._track(self._loop.create_task(self._drop_pages(slot)))
-        return record
+        return Written(record, tuple(evicted))
 
     def _end_write(self, slot: int) -> bool:
         del self._writing[slot]
+        # Wakes the writes waiting for a victim in probation (_reserve_slot);
+        # the record, if any, is inserted before they run again.
+        self._landed.set()
+        self._landed = asyncio.Event()
         if slot in self._cancelled:
             self._cancelled.discard(slot)
             return True
         return False
 
-    def _reserve_slot(self) -> int | None:
-        if self._free:
-            return self._free.pop()
-        victims = self._policy.choose_victims(1, self._is_pinned)
-        if not victims:
-            return None
+    async def _reserve_slot(self) -> tuple[int | None, BlockIdent | None]:
+        """A slot for a write, and the block evicted to free it (if one was).
+
+        S3-FIFO takes victims from the small FIFO while it holds its share,
+        else from main. Blocks being written now will join the small FIFO, but
+        are not in it yet: with a small FIFO of a few slots, writes that overlap
+        would find it empty and evict blocks that proved reuse (a segment's
+        manifest, say) from main. A write then waits for the block written
+        before it to land in probation, and evicts that one instead.
+        """
+        while True:
+            if self._free:
+                return self._free.pop(), None
+            joining_probation = any(
+                not self._admit_to_main(ident) for ident in self._writing.values()
+            )
+            victims = self._policy.choose_victims(1, self._is_pinned,
+                                                  probation_only=joining_probation)
+            if victims:
+                break
+            if not joining_probation or self._closed:
+                return None, None
+            await self._landed.wait()
         record = self._records[victims[0]]
         self._forget(record)
         self._evicted(record, REASON_CAPACITY)
         # Unpinned by construction, so the writer may take the slot at once;
         # the write itself clears the old header's valid flag first.
-        return record.slot
+        return record.slot, record.ident
 
     def _is_pinned(self, ident: BlockIdent) -> bool:
         if self._records[ident].slot in self._pins:
@@ -617,8 +676,6 @@ class BlockStore:
         # Evicted data is of no use in the page cache: say so now rather than
         # let it push out the broker's pages.
         self._track(self._loop.create_task(self._drop_pages(record.slot)))
-        for listener in self.eviction_listeners:
-            listener(record.ident, reason)
 
     async def _drop_pages(self, slot: int) -> None:
         try:
@@ -691,6 +748,14 @@ async def _recover(
     if recovered.erase:
         await loop.run_in_executor(executor, _erase_all, slab, recovered.erase)
     return recovered
+
+
+def _nothing_skips_probation(ident: BlockIdent) -> bool:
+    return False
+
+
+def _describe_disk_error(exc: OSError) -> str:
+    return f"{errno.errorcode.get(exc.errno or 0, 'error')}: {exc.strerror or exc}"
 
 
 def _slot_of(record: SlotRecord) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import random
-import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,7 +30,9 @@ def broker_fetch(url: str, bucket: str, key: str, position: int, fetch: int) -> 
 
 
 
-def put_partition(origin_s3: Any, bucket: str, segments: int, segment_bytes: int) -> list[tuple[str, bytes]]:
+def put_partition(
+    origin_s3: Any, bucket: str, segments: int, segment_bytes: int
+) -> list[tuple[str, bytes]]:
     objects = []
     for segment in generate_topic_segments(
         topic="orders", partitions=1, segments_per_partition=segments,
@@ -59,7 +60,7 @@ def test_sequential_replay_hits_after_first_block_and_crosses_segments(
     objects = put_partition(origin_s3, bucket, segments=3, segment_bytes=6 * BLOCK)
     (first_key, first_data), (second_key, second_data), (third_key, third_data) = objects
     read_like_a_broker(prefetching_sidecar.data_url, bucket, first_key, first_data)
-    time.sleep(0.5)
+    prefetching_sidecar.wait_idle()
     # Before the reader asked for the next segment, its first block was fetched.
     assert f"bytes=0-{BLOCK - 1}" in [r.range for r in proxy.gets(second_key)]
     read_like_a_broker(prefetching_sidecar.data_url, bucket, second_key, second_data)
@@ -95,7 +96,7 @@ def test_random_reader_triggers_no_prefetch_storm(
         assert connection.getresponse().read() == data[start:end + 1]
         connection.close()
         touched.update(range(start // BLOCK, end // BLOCK + 1))
-    time.sleep(0.3)
+    prefetching_sidecar.wait_idle()  # read-ahead started late would count too
     needed = sum(min(BLOCK, len(data) - block * BLOCK) for block in touched)
     origin_bytes = prefetching_sidecar.metric("sidecar_origin_bytes_total")
     # What a cache without read-ahead must fetch, plus at most 20%.

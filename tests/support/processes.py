@@ -16,6 +16,7 @@ from types import TracebackType
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.tools.local_s3 import CREDENTIALS
+from tests.support.waiting import eventually
 
 START_TIMEOUT_S = 30.0
 
@@ -105,6 +106,13 @@ class SidecarProcess:
                 if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                     total += sample.value
         return total
+
+    def wait_idle(self, timeout: float = 20.0) -> None:
+        """Until no range is being served and no fetch, read-ahead or disk work is
+        under way (the stats' engine section): what the sidecar will ever fetch
+        for the requests so far has been fetched."""
+        eventually(lambda: self.stats()["engine"]["idle"],  # type: ignore[index]
+                   "the sidecar to be idle", timeout)
 
     def stats(self) -> dict[str, object]:
         with urllib.request.urlopen(self.admin_url + "/api/v1/stats", timeout=10) as response:

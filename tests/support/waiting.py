@@ -2,8 +2,8 @@
 
 `eventually` (threads, subprocesses, servers of another process) and
 `eventually_async` (code on the test's own event loop) poll a probe until it
-returns something other than None or False, and fail with what was awaited when
-the time is up. Either returns the probe's last value, so a test can assert on it.
+returns something true (a non-empty list, a non-zero count, True, an object),
+and fail with what was awaited when the time is up. Either returns the probe's last value, so a test can assert on it.
 Prefer awaiting the state itself where the code offers one (an event, a future,
 `Engine.idle()`); these are for state that is only visible from outside.
 """
@@ -25,7 +25,7 @@ def eventually(probe: Callable[[], T | None], what: str, timeout: float = DEFAUL
     deadline = time.monotonic() + timeout
     while True:
         result = probe()
-        if result is not None and result is not False:
+        if result:
             return result
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
@@ -37,7 +37,7 @@ async def eventually_async(probe: Callable[[], T | None], what: str,
     deadline = time.monotonic() + timeout
     while True:
         result = probe()
-        if result is not None and result is not False:
+        if result:
             return result
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")

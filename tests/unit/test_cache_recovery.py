@@ -63,7 +63,7 @@ async def fill(store: BlockStore, rng: random.Random, count: int) -> dict[BlockI
         block_ident = ident(n, key=f"topic-{rng.randrange(4)}/0/{n // 3:020d}.log",
                             etag=f'"{rng.randrange(2**32):08x}"')
         data = rng.randbytes(rng.choice([BLOCK, BLOCK, rng.randrange(1, BLOCK)]))
-        assert await store.write(block_ident, data) is not None
+        assert (await store.write(block_ident, data)).record is not None
         blocks[block_ident] = data
     return blocks
 
@@ -109,7 +109,7 @@ async def test_reopen_recovers_every_block_byte_exact(
             lo = rng.randrange(len(data))
             assert await store.read(record, lo, len(data)) == data[lo:]
         # The write counter resumes after the largest generation on disk.
-        fresh = await store.write(ident(999), b"new")
+        fresh = (await store.write(ident(999), b"new")).record
         assert fresh is not None and fresh.generation == max(generations) + 1
         assert metrics.evictions == {} and metrics.checksum_failures == 0
     finally:
@@ -127,11 +127,10 @@ async def test_eviction_resumes_in_write_order(
     metrics = RecordingMetrics()
     store = await open_store(tmp_path, executor, slots=8, metrics=metrics)
     try:
-        evicted: list[BlockIdent] = []
-        store.eviction_listeners.append(lambda gone, reason: evicted.append(gone))
         assert store.block_count() == 8
-        assert await store.write(ident(100), b"x") is not None  # full: the oldest goes
-        assert evicted == [ident(0)] and metrics.evictions == {"capacity": 1}
+        written = await store.write(ident(100), b"x")
+        assert written.record is not None  # full: the oldest goes
+        assert written.evicted == (ident(0),) and metrics.evictions == {"capacity": 1}
         assert store.lookup(ident(0)) is None and store.lookup(ident(100)) is not None
     finally:
         await store.close()
@@ -254,7 +253,7 @@ async def test_corrupt_and_torn_headers_are_dropped_and_counted(
                 assert await store.read(found, 0, len(data)) == data
         # The dropped slots are free again: all 8 of them can be written.
         for n in range(8):
-            assert await store.write(ident(1000 + n), b"y" * 10) is not None
+            assert (await store.write(ident(1000 + n), b"y" * 10)).record is not None
         assert metrics.evictions == {"recovery": 5}
     finally:
         await store.close()
@@ -389,7 +388,7 @@ async def test_truncated_slab_keeps_the_slots_wholly_present(
             else:
                 assert record is None
         for n in range(3):  # the lost slots are free
-            assert await store.write(ident(100 + n), b"z") is not None
+            assert (await store.write(ident(100 + n), b"z")).record is not None
         assert metrics.evictions == {} and metrics.checksum_failures == 0
     finally:
         await store.close()
@@ -419,7 +418,7 @@ async def test_a_damaged_file_header_starts_empty_and_says_so(
         assert (report.blocks_recovered, report.slots_scanned) == (0, 0)
         assert store.lookup(ident(1)) is None
         assert path.stat().st_size == 4096 + 4 * SLOT
-        record = await store.write(ident(2), b"b" * 100)
+        record = (await store.write(ident(2), b"b" * 100)).record
         assert record is not None and await store.read(record, 0, 100) == b"b" * 100
     finally:
         await store.close()
@@ -445,8 +444,8 @@ async def test_a_resized_cache_keeps_the_common_slots(
     store = await open_store(tmp_path, executor, slots=6)
     try:
         assert store.recovery is not None and store.recovery.blocks_recovered == 4
-        assert await store.write(ident(50), b"q") is not None
-        assert await store.write(ident(51), b"q") is not None
+        assert (await store.write(ident(50), b"q")).record is not None
+        assert (await store.write(ident(51), b"q")).record is not None
         assert store.block_count() == 6
     finally:
         await store.close()

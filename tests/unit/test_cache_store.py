@@ -16,6 +16,7 @@ import pytest
 from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache.slab import Slab
 from tests.support.cache_metrics import RecordingMetrics
+from tests.support.waiting import eventually_async
 
 BLOCK = 64 * 1024
 SLOT = BLOCK + 4096
@@ -34,23 +35,10 @@ class Gate:
         self.opened.wait(timeout=10)
 
     async def wait_entered(self) -> None:
-        await wait_for(self.entered.is_set)
+        await eventually_async(self.entered.is_set, "the gated call to start")
 
     def open(self) -> None:
         self.opened.set()
-
-
-async def wait_for(condition: Callable[[], bool]) -> None:
-    for _ in range(5000):
-        if condition():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError("condition not reached")
-
-
-async def background_done(store: BlockStore) -> None:
-    """Wait for the store's background work (slot flag clears) to finish."""
-    await wait_for(lambda: not store._tasks)
 
 
 def ident(block: int = 0, key: str = "obj", etag: str = "e1") -> BlockIdent:
@@ -59,12 +47,6 @@ def ident(block: int = 0, key: str = "obj", etag: str = "e1") -> BlockIdent:
 
 def payload(size: int = BLOCK, seed: int = 0) -> bytes:
     return random.Random(seed).randbytes(size)
-
-
-@pytest.fixture
-def executor() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        yield pool
 
 
 @pytest.fixture
@@ -101,7 +83,7 @@ async def open_store(
 
 
 async def written(store: BlockStore, block_ident: BlockIdent, data: bytes) -> SlotRecord:
-    record = await store.write(block_ident, data)
+    record = (await store.write(block_ident, data)).record
     assert record is not None
     return record
 
@@ -196,16 +178,16 @@ async def test_invalidate_object_drops_every_block_of_every_etag(
             await written(store, block_ident, payload(1000))
         other = await written(store, ident(0, key="other"), payload(3000))
 
-        assert store.invalidate_object("bkt", "obj") == 3
-        assert store.invalidate_object("bkt", "obj") == 0
-        assert store.invalidate_object("bkt", "missing") == 0
+        assert len(store.invalidate_object("bkt", "obj")) == 3
+        assert store.invalidate_object("bkt", "obj") == ()
+        assert store.invalidate_object("bkt", "missing") == ()
         assert store.lookup(ident(0)) is None and store.lookup(ident(0, etag="e2")) is None
         assert store.lookup(ident(0, key="other")) is other
         assert metrics.evictions == {"invalidated": 3}
         assert (store.block_count(), store.used_bytes()) == (1, 3000)
 
         # The three slots come back free: no capacity eviction to refill them.
-        await background_done(store)
+        await store.idle()
         for block in range(3):
             await written(store, ident(block, key="new"), payload(10))
         assert store.lookup(ident(0, key="other")) is other
@@ -255,7 +237,7 @@ async def test_write_returns_none_when_everything_is_pinned(
         reading = asyncio.create_task(store.read(pinned, 0, BLOCK))
         await gate.wait_entered()
 
-        assert await store.write(ident(1), payload(seed=2)) is None
+        assert (await store.write(ident(1), payload(seed=2))).record is None
         assert store.lookup(ident(1)) is None and metrics.evictions == {}
 
         gate.open()
@@ -280,12 +262,12 @@ async def test_invalidated_slot_is_not_reused_until_the_reader_is_done(
         reading = asyncio.create_task(store.read(record, 0, BLOCK))
         await gate.wait_entered()
 
-        assert store.invalidate_object("bkt", "obj") == 1
-        assert await store.write(ident(0, key="next"), payload(seed=2)) is None
+        assert len(store.invalidate_object("bkt", "obj")) == 1
+        assert (await store.write(ident(0, key="next"), payload(seed=2))).record is None
 
         gate.open()
         assert await reading == data  # the slot was not overwritten under the reader
-        await background_done(store)
+        await store.idle()
         await written(store, ident(0, key="next"), payload(seed=2))
         assert metrics.evictions == {"invalidated": 1}
     finally:
@@ -309,9 +291,9 @@ async def test_cancelled_read_keeps_the_pin_until_the_copy_is_over(
             await reading
 
         # The executor thread is still copying out of the slot.
-        assert await store.write(ident(1), payload(seed=2)) is None
+        assert (await store.write(ident(1), payload(seed=2))).record is None
         gate.open()
-        await background_done(store)
+        await store.idle()
         await written(store, ident(1), payload(seed=2))
     finally:
         await store.close()
@@ -351,11 +333,11 @@ async def test_invalidation_during_a_write_discards_the_write(
         gate = gates("write_block")
         writing = asyncio.create_task(store.write(ident(0), payload()))
         await gate.wait_entered()
-        assert store.invalidate_object("bkt", "obj") == 0
+        assert store.invalidate_object("bkt", "obj") == ()
         gate.open()
-        assert await writing is None
+        assert (await writing).record is None
         assert store.lookup(ident(0)) is None and store.block_count() == 0
-        await background_done(store)
+        await store.idle()
         # Both slots are usable again.
         await written(store, ident(0, key="a"), payload(10))
         await written(store, ident(0, key="b"), payload(10))
@@ -385,7 +367,7 @@ async def test_close_waits_for_reads_then_refuses_work(
 
     assert store.lookup(ident(0)) is None
     assert await store.read(record, 0, 10) is None
-    assert await store.write(ident(1), b"x") is None
+    assert (await store.write(ident(1), b"x")).record is None
     await store.close()
 
 
@@ -422,7 +404,7 @@ async def test_disk_error_on_write_caches_nothing(
 
         with monkeypatch.context() as patch:
             patch.setattr(Slab, "write_block", failing)
-            assert await store.write(ident(0), payload(10)) is None
+            assert (await store.write(ident(0), payload(10))).record is None
         assert store.block_count() == 0
         await written(store, ident(0), payload(10))  # the slot was given back
     finally:
@@ -439,12 +421,42 @@ async def test_a_block_cached_before_anyone_read_it_is_not_reused_by_its_first_r
     try:
         await written(store, ident(0), payload(seed=0))  # its reader had it from the buffer
         for block in (1, 2):  # fetched ahead of any reader
-            assert await store.write(ident(block), payload(seed=block), read=False) is not None
+            assert (await store.write(ident(block), payload(seed=block), read=False)).record is not None
         for block in (0, 1, 2, 2):  # block 2 is read twice
             assert store.lookup(ident(block)) is not None
         for block in range(10, 30):  # a scan, none of it read again
             await written(store, ident(block), payload(1000, seed=block))
         survivors = [store.lookup(ident(b), touch=False) is not None for b in (0, 1, 2)]
         assert survivors == [True, False, True]
+    finally:
+        await store.close()
+
+
+async def test_overlapping_writes_evict_from_probation_not_a_proven_block(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics,
+    gates: Callable[[str], Gate],
+) -> None:
+    """With a small FIFO of one slot, a write that overlaps another one finds it
+    empty: the block being written has not joined it yet. Evicting from main
+    then would push out what proved reuse (a manifest); the second write waits
+    for the first block to land in probation and evicts that one instead."""
+    proven = [ident(0, key=f"t-x/0/0000000000000000000{n}-s.rsm-manifest") for n in range(3)]
+    store = await BlockStore.open(tmp_path, 4 * SLOT, BLOCK, executor, metrics,
+                                  admit_to_main=lambda block: block.key.endswith("manifest"))
+    try:
+        for block in proven:  # three in main ...
+            await written(store, block, payload(100))
+        await written(store, ident(1), payload(100, seed=1))  # ... one on probation: full
+        gate = gates("write_block")
+        first = asyncio.create_task(store.write(ident(4), payload(100, seed=4)))
+        await gate.wait_entered()  # block 4 is being written; block 1 made room for it
+        second = asyncio.create_task(store.write(ident(5), payload(100, seed=5)))
+        for _ in range(3):  # the second write gets as far as it can on its own
+            await asyncio.sleep(0)
+        gate.open()
+        landed = [await first, await second]
+        assert all(result.record is not None for result in landed)
+        assert [block for result in landed for block in result.evicted] == [ident(1), ident(4)]
+        assert all(store.lookup(block, touch=False) is not None for block in proven)
     finally:
         await store.close()

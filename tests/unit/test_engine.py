@@ -1,260 +1,434 @@
-"""The engine with a scripted origin and a real block store in a temp dir."""
+"""The engine with a scripted origin and a real block store in a temp dir.
+
+Every test runs twice: with zero_copy on (cache hits come out as slab regions
+for sendfile(2), what the sidecar does in production) and off (as copies).
+Background work (blocks landing in the cache, read-ahead) is awaited with
+`Engine.idle()`, never slept on: an upper bound on origin reads checked after
+idle() also catches a late over-fetch.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.cache import BlockStore
-from sidecar.engine import Engine, Source
+from sidecar.cache import BlockIdent, BlockStore, SlabRegion
+from sidecar.cache.slab import Slab
+from sidecar.engine import Engine, Piece, Source
 from sidecar.errors import OriginBadBody, OriginUnavailable
-from sidecar.model import ObjectInfo
+from sidecar.isolation.modes import Mode, ModeState
+from sidecar.layout import Layout
+from sidecar.model import FOREGROUND, PREFETCH, ObjectInfo
+from sidecar.prefetch.planner import ReadAheadPlanner
+from sidecar.prefetch.streams import StreamTable
 from sidecar.telemetry.metrics import Metrics
+from tests.support.clock import FakeClock
+from tests.support.waiting import eventually_async
 
 BLOCK = 64 * 1024
+MODIFIED = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class ScriptedOrigin:
-    """Serves `data` in blocks, records each call, can be slowed down or made to fail."""
+    """Serves objects' bytes, records each call, can be slowed down or made to fail."""
 
     def __init__(self, data: bytes) -> None:
-        self.data = data
+        self.data: dict[str, bytes] = {"k": data}
         self.calls: list[tuple[int, int]] = []
+        self.lanes: list[str] = []
         self.delay = 0.0
         self.fail_with: Exception | None = None
+
+    def add(self, key: str, data: bytes) -> ObjectInfo:
+        self.data[key] = data
+        return ObjectInfo("b", key, len(data), f'"{key}"', MODIFIED)
 
     async def read_range(
         self, info: ObjectInfo, start: int, end: int, lane: str
     ) -> AsyncIterator[bytes]:
         self.calls.append((start, end))
+        self.lanes.append(lane)
         await asyncio.sleep(self.delay)
         if self.fail_with is not None:
             raise self.fail_with
+        data = self.data[info.key]
         for offset in range(start, end, 10_000):  # chunks that do not align with blocks
-            yield self.data[offset:min(end, offset + 10_000)]
+            yield data[offset:min(end, offset + 10_000)]
             await asyncio.sleep(0)
 
+    async def head(self, bucket: str, key: str) -> ObjectInfo:
+        return ObjectInfo(bucket, key, len(self.data[key]), f'"{key}"', MODIFIED)
 
-@pytest.fixture()
-def executor() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        yield pool
+    async def list_keys(self, bucket: str, prefix: str) -> list[str]:
+        return sorted(key for key in self.data if key.startswith(prefix))
 
 
-async def make_engine(
-    tmp_path: Path, executor: ThreadPoolExecutor, data: bytes, slots: int = 32, max_run: int = 8
-) -> tuple[Engine, ScriptedOrigin, ObjectInfo, BlockStore]:
-    metrics = Metrics(CollectorRegistry())
-    store = await BlockStore.open(tmp_path, slots * (BLOCK + 4096), BLOCK, executor, metrics)
-    origin = ScriptedOrigin(data)
-    info = ObjectInfo("b", "k", len(data), '"e1"', datetime(2026, 1, 1, tzinfo=UTC))
-    return Engine(store, origin, metrics, BLOCK, max_run), origin, info, store
+@dataclass
+class Rig:
+    engine: Engine
+    origin: ScriptedOrigin
+    info: ObjectInfo
+    store: BlockStore
+    metrics: Metrics
+    modes: ModeState
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.metrics.value(name, labels)
+
+
+MakeRig = Callable[..., Awaitable[Rig]]
+
+
+@pytest.fixture(params=[True, False], ids=["zero-copy", "copies"])
+def zero_copy(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+@pytest.fixture
+async def make_rig(
+    tmp_path: Path, executor: ThreadPoolExecutor, zero_copy: bool
+) -> AsyncIterator[MakeRig]:
+    """Engines over a real store; closed (engine, then store) after the test."""
+    rigs: list[Rig] = []
+
+    async def make(data: bytes, slots: int = 32, max_run: int = 8,
+                   planner: ReadAheadPlanner | None = None, key: str = "k") -> Rig:
+        metrics = Metrics(CollectorRegistry())
+        store = await BlockStore.open(tmp_path / f"cache{len(rigs)}", slots * (BLOCK + 4096),
+                                      BLOCK, executor, metrics)
+        origin = ScriptedOrigin(data)
+        info = origin.add(key, data)
+        modes = ModeState()
+        engine = Engine(store, origin, metrics, BLOCK, max_run, zero_copy=zero_copy,
+                        modes=modes, planner=planner)
+        rigs.append(Rig(engine, origin, info, store, metrics, modes))
+        return rigs[-1]
+
+    yield make
+    for rig in rigs:
+        await rig.engine.close()
+        await rig.store.close()
+
+
+def as_bytes(piece: Piece) -> bytes:
+    """What the HTTP layer would send: a slab region is read from the file (and
+    released, as the data port does once it is sent)."""
+    if isinstance(piece, SlabRegion):
+        try:
+            return os.pread(piece.file.fileno(), piece.count, piece.offset)
+        finally:
+            piece.release()
+    return bytes(piece)
 
 
 async def collect(engine: Engine, info: ObjectInfo, start: int, end: int, lazy: bool = False
                   ) -> tuple[bytes, set[Source]]:
     out, sources = bytearray(), set()
     async for piece, source in engine.stream(info, start, end, lazy=lazy):
-        out += piece
+        out += as_bytes(piece)
         sources.add(source)
     return bytes(out), sources
 
 
-async def test_concurrent_readers_share_one_fetch(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
+def read_ahead_planner(max_in_flight: int = 16, max_pending: int = 100,
+                       layout: Layout = Layout.PLAIN) -> ReadAheadPlanner:
+    table = StreamTable(block_size=BLOCK, max_window_blocks=8, idle_s=60, clock=FakeClock())
+    return ReadAheadPlanner(table, max_in_flight=max_in_flight, max_pending=max_pending,
+                            layout=layout)
+
+
+async def read_like_a_broker(rig: Rig, info: ObjectInfo, fetch: int) -> bytes:
+    """Open-ended requests (`bytes=pos-`), each dropped after `fetch` bytes, the
+    next one starting where the last one's bytes ended, as Kafka's remote reader."""
+    out = bytearray()
+    while len(out) < info.size:
+        want = min(fetch, info.size - len(out))
+        got = 0
+        stream = rig.engine.stream(info, len(out), info.size - 1, lazy=True)
+        async with asyncio.timeout(10):
+            async for piece, _ in stream:
+                chunk = as_bytes(piece)
+                out += chunk[:want - got]
+                got += len(chunk)
+                if got >= want:
+                    break
+        await stream.aclose()
+    return bytes(out)
+
+
+async def test_concurrent_readers_share_one_fetch(make_rig: MakeRig) -> None:
     data = random.Random(1).randbytes(4 * BLOCK)
-    engine, origin, info, store = await make_engine(tmp_path, executor, data)
-    origin.delay = 0.05
-    results = await asyncio.gather(*(collect(engine, info, 10, BLOCK + 20) for _ in range(10)))
+    rig = await make_rig(data)
+    rig.origin.delay = 0.05
+    results = await asyncio.gather(
+        *(collect(rig.engine, rig.info, 10, BLOCK + 20) for _ in range(10))
+    )
     assert all(body == data[10:BLOCK + 21] for body, _ in results)
-    assert origin.calls == [(0, 2 * BLOCK)]
-    for _ in range(100):  # the fetched blocks land in the cache in the background
-        if store.block_count() == 2:
-            break
-        await asyncio.sleep(0.01)
-    body, sources = await collect(engine, info, 0, 2 * BLOCK - 1)
+    assert rig.origin.calls == [(0, 2 * BLOCK)]
+    await rig.engine.idle()  # the fetched blocks land in the cache in the background
+    assert rig.store.block_count() == 2
+    body, sources = await collect(rig.engine, rig.info, 0, 2 * BLOCK - 1)
     assert body == data[:2 * BLOCK] and sources == {Source.CACHE}
-    await store.close()
 
 
-async def test_misses_coalesce_around_cached_blocks_within_max_run(
-    tmp_path: Path, executor: ThreadPoolExecutor
-) -> None:
+async def test_misses_coalesce_around_cached_blocks_within_max_run(make_rig: MakeRig) -> None:
     data = random.Random(2).randbytes(12 * BLOCK + 5)
-    engine, origin, info, store = await make_engine(tmp_path, executor, data, max_run=4)
-    await collect(engine, info, 2 * BLOCK, 3 * BLOCK - 1)
-    origin.calls.clear()
-    body, sources = await collect(engine, info, 0, len(data) - 1)
+    rig = await make_rig(data, max_run=4)
+    await collect(rig.engine, rig.info, 2 * BLOCK, 3 * BLOCK - 1)
+    await rig.engine.idle()
+    rig.origin.calls.clear()
+    body, sources = await collect(rig.engine, rig.info, 0, len(data) - 1)
     assert body == data and sources == {Source.CACHE, Source.ORIGIN}
-    assert origin.calls == [
+    assert rig.origin.calls == [
         (0, 2 * BLOCK), (3 * BLOCK, 7 * BLOCK), (7 * BLOCK, 11 * BLOCK), (11 * BLOCK, len(data)),
     ]
-    await store.close()
 
 
-async def test_lazy_stream_fetches_only_what_is_consumed(
-    tmp_path: Path, executor: ThreadPoolExecutor
-) -> None:
+async def test_lazy_stream_fetches_only_what_is_consumed(make_rig: MakeRig) -> None:
     data = random.Random(3).randbytes(10 * BLOCK)
-    engine, origin, info, store = await make_engine(tmp_path, executor, data)
-    stream = engine.stream(info, 100, len(data) - 1, lazy=True)
+    rig = await make_rig(data)
+    stream = rig.engine.stream(rig.info, 100, len(data) - 1, lazy=True)
     piece, source = await anext(stream)
-    assert data[100:BLOCK].startswith(bytes(piece)) and source is Source.ORIGIN
+    assert data[100:BLOCK].startswith(as_bytes(piece)) and source is Source.ORIGIN
     await stream.aclose()
-    await asyncio.sleep(0.05)
-    assert origin.calls == [(0, BLOCK)]
-    await engine.close()
-    await store.close()
+    await rig.engine.idle()
+    assert rig.origin.calls == [(0, BLOCK)]
 
 
-async def test_origin_failure_reaches_every_waiter_and_is_not_cached(
-    tmp_path: Path, executor: ThreadPoolExecutor
-) -> None:
+async def test_origin_failure_reaches_every_waiter_and_is_not_cached(make_rig: MakeRig) -> None:
     data = random.Random(4).randbytes(3 * BLOCK)
-    engine, origin, info, store = await make_engine(tmp_path, executor, data)
-    origin.fail_with = OriginUnavailable("origin down")
-    origin.delay = 0.02
+    rig = await make_rig(data)
+    rig.origin.fail_with = OriginUnavailable("origin down")
+    rig.origin.delay = 0.02
     results = await asyncio.gather(
-        *(collect(engine, info, 0, 3 * BLOCK - 1) for _ in range(3)), return_exceptions=True
+        *(collect(rig.engine, rig.info, 0, 3 * BLOCK - 1) for _ in range(3)),
+        return_exceptions=True,
     )
     assert all(isinstance(result, OriginUnavailable) for result in results)
-    assert len(origin.calls) == 1 and store.block_count() == 0
-    origin.fail_with = None
-    assert (await collect(engine, info, 0, 3 * BLOCK - 1))[0] == data
-    await store.close()
+    await rig.engine.idle()
+    assert len(rig.origin.calls) == 1 and rig.store.block_count() == 0
+    rig.origin.fail_with = None
+    assert (await collect(rig.engine, rig.info, 0, 3 * BLOCK - 1))[0] == data
 
 
-async def test_random_ranges_through_a_small_cache(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
+async def test_random_ranges_through_a_small_cache(make_rig: MakeRig) -> None:
     data = random.Random(5).randbytes(20 * BLOCK + 333)
-    engine, origin, info, store = await make_engine(tmp_path, executor, data, slots=6)
+    rig = await make_rig(data, slots=6)
     rng = random.Random(6)
     for _ in range(150):
         start = rng.randrange(len(data))
         end = min(len(data) - 1, start + rng.randrange(4 * BLOCK))
-        assert (await collect(engine, info, start, end, lazy=rng.random() < 0.5))[0] \
-            == data[start:end + 1]
-    assert store.block_count() <= 6
-    await store.close()
+        body, _ = await collect(rig.engine, rig.info, start, end, lazy=rng.random() < 0.5)
+        assert body == data[start:end + 1]
+    await rig.engine.idle()
+    assert rig.store.block_count() <= 6
 
 
 async def test_warm_fetches_once_is_idempotent_and_protects_from_a_scan(
-    tmp_path: Path, executor: ThreadPoolExecutor
+    make_rig: MakeRig
 ) -> None:
     data = random.Random(7).randbytes(40 * BLOCK)
-    engine, origin, info, store = await make_engine(tmp_path, executor, data, slots=10)
-    result = await engine.warm(info, 0, 4 * BLOCK - 1, ttl_s=3600)
+    rig = await make_rig(data, slots=10)
+    result = await rig.engine.warm(rig.info, 0, 4 * BLOCK - 1, ttl_s=3600)
     assert (result.requested_blocks, result.fetched, result.already_cached, result.failed) \
         == (4, 4, 0, 0)
-    assert result.bytes_fetched == 4 * BLOCK and len(origin.calls) == 4
-    again = await engine.warm(info, 0, 4 * BLOCK - 1, ttl_s=3600)
-    assert (again.fetched, again.already_cached, len(origin.calls)) == (0, 4, 4)
+    assert result.bytes_fetched == 4 * BLOCK and len(rig.origin.calls) == 4
+    assert set(rig.origin.lanes) == {"warm"}
+    again = await rig.engine.warm(rig.info, 0, 4 * BLOCK - 1, ttl_s=3600)
+    assert (again.fetched, again.already_cached, len(rig.origin.calls)) == (0, 4, 4)
     # A scan of three times the cache does not evict what was warmed (half the
     # cache may be protected) ...
-    await collect(engine, info, 10 * BLOCK, 40 * BLOCK - 1)
-    origin.calls.clear()
-    body, sources = await collect(engine, info, 0, 4 * BLOCK - 1)
-    assert body == data[:4 * BLOCK] and sources == {Source.CACHE} and origin.calls == []
+    await collect(rig.engine, rig.info, 10 * BLOCK, 40 * BLOCK - 1)
+    await rig.engine.idle()
+    rig.origin.calls.clear()
+    body, sources = await collect(rig.engine, rig.info, 0, 4 * BLOCK - 1)
+    assert body == data[:4 * BLOCK] and sources == {Source.CACHE} and rig.origin.calls == []
     # ... and once read, the blocks are ordinary cache entries again.
-    assert store.protected_blocks() == 0
-    await store.close()
+    assert rig.store.protected_blocks() == 0
 
 
-async def test_warm_counts_origin_failures(tmp_path: Path, executor: ThreadPoolExecutor) -> None:
+async def test_warm_counts_origin_failures(make_rig: MakeRig) -> None:
     data = random.Random(8).randbytes(3 * BLOCK)
-    engine, origin, info, store = await make_engine(tmp_path, executor, data)
-    origin.fail_with = OriginUnavailable("down")
-    result = await engine.warm(info, 0, len(data) - 1, ttl_s=60)
+    rig = await make_rig(data)
+    rig.origin.fail_with = OriginUnavailable("down")
+    result = await rig.engine.warm(rig.info, 0, len(data) - 1, ttl_s=60)
     assert (result.requested_blocks, result.failed, result.fetched) == (3, 3, 0)
-    assert store.block_count() == 0
-    await store.close()
+    await rig.engine.idle()
+    assert rig.store.block_count() == 0
 
 
-async def test_a_miss_streams_its_first_bytes_before_the_block_lands(
-    tmp_path: Path, executor: ThreadPoolExecutor
-) -> None:
+async def test_a_miss_streams_its_first_bytes_before_the_block_lands(make_rig: MakeRig) -> None:
     data = random.Random(9).randbytes(2 * BLOCK)
-    engine, origin, info, store = await make_engine(tmp_path, executor, data)
+    rig = await make_rig(data)
     gate = asyncio.Event()
 
     async def slow_tail(info: ObjectInfo, start: int, end: int, lane: str
                         ) -> AsyncIterator[bytes]:
-        origin.calls.append((start, end))
+        rig.origin.calls.append((start, end))
         yield data[start:start + 1000]
         await gate.wait()  # the rest of the block is held back
         yield data[start + 1000:end]
 
-    origin.read_range = slow_tail  # type: ignore[method-assign]
-    stream = engine.stream(info, 0, 499, lazy=False)
+    rig.origin.read_range = slow_tail  # type: ignore[method-assign]
+    stream = rig.engine.stream(rig.info, 0, 499, lazy=False)
     piece, source = await asyncio.wait_for(anext(stream), timeout=5)
-    assert bytes(piece) == data[:500] and source is Source.ORIGIN
-    assert store.block_count() == 0  # the block has not landed yet
+    assert as_bytes(piece) == data[:500] and source is Source.ORIGIN
+    assert rig.store.block_count() == 0  # the block has not landed yet
     gate.set()
     await stream.aclose()
-    for _ in range(100):
-        if store.block_count() == 1:
-            break
-        await asyncio.sleep(0.01)
-    assert (await collect(engine, info, 0, BLOCK - 1))[1] == {Source.CACHE}
-    await store.close()
+    await rig.engine.idle()
+    assert rig.store.block_count() == 1
+    assert (await collect(rig.engine, rig.info, 0, BLOCK - 1))[1] == {Source.CACHE}
 
 
-async def test_hits_and_misses_count_who_started_the_origin_read(
-    tmp_path: Path, executor: ThreadPoolExecutor
-) -> None:
+async def test_hits_and_misses_count_who_started_the_origin_read(make_rig: MakeRig) -> None:
     data = random.Random(10).randbytes(6 * BLOCK)
-    engine, origin, info, store = await make_engine(tmp_path, executor, data)
-    metrics = engine._metrics
-    origin.delay = 0.05
+    rig = await make_rig(data)
+    rig.origin.delay = 0.05
     # One bounded request over 3 missing blocks starts one coalesced fetch: 3 misses.
-    first = asyncio.ensure_future(collect(engine, info, 0, 3 * BLOCK - 1))
-    await asyncio.sleep(0.01)
+    first = asyncio.ensure_future(collect(rig.engine, rig.info, 0, 3 * BLOCK - 1))
+    await eventually_async(lambda: rig.origin.calls, "the coalesced fetch to start")
     # A second reader joining that fetch causes no origin read: hits, bytes from cache.
-    second, sources = await collect(engine, info, BLOCK, 2 * BLOCK - 1)
+    second, sources = await collect(rig.engine, rig.info, BLOCK, 2 * BLOCK - 1)
     assert second == data[BLOCK:2 * BLOCK] and sources == {Source.CACHE}
     assert (await first)[1] == {Source.ORIGIN}
-    assert metrics.value("sidecar_cache_lookups_total", {"result": "miss"}) == 3
-    assert metrics.value("sidecar_cache_lookups_total", {"result": "hit"}) == 1
-    assert len(origin.calls) == 1
-    await engine.close()
-    await store.close()
+    assert rig.metric("sidecar_cache_lookups_total", result="miss") == 3
+    assert rig.metric("sidecar_cache_lookups_total", result="hit") == 1
+    assert len(rig.origin.calls) == 1
 
 
 @pytest.mark.parametrize("wrong", ["short", "long"])
 async def test_an_origin_read_of_the_wrong_length_fails_its_readers_and_caches_nothing_wrong(
-    tmp_path: Path, executor: ThreadPoolExecutor, wrong: str
+    make_rig: MakeRig, wrong: str
 ) -> None:
     """A reader must not wait forever for bytes that will not come (short), and
     bytes beyond the range asked go into no block (long: the origin's own check
-    is sidecar.origin.client; the engine only refuses to overflow its buffers)."""
+    is sidecar.origin; the engine only refuses to overflow its buffers)."""
     data = random.Random(11).randbytes(3 * BLOCK)
-    engine, origin, info, store = await make_engine(tmp_path, executor, data)
+    rig = await make_rig(data)
 
     async def wrong_length(info: ObjectInfo, start: int, end: int, lane: str
                            ) -> AsyncIterator[bytes]:
-        origin.calls.append((start, end))
+        rig.origin.calls.append((start, end))
         yield data[start:end - 100] if wrong == "short" else data[start:end] + b"\0" * 100
 
-    try:
-        origin.read_range = wrong_length  # type: ignore[method-assign]
-        if wrong == "short":
-            with pytest.raises(OriginBadBody):
-                await asyncio.wait_for(collect(engine, info, 0, 3 * BLOCK - 1), timeout=5)
-        else:
-            body, _ = await asyncio.wait_for(collect(engine, info, 0, 3 * BLOCK - 1), timeout=5)
-            assert body == data
-        for _ in range(100):  # blocks that did complete land in the background
-            if store.block_count() == (2 if wrong == "short" else 3):
-                break
-            await asyncio.sleep(0.01)
-        assert store.block_count() == (2 if wrong == "short" else 3)
-        origin.read_range = ScriptedOrigin(data).read_range  # type: ignore[method-assign]
-        assert (await collect(engine, info, 0, 3 * BLOCK - 1))[0] == data
-    finally:
-        await engine.close()
-        await store.close()
+    rig.origin.read_range = wrong_length  # type: ignore[method-assign]
+    if wrong == "short":
+        with pytest.raises(OriginBadBody):
+            await asyncio.wait_for(collect(rig.engine, rig.info, 0, 3 * BLOCK - 1), timeout=5)
+    else:
+        body, _ = await asyncio.wait_for(collect(rig.engine, rig.info, 0, 3 * BLOCK - 1),
+                                         timeout=5)
+        assert body == data
+    await rig.engine.idle()  # blocks that did complete land in the background
+    assert rig.store.block_count() == (2 if wrong == "short" else 3)
+    rig.origin.read_range = ScriptedOrigin(data).read_range  # type: ignore[method-assign]
+    assert (await collect(rig.engine, rig.info, 0, 3 * BLOCK - 1))[0] == data
+
+
+async def test_read_ahead_is_fetched_by_the_engine_and_used_by_the_reader(
+    make_rig: MakeRig
+) -> None:
+    """The planner says what to fetch ahead; the engine fetches it on the
+    prefetch lane, once; the reader then finds it: hits, counted as used."""
+    data = random.Random(12).randbytes(12 * BLOCK)
+    rig = await make_rig(data, planner=read_ahead_planner())
+    body = await read_like_a_broker(rig, rig.info, BLOCK // 4)
+    await rig.engine.idle()
+    assert body == data
+    starts = [start for start, _ in rig.origin.calls]
+    assert len(starts) == len(set(starts)) == 12  # every block once, none twice
+    assert rig.origin.lanes.count(PREFETCH) >= 9 and rig.origin.lanes[0] == FOREGROUND
+    issued = rig.metric("sidecar_prefetch_blocks_total", outcome="issued")
+    used = rig.metric("sidecar_prefetch_blocks_total", outcome="used")
+    assert issued == rig.origin.lanes.count(PREFETCH) and used == issued
+    assert rig.engine.activity() == {"streams": 0, "blocks_in_flight": 0, "buffered_bytes": 0,
+                                     "prefetch_in_flight": 0, "prefetch_pending": 0,
+                                     "idle": True}
+
+
+async def test_read_ahead_evicted_unread_is_counted_as_waste(make_rig: MakeRig) -> None:
+    data = random.Random(13).randbytes(40 * BLOCK)
+    other = random.Random(14).randbytes(8 * BLOCK)
+    rig = await make_rig(data, slots=6, planner=read_ahead_planner())
+    reader = rig.engine.stream(rig.info, 0, len(data) - 1, lazy=True)
+    got = bytearray()
+    async for piece, _ in reader:
+        got += as_bytes(piece)
+        if len(got) >= 3 * BLOCK:  # sequential: read-ahead is under way
+            break
+    await reader.aclose()
+    await rig.engine.idle()
+    issued = rig.metric("sidecar_prefetch_blocks_total", outcome="issued")
+    assert issued >= 1
+    # Another object's scan pushes the unread read-ahead out of the small cache.
+    other_info = rig.origin.add("other", other)
+    await collect(rig.engine, other_info, 0, len(other) - 1)
+    await rig.engine.idle()
+    wasted = rig.metric("sidecar_prefetch_blocks_total", outcome="wasted")
+    assert wasted == issued and rig.engine.activity()["prefetch_pending"] == 0
+
+
+async def test_read_ahead_continues_into_the_next_segment(make_rig: MakeRig) -> None:
+    partition = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/"
+    first_key = partition + "00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
+    second_key = partition + "00000000000000000100-CCCCCCCCCCCCCCCCCCCCCC.log"
+    first, second = random.Random(15).randbytes(4 * BLOCK), random.Random(16).randbytes(4 * BLOCK)
+    rig = await make_rig(first, key=first_key,
+                         planner=read_ahead_planner(layout=Layout.AIVEN))
+    second_info = rig.origin.add(second_key, second)
+    assert await read_like_a_broker(rig, rig.info, BLOCK // 2) == first
+    await rig.engine.idle()
+    # Before any reader opened the second segment, its first block was fetched.
+    assert rig.engine.will_hit(second_info, 0)
+    assert rig.origin.lanes[-1] == PREFETCH
+    rig.origin.calls.clear()
+    assert await read_like_a_broker(rig, second_info, BLOCK // 2) == second
+    assert (0, BLOCK) not in rig.origin.calls
+
+
+async def test_a_disk_that_fails_a_write_switches_the_sidecar_to_bypass(
+    make_rig: MakeRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = random.Random(17).randbytes(2 * BLOCK)
+    rig = await make_rig(data)
+
+    def failing(self: Slab, *args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Slab, "write_block", failing)
+    body, _ = await collect(rig.engine, rig.info, 0, len(data) - 1)
+    assert body == data  # the reader is served whatever the disk does
+    await rig.engine.idle()
+    assert rig.modes.current is Mode.BYPASS and rig.modes.disk_problem == \
+        "ENOSPC: No space left on device"
+    assert rig.store.block_count() == 0
+
+
+async def test_invalidate_drops_the_blocks_and_forgets_their_read_ahead(
+    make_rig: MakeRig
+) -> None:
+    data = random.Random(18).randbytes(10 * BLOCK)
+    rig = await make_rig(data, planner=read_ahead_planner())
+    reader = rig.engine.stream(rig.info, 0, len(data) - 1, lazy=True)
+    got = 0
+    async for piece, _ in reader:
+        got += len(as_bytes(piece))
+        if got >= 3 * BLOCK:
+            break
+    await reader.aclose()
+    await rig.engine.idle()
+    cached = rig.store.block_count()
+    assert rig.engine.invalidate("b", "k") == cached > 0
+    assert rig.store.block_count() == 0 and rig.engine.activity()["prefetch_pending"] == 0
+    assert rig.store.lookup(BlockIdent("b", "k", rig.info.etag, 0), touch=False) is None

@@ -146,6 +146,17 @@ def test_insert_when_everything_is_pinned_raises_and_changes_nothing() -> None:
     assert policy.insert(99) != []
 
 
+def test_probation_only_victims_never_come_from_main() -> None:
+    policy: EvictionPolicy[str] = EvictionPolicy(4)
+    for key in ("m1", "m2", "m3"):
+        policy.insert(key, main=True)
+    policy.insert("s1")
+    assert policy.choose_victims(1, probation_only=True) == ["s1"]
+    assert policy.choose_victims(1, probation_only=True) == []  # small is empty: none
+    assert [policy.segment_of(key) for key in ("m1", "m2", "m3")] == ["main"] * 3
+    assert policy.choose_victims(1) == ["m1"]  # without the restriction, main goes
+
+
 def test_remove_and_touch_of_unknown_keys_are_no_ops() -> None:
     policy: EvictionPolicy[str] = EvictionPolicy(2)
     policy.insert("a")

@@ -28,8 +28,13 @@ def test_page_has_the_stable_hooks() -> None:
     assert 'data-samples="0"' in ui.PAGE
 
 
+class IdleEngine:
+    def activity(self) -> dict[str, int | bool]:
+        return {"blocks_in_flight": 0, "idle": True}
+
+
 async def test_admin_port_serves_the_page() -> None:
-    admin = AdminPort(Metrics(CollectorRegistry()), lambda: True, cast(Any, None),
+    admin = AdminPort(Metrics(CollectorRegistry()), lambda: True, cast(Any, IdleEngine()),
                       cast(Any, None), token="secret")
     async with TestClient(TestServer(admin.app())) as client:
         # Read-only: no admin token needed.
@@ -40,3 +45,4 @@ async def test_admin_port_serves_the_page() -> None:
         assert await response.text() == ui.PAGE
         stats = await (await client.get("/api/v1/stats")).json()
         assert stats["mode"] == "normal" and stats["time"] > 0
+        assert stats["engine"]["idle"] is True
