@@ -16,8 +16,8 @@ The origin emulator (DESIGN.md, "Benchmark origin model"): first byte after
 (not a subrequest), so the static handler, the range filter and the
 not-modified filter (If-Match, If-None-Match, If-Unmodified-Since) all run as
 for a plain static location; HEAD works too. (nginx sends Accept-Ranges with
-200 only; S3 also with 206, so it is added when the request has a Range.) `sendfile_max_chunk` matters:
-nginx paces `limit_rate` by sleeping *after* each send for
+200 only; S3 also with 206, so it is added when the request has a Range.)
+`sendfile_max_chunk` matters: nginx paces `limit_rate` by sleeping *after* each send for
 bytes_sent / rate (in whole milliseconds), and by default one send may push
 2 MiB into a loopback socket, so a 1 MiB response would arrive in one burst at
 30 ms and the rate limit would only show on long transfers. With sends of
@@ -73,7 +73,8 @@ _NOT_IMPLEMENTED = (
 
 
 def nginx_binary() -> str:
-    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    found = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if found is None:
         raise RuntimeError("nginx is not installed: run `bash bench/install-deps.sh`")
     return found
@@ -91,7 +92,8 @@ def echo_module_path() -> Path:
     directory = Path(match.group(1)) if match else Path("/usr/lib/nginx/modules")
     path = directory / "ngx_http_echo_module.so"
     if not path.exists():
-        raise RuntimeError(f"{path} is missing: install libnginx-mod-http-echo (bench/install-deps.sh)")
+        raise RuntimeError(
+            f"{path} is missing: install libnginx-mod-http-echo (bench/install-deps.sh)")
     return path
 
 
@@ -138,6 +140,17 @@ def _http_common(prefix: Path) -> str:
 """
 
 
+def _empty_listing(bucket: str) -> str:
+    """The ListObjectsV2 answer for a prefix without a listing file; `\\n` and
+    `$arg_prefix` are for nginx to expand."""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\\n'
+        f'<ListBucketResult xmlns="{S3_XMLNS}"><Name>{bucket}</Name>'
+        "<Prefix>$arg_prefix</Prefix><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys>"
+        "<IsTruncated>false</IsTruncated></ListBucketResult>\\n"
+    )
+
+
 def _bucket_locations(bucket: str, listings: Path) -> str:
     """`GET|HEAD /bucket` (HeadBucket, ListObjectsV2), with and without a trailing slash."""
     body = f"""
@@ -151,14 +164,15 @@ def _bucket_locations(bucket: str, listings: Path) -> str:
         set $bench_file $bench_listing;
         if ($bench_delimiter = slash) {{ set $bench_file $bench_listing_slash; }}
         if ($bench_file = "") {{
-            return 200 '<?xml version="1.0" encoding="UTF-8"?>\\n<ListBucketResult xmlns="{S3_XMLNS}"><Name>{bucket}</Name><Prefix>$arg_prefix</Prefix><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated></ListBucketResult>\\n';
+            return 200 '{_empty_listing(bucket)}';
         }}
         rewrite ^ /_bench/$bench_file last;
 """
     return (
         f"        location = /{bucket} {{{body}        }}\n"
         f"        location = /{bucket}/ {{{body}        }}\n"
-        f"        location /_bench/ {{ internal; alias {listings}/; default_type application/xml; }}\n"
+        f"        location /_bench/ {{ internal; alias {listings}/;"
+        " default_type application/xml; }\n"
         "        location = / {\n"
         f"            if ($request_method = HEAD) {{ return 200; }}\n"
         f"            rewrite ^ /_bench/buckets.xml last;\n"
@@ -236,7 +250,8 @@ def origin_config(
         + f"        listen 127.0.0.1:{port} reuseport backlog=4096;\n"
         + _bucket_locations(bucket, listings)
         + objects
-        + f"        location /_errors/ {{ internal; alias {errors}/; default_type application/xml; }}\n"
+        + f"        location /_errors/ {{ internal; alias {errors}/;"
+        + " default_type application/xml; }\n"
         + "        location / { error_page 404 /_errors/NoSuchBucket.xml; return 404; }\n"
         + "    }\n}\n"
     )

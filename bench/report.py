@@ -277,7 +277,8 @@ def _replay_header(bases: list[tuple[str, str]]) -> list[str]:
 def _scenario_line(results: dict[str, Any], scenario: str) -> str:
     info = (results.get("scenarios") or {}).get(scenario) or {}
     size = info.get("bytes")
-    return (f"partitions `{info.get('partitions', '?')}`, concurrency {info.get('concurrency', '?')}, "
+    return (f"partitions `{info.get('partitions', '?')}`, "
+            f"concurrency {info.get('concurrency', '?')}, "
             f"{_num(size / MiB if size else None, 0)} MiB per replay, 1 MiB fetches "
             "(open-ended range, connection dropped after each fetch)")
 
@@ -322,7 +323,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         ["commit", f"`{machine.get('git_commit', '?')}`"
                    f"{' (with uncommitted changes)' if machine.get('git_dirty') else ''}"],
         ["data set", f"{dataset.get('objects', '?')} genuine Kafka segments of topic "
-                     f"`{dataset.get('topic', '?')}`: {dataset.get('partitions', '?')} partitions x "
+                     f"`{dataset.get('topic', '?')}`: "
+                     f"{dataset.get('partitions', '?')} partitions x "
                      f"{dataset.get('segments_per_partition', '?')} segments x "
                      f"{_num((dataset.get('segment_bytes') or 0) / MiB, 0)} MiB = "
                      f"{_num((dataset.get('bytes') or 0) / MiB, 1)} MiB, record values "
@@ -603,7 +605,8 @@ METHOD = """## Running it
 ```sh
 make bench                          # the benchmark: installs nginx-light and wrk if missing,
                                     # writes the 1 GiB data set (bench/data/, reused), runs all,
-                                    # writes bench/results/<UTC time>.json, latest.json, BENCHMARKS.md
+                                    # writes bench/results/<UTC time>.json, latest.json
+                                    # and BENCHMARKS.md
 .venv/bin/python -m bench --quick   # 256 MiB, 5 s wrk runs: checks the harness in about a minute
                                     # (bench/results/*-quick.{json,md}, not committed)
 .venv/bin/python -m bench --only cold-1p,warm-ranges   # some of: cold-1p cold-4p warm-replay
@@ -656,8 +659,9 @@ location @obj     { root DATA; limit_rate 64m; sendfile_max_chunk 268436; }
   covered too. `delimiter=/` (the Spark warm-up job's way to find a topic's
   partitions) picks a second file per prefix, with `CommonPrefixes`. An
   unknown prefix gets an empty listing; other delimiters, `start-after` and
-  continuation tokens are refused with 501 rather than answered wrongly. `GET /` answers a one-bucket ListAllMyBucketsResult (the
-  sidecar's start-up check), a missing key an S3 `NoSuchKey` XML 404.
+  continuation tokens are refused with 501 rather than answered wrongly.
+  `GET /` answers a one-bucket ListAllMyBucketsResult (the sidecar's start-up
+  check), a missing key an S3 `NoSuchKey` XML 404.
 - The origin's access log (`$body_bytes_sent` per request) gives the
   "origin bytes / replayed" column for every path: what the origin put on the
   wire, including the part of an open-ended range already sent when the client

@@ -25,6 +25,7 @@ Then all partitions are replayed through the sidecar: hit ratios from
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import shutil
 import sys
@@ -121,7 +122,7 @@ def lane_window(samples: list[Sample]) -> dict[str, Any]:
 
     def crossing(fraction: float) -> float:
         target = base + fraction * moved
-        for before, after in zip(samples, samples[1:], strict=False):
+        for before, after in itertools.pairwise(samples):
             if after.value >= target:
                 span = after.value - before.value
                 part = (target - before.value) / span if span > 0 else 1.0

@@ -187,7 +187,8 @@ def _format_stats(stats: dict[str, Any]) -> str:
         ("mode", mode),
         ("byte hit ratio", ratio(stats["byte_hit_ratio"])),
         ("block hit ratio",
-         f"{ratio(stats['block_hit_ratio'])}  ({stats['hits']:,} hits, {stats['misses']:,} misses)"),
+         f"{ratio(stats['block_hit_ratio'])}  "
+         f"({stats['hits']:,} hits, {stats['misses']:,} misses)"),
         ("served", f"{mib(served['cache'])} from cache, {mib(served['origin'])} from origin"),
     ]
     origin = stats.get("origin")

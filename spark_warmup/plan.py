@@ -125,7 +125,8 @@ def parse_plan(document: object, env: Mapping[str, str]) -> Plan:
     layout = top.get("layout", "aiven")
     if layout != "aiven":
         raise PlanError(
-            f"layout: only 'aiven' can be planned (its keys carry the start offsets), got {layout!r}"
+            "layout: only 'aiven' can be planned (its keys carry the start offsets), "
+            f"got {layout!r}"
         )
     sidecars = _sidecars(_required(top, "sidecars", "plan"))
     assignment = _assignment(top.get("assignment", {}), sidecars)
@@ -279,7 +280,8 @@ def _warm_rates(value: object, sidecars: Mapping[str, str]) -> dict[str, float] 
         rates = {}
         for node, rate in value.items():
             if node not in sidecars:
-                raise PlanError(f"warm_rate.{node}: not one of the sidecars ({', '.join(sidecars)})")
+                raise PlanError(
+                    f"warm_rate.{node}: not one of the sidecars ({', '.join(sidecars)})")
             rates[node] = _rate(rate, f"warm_rate.{node}")
         return rates
     rate = _rate(value, "warm_rate")

@@ -59,7 +59,7 @@ class Layout:
     ) -> None:
         if self._x + width > 24:
             self._newline()
-        for ref, item in zip("ABCDEFGH", targets):
+        for ref, item in zip("ABCDEFGH", targets, strict=False):
             item["refId"] = ref
         options: dict[str, Any] = (
             {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
@@ -94,7 +94,8 @@ def build() -> dict[str, Any]:
     layout = Layout()
 
     layout.row("Fleet (selected instances)")
-    layout.panel("stat", "Byte hit ratio", "Share of bytes sent to clients that came from the cache.",
+    layout.panel("stat", "Byte hit ratio",
+                 "Share of bytes sent to clients that came from the cache.",
                  [target(ratio(served, 'source="cache"'), "bytes")], "percentunit", 4, 5,
                  min=0, max=1)
     layout.panel("stat", "Block hit ratio", "Share of block lookups by clients found in the cache.",
@@ -111,7 +112,8 @@ def build() -> dict[str, Any]:
                          f"  / sum (sidecar_cache_capacity_bytes{{{SEL}}})", "used")],
                  "percentunit", 4, 5, min=0, max=1)
     layout.panel("stat", "Instances not in normal mode",
-                 "Sidecars in no-prefetch, cache-only or bypass (a failing cache disk forces bypass).",
+                 "Sidecars in no-prefetch, cache-only or bypass "
+                 "(a failing cache disk forces bypass).",
                  [target(f'count (sidecar_mode{{{SEL},mode!="normal"}} == 1) or vector(0)',
                          "instances")], "none", 4, 5)
 
@@ -137,7 +139,8 @@ def build() -> dict[str, Any]:
                   target(f"sum by (instance) ({rate('sidecar_requests_total')})",
                          "{{instance}}")], "reqps", 12, min=0)
     layout.panel("timeseries", "Origin bytes by lane",
-                 "Bytes per second read from the object store: foreground misses, read-ahead, warm-up.",
+                 "Bytes per second read from the object store: "
+                 "foreground misses, read-ahead, warm-up.",
                  [target(f"sum by (lane) ({rate('sidecar_origin_bytes_total')})", "fleet {{lane}}"),
                   target(f"sum by (instance, lane) ({rate('sidecar_origin_bytes_total')})",
                          "{{instance}} {{lane}}")], "Bps", 12, min=0)
@@ -151,7 +154,8 @@ def build() -> dict[str, Any]:
     layout.row("Latency")
     origin_duration = "sidecar_origin_request_duration_seconds"
     layout.panel("timeseries", "Origin latency percentiles",
-                 "Object store request duration until the last byte, by lane (fleet), and p99 per instance.",
+                 "Object store request duration until the last byte, by lane (fleet), "
+                 "and p99 per instance.",
                  [target(quantile(0.5, origin_duration, "lane"), "p50 {{lane}}"),
                   target(quantile(0.9, origin_duration, "lane"), "p90 {{lane}}"),
                   target(quantile(0.99, origin_duration, "lane"), "p99 {{lane}}"),
@@ -161,7 +165,8 @@ def build() -> dict[str, Any]:
     layout.panel("timeseries", "Request latency by hit / miss",
                  "GetObject duration until the last byte: served from the cache (hit), "
                  "partly (partial) or from the origin (miss).",
-                 [target(quantile(0.5, request_duration, "cache", 'op="GetObject"'), "p50 {{cache}}"),
+                 [target(quantile(0.5, request_duration, "cache", 'op="GetObject"'),
+                         "p50 {{cache}}"),
                   target(quantile(0.99, request_duration, "cache", 'op="GetObject"'),
                          "p99 {{cache}}"),
                   target(quantile(0.99, request_duration, "instance", 'op="GetObject"'),
@@ -169,12 +174,14 @@ def build() -> dict[str, Any]:
 
     layout.row("Read-ahead and warm-up")
     layout.panel("timeseries", "Prefetch blocks: issued, used, wasted",
-                 "Read-ahead blocks per second: fetched ahead, then read by a client or evicted unread.",
+                 "Read-ahead blocks per second: fetched ahead, "
+                 "then read by a client or evicted unread.",
                  [target(f"sum by (outcome) ({rate(prefetch)})", "fleet {{outcome}}"),
                   target(f"sum by (instance, outcome) ({rate(prefetch)})",
                          "{{instance}} {{outcome}}")], "ops", 8, min=0)
     layout.panel("timeseries", "Prefetch accuracy",
-                 "used / (used + wasted): below ~80% read-ahead costs more origin bytes than it saves.",
+                 "used / (used + wasted): "
+                 "below ~80% read-ahead costs more origin bytes than it saves.",
                  [target(ratio(prefetch, 'outcome="used"', 'outcome=~"used|wasted"'), "fleet"),
                   target(ratio(prefetch, 'outcome="used"', 'outcome=~"used|wasted"',
                                by="instance"), "{{instance}}")], "percentunit", 8, min=0, max=1)
@@ -220,7 +227,8 @@ def build() -> dict[str, Any]:
                  "always waiting).",
                  [target(f"sum by (lane) ({rate('sidecar_ratelimit_wait_seconds_total')})",
                          "fleet {{lane}}"),
-                  target(f"sum by (instance, lane) ({rate('sidecar_ratelimit_wait_seconds_total')})",
+                  target("sum by (instance, lane) "
+                         f"({rate('sidecar_ratelimit_wait_seconds_total')})",
                          "{{instance}} {{lane}}")], "s", 8, min=0)
     layout.panel("state-timeline", "Mode",
                  "The mode in force per instance: normal, no-prefetch, cache-only or bypass.",

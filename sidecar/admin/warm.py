@@ -115,7 +115,8 @@ def _validate_object(item: object, where: str) -> WarmObject:
         if value is None:
             raise WarmRequestError(f"{where}.{name}: missing")
         if not isinstance(value, str) or not value:
-            raise WarmRequestError(f"{where}.{name}: must be a non-empty string, got {_kind(value)}")
+            raise WarmRequestError(
+                f"{where}.{name}: must be a non-empty string, got {_kind(value)}")
         names[name] = value
     start = item.get("start", 0)
     if not _is_offset(start):

@@ -47,9 +47,9 @@ def device_of(path: Path) -> DeviceInfo:
                 if len(fields) > 4 and fields[2] == numbers and "-" in fields:
                     source = fields[fields.index("-") + 2]
                     mount_point = fields[4]
-                    if best.mount_point == "?" or len(mount_point) > len(best.mount_point):
-                        if str(path.resolve()).startswith(mount_point):
-                            best = DeviceInfo(numbers, source, mount_point)
+                    longer = best.mount_point == "?" or len(mount_point) > len(best.mount_point)
+                    if longer and str(path.resolve()).startswith(mount_point):
+                        best = DeviceInfo(numbers, source, mount_point)
     except OSError:
         pass
     return best

@@ -130,7 +130,8 @@ class DataPort:
                           extra={"resource": resource})
             response = self._error_response(
                 request,
-                S3Error(500, "InternalError", "We encountered an internal error. Please try again."),
+                S3Error(500, "InternalError",
+                        "We encountered an internal error. Please try again."),
                 resource, request_id,
             )
         finally:

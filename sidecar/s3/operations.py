@@ -38,7 +38,8 @@ HARMLESS_QUERY = frozenset({"x-id"}) | PRESIGN_QUERY
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 STREAMING_UNSIGNED_TRAILER = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
 # Signed aws-chunked uploads: SigV4 and SigV4a, with or without trailers.
-_SIGNED_STREAMING = re.compile(r"^STREAMING-AWS4-(HMAC-SHA256|ECDSA-P256-SHA256)-PAYLOAD(-TRAILER)?$")
+_SIGNED_STREAMING = re.compile(
+    r"^STREAMING-AWS4-(HMAC-SHA256|ECDSA-P256-SHA256)-PAYLOAD(-TRAILER)?$")
 _HEX_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 # RFC 9110 section 7.6.1: connection-specific fields a proxy must not forward;
@@ -239,7 +240,7 @@ def plan_payload(headers: Mapping[str, str], reframe_chunk: int) -> Payload:
     declared = lower.get("x-amz-content-sha256", "").strip()
     if not declared:
         return Payload(PayloadMode.AS_IS, UNSIGNED_PAYLOAD, None)
-    if declared == UNSIGNED_PAYLOAD or declared == STREAMING_UNSIGNED_TRAILER:
+    if declared in (UNSIGNED_PAYLOAD, STREAMING_UNSIGNED_TRAILER):
         return Payload(PayloadMode.AS_IS, declared, None)
     if _HEX_SHA256.match(declared):
         return Payload(PayloadMode.AS_IS, declared.lower(), None)

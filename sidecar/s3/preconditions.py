@@ -61,16 +61,14 @@ def decide_read(
     if headers.if_match is not None:
         if not _if_match_passes(headers.if_match, current):
             return ReadDecision(ReadOutcome.PRECONDITION_FAILED)
-    elif (since := _parse_http_date(headers.if_unmodified_since)) is not None:
-        if modified > since:
-            return ReadDecision(ReadOutcome.PRECONDITION_FAILED)
+    elif (since := _parse_http_date(headers.if_unmodified_since)) is not None and modified > since:
+        return ReadDecision(ReadOutcome.PRECONDITION_FAILED)
     if headers.if_none_match is not None:
         # For GET/HEAD a false If-None-Match is a 304, never a 412 (§13.1.2).
         if _if_none_match_matches(headers.if_none_match, current):
             return ReadDecision(ReadOutcome.NOT_MODIFIED)
-    elif (since := _parse_http_date(headers.if_modified_since)) is not None:
-        if modified <= since:
-            return ReadDecision(ReadOutcome.NOT_MODIFIED)
+    elif (since := _parse_http_date(headers.if_modified_since)) is not None and modified <= since:
+        return ReadDecision(ReadOutcome.NOT_MODIFIED)
     if headers.range is None:
         return ReadDecision(ReadOutcome.FULL)
     if headers.if_range is not None and not _if_range_passes(

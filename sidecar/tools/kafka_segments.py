@@ -148,7 +148,8 @@ def parse_batch_header(data: bytes | bytearray | memoryview) -> BatchHeader:
     magic = data[_MAGIC_AT]
     if magic != MAGIC_V2:
         raise ValueError(
-            f"unsupported record batch magic {magic} (only v2 batches, magic {MAGIC_V2}, are handled)"
+            f"unsupported record batch magic {magic} "
+            f"(only v2 batches, magic {MAGIC_V2}, are handled)"
         )
     return BatchHeader(*_HEADER.unpack_from(data, 0))
 
@@ -302,7 +303,8 @@ class BatchScanner:
         while end - pos >= LOG_OVERHEAD:
             where = self.bytes_verified  # stream position of this batch
             (batch_length,) = _INT32.unpack_from(view, pos + 8)
-            if batch_length < _MIN_BATCH_LENGTH or batch_length + LOG_OVERHEAD > self.max_batch_size:
+            if (batch_length < _MIN_BATCH_LENGTH
+                    or batch_length + LOG_OVERHEAD > self.max_batch_size):
                 raise BatchCheckError(
                     f"batch at byte {where}: batchLength {batch_length} is outside "
                     f"[{_MIN_BATCH_LENGTH}, {self.max_batch_size - LOG_OVERHEAD}]"
@@ -326,7 +328,8 @@ class BatchScanner:
             if header.last_offset_delta < 0 or header.record_count < 0:
                 raise BatchCheckError(
                     f"batch at byte {where} (baseOffset {header.base_offset}): negative "
-                    f"lastOffsetDelta {header.last_offset_delta} or recordCount {header.record_count}"
+                    f"lastOffsetDelta {header.last_offset_delta} "
+                    f"or recordCount {header.record_count}"
                 )
             expected = self.expected_next_offset
             if expected is not None and header.base_offset != expected:

@@ -111,7 +111,8 @@ def plan_partitions(
             continue
         groups.setdefault((segment.topic, segment.topic_id, segment.partition), []).append(segment)
     return [
-        PartitionPlan(topic, topic_id, partition, tuple(sorted(found, key=lambda s: s.start_offset)))
+        PartitionPlan(topic, topic_id, partition,
+                      tuple(sorted(found, key=lambda s: s.start_offset)))
         for (topic, topic_id, partition), found in sorted(groups.items())
     ]
 
@@ -136,7 +137,8 @@ def next_fetch_position(position: int, consumed: int, pending: int, size: int) -
     if following >= size:
         return None
     if consumed == 0 or following + pending >= size:
-        raise BatchCheckError(f"segment ends inside a batch: {size - following} bytes at byte {following}")
+        raise BatchCheckError(
+            f"segment ends inside a batch: {size - following} bytes at byte {following}")
     return following
 
 
@@ -225,7 +227,8 @@ def format_summary(report: Mapping[str, Any]) -> str:
         f"fetch latency  p50 {num(latency['p50'], ' ms')}  p99 {num(latency['p99'], ' ms')}  "
         f"max {num(latency['max'], ' ms')}",
         f"batch checks   {report['crc_errors']} failed",
-        f"hit rate       block {pct(report['block_hit_ratio'])}  byte {pct(report['byte_hit_ratio'])}"
+        f"hit rate       block {pct(report['block_hit_ratio'])}"
+        f"  byte {pct(report['byte_hit_ratio'])}"
         f"  fetch {pct(report['fetch_hit_ratio'])}  origin read "
         f"{'n/a' if origin is None else f'{origin / 1e6:,.1f} MB'}",
     ])
@@ -314,7 +317,8 @@ class Replayer:
     async def _fetch(self, key: str, position: int, expected: int) -> FetchResult:
         started = time.perf_counter()
         response = await self.call(
-            self._client.get_object(Bucket=self._options.bucket, Key=key, Range=f"bytes={position}-"),
+            self._client.get_object(Bucket=self._options.bucket, Key=key,
+                                    Range=f"bytes={position}-"),
             key,
         )
         body = response["Body"]
@@ -324,7 +328,8 @@ class Replayer:
             length = int(response["ContentLength"])
             size = object_size(position, length, response.get("ContentRange"))
             received = 0
-            while received < length and (received < self._options.fetch_bytes or not scanner.batches):
+            while received < length and (
+                    received < self._options.fetch_bytes or not scanner.batches):
                 wanted = self._options.fetch_bytes - received
                 chunk = await self.call(body.read(wanted if wanted > 0 else _TAIL_CHUNK), key)
                 if not chunk:
@@ -395,7 +400,8 @@ async def run_replay(options: ReplayOptions) -> dict[str, Any]:
         list_client = client
         if options.list_endpoint and options.list_endpoint != options.endpoint:
             list_client = await stack.enter_async_context(session.create_client(
-                "s3", endpoint_url=options.list_endpoint, region_name=options.region, config=config))
+                "s3", endpoint_url=options.list_endpoint, region_name=options.region,
+                config=config))
         # botocore adds EncodingType=url to every listing; keep the query to Prefix.
         list_client.meta.events.unregister(
             "before-parameter-build.s3.ListObjectsV2", set_list_objects_encoding_type_url)
@@ -414,5 +420,6 @@ async def run_replay(options: ReplayOptions) -> dict[str, Any]:
     try:
         ratios = hit_ratios(before, after) if before is not None and after is not None else None
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{options.admin}/api/v1/stats: not a sidecar's stats ({exc!r})") from None
+        raise ConfigError(
+            f"{options.admin}/api/v1/stats: not a sidecar's stats ({exc!r})") from None
     return build_report(options, replayer.tally, seconds, ratios)

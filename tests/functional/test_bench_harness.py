@@ -21,7 +21,8 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
 from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
-from bench.nginx import NginxServer, origin_config, origin_traffic
+from bench.nginx import NginxServer, OriginTraffic, origin_config, origin_traffic
+from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = DatasetSpec("tiny", partitions=2, segments_per_partition=2, segment_bytes=2 * 1024 * 1024)
@@ -161,11 +162,11 @@ def test_the_access_log_counts_what_the_origin_sent(origin: NginxServer, dataset
     _, offset = origin_traffic(origin.access_log)
     item = dataset.objects[0]
     _timed_get(origin.url, f"/tiered/{item.key}", "bytes=0-99999")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+
+    def logged() -> OriginTraffic | None:
         traffic, _ = origin_traffic(origin.access_log, offset)
-        if traffic.get_requests:
-            break
-        time.sleep(0.05)
+        return traffic if traffic.get_requests else None
+
+    traffic = eventually(logged, "the GET in nginx's access log", timeout=5)
     assert traffic.get_requests == 1
     assert traffic.body_bytes == 100_000

@@ -192,7 +192,8 @@ def test_auto_logs_text_to_a_terminal_and_json_to_a_pipe() -> None:
             os.close(follower)
         os.close(leader)
     text = output.decode().strip()
-    assert not text.startswith("{") and text.endswith("WARNING sidecar.probe: disk full mode=bypass")
+    assert not text.startswith("{")
+    assert text.endswith("WARNING sidecar.probe: disk full mode=bypass")
     piped = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
                            timeout=60, env=clean_env(), check=True)
     record = json.loads(piped.stderr)

@@ -77,7 +77,9 @@ def test_no_credentials_yet_is_worth_a_retry(tmp_path: Path, local_s3: LocalS3) 
     ("cache_dir", "message"),
     [("missing", "does not exist"), ("/proc", "is not writable"), ("file", "not a directory")],
 )
-def test_unusable_cache_dir(tmp_path: Path, local_s3: LocalS3, cache_dir: str, message: str) -> None:
+def test_unusable_cache_dir(
+    tmp_path: Path, local_s3: LocalS3, cache_dir: str, message: str
+) -> None:
     (tmp_path / "file").write_text("x")
     path = cache_dir if cache_dir.startswith("/") else str(tmp_path / cache_dir)
     result = run_sidecar(*serve_args(local_s3.endpoint, Path(path)))

@@ -101,11 +101,13 @@ def test_cache_and_config_volumes() -> None:
     # A dedicated local disk: a hostPath that must already exist (no silent
     # fallback to the root disk) or a local PersistentVolume.
     cache_volume = volumes[cache["name"]]
-    assert cache_volume.get("hostPath", {}).get("type") == "Directory" or "persistentVolumeClaim" in cache_volume
+    assert (cache_volume.get("hostPath", {}).get("type") == "Directory"
+            or "persistentVolumeClaim" in cache_volume)
     for protected in config["protect_path"]:
         assert mounts[protected]["readOnly"] is True
     config_mount = next(m for m in mounts.values() if volumes[m["name"]].get("configMap"))
-    assert volumes[config_mount["name"]]["configMap"]["name"] == manifests()["ConfigMap"]["metadata"]["name"]
+    assert volumes[config_mount["name"]]["configMap"]["name"] == \
+        manifests()["ConfigMap"]["metadata"]["name"]
     items = volumes[config_mount["name"]]["configMap"]["items"]
     assert {item["key"] for item in items} == {"sidecar.toml"}
     config_path = f"{config_mount['mountPath']}/{items[0]['path']}"
@@ -116,14 +118,16 @@ def test_cache_and_config_volumes() -> None:
 def test_security_context_and_scheduling() -> None:
     everything = manifests()
     pod = everything["DaemonSet"]["spec"]["template"]["spec"]
-    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
     security = container()["securityContext"]
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
     # nice > 0 and ionice best-effort/idle (sidecar/isolation/host.py) need no capability.
     assert security["capabilities"] == {"drop": ["ALL"]}
     config = configmap_toml()
-    assert int(config.get("nice", 0)) >= 0 and not str(config.get("ionice", "")).startswith("realtime")
+    assert int(config.get("nice", 0)) >= 0
+    assert not str(config.get("ionice", "")).startswith("realtime")
     assert 10 <= pod["terminationGracePeriodSeconds"] <= 120
     assert pod["priorityClassName"] == everything["PriorityClass"]["metadata"]["name"]
     assert everything["PriorityClass"]["preemptionPolicy"] == "Never"

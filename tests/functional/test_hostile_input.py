@@ -88,11 +88,14 @@ def _path(rng: random.Random, bucket: str) -> bytes:
     if choice == 6:
         return f"/{bucket}/{'k' * rng.choice([1024, 1025, 4000, 9000])}".encode()
     if choice == 7:
-        return f"/{bucket}/{key}?{rng.choice(['acl', 'versionId=1', 'x-id=GetObject', 'list-type=2', 'uploads', 'partNumber=1', 'tagging', '%', '=&=&', 'a=' + 'b' * 5000])}".encode()
+        query = rng.choice(["acl", "versionId=1", "x-id=GetObject", "list-type=2", "uploads",
+                            "partNumber=1", "tagging", "%", "=&=&", "a=" + "b" * 5000])
+        return f"/{bucket}/{key}?{query}".encode()
     if choice == 8:
         return ("/" + _garbage(rng, rng.randrange(1, 60))).encode("utf-8", "surrogatepass")
     if choice == 9:
-        return f"/{rng.choice(['Bad_Bucket', 'ab', 'a' * 70, '..', 'x..y', '-ab', '127.0.0.1'])}/{key}".encode()
+        name = rng.choice(["Bad_Bucket", "ab", "a" * 70, "..", "x..y", "-ab", "127.0.0.1"])
+        return f"/{name}/{key}".encode()
     if choice == 10:
         return f"/{bucket}/{key}#frag".encode()
     if choice == 11:
@@ -193,9 +196,10 @@ def build_request(rng: random.Random, bucket: str) -> tuple[bytes, bool]:
     separators = [": "] * len(headers)
     if damage == 2:
         separators[rng.randrange(len(headers))] = rng.choice([" : ", ": \x00", ":\r\n ", "\x00: "])
-    head = f"{method} ".encode("utf-8", "surrogatepass") + _path(rng, bucket) + f" {version}\r\n".encode()
+    head = (f"{method} ".encode("utf-8", "surrogatepass") + _path(rng, bucket)
+            + f" {version}\r\n".encode())
     lines = [f"{name}{separator}{value}\r\n".encode("utf-8", "surrogateescape")
-             for (name, value), separator in zip(headers, separators)]
+             for (name, value), separator in zip(headers, separators, strict=True)]
     if damage == 3:
         lines.insert(rng.randrange(len(lines)), b"NoColonHere\r\n")
     raw = head + b"".join(lines) + b"\r\n" + body
@@ -221,7 +225,8 @@ def exchange(host: str, port: int, raw: bytes, complete: bool) -> bytes:
             try:
                 chunk = sock.recv(65536)
             except TimeoutError:
-                raise AssertionError(f"no answer within {ANSWER_TIMEOUT_S}s to {raw[:200]!r}")
+                raise AssertionError(
+                    f"no answer within {ANSWER_TIMEOUT_S}s to {raw[:200]!r}") from None
             except ConnectionResetError:
                 break
             if not chunk:

@@ -24,6 +24,7 @@ from sidecar.tools.local_s3 import LocalS3
 from tests.functional.conftest import s3_client
 from tests.functional.test_data_port import raw_request
 from tests.support.processes import SidecarProcess
+from tests.support.waiting import eventually
 
 MiB = 1024 * 1024
 SLOT = MiB + 4096
@@ -252,7 +253,8 @@ def test_low_free_space_shrinks_the_cache_and_it_grows_back(
     key, data = put(origin_s3, bucket, 4 * MiB)
     with SidecarProcess(local_s3.endpoint, small_disk, "--block-size", "1MiB",
                         "--cache-size", str(16 * SLOT),
-                        env={"SIDECAR_DISK_RESERVE": "16MiB", "SIDECAR_DISK_CHECK_INTERVAL": "100ms",
+                        env={"SIDECAR_DISK_RESERVE": "16MiB",
+                             "SIDECAR_DISK_CHECK_INTERVAL": "100ms",
                              "SIDECAR_PREFETCH": "false"}) as sidecar:
         assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")[2] == data
         capacity = sidecar.metric("sidecar_cache_capacity_bytes")
@@ -260,23 +262,21 @@ def test_low_free_space_shrinks_the_cache_and_it_grows_back(
         stats = os.statvfs(small_disk)
         filler = small_disk / "filler"
         filler.write_bytes(b"\0" * (stats.f_bavail * stats.f_frsize - 10 * MiB))
-        deadline = time.monotonic() + 10
-        while sidecar.metric("sidecar_cache_capacity_bytes") >= capacity and \
-                time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.5)
-        shrunk = sidecar.metric("sidecar_cache_capacity_bytes")
-        assert shrunk <= capacity - 6 * MiB
-        stats = os.statvfs(small_disk)
-        assert stats.f_bavail * stats.f_frsize >= 15 * MiB  # the space really came back
+        eventually(lambda: sidecar.metric("sidecar_cache_capacity_bytes") <= capacity - 6 * MiB,
+                   "the cache to give back at least 6 MiB", timeout=10, interval=0.1)
+
+        def space_back() -> bool:
+            stats = os.statvfs(small_disk)
+            return stats.f_bavail * stats.f_frsize >= 15 * MiB
+
+        # The space really comes back: the slots' holes are punched after the
+        # capacity drops, off the event loop.
+        eventually(space_back, "15 MiB free on the disk", timeout=10, interval=0.1)
         # Reads go on, and blocks that were not given back are still served.
         assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")[2] == data
         filler.unlink()
-        deadline = time.monotonic() + 10
-        while sidecar.metric("sidecar_cache_capacity_bytes") < capacity and \
-                time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert sidecar.metric("sidecar_cache_capacity_bytes") == capacity
+        eventually(lambda: sidecar.metric("sidecar_cache_capacity_bytes") == capacity,
+                   "the cache to grow back to its configured size", timeout=10, interval=0.1)
 
 
 def test_full_disk_flips_to_bypass_and_back_without_failing_a_read(
@@ -302,15 +302,14 @@ def test_full_disk_flips_to_bypass_and_back_without_failing_a_read(
         for key, data in objects[3:5]:  # served from the origin meanwhile
             assert raw_request(url, "GET", f"/{bucket}/{key}")[2] == data
         filler.unlink()
-        deadline = time.monotonic() + 15
-        while sidecar.stats()["mode"] != "normal" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert sidecar.stats()["mode"] == "normal"
+        eventually(lambda: sidecar.stats()["mode"] == "normal", "the mode to return to normal",
+                   timeout=15, interval=0.1)
         key, data = objects[5]
         blocks = sidecar.metric("sidecar_cache_blocks")
         assert raw_request(url, "GET", f"/{bucket}/{key}")[2] == data
-        time.sleep(0.3)
-        assert sidecar.metric("sidecar_cache_blocks") == blocks + 7  # caching again
+        # Caching again: the object's seven blocks land just after its bytes were sent.
+        eventually(lambda: sidecar.metric("sidecar_cache_blocks") == blocks + 7,
+                   "the object's 7 blocks in the cache", timeout=10)
         failed = sum(sidecar.metric("sidecar_requests_total", op="GetObject", code=code)
                      for code in ("500", "503"))
         assert failed == 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import os
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 from tests.functional.conftest import s3_client
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
+from tests.support.waiting import eventually
 
 BLOCK = 64 * 1024
 
@@ -104,10 +104,8 @@ def test_a_head_in_flight_during_a_write_is_not_remembered(
     reader = threading.Thread(
         target=lambda: first.update(client.head_object(Bucket=bucket, Key=key)))
     reader.start()
-    deadline = time.monotonic() + 5
-    while not fault_proxy.requests("HEAD", key) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert fault_proxy.requests("HEAD", key), "the HEAD never reached the origin"
+    eventually(lambda: fault_proxy.requests("HEAD", key) or None, "the HEAD to reach the origin",
+               timeout=5, interval=0.02)
     writer = s3_client(sidecar.data_url)
     put = writer.put_object(Bucket=bucket, Key=key, Body=new)
     reader.join(timeout=10)

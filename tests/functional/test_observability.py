@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
@@ -35,6 +35,7 @@ from sidecar.tools.kafka_segments import SegmentObject, generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
+from tests.support.waiting import eventually, eventually_awaited
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "sidecar-dashboard.json"
@@ -43,19 +44,10 @@ ARTIFACTS = ROOT / "test-artifacts"
 BLOCK = 256 * 1024
 SEGMENT_BYTES = 1536 * 1024
 
-T = TypeVar("T")
-
-
-def wait_for(probe: Callable[[], T | None], what: str, timeout: float = 30.0,
-             interval: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+# Prometheus, Chromium and the page work on their own schedules (a scrape or a
+# rule evaluation a second): generous waits, unhurried polls.
+WAIT_S = 30.0
+POLL_S = 0.2
 
 
 def free_port() -> int:
@@ -233,7 +225,7 @@ class Prometheus:
             stdout=self._log, stderr=subprocess.STDOUT,
         )
         try:
-            wait_for(self._ready, "prometheus to be ready")
+            eventually(self._ready, "prometheus to be ready", WAIT_S, POLL_S)
         except BaseException:
             self.stop()
             raise
@@ -289,7 +281,8 @@ def test_every_panel_and_rule_returns_series_from_a_real_prometheus(
     with start_sidecar(local_s3.endpoint, tmp_path) as sidecar, \
             Prometheus(tmp_path / "prometheus", sidecar.admin_url.removeprefix("http://")) as prom:
         instance = sidecar.admin_url.removeprefix("http://")
-        wait_for(lambda: prom.query('up{job="sidecar"} == 1') or None, "the first scrape")
+        eventually(lambda: prom.query('up{job="sidecar"} == 1') or None, "the first scrape",
+                   WAIT_S, POLL_S)
         report = run_replay(sidecar, local_s3.endpoint, seeded)
         assert report["bytes"] == sum(len(segment.data) for segment in segments)
 
@@ -305,7 +298,7 @@ def test_every_panel_and_rule_returns_series_from_a_real_prometheus(
             last = prom.query('timestamp(up{job="sidecar"})')
             return True if done and float(last[0]["value"][1]) > replayed + 1.5 else None
 
-        wait_for(scraped_after_replay, "two scrapes after the replay")
+        eventually(scraped_after_replay, "two scrapes after the replay", WAIT_S, POLL_S)
         groups = prom.api("rules")["groups"]
         rules = [rule for group in groups for rule in group["rules"]]
         recording = [rule for rule in rules if rule["type"] == "recording"]
@@ -314,8 +307,8 @@ def test_every_panel_and_rule_returns_series_from_a_real_prometheus(
         assert len(recording) >= 5 and len(alerting) >= 5
         # Every recorded series exists once the rules have been evaluated after the replay.
         for rule in recording:
-            wait_for(lambda: prom.query(rule["name"]) or None, f"series of {rule['name']}",
-                     timeout=15)
+            eventually(lambda name=rule["name"]: prom.query(name) or None,
+                       f"series of {rule['name']}", timeout=15, interval=POLL_S)
         for group in prom.api("rules")["groups"]:
             for rule in group["rules"]:
                 assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
@@ -401,7 +394,7 @@ def test_served_and_origin_bytes_add_up(
                 return after
             return None
 
-        totals = wait_for(settled, "origin reads to settle")
+        totals = eventually(settled, "origin reads to settle", WAIT_S, POLL_S)
         from_cache = sidecar.metric("sidecar_served_bytes_total", source="cache")
         from_origin = sidecar.metric("sidecar_served_bytes_total", source="origin")
         assert from_cache + from_origin == reader.received
@@ -457,7 +450,7 @@ class Chromium:
             return int(lines[0]) if lines else None
 
         try:
-            self.port = wait_for(listening, "chromium's DevTools port")
+            self.port = eventually(listening, "chromium's DevTools port", WAIT_S, POLL_S)
         except BaseException:
             self.stop()
             raise
@@ -533,6 +526,28 @@ PAGE_STATE = """(() => {
 })()"""
 
 
+async def page_state_when(
+    page: Page, condition: Callable[[dict[str, Any]], bool], what: str,
+    timeout: float = WAIT_S,  # noqa: ASYNC109 (as eventually_awaited: it names what timed out)
+) -> dict[str, Any]:
+    """The page's state once `condition` holds; a timeout says the last state seen."""
+    last: dict[str, Any] = {}
+
+    async def probe() -> dict[str, Any] | None:
+        nonlocal last
+        try:
+            last = await page.evaluate(PAGE_STATE)
+        except AssertionError as exc:  # still navigating: no script yet
+            last = {"evaluate": str(exc)}
+            return None
+        return last if condition(last) else None
+
+    try:
+        return await eventually_awaited(probe, what, timeout, interval=0.1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the page's last state: {last}") from None
+
+
 def shown(ratio: float | None) -> str:
     return "n/a" if ratio is None else f"{100 * ratio:.2f}%"
 
@@ -553,35 +568,20 @@ async def test_ui_shows_the_hit_ratio_of_the_stats_json(
                 await page.call("Page.enable")
                 await page.call("Page.navigate", url=sidecar.admin_url + "/ui?interval_ms=200")
 
-                async def state_when(condition: Callable[[dict[str, Any]], bool], what: str,
-                                     timeout: float = 30.0) -> dict[str, Any]:
-                    deadline = time.monotonic() + timeout
-                    while True:
-                        state: dict[str, Any]
-                        try:
-                            state = await page.evaluate(PAGE_STATE)
-                        except AssertionError as exc:  # still navigating: no script yet
-                            state = {"evaluate": str(exc)}
-                        if "evaluate" not in state and condition(state):
-                            return state
-                        assert time.monotonic() < deadline, f"timed out: {what}: {state}"
-                        await asyncio.sleep(0.1)
-
-                await state_when(lambda s: s["samples"] >= 1, "the first poll")
-                replay = subprocess.Popen(replay_args(sidecar, local_s3.endpoint, seeded),
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          env=replay_env())
+                await page_state_when(page, lambda s: s["samples"] >= 1, "the first poll")
+                replay = await asyncio.create_subprocess_exec(
+                    *replay_args(sidecar, local_s3.endpoint, seeded),
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                    env=replay_env())
                 try:
-                    await state_when(
-                        lambda s: s["samples"] >= 4 and s["maxCacheRate"] > 0,
+                    await page_state_when(
+                        page, lambda s: s["samples"] >= 4 and s["maxCacheRate"] > 0,
                         "samples with traffic while the replay runs", timeout=60)
-                    while replay.poll() is None:
-                        await asyncio.sleep(0.1)
-                    out, err = replay.communicate(timeout=30)
+                    out, err = await replay.communicate()
                 finally:
-                    if replay.poll() is None:
+                    if replay.returncode is None:
                         replay.kill()
-                        replay.communicate()
+                        await replay.communicate()
                 assert replay.returncode == 0, err
                 assert json.loads(out)["crc_errors"] == 0
 
@@ -594,11 +594,11 @@ async def test_ui_shows_the_hit_ratio_of_the_stats_json(
                                ("hits", "misses", "served_bytes"))
                     return second if same else None
 
-                stats = wait_for(steady, "the stats to settle")
+                stats = eventually(steady, "the stats to settle", WAIT_S, POLL_S)
                 # ...and the page polls again after that.
                 polled = (await page.evaluate(PAGE_STATE))["samples"]
-                state = await state_when(
-                    lambda s: s["samples"] >= polled + 2
+                state = await page_state_when(
+                    page, lambda s: s["samples"] >= polled + 2
                     and all(c["points"] >= 6 and c["ink"] > 2 * c["swatch"]
                             for c in s["charts"].values()),
                     "the charts to draw")

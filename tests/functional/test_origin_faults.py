@@ -12,7 +12,7 @@ import http.client
 import json
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,8 +25,10 @@ from sidecar.config import load_config
 from sidecar.errors import ObjectNotFound, OriginUnavailable
 from sidecar.origin.client import Origin
 from sidecar.telemetry.metrics import Metrics
+from tests.support.clock import FakeClock
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
+from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY = ROOT / "test-artifacts" / "reliability" / "faults.json"
@@ -311,7 +313,7 @@ def test_origin_outage(
                         "--cache-size", str(64 * (BLOCK + 4096)), env=env) as sidecar:
         cached, _ = put(origin_s3, bucket, "seg/cached.log", seed=7)
         uncached, _ = put(origin_s3, bucket, "seg/uncached.log", seed=8)
-        deleted, _ = put(origin_s3, bucket, "seg/deleted.log", seed=9)
+        put(origin_s3, bucket, "seg/deleted.log", seed=9)
         half = 3 * BLOCK - 1
         for key in ("seg/cached.log", "seg/deleted.log"):
             assert fetch(sidecar.data_url, bucket, key, f"bytes=0-{half}").status == 206
@@ -344,8 +346,8 @@ def test_origin_outage(
 
         fault_proxy.clear()
         healed_at = time.monotonic()
-        answer = wait_for(lambda: _ok(fetch(sidecar.data_url, bucket, "seg/uncached.log")),
-                          "the breaker to let reads through again")
+        answer = eventually(lambda: _ok(fetch(sidecar.data_url, bucket, "seg/uncached.log")),
+                            "the breaker to let reads through again", timeout=30.0, interval=0.25)
         recovery = time.monotonic() - healed_at
         assert answer.body == uncached
         assert sidecar.metric("sidecar_origin_breaker_state", state="closed") == 1
@@ -367,32 +369,32 @@ async def test_a_stale_head_is_used_only_within_its_bound_and_never_after_a_404(
     fault_proxy: FaultProxy, origin_s3: Any, bucket: str, tmp_path: Path,
 ) -> None:
     """The origin client itself, in this process, on a clock the test moves."""
-    now = [1000.0]
+    clock = FakeClock(1000.0)
     config = load_config(
         {"origin_endpoint": fault_proxy.endpoint, "cache_dir": str(tmp_path)},
         {"SIDECAR_HEAD_TTL": "30s", "SIDECAR_HEAD_STALE_IF_ERROR": "60s",
          "SIDECAR_ORIGIN_DEADLINE": "2s", "SIDECAR_ORIGIN_BREAKER_FAILURES": "0"}, {},
     )
-    origin = Origin(config.origin, Metrics(CollectorRegistry()), clock=lambda: now[0])
+    origin = Origin(config.origin, Metrics(CollectorRegistry()), clock=clock)
     await origin.start()
     key = "seg/stale.log"
     put(origin_s3, bucket, key, seed=10)
     try:
         info = await origin.head(bucket, key)
         fault_proxy.down = "503"
-        now[0] += 31  # past head_ttl
+        clock.advance(31)  # past head_ttl
         assert await origin.head(bucket, key) == info
-        now[0] += 30  # 61 s after the origin's last answer: too old to stand in
+        clock.advance(30)  # 61 s after the origin's last answer: too old to stand in
         with pytest.raises(OriginUnavailable):
             await origin.head(bucket, key)
         fault_proxy.clear()
         assert await origin.head(bucket, key) == info
         origin_s3.delete_object(Bucket=bucket, Key=key)
-        now[0] += 31
+        clock.advance(31)
         with pytest.raises(ObjectNotFound):
             await origin.head(bucket, key)
         fault_proxy.down = "503"
-        now[0] += 31
+        clock.advance(31)
         with pytest.raises(OriginUnavailable):  # the 404 was an answer: nothing stale
             await origin.head(bucket, key)
     finally:
@@ -402,14 +404,3 @@ async def test_a_stale_head_is_used_only_within_its_bound_and_never_after_a_404(
 
 def _ok(answer: Answer) -> Answer | None:
     return answer if answer.status == 200 and not answer.aborted else None
-
-
-def wait_for(probe: Callable[[], Answer | None], what: str, timeout: float = 30.0) -> Answer:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.25)

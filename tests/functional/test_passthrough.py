@@ -12,7 +12,6 @@ import secrets
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ from tests.functional.conftest import s3_client
 from tests.support.processes import SidecarProcess
 from tests.support.signed_chunks import crc32_trailer, signed_chunked
 from tests.support.verifying_proxy import VerifyingProxy
+from tests.support.waiting import eventually
 
 BLOCK = 64 * 1024
 MOTO_KEY = (CREDENTIALS["AWS_ACCESS_KEY_ID"], CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
@@ -64,15 +64,15 @@ def raw(url: str, method: str, path: str, headers: dict[str, str] | None = None,
         connection.close()
 
 
-def cached_blocks(sidecar: SidecarProcess, expect: int | None = None) -> int:
-    """Blocks in the cache; with `expect`, once that many are there (blocks land
-    in the cache just after the bytes went to the client), or after 10 s."""
-    deadline = time.monotonic() + 10
-    while True:
-        count = int(sidecar.metric("sidecar_cache_blocks"))
-        if expect is None or count == expect or time.monotonic() > deadline:
-            return count
-        time.sleep(0.02)
+def cached_blocks(sidecar: SidecarProcess) -> int:
+    return int(sidecar.metric("sidecar_cache_blocks"))
+
+
+def cached_blocks_reach(sidecar: SidecarProcess, expect: int) -> None:
+    """Blocks land in the cache just after their bytes went to the client: wait
+    (10 s at most) until `expect` of them are there."""
+    eventually(lambda: cached_blocks(sidecar) == expect, f"{expect} blocks in the cache",
+               timeout=10, interval=0.02)
 
 
 def test_a_write_through_the_sidecar_reads_back_at_once(
@@ -83,7 +83,7 @@ def test_a_write_through_the_sidecar_reads_back_at_once(
     origin_s3.put_object(Bucket=bucket, Key="seg.log", Body=old)
     blocks_before = cached_blocks(sidecar)
     assert client.get_object(Bucket=bucket, Key="seg.log")["Body"].read() == old
-    assert cached_blocks(sidecar, blocks_before + 4) == blocks_before + 4
+    cached_blocks_reach(sidecar, blocks_before + 4)
     client.put_object(Bucket=bucket, Key="seg.log", Body=new)
     # The old version's blocks and its remembered HEAD are gone at once.
     assert cached_blocks(sidecar) == blocks_before
@@ -163,7 +163,7 @@ def test_delete_objects_invalidates_every_listed_key(
     before = cached_blocks(sidecar)
     for key in keys:
         client.get_object(Bucket=bucket, Key=key)["Body"].read()
-    assert cached_blocks(sidecar, before + 6) == before + 6
+    cached_blocks_reach(sidecar, before + 6)
     answer = client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]})
     assert sorted(d["Key"] for d in answer["Deleted"]) == keys
     assert cached_blocks(sidecar) == before
@@ -234,7 +234,7 @@ def test_delete_objects_sent_aws_chunked_invalidates_every_listed_key(
     before = cached_blocks(sidecar)
     for key in keys:
         client.get_object(Bucket=bucket, Key=key)["Body"].read()
-    assert cached_blocks(sidecar, before + 4) == before + 4
+    cached_blocks_reach(sidecar, before + 4)
     xml = ("<Delete>" + "".join(f"<Object><Key>{k}</Key></Object>" for k in keys)
            + "</Delete>").encode()
     if framing == "unsigned-trailer":

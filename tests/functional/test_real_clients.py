@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError
 from sidecar.tools.local_s3 import CREDENTIALS
 from tests.support.processes import SidecarProcess
 from tests.support.verifying_proxy import VerifyingProxy
+from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
@@ -90,15 +91,14 @@ def assert_gone(origin_s3: Any, bucket: str, key: str) -> None:
     assert caught.value.response["Error"]["Code"] == "404"
 
 
-def blocks(sidecar: SidecarProcess, expect: int | None = None) -> int:
-    """Cached blocks; with `expect`, once that many are there (blocks land just
-    after their bytes went to the client), or after 10 s."""
-    deadline = time.monotonic() + 10
-    while True:
-        count = int(sidecar.metric("sidecar_cache_blocks"))
-        if expect is None or count == expect or time.monotonic() > deadline:
-            return count
-        time.sleep(0.05)
+def blocks(sidecar: SidecarProcess) -> int:
+    return int(sidecar.metric("sidecar_cache_blocks"))
+
+
+def blocks_reach(sidecar: SidecarProcess, expect: int) -> None:
+    """Blocks land in the cache just after their bytes went to the client: wait
+    (10 s at most) until `expect` of them are there."""
+    eventually(lambda: blocks(sidecar) == expect, f"{expect} blocks in the cache", timeout=10)
 
 
 def test_aws_cli(s3_clients_installed: None, sidecar: SidecarProcess, origin_s3: Any,
@@ -130,7 +130,7 @@ def test_aws_cli(s3_clients_installed: None, sidecar: SidecarProcess, origin_s3:
     down = tmp_path / "down.log"
     run(aws + ["s3", "cp", f"s3://{shared_bucket}/{key}", str(down)], env)
     assert down.read_bytes() == segment
-    assert blocks(sidecar, before + 64) == before + 64
+    blocks_reach(sidecar, before + 64)
 
     listed = run(aws + ["s3", "ls", f"s3://{shared_bucket}/", "--recursive"], env)
     assert sorted(line.split()[-1] for line in listed.splitlines()) == \
@@ -218,7 +218,7 @@ def test_s3cmd(s3_clients_installed: None, sidecar: SidecarProcess, origin_s3: A
     down = tmp_path / "s-down.log"
     run(s3cmd + ["get", url, str(down)])
     assert down.read_bytes() == data
-    assert blocks(sidecar, before + 12) == before + 12
+    blocks_reach(sidecar, before + 12)
 
     listed = run(s3cmd + ["ls", "--recursive", f"s3://{shared_bucket}"])
     assert sorted(line.split()[-1].removeprefix(f"s3://{shared_bucket}/")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -100,7 +101,8 @@ def test_replay_straight_from_s3(local_s3: LocalS3, seeded: Seeded) -> None:
     assert report["segments"] == len(seeded.segments)
     # ~1.6 MB segments read 1 MiB at a time: two fetches each.
     assert report["fetches"] == 2 * len(seeded.segments)
-    assert report["batches"] == sum(1 for s in seeded.segments for _ in iter_segment_batches(s.data))
+    assert report["batches"] == sum(1 for s in seeded.segments
+                                    for _ in iter_segment_batches(s.data))
     assert report["mb_per_s"] > 0 and report["records_per_s"] > 0
     latency = report["fetch_latency_ms"]
     assert 0 < latency["p50"] <= latency["p99"] <= latency["max"]
@@ -205,7 +207,7 @@ def test_fetches_look_like_a_brokers(proxy: RecordingProxy, seeded: Seeded) -> N
             position += header.total_size
         assert starts[0] == 0 and starts == sorted(starts) and set(starts) <= boundaries
         # Each fetch resumes after the last whole batch of ~300 KiB read before it.
-        assert all(0 < b - a <= 300 * 1024 for a, b in zip(starts, starts[1:]))
+        assert all(0 < b - a <= 300 * 1024 for a, b in itertools.pairwise(starts))
 
 
 class ConnectionCounter:

@@ -36,6 +36,7 @@ from spark_warmup.plan import PlanError, parse_plan
 from spark_warmup.routing import rendezvous_node
 from tests.functional.test_replay import replay_json
 from tests.support.processes import SidecarProcess
+from tests.support.waiting import eventually
 
 MIB = 1024 * 1024
 SEGMENT_BYTES = 1536 * 1024
@@ -358,19 +359,19 @@ class StandaloneCluster:
                      "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
                      "--webui-port", str(self.worker_ui_port),
                      "--work-dir", str(self.work / "worker")], env, "worker")
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if any(p.poll() is not None for p in self.processes):
-                raise RuntimeError(f"a Spark daemon exited; logs in {self.work}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/",
-                                            timeout=2) as response:
-                    if json.load(response).get("aliveworkers", 0) >= 1:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"no worker registered with the master in 90 s; logs in {self.work}")
+        eventually(self._worker_registered,
+                   f"a worker to register with the master; logs in {self.work}",
+                   timeout=90, interval=0.5)
+
+    def _worker_registered(self) -> bool:
+        if any(p.poll() is not None for p in self.processes):
+            raise RuntimeError(f"a Spark daemon exited; logs in {self.work}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/",
+                                        timeout=2) as response:
+                return bool(json.load(response).get("aliveworkers", 0) >= 1)
+        except OSError:
+            return False
 
     def _spawn(self, args: list[str], env: dict[str, str], name: str) -> None:
         with (self.work / f"{name}.log").open("wb") as log:

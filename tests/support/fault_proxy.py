@@ -8,9 +8,10 @@ answers (500, 503, SlowDown XML), connection resets before and in the middle of
 a body, a body that stalls, a body shorter than its range with a clean close
 (Content-Length lying, or `Connection: close` without one), an over-long body,
 an origin that ignores If-Match or Range (a 200 with the whole object),
-latency spikes, and answers held back after the origin gave them (late_answer). `before` runs just before
-a request is forwarded: an ETag flip is the object really rewritten in moto
-between the sidecar's HEAD and its GET. `down` makes the whole origin answer
+latency spikes, and answers held back after the origin gave them (late_answer).
+`before` runs just before a request is forwarded: an ETag flip is the object
+really rewritten in moto between the sidecar's HEAD and its GET. `down` makes
+the whole origin answer
 503 (or reset every connection) until it is cleared.
 
 Like RecordingProxy: 127.0.0.1 on port 0, a thread per connection, every wait

@@ -103,7 +103,8 @@ class SidecarProcess:
         total = 0.0
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                if sample.name == name and all(
+                        sample.labels.get(k) == v for k, v in labels.items()):
                     total += sample.value
         return total
 

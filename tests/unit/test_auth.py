@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from sidecar.s3.addressing import split_path
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.operations import classify
 from sidecar.s3.sigv4 import Reason, SignatureRejected
+from tests.support.clock import FakeClock
 
 SECRET = "very-secret-value-1"
 
@@ -50,7 +52,8 @@ def test_allow_anonymous_with_keys() -> None:
 @pytest.mark.parametrize("env,file_values,message", [
     ({"SIDECAR_AUTH_KEYS": f"A1{SECRET}"}, {}, "entry 1: not AKID:SECRET"),
     ({"SIDECAR_AUTH_KEYS": f"A 1:{SECRET}"}, {}, "entry 1: not AKID:SECRET"),
-    ({"SIDECAR_AUTH_KEYS": f"A1:{SECRET},A1:{SECRET}"}, {}, "entry 2: an access key id is given twice"),
+    ({"SIDECAR_AUTH_KEYS": f"A1:{SECRET},A1:{SECRET}"}, {},
+     "entry 2: an access key id is given twice"),
     ({"SIDECAR_AUTH_KEYS": f"{SECRET}:,A1:x"}, {}, "entry 1: the secret must be a non-empty"),
     ({}, {"auth": {"keys": {"A1": 5}}}, "must be a non-empty string"),
     ({}, {"auth": {"allow_anonymous": False}}, "needs access keys"),
@@ -92,11 +95,9 @@ def _signed_headers(secret: str) -> list[tuple[str, str]]:
 
 
 def test_authenticator_policy() -> None:
-    import time
-
-    now = [time.time()]
-    strict = Authenticator({"A1": SECRET}, allow_anonymous=False, clock=lambda: now[0])
-    lenient = Authenticator({"A1": SECRET}, allow_anonymous=True, clock=lambda: now[0])
+    clock = FakeClock(time.time())  # signatures are dated by the wall clock
+    strict = Authenticator({"A1": SECRET}, allow_anonymous=False, clock=clock)
+    lenient = Authenticator({"A1": SECRET}, allow_anonymous=True, clock=clock)
     good, bad = _signed_headers(SECRET), _signed_headers("wrong")
     verified = strict.check("GET", "/b/k", good)
     assert verified is not None and verified.access_key == "A1"
@@ -108,7 +109,7 @@ def test_authenticator_policy() -> None:
     with pytest.raises(SignatureRejected) as caught:
         strict.check("GET", "/b/k", [("Host", "h")])
     assert caught.value.reason is Reason.UNSIGNED
-    now[0] += 16 * 60  # the handed-in clock moves past the skew window
+    clock.advance(16 * 60)  # the handed-in clock moves past the skew window
     with pytest.raises(SignatureRejected) as caught:
         strict.check("GET", "/b/k", good)
     assert caught.value.reason is Reason.SKEWED

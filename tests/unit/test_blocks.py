@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -89,9 +91,9 @@ def test_coalesce_runs_properties(blocks: list[int], max_run: int) -> None:
     for first, last in runs:
         assert first <= last
         assert last - first + 1 <= max_run
-    for (_, prev_last), (next_first, _) in zip(runs, runs[1:]):
+    for (_, prev_last), (next_first, _) in itertools.pairwise(runs):
         assert prev_last < next_first
-    for (p_first, p_last), (n_first, n_last) in zip(runs, runs[1:]):
+    for (p_first, p_last), (n_first, n_last) in itertools.pairwise(runs):
         mergeable = n_first == p_last + 1 and n_last - p_first + 1 <= max_run
         assert not mergeable
 

@@ -12,7 +12,6 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,16 +23,11 @@ from sidecar.cache import slab as slab_module
 from sidecar.cache.recovery import rebuild_index
 from sidecar.cache.slab import Slab
 from tests.support.cache_metrics import RecordingMetrics
+from tests.support.waiting import eventually_async
 
 BLOCK = 64 * 1024
 SLOT = BLOCK + 4096
 SEED = 20261122
-
-
-@pytest.fixture
-def executor() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        yield pool
 
 
 def slab_path(directory: Path) -> Path:
@@ -464,14 +458,6 @@ def test_rebuild_index_is_deterministic_on_equal_generations() -> None:
         assert index.next_generation == 5 and index.used_bytes == 10
 
 
-async def wait_until(condition: Any, seconds: float = 20.0) -> None:
-    for _ in range(int(seconds / 0.01)):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
-
-
 async def test_the_scrub_drops_damaged_blocks_before_anyone_reads_them(
     tmp_path: Path, executor: ThreadPoolExecutor
 ) -> None:
@@ -493,7 +479,7 @@ async def test_the_scrub_drops_damaged_blocks_before_anyone_reads_them(
     try:
         scrub = store.scrub
         assert scrub is not None
-        await wait_until(lambda: scrub.done)
+        await eventually_async(lambda: scrub.done, "the scrub to finish", timeout=20.0)
         assert (scrub.blocks, scrub.verified, scrub.dropped, scrub.skipped) == (20, 17, 3, 0)
         assert scrub.verified_bytes == sum(len(blocks[i]) for i in blocks if i not in damaged)
         assert metrics.checksum_failures == 3 and metrics.evictions == {"checksum": 3}
@@ -524,7 +510,8 @@ async def test_the_scrub_keeps_to_its_rate_and_stops_on_close(
     started = time.monotonic()
     scrub = store.scrub
     assert scrub is not None
-    await wait_until(lambda: scrub.verified >= 3)
+    await eventually_async(lambda: scrub.verified >= 3, "the scrub to verify three blocks",
+                           timeout=20.0)
     assert time.monotonic() - started >= 0.45  # three blocks: at least two gaps
     await store.close()
     assert time.monotonic() - started < 10  # close did not wait for the other blocks

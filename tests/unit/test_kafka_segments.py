@@ -73,7 +73,9 @@ def _kafka_batches(data: bytes) -> list[DefaultRecordBatch]:
     return out
 
 
-def _scan_in_random_chunks(data: bytes, rng: random.Random) -> tuple[BatchScanner, list[BatchHeader]]:
+def _scan_in_random_chunks(
+    data: bytes, rng: random.Random
+) -> tuple[BatchScanner, list[BatchHeader]]:
     scanner = BatchScanner()
     headers: list[BatchHeader] = []
     pos = 0
@@ -106,7 +108,7 @@ def test_built_segment_matches_kafka_python_reader() -> None:
     assert len(headers) == len(kbatches) > 10
     assert next_offset == 1000 + 7 * len(headers)
     assert sum(b.size_in_bytes for b in kbatches) == len(data)
-    for h, kb in zip(headers, kbatches):
+    for h, kb in zip(headers, kbatches, strict=True):
         assert kb.validate_crc()
         assert h.magic == kb.magic == 2
         assert h.base_offset == kb.base_offset

@@ -6,17 +6,10 @@ import pytest
 
 from sidecar.isolation.lanes import LaneLimiter
 from sidecar.model import FOREGROUND, PREFETCH, WARM
+from tests.support.clock import FakeClock
 
 MiB = 1024 * 1024
 CHUNK = 256 * 1024
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def drive(limiter: LaneLimiter, clock: FakeClock, lanes: dict[str, int], seconds: float,
@@ -31,7 +24,7 @@ def drive(limiter: LaneLimiter, clock: FakeClock, lanes: dict[str, int], seconds
                 ready_at[lane] = clock.now + grant.wait
                 if grant.taken:
                     got[lane] += CHUNK
-        clock.now += step
+        clock.advance(step)
     return got
 
 

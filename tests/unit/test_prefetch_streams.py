@@ -5,17 +5,10 @@ from __future__ import annotations
 import random
 
 from sidecar.prefetch.streams import StreamTable
+from tests.support.clock import FakeClock
 
 B = 1000  # block size
 OBJ = ("b", "k", '"e"')
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def table(clock: FakeClock | None = None, max_window: int = 8) -> StreamTable:
@@ -78,7 +71,8 @@ def test_two_interleaved_consumers_keep_two_heads() -> None:
 def test_random_access_never_reads_ahead() -> None:
     t = table()
     rng = random.Random(7)
-    planned = [b for _ in range(500) for b in fetch(t, rng.randrange(0, 90 * B), rng.randrange(1, 1500))]
+    planned = [b for _ in range(500)
+               for b in fetch(t, rng.randrange(0, 90 * B), rng.randrange(1, 1500))]
     # A random start lands within a block of an old head now and then; that is
     # a continuation in the rules' eyes, so a few blocks may be planned, never a storm.
     assert len(planned) < 25  # about 3% of random requests (seeds 0-7), one block each
@@ -113,7 +107,7 @@ def test_idle_heads_expire() -> None:
     t = table(clock)
     fetch(t, 0, 300)
     fetch(t, 300, 300)
-    clock.now = 61
+    clock.advance(61)
     fetch(t, 600, 300)
     (stream,) = t.streams(OBJ)
     assert not stream.sequential and stream.continuations == 0  # the old head expired

@@ -66,7 +66,8 @@ def test_plan_groups_per_partition_in_offset_order() -> None:
     keys = [
         seg_key("orders", 1, 500), seg_key("orders", 0, 900), seg_key("orders", 0, 0),
         seg_key("orders", 0, 300), seg_key("clicks", 0, 7),
-        seg_key("orders", 0, 300, suffix="indexes"), seg_key("orders", 0, 300, suffix="rsm-manifest"),
+        seg_key("orders", 0, 300, suffix="indexes"),
+        seg_key("orders", 0, 300, suffix="rsm-manifest"),
         "orders/not-a-segment.log", "README",
     ]
     plans = plan_partitions(keys, "", None, None)
@@ -284,7 +285,8 @@ def plan_of(objects: dict[str, bytes]) -> list[PartitionPlan]:
 
 
 async def replay(s3: FakeS3, **options: Any) -> Replayer:
-    replayer = Replayer(ReplayOptions(endpoint="http://s3.test", bucket="tiered", **options), s3, s3)
+    replay_options = ReplayOptions(endpoint="http://s3.test", bucket="tiered", **options)
+    replayer = Replayer(replay_options, s3, s3)
     await replayer.run(plan_of(s3.objects))
     return replayer
 

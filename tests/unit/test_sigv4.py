@@ -192,7 +192,7 @@ def test_both_auth_forms_at_once_are_refused() -> None:
 
 
 def test_is_signed() -> None:
-    _, target, headers = signed(presign_expires=60)
+    _, target, _ = signed(presign_expires=60)
     assert is_signed(target, [("Host", HOST)])
     assert is_signed("/b/k", [("authorization", "x")])
     assert not is_signed("/b/k?x-id=GetObject", [("Host", HOST)])

@@ -56,7 +56,7 @@ def rendered(stats: dict[str, Any]) -> dict[str, str]:
     column = max(map(len, labels)) + 2
     # One column for the values.
     assert all(line[column - 2:column] == "  " and line[column] != " " for line in lines)
-    return {label: line[column:] for label, line in zip(labels, lines)}
+    return {label: line[column:] for label, line in zip(labels, lines, strict=True)}
 
 
 def test_summary_is_aligned_and_complete() -> None:
