@@ -102,7 +102,8 @@ class AdminPort:
         try:
             body = await request.json()
             if not isinstance(body, dict) or set(body) != {"mode"}:
-                raise ValueError('the body must be {"mode": "normal|no-prefetch|cache-only|bypass"}')
+                raise ValueError(
+                    'the body must be {"mode": "normal|no-prefetch|cache-only|bypass"}')
             mode = parse_mode(body["mode"])
         except ValueError as exc:  # JSONDecodeError is a ValueError
             return web.json_response({"error": str(exc)}, status=400)

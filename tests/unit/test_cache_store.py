@@ -41,6 +41,13 @@ class Gate:
         self.opened.set()
 
 
+def damage(path: Path, offset: int, data: bytes) -> None:
+    """Bytes overwritten behind the store's back, as a failing disk would."""
+    with path.open("r+b") as handle:
+        handle.seek(offset)
+        handle.write(data)
+
+
 def ident(block: int = 0, key: str = "obj", etag: str = "e1") -> BlockIdent:
     return BlockIdent("bkt", key, etag, block)
 
@@ -306,9 +313,7 @@ async def test_checksum_failure_drops_the_entry(
     await written(store, ident(0), payload(seed=1))
     record = await written(store, ident(1), payload(seed=2))
     header = 4096 + record.slot * SLOT
-    with open(tmp_path / "slab.dat", "r+b") as handle:  # a bad disk
-        handle.seek(header + 4096 + 1234)
-        handle.write(b"\x00\x01\x02")
+    damage(tmp_path / "slab.dat", header + 4096 + 1234, b"\x00\x01\x02")  # a bad disk
 
     assert await store.read(record, 0, 10) is None
     assert metrics.checksum_failures == 1
@@ -421,7 +426,8 @@ async def test_a_block_cached_before_anyone_read_it_is_not_reused_by_its_first_r
     try:
         await written(store, ident(0), payload(seed=0))  # its reader had it from the buffer
         for block in (1, 2):  # fetched ahead of any reader
-            assert (await store.write(ident(block), payload(seed=block), read=False)).record is not None
+            written_ahead = await store.write(ident(block), payload(seed=block), read=False)
+            assert written_ahead.record is not None
         for block in (0, 1, 2, 2):  # block 2 is read twice
             assert store.lookup(ident(block)) is not None
         for block in range(10, 30):  # a scan, none of it read again
