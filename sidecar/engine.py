@@ -2,17 +2,28 @@
 
 The engine is the one place that starts origin fetches, for every lane:
 foreground (a reader waits), prefetch (read-ahead the planner asked for) and
-warm (the warm-up API). One in-flight table (block ident -> the block's buffer
-as it arrives) is the only way a block is fetched, so a block is fetched once
-however many readers want it at the same time; each reader takes the block's
-bytes as they land (sidecar.block_buffer). A block stays in the table until it
-is written to the cache, so a reader never finds it in neither place and
-fetches it again.
+warm (the warm-up API). One in-flight table (block ident -> the block on its
+way, sidecar.in_flight) is the only way a block is fetched, so a block is
+fetched once however many readers want it at the same time.
+
+A fetch reserves each block's slot in the cache first, then reads the origin's
+bytes in worker threads (sidecar.origin) straight into the slots, a chunk (the
+cache's 1 MiB checksum unit) at a time, hashed while in hand; readers of the
+block are woken as each chunk lands and read it from the slot, verified, as
+they read cached blocks. Once a block's chunks are all there, its header is
+written and it is cached; it stays in the in-flight table until then, so a
+reader never finds it in neither place and fetches it again. Bytes from the
+origin are never handed between threads, copied into block buffers or held in
+memory for readers.
+
+Every piece handed to the HTTP layer is a verified copy of at most one chunk
+(sidecar.cache.slab explains why never a reference to the slab's pages).
 
 The other parts answer, the engine acts: the read-ahead planner
 (sidecar.prefetch.planner) returns the blocks to fetch ahead; the store returns
 what a write evicted and whether the disk failed (the engine then switches the
-modes to bypass); evictions go back to the planner, which counts unread
+modes to bypass, and the readers of the blocks caught in it read from the
+origin directly); evictions go back to the planner, which counts unread
 read-ahead as waste.
 
 A lookup is a hit when the block is in the cache or already on its way from the
@@ -20,11 +31,14 @@ origin (read ahead, warmed, or fetched for an earlier request): the reader's
 request causes no origin read. A miss is a lookup that starts an origin fetch,
 and only the bytes of fetches a request started count as served from origin.
 
-Bounded requests fetch their adjacent missing blocks in one coalesced origin GET.
+Bounded requests fetch their adjacent missing blocks in one coalesced fetch.
 Open-ended requests (`bytes=pos-`, or no Range at all) are read lazily, a block at
 a time as the client consumes: Kafka's RemoteLogManager opens `bytes=pos-` and
 closes after about one fetch, so fetching ahead here would waste origin bytes
-(read-ahead, which follows what was consumed, does that job).
+(read-ahead, which follows what was consumed, does that job). A foreground
+fetch is split into a few ranged GETs run at once (as the AWS CRT and
+mountpoint-s3 do): the block a reader waits for lands after the first byte and
+a quarter of its transfer, not all of it.
 """
 
 from __future__ import annotations
@@ -32,15 +46,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterable
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import astuple, dataclass
 from typing import Any, Protocol
 
-from sidecar.block_buffer import BlockBuffer
 from sidecar.blocks import block_span, blocks_for_range, coalesce_runs
-from sidecar.cache import BlockIdent, BlockStore, SlabRegion
+from sidecar.cache import BlockIdent, BlockStore, CacheDiskError
+from sidecar.cache.errors import ChecksumMismatch
 from sidecar.errors import DownloadsPaused, OriginBadBody, OriginCircuitOpen, Overloaded
+from sidecar.in_flight import InFlightBlock, Unslotted
 from sidecar.isolation.modes import ModeState
 from sidecar.model import FOREGROUND, PREFETCH, WARM, ObjectInfo
 from sidecar.prefetch.planner import NextSegment, ReadAheadPlanner
@@ -50,17 +64,23 @@ from sidecar.telemetry.metrics import Metrics
 log = logging.getLogger(__name__)
 
 # Pieces handed to the HTTP layer: a client that stops after 1 MiB costs about
-# 1 MiB of copying and hashing, not a whole block.
+# 1 MiB of hashing, not a whole block. Equal to the cache's checksum chunk.
 PIECE_SIZE = 1024 * 1024
+# Ranged GETs a foreground fetch is split into, run at once: the chunk a reader
+# waits for arrives after the first byte and a quarter of the transfer.
+FOREGROUND_PARTS = 4
 
 
-# What the engine hands the HTTP layer: bytes, or a verified region of the slab
-# file that the HTTP layer sends with sendfile(2) and then releases.
-Piece = bytes | memoryview | SlabRegion
+# What the engine hands the HTTP layer: bytes of its own, never a view of
+# memory that changes once the piece is handed over.
+Piece = bytes | memoryview
+
+Sink = Callable[[int, memoryview], None]
+"""Takes one chunk of a fetch in a worker thread: (object offset, bytes)."""
 
 
 def piece_length(piece: Piece) -> int:
-    return piece.count if isinstance(piece, SlabRegion) else len(piece)
+    return len(piece)
 
 
 @dataclass(frozen=True)
@@ -85,9 +105,17 @@ class Source(enum.Enum):
 class OriginReader(Protocol):
     """The origin as the engine needs it (handed in; tests give a fake)."""
 
+    async def fetch_into(
+        self, info: ObjectInfo, start: int, end: int, lane: str, sink: Sink, chunk_size: int
+    ) -> None:
+        """Bytes [start, end) of the object to `sink`, in chunks of `chunk_size`
+        aligned in object offsets, called in worker threads; retried, resumed
+        and bounded by the origin's own rules."""
+
     def read_range(
         self, info: ObjectInfo, start: int, end: int, lane: str
-    ) -> AsyncGenerator[bytes, None]: ...
+    ) -> AsyncGenerator[bytes, None]:
+        """Bytes [start, end) as they arrive (what bypasses the cache)."""
 
     async def head(self, bucket: str, key: str) -> ObjectInfo: ...
 
@@ -103,28 +131,28 @@ class Engine:
         block_size: int,
         max_coalesce_blocks: int,
         *,
-        zero_copy: bool = False,
         modes: ModeState | None = None,
         max_buffered_bytes: int | None = None,
         warm_concurrency: int = 4,
         planner: ReadAheadPlanner | None = None,
+        foreground_parts: int = FOREGROUND_PARTS,
     ) -> None:
         self._store = store
         self._origin = origin
         self._metrics = metrics
         self._block_size = block_size
+        self._chunk_size = min(PIECE_SIZE, block_size)
         self._max_run = max_coalesce_blocks
-        # Cache hits as slab regions for sendfile(2) instead of copies (the
-        # caller's event loop must support loop.sendfile).
-        self._zero_copy = zero_copy
         self._modes = modes or ModeState()
-        # Bytes of fetched blocks held for readers until they reach the cache:
-        # past the bound, new foreground fetches are refused (503 SlowDown).
+        # Bytes of foreground blocks being fetched: past the bound, new
+        # foreground fetches are refused (503 SlowDown).
         self._max_buffered = max_buffered_bytes
         self._buffered = 0
         self._warm_gate = asyncio.Semaphore(warm_concurrency)  # the warm lane's connections
         self._planner = planner
-        self._in_flight: dict[BlockIdent, BlockBuffer] = {}
+        self._parts = max(1, foreground_parts)
+        self._in_flight: dict[BlockIdent, InFlightBlock] = {}
+        self._commits: dict[BlockIdent, asyncio.Task[bool]] = {}  # blocks being sealed
         self._tasks: set[asyncio.Task[Any]] = set()
         self._streams = 0  # ranges being served right now
 
@@ -165,14 +193,17 @@ class Engine:
                 position += piece_length(piece[0])
                 if stream is not None:
                     self._read_ahead(stream, info, position)
+            if block_start + hi == block_end:
+                # The reader went past the block: its pages may leave the page cache.
+                self._store.release_pages(BlockIdent(info.bucket, info.key, info.etag, block))
 
     async def _block_pieces(
         self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range,
         started: set[BlockIdent],
     ) -> AsyncIterator[tuple[Piece, Source]]:
         if not self._modes.caching:
-            async for piece in self._bypass(info, block, lo, hi):
-                yield piece
+            async for passed in self._bypass(info, block, lo, hi):
+                yield passed
             return
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
         record = self._store.lookup(ident)
@@ -184,12 +215,9 @@ class Engine:
         if self._planner is not None and self._planner.on_block_read(ident):
             self._metrics.prefetch_blocks.labels("used").inc()
         while record is not None and lo < hi:
-            upto = min(hi, lo + PIECE_SIZE)
-            data: Piece | None
-            if self._zero_copy:
-                data = await self._store.read_region(record, lo, upto)
-            else:
-                data = await self._store.read(record, lo, upto)
+            # One chunk a piece: each is read and verified once.
+            upto = min(hi, (lo // self._chunk_size + 1) * self._chunk_size)
+            data = await self._store.read(record, lo, upto)
             if data is None:  # evicted meanwhile, or failed its checksum: refetch
                 self._forget_evicted((ident,))
                 break
@@ -198,38 +226,67 @@ class Engine:
         if lo >= hi:
             return
         source = Source.CACHE if joined else Source.ORIGIN
-        async for view in self._fetching(info, ident, ahead, started).pieces(lo, hi, PIECE_SIZE):
-            yield view, source
+        in_flight = self._fetching(info, ident, ahead, started)
+        try:
+            async for piece in self._landed(in_flight, lo, hi):
+                lo += piece_length(piece)
+                yield piece, source
+        except (Unslotted, ChecksumMismatch):
+            # No slot to land in, its disk failed, or did not keep the bytes:
+            # this reader's bytes come straight from the origin, uncached.
+            async for passed in self._bypass(info, block, lo, hi):
+                yield passed
+
+    async def _landed(self, in_flight: InFlightBlock, lo: int, hi: int) -> AsyncIterator[Piece]:
+        """Bytes [lo, hi) of an in-flight block, each chunk as soon as it lands."""
+        self._attach(in_flight)
+        try:
+            while lo < hi:
+                chunk = lo // self._chunk_size
+                write = await in_flight.wait_for(chunk)
+                upto = min(hi, (chunk + 1) * self._chunk_size)
+                in_flight.read = True
+                yield await self._store.read_of(write, lo, upto)
+                lo = upto
+        finally:
+            self._detach(in_flight)
+
+    def _attach(self, in_flight: InFlightBlock) -> None:
+        """A reader of the block: its slot stays its own (pinned) until the reader
+        is done, whatever becomes of the fetch meanwhile."""
+        in_flight.readers += 1
+        if in_flight.write is not None:
+            self._store.hold(in_flight.write)
+
+    def _detach(self, in_flight: InFlightBlock) -> None:
+        in_flight.readers -= 1
+        if in_flight.write is not None:
+            self._store.let_go(in_flight.write)
 
     async def _bypass(
         self, info: ObjectInfo, block: int, lo: int, hi: int
     ) -> AsyncIterator[tuple[Piece, Source]]:
-        """Bypass mode: the bytes straight from the origin, not cached, not shared."""
+        """The bytes straight from the origin, not cached, not shared (bypass mode,
+        or a block that could not land in the cache)."""
         start = block_span(block, self._block_size, info.size)[0]
         async for chunk in self._origin.read_range(info, start + lo, start + hi, FOREGROUND):
             yield chunk, Source.ORIGIN
 
-    def _reserve_buffer(self, size: int) -> None:
-        if self._max_buffered is not None and self._buffered and \
-                self._buffered + size > self._max_buffered:
-            raise Overloaded(f"{self._buffered} bytes already buffered for readers")
-        self._buffered += size
-
     def _fetching(
         self, info: ObjectInfo, ident: BlockIdent, ahead: range, started: set[BlockIdent]
-    ) -> BlockBuffer:
-        """The block's buffer: of an in-flight fetch, or of a new coalesced one.
+    ) -> InFlightBlock:
+        """The block on its way: of an in-flight fetch, or of a new coalesced one.
 
         The fetch runs in a task of its own: a reader that goes away stops
-        reading the buffer, not the fetch that others (and the cache) await.
+        waiting for the block, not the fetch that others (and the cache) await.
         """
-        buffer = self._in_flight.get(ident)
-        if buffer is None:
+        in_flight = self._in_flight.get(ident)
+        if in_flight is None:
             if not self._modes.downloads:
                 raise DownloadsPaused("cache-only mode: the block is not cached")
             started.update(self._start_foreground(info, ahead))
-            buffer = self._in_flight[ident]
-        return buffer
+            in_flight = self._in_flight[ident]
+        return in_flight
 
     def _start_foreground(self, info: ObjectInfo, ahead: range) -> list[BlockIdent]:
         """Fetch the first block of `ahead` and the missing blocks right after it."""
@@ -239,19 +296,21 @@ class Engine:
                 break
             run_end += 1
         (first, last), = coalesce_runs(range(ahead.start, run_end), self._max_run)
-        self._reserve_buffer(
-            block_span(last, self._block_size, info.size)[1]
+        size = block_span(last, self._block_size, info.size)[1] \
             - block_span(first, self._block_size, info.size)[0]
-        )
-        buffers = [self._new_buffer(info, block) for block in range(first, last + 1)]
-        self._spawn(self._fetch_run(info, buffers, FOREGROUND))
-        return [ident for ident, _ in buffers]
+        if self._max_buffered is not None and self._buffered and \
+                self._buffered + size > self._max_buffered:
+            raise Overloaded(f"{self._buffered} bytes of blocks already on their way")
+        run = [self._new_in_flight(info, block, FOREGROUND) for block in range(first, last + 1)]
+        self._spawn(self._fetch_run(info, run, FOREGROUND))
+        return [block.ident for block in run]
 
-    def _new_buffer(self, info: ObjectInfo, block: int) -> tuple[BlockIdent, BlockBuffer]:
+    def _new_in_flight(self, info: ObjectInfo, block: int, lane: str) -> InFlightBlock:
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
-        buffer = BlockBuffer(self._block_length(info, block))
-        self._in_flight[ident] = buffer
-        return ident, buffer
+        in_flight = InFlightBlock(ident, self._block_length(info, block), self._chunk_size, lane)
+        self._in_flight[ident] = in_flight
+        self._buffered += in_flight.length
+        return in_flight
 
     def _present(self, ident: BlockIdent) -> bool:
         """Cached or on its way: fetching it again would fetch it twice."""
@@ -266,12 +325,9 @@ class Engine:
     def _fetch_one(self, info: ObjectInfo, block: int, lane: str) -> asyncio.Task[bool] | None:
         """Fetch one block in the background unless it is cached or in flight; the
         task says whether the block reached the cache."""
-        ident = BlockIdent(info.bucket, info.key, info.etag, block)
-        if self._present(ident):
+        if self._present(BlockIdent(info.bucket, info.key, info.etag, block)):
             return None
-        entry = self._new_buffer(info, block)
-        self._buffered += entry[1].length
-        return self._spawn(self._fetch_run(info, [entry], lane))
+        return self._spawn(self._fetch_run(info, [self._new_in_flight(info, block, lane)], lane))
 
     # Read-ahead: the planner decides, the engine fetches.
 
@@ -291,19 +347,17 @@ class Engine:
             if not self._planner.admit(ident, stream):
                 return  # over a bound: the stream asks again at its next delivery
             self._metrics.prefetch_blocks.labels("issued").inc()
-            entry = self._new_buffer(info, block)
-            self._buffered += entry[1].length
-            self._spawn(self._prefetch(info, entry))
+            self._spawn(self._prefetch(info, self._new_in_flight(info, block, PREFETCH)))
 
-    async def _prefetch(self, info: ObjectInfo, entry: tuple[BlockIdent, BlockBuffer]) -> None:
+    async def _prefetch(self, info: ObjectInfo, in_flight: InFlightBlock) -> None:
         assert self._planner is not None
         cached = False
         try:
-            cached = await self._fetch_run(info, [entry], PREFETCH)
+            cached = await self._fetch_run(info, [in_flight], PREFETCH)
         except Exception:  # logged by _fetch_run; read-ahead is best effort
             pass
         finally:
-            self._planner.finished(entry[0], cached)
+            self._planner.finished(in_flight.ident, cached)
 
     async def _into_next_segment(self, wanted: NextSegment) -> None:
         """Look up the partition's next segment and read its first blocks ahead."""
@@ -356,8 +410,7 @@ class Engine:
                 try:
                     if task is not None:
                         await asyncio.shield(task)
-                        data_length = block_span(block, self._block_size, info.size)
-                        fetched = data_length[1] - data_length[0]
+                        fetched = self._block_length(info, block)
                     else:
                         pending = self._in_flight.get(ident)
                         if pending is not None:
@@ -375,6 +428,8 @@ class Engine:
                 self._metrics.warm_blocks.labels("already_cached").inc()
                 return WarmResult(1, already_cached=1)
             self._metrics.warm_blocks.labels("fetched").inc()
+            # Nobody reads warmed blocks now: their pages go back at once.
+            self._store.release_pages(ident)
             return WarmResult(1, fetched=1, bytes_fetched=fetched)
 
         results = await asyncio.gather(
@@ -389,85 +444,160 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _fetch_run(
-        self, info: ObjectInfo, buffers: list[tuple[BlockIdent, BlockBuffer]], lane: str
-    ) -> bool:
-        """One origin GET for consecutive blocks, filling their buffers as bytes arrive;
-        each full block is then written to the cache (and leaves the table).
+    # One fetch: slots first, then the origin's bytes into them.
 
-        Returns whether every block reached the cache. A failure reaches the
-        block's readers through its buffer; the prefetch and warm lanes, which
-        have no reader to tell, get it raised.
+    async def _fetch_run(self, info: ObjectInfo, run: list[InFlightBlock], lane: str) -> bool:
+        """Fetch consecutive blocks into their slots; whether all reached the cache.
+
+        A failure reaches each block's readers through the block; the prefetch
+        and warm lanes, which have no reader to tell, get it raised.
         """
-        first, last = buffers[0][0].block, buffers[-1][0].block
-        start = block_span(first, self._block_size, info.size)[0]
-        end = block_span(last, self._block_size, info.size)[1]
-        index = 0
-        landings: list[asyncio.Task[bool]] = []
-        failure: BaseException | None = None
+        first, last = run[0].ident.block, run[-1].ident.block
         try:
-            # Closed at once when a block cannot take the bytes: the origin's
-            # connection is released now, not when the generator is collected.
-            async with aclosing(self._origin.read_range(info, start, end, lane)) as chunks:
-                async for chunk in chunks:
-                    view = memoryview(chunk)
-                    while view:
-                        if index == len(buffers):
-                            raise OriginBadBody(f"s3://{info.bucket}/{info.key}: more than the "
-                                                f"{end - start} bytes of blocks {first}-{last}")
-                        ident, buffer = buffers[index]
-                        room = buffer.length - buffer.filled
-                        buffer.append(view[:room])
-                        view = view[room:]
-                        if buffer.complete:
-                            index += 1
-                            landings.append(self._spawn(
-                                self._land(ident, buffer, self._block_length(info, ident.block))
-                            ))
-            if index < len(buffers):
+            for in_flight in run:
+                write = await self._store.begin_write(in_flight.ident, in_flight.length,
+                                                      may_wait=in_flight is run[0])
+                if write is None:
+                    raise Unslotted("no cache slot is free (all pinned or being written)")
+                self._forget_evicted(write.evicted)
+                for _ in range(in_flight.readers):
+                    self._store.hold(write)
+                in_flight.slotted(write)
+            start = block_span(first, self._block_size, info.size)[0]
+            end = block_span(last, self._block_size, info.size)[1]
+            parts = _parts_of(start, end, self._chunk_size,
+                              self._parts if lane == FOREGROUND else 1)
+            await self._get_parts(info, run, lane, parts)
+            short = [block.ident.block for block in run if not block.complete]
+            if short:
                 # Never leave readers waiting on bytes that will not come.
-                raise OriginBadBody(f"s3://{info.bucket}/{info.key}: blocks {first}-{last} "
-                                    f"ended {end - start - sum(b.filled for _, b in buffers)} "
-                                    "bytes short")
+                raise OriginBadBody(f"s3://{info.bucket}/{info.key}: the fetch of blocks "
+                                    f"{first}-{last} ended without blocks {short}")
+            return all(await asyncio.gather(*(self._commits[block.ident] for block in run)))
         except BaseException as exc:
-            failure = exc
-            # An open breaker has said so once already; not again for every miss.
+            failure: BaseException = exc
+            if isinstance(exc, CacheDiskError):
+                # The cache disk failed under this fetch: bypass the cache until
+                # the disk watcher sees it well; its readers read the origin.
+                self._modes.disk_failed(str(exc))
+                failure = Unslotted(str(exc))
             quiet = lane == PREFETCH or isinstance(
-                exc, (asyncio.CancelledError, OriginCircuitOpen)
+                exc, (asyncio.CancelledError, OriginCircuitOpen, Unslotted, CacheDiskError)
             )
             log.log(logging.INFO if quiet else logging.WARNING,
                     "%s fetch of s3://%s/%s blocks %d-%d failed: %r",
                     lane, info.bucket, info.key, first, last, exc)
-            for ident, buffer in buffers[index:]:
-                # Readers of the bytes that arrived keep them; the rest get the error.
-                buffer.fail(exc if isinstance(exc, Exception) else ConnectionAbortedError())
-                self._in_flight.pop(ident, None)
-                self._buffered -= buffer.length
-        landed = await asyncio.gather(*landings, return_exceptions=True)
-        if failure is not None and (lane != FOREGROUND or not isinstance(failure, Exception)):
-            raise failure  # the prefetch and warm waits see it
-        return failure is None and all(result is True for result in landed)
+            for in_flight in run:
+                if not in_flight.complete:
+                    # Readers of chunks that landed keep them; the rest get the error.
+                    self._give_up(in_flight, failure if isinstance(failure, Exception)
+                                  else ConnectionAbortedError())
+            # Blocks that did land whole are cached all the same.
+            await asyncio.gather(*(self._commits[block.ident] for block in run
+                                   if block.ident in self._commits), return_exceptions=True)
+            if lane != FOREGROUND or not isinstance(exc, Exception):
+                raise  # the prefetch and warm waits see it
+            return False
+        finally:
+            for block in run:
+                task = self._commits.get(block.ident)
+                if task is not None and task.done():
+                    del self._commits[block.ident]
 
-    async def _land(self, ident: BlockIdent, buffer: BlockBuffer, expected: int) -> bool:
-        """Write a full block to the cache; whether it is cached now."""
+    async def _get_parts(
+        self, info: ObjectInfo, run: list[InFlightBlock], lane: str,
+        parts: list[tuple[int, int]],
+    ) -> None:
+        """The run's bytes in ranged GETs read at once, the first one first.
+
+        The others start once the first one's first chunk has landed: by then
+        the origin has answered with the version the reads are planned against
+        (the ETag checked), so an object rewritten since its HEAD fails the
+        fetch before any byte of it reaches a reader, and the request is
+        answered afresh rather than cut off midway.
+        """
+        sink = self._sink(info, run)
+        (first_start, first_end), *rest = parts
+        leading = asyncio.ensure_future(
+            self._origin.fetch_into(info, first_start, first_end, lane, sink, self._chunk_size))
+        tasks: list[asyncio.Future[None]] = [leading]
         try:
-            # The store keeps what it is given: a block of any other length
-            # than its span of the object would serve wrong bytes at offsets.
-            if buffer.filled != expected or buffer.length != expected:
-                log.error("not caching s3://%s/%s block %d: %d bytes where %d were due",
-                          ident.bucket, ident.key, ident.block, buffer.filled, expected)
-                return False
+            if rest:
+                block = run[0]
+                landed = asyncio.ensure_future(block.wait_for(0))
+                try:
+                    await asyncio.wait({leading, landed}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    landed.cancel()
+                    await asyncio.gather(landed, return_exceptions=True)
+                if leading.done() and leading.exception() is not None:
+                    raise leading.exception()  # type: ignore[misc]
+                tasks.extend(asyncio.ensure_future(self._origin.fetch_into(
+                    info, a, b, lane, sink, self._chunk_size)) for a, b in rest)
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if failures:
+            raise failures[0]
+
+    def _sink(self, info: ObjectInfo, run: list[InFlightBlock]) -> Sink:
+        """What the fetch's worker threads do with each chunk: into its block's
+        slot (hashed there), then word to the loop that it landed."""
+        loop = asyncio.get_running_loop()
+        first = run[0].ident.block
+        block_size, chunk_size, store = self._block_size, self._chunk_size, self._store
+
+        def take(offset: int, data: memoryview) -> None:
+            block = offset // block_size
+            if not 0 <= block - first < len(run):
+                raise ValueError(f"offset {offset} is outside the fetch of blocks {first}..")
+            in_flight = run[block - first]
+            write = in_flight.write
+            assert write is not None
+            at = offset - block * block_size
+            checksum = store.write_chunk(write, at, data)
+            loop.call_soon_threadsafe(self._chunk_landed, in_flight, at // chunk_size, checksum)
+
+        return take
+
+    def _chunk_landed(self, in_flight: InFlightBlock, chunk: int, checksum: int) -> None:
+        if in_flight.failed:
+            return
+        in_flight.landed(chunk, checksum)
+        if in_flight.complete:
+            # Cached as soon as it is whole, not when the rest of its run is.
+            self._commits[in_flight.ident] = self._spawn(self._committed(in_flight))
+
+    async def _committed(self, in_flight: InFlightBlock) -> bool:
+        """A block whose chunks all landed becomes a cached block."""
+        write = in_flight.write
+        assert write is not None and write.complete
+        try:
             if not self._modes.caching:
+                self._store.abort(write)
                 return False
-            written = await self._store.write(ident, buffer.data, read=buffer.read)
+            written = await self._store.commit(write, read=in_flight.read)
             self._forget_evicted(written.evicted)
             if written.disk_error is not None:
-                # The sidecar bypasses the cache until the disk watcher sees it well.
                 self._modes.disk_failed(written.disk_error)
             return written.record is not None
         finally:
-            del self._in_flight[ident]
-            self._buffered -= buffer.length
+            self._leave_table(in_flight)
+
+    def _give_up(self, in_flight: InFlightBlock, error: Exception) -> None:
+        in_flight.fail(error)
+        if in_flight.write is not None:
+            self._store.abort(in_flight.write)  # the slot waits for its readers
+        self._leave_table(in_flight)
+
+    def _leave_table(self, in_flight: InFlightBlock) -> None:
+        if self._in_flight.get(in_flight.ident) is in_flight:
+            del self._in_flight[in_flight.ident]
+            self._buffered -= in_flight.length
 
     def _block_length(self, info: ObjectInfo, block: int) -> int:
         start, end = block_span(block, self._block_size, info.size)
@@ -509,6 +639,15 @@ class Engine:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _parts_of(start: int, end: int, chunk_size: int, parts: int) -> list[tuple[int, int]]:
+    """[start, end) cut into at most `parts` ranges of whole chunks (the last may
+    end short at `end`), as equal as whole chunks allow."""
+    chunks = -(-(end - start) // chunk_size)
+    count = max(1, min(parts, chunks))
+    bounds = [start + (chunks * i // count) * chunk_size for i in range(count)] + [end]
+    return [(bounds[i], min(bounds[i + 1], end)) for i in range(count)]
 
 
 def max_coalesce_blocks(max_coalesce_bytes: int, block_size: int) -> int:

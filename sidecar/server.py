@@ -133,9 +133,6 @@ class Sidecar:
         self._engine = Engine(
             self._store, self.origin, self.metrics, cache.block_size,
             max_coalesce_blocks(cache.max_coalesce_bytes, cache.block_size),
-            # Only asyncio's selector loop has a native loop.sendfile.
-            zero_copy=isinstance(asyncio.get_running_loop(),
-                                 asyncio.selector_events.BaseSelectorEventLoop),
             modes=self.modes, max_buffered_bytes=server.max_buffered_bytes,
             warm_concurrency=self.config.origin.warm_concurrency,
             planner=self._read_ahead_planner(store.slot_count),

@@ -6,9 +6,17 @@ reads them and writes what it fetched; everything else is in here.
 
 from __future__ import annotations
 
+from sidecar.cache.errors import CacheDiskError
 from sidecar.cache.ident import BlockIdent, SlotRecord
-from sidecar.cache.store import BlockStore, CacheMetrics, Shrunk, SlabRegion, Written
+from sidecar.cache.store import (
+    BlockStore,
+    BlockWrite,
+    CacheMetrics,
+    Shrunk,
+    Written,
+)
 
 __all__ = [
-    "BlockIdent", "BlockStore", "CacheMetrics", "Shrunk", "SlabRegion", "SlotRecord", "Written",
+    "BlockIdent", "BlockStore", "BlockWrite", "CacheDiskError", "CacheMetrics", "Shrunk",
+    "SlotRecord", "Written",
 ]

@@ -19,3 +19,8 @@ class ChecksumMismatch(Exception):
         super().__init__(f"slot {slot}: chunk {chunk} does not match its checksum")
         self.slot = slot
         self.chunk = chunk
+
+
+class CacheDiskError(OSError):
+    """The cache disk refused a read or a write (ENOSPC, EIO): the block is not
+    cached; the sidecar bypasses the cache until the disk is well again."""

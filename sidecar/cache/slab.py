@@ -1,4 +1,4 @@
-"""The on-disk slab: one preallocated, memory-mapped file of fixed-size slots.
+"""The on-disk slab: one preallocated file of fixed-size slots.
 
 All blocks live in ONE file, ``slab.dat`` in the cache directory, created at its
 full size up front (``posix_fallocate``) so that a too-small disk fails at
@@ -61,7 +61,9 @@ trusted only chunk by chunk, when each chunk matches its checksum.
 Writing a slot, and what a crash leaves behind
 ==============================================
 
-A slot is written in three steps (``write_block``), always in this order:
+A slot is written in three steps, always in this order, by ``write_block``
+for a block in hand, or by ``write_chunk`` (steps 1 and 2, chunk by chunk as
+a fetch brings them) and then ``seal`` (step 3):
 
 1. clear the valid flag (2 bytes at offset 6 of the header);
 2. write the data;
@@ -137,14 +139,25 @@ touches, which catches data torn by a crash or rotted on the disk.
 I/O
 ===
 
-Reads go through the shared mapping: the overlapping chunks are hashed in
-place (xxhash releases the GIL for large inputs, so the page faults that pull
-the data from disk happen off the GIL), then one slice of the mapping copies the
-requested range out. Writes go through ``os.pwrite`` on the same file rather
-than through the mapping: pwrite also releases the GIL, and overwriting whole
-pages that way does not first fault the old contents in from disk as a store
-into the mapping would. Linux's page cache is shared by both paths, so the
-mapping sees the writes at once. The mapping is read-only for that reason.
+Every read and write is a system call on the file (pread, pwrite); the file is
+not mapped, and no byte of it is ever handed to a socket by reference. A read
+(``read_verified``) copies the chunks the range overlaps out of the page cache
+into a new buffer, hashes them there against their checksums and returns a
+view of the range: what is served is exactly what was verified. (sendfile(2)
+would not be: the socket keeps references to the page-cache pages until the
+peer has read them, so a slot rewritten after the send returned can still
+change what a slow client receives. A mapping would cost more than it saves: a
+failing disk under a mapped page is a SIGBUS that ends the process, where a
+read is an EIO the store turns into a miss, and mapped pages are not dropped by
+``POSIX_FADV_DONTNEED``.) A chunk is hashed once while in hand when it is
+written (``write_chunk``), never read back for that.
+
+Writes may be handed back to the disk and out of the page cache
+(``write_back``): written-back pages are clean, and clean pages of a block
+nobody reads any more are given back at once instead of crowding out the
+broker's own pages (and, on a machine whose memory is lent, instead of growing
+the footprint page by page: reusing freed pages is several times cheaper than
+taking new ones).
 
 A ``Slab`` is not thread safe by itself: calls on *different* slots may run
 concurrently, but the caller (the store) must never overlap a write of a slot
@@ -157,7 +170,6 @@ import ctypes
 import enum
 import errno
 import functools
-import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -376,7 +388,6 @@ class Slab:
         *,
         path: Path,
         file: FileIO,
-        mapping: mmap.mmap,
         slot_count: int,
         block_size: int,
         opening: Opening,
@@ -385,7 +396,6 @@ class Slab:
         self._path = path
         self._file = file
         self._fd = file.fileno()
-        self._mm = mapping
         self._slot_count = slot_count
         self._block_size = block_size
         self._chunk_size = chunk_size_for(block_size)
@@ -413,14 +423,9 @@ class Slab:
         elif opening.state != "reused":
             _resize(path, size, file_header, opening.kept_slots, block_size, preallocate)
         file = FileIO(path, "r+")
-        try:
-            mapping = mmap.mmap(file.fileno(), size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-        except BaseException:
-            file.close()
-            raise
         return cls(
-            path=path, file=file, mapping=mapping,
-            slot_count=slot_count, block_size=block_size, opening=opening,
+            path=path, file=file, slot_count=slot_count, block_size=block_size,
+            opening=opening,
         )
 
     @property
@@ -472,51 +477,108 @@ class Slab:
             _pwrite_all(self._fd, header, base)
         return SlotRecord(ident, slot, length, generation, checksums)
 
-    @property
-    def file(self) -> FileIO:
-        """The open slab file, for sending verified regions with sendfile(2)."""
-        return self._file
+    def write_chunk(self, slot: int, offset: int, data: memoryview, first: bool) -> int:
+        """Steps 1 (when `first`) and 2 for one chunk of a block arriving in pieces:
+        its bytes at `offset` of the slot's data; returns the chunk's checksum.
 
-    def read_verified(self, slot: int, start: int, end: int, expected: SlotRecord) -> bytes:
-        """Bytes ``start..end-1`` of the block in ``slot``, checked against ``expected``.
-
-        Hashes only the chunks that overlap the range. Raises ``ChecksumMismatch``
-        if one of them differs. Blocking: call from an executor.
-        """
-        offset = self.verify(slot, start, end, expected)
-        # The pages were just faulted in by the hashing: this copy is a memcpy.
-        return self._mm[offset:offset + end - start]
-
-    def verify(self, slot: int, start: int, end: int, expected: SlotRecord) -> int:
-        """Check the chunks overlapping ``start..end-1``; the file offset of ``start``.
-
-        Raises ``ChecksumMismatch`` like ``read_verified``, copies nothing.
-        Blocking: call from an executor.
+        `offset` is a multiple of the chunk size and `data` a whole chunk (the
+        block's last may be shorter). Several chunks of one slot may be written
+        by different threads at once; the caller clears the flag with the first.
+        Blocking: call from a worker thread.
         """
         self._check_slot(slot)
+        if offset % self._chunk_size or offset + len(data) > self._block_size or \
+                len(data) > self._chunk_size:
+            raise ValueError(f"not a chunk of slot {slot}: {len(data)} bytes at {offset}")
+        base = self._slot_offset(slot)
+        if first:
+            _pwrite_all(self._fd, _NOT_VALID, base + _FLAGS_OFFSET)
+        checksum = chunk_checksum(data)
+        _pwrite_all(self._fd, data, base + SLOT_HEADER_SIZE + offset)
+        return checksum
+
+    def seal(
+        self, slot: int, ident: BlockIdent, generation: int, length: int,
+        checksums: tuple[int, ...],
+    ) -> SlotRecord:
+        """Step 3 for a block written with `write_chunk`: its header, which makes
+        it a block for recovery. Blocking: call from an executor."""
+        self._check_slot(slot)
+        if len(checksums) != -(-length // self._chunk_size):
+            raise ValueError(f"{len(checksums)} checksums for a block of {length} bytes")
+        header = encode_slot_header(ident, generation, length, self._chunk_size, checksums)
+        _pwrite_all(self._fd, header, self._slot_offset(slot))
+        return SlotRecord(ident, slot, length, generation, checksums)
+
+    def write_back(self, slot: int) -> None:
+        """Write the slot's dirty pages to the disk and drop them from the page
+        cache (sync_file_range(2), then POSIX_FADV_DONTNEED). Blocking: call
+        from an executor; it waits for the disk."""
+        self._check_slot(slot)
+        offset = self._slot_offset(slot)
+        _sync_range(self._fd, offset, SLOT_HEADER_SIZE + self._block_size)
+        os.posix_fadvise(self._fd, offset, SLOT_HEADER_SIZE + self._block_size,
+                         os.POSIX_FADV_DONTNEED)
+
+    def read_verified(self, slot: int, start: int, end: int, expected: SlotRecord) -> memoryview:
+        """Bytes ``start..end-1`` of the block in ``slot``, checked against ``expected``.
+
+        Reads and hashes only the chunks that overlap the range, once. Raises
+        ``ChecksumMismatch`` if one of them differs (or comes back short).
+        Blocking: call from an executor.
+        """
         if expected.slot != slot:
             raise ValueError(f"record of slot {expected.slot} used to read slot {slot}")
-        if not 0 <= start <= end <= expected.length:
-            raise ValueError(f"range {start}..{end} outside the block's {expected.length} bytes")
         if len(expected.checksums) != -(-expected.length // self._chunk_size):
             raise ValueError("record has the wrong number of chunk checksums for its length")
-        base = self._slot_offset(slot) + SLOT_HEADER_SIZE
+        return self.read_checked(slot, start, end, expected.length, expected.checksums)
+
+    def read_checked(
+        self, slot: int, start: int, end: int, length: int,
+        checksums: tuple[int | None, ...] | list[int | None],
+    ) -> memoryview:
+        """Like ``read_verified``, against the checksums of the chunks the range
+        touches (of a block of ``length`` bytes, maybe still being written)."""
+        self._check_slot(slot)
+        if not 0 <= start <= end <= length <= self._block_size:
+            raise ValueError(f"range {start}..{end} outside the block's {length} bytes")
         if start == end:
-            return base + start
-        with memoryview(self._mm) as mapped:
-            for chunk in range(start // self._chunk_size, (end - 1) // self._chunk_size + 1):
-                lo = base + chunk * self._chunk_size
-                hi = base + min((chunk + 1) * self._chunk_size, expected.length)
-                if chunk_checksum(mapped[lo:hi]) != expected.checksums[chunk]:
-                    raise ChecksumMismatch(slot, chunk)
-        return base + start
+            return memoryview(b"")
+        first, last = start // self._chunk_size, (end - 1) // self._chunk_size
+        lo = first * self._chunk_size
+        hi = min((last + 1) * self._chunk_size, length)
+        data = os.pread(self._fd, hi - lo, self._slot_offset(slot) + SLOT_HEADER_SIZE + lo)
+        view = memoryview(data)
+        for chunk in range(first, last + 1):
+            at = chunk * self._chunk_size - lo
+            piece = view[at:at + min(self._chunk_size, length - chunk * self._chunk_size)]
+            # A chunk cut short (a file cut under the cache) is as bad as a wrong one.
+            expected = checksums[chunk]
+            if expected is None or len(piece) != min(self._chunk_size,
+                                                     length - chunk * self._chunk_size) \
+                    or chunk_checksum(piece) != expected:
+                raise ChecksumMismatch(slot, chunk)
+        return view[start - lo:end - lo]
+
+    def verify(self, slot: int, start: int, end: int, expected: SlotRecord) -> None:
+        """Check the chunks overlapping ``start..end-1`` (the scrub); raises
+        ``ChecksumMismatch`` like ``read_verified``. Blocking: call from an executor."""
+        if expected.slot != slot:
+            raise ValueError(f"record of slot {expected.slot} used to read slot {slot}")
+        if len(expected.checksums) != -(-expected.length // self._chunk_size):
+            raise ValueError("record has the wrong number of chunk checksums for its length")
+        for chunk_start in range(start - start % self._chunk_size, end, self._chunk_size):
+            # One chunk at a time: the scrub holds a chunk, not a block, in memory.
+            self.read_checked(slot, max(start, chunk_start),
+                              min(end, chunk_start + self._chunk_size), expected.length,
+                              expected.checksums)
 
     def read_record(self, slot: int) -> SlotRecord | None:
         """The block the slot's header describes, if valid (for recovery). Blocking."""
         self._check_slot(slot)
-        offset = self._slot_offset(slot)
         return decode_slot_header(
-            self._mm[offset:offset + SLOT_HEADER_SIZE], slot, self._block_size
+            os.pread(self._fd, SLOT_HEADER_SIZE, self._slot_offset(slot)), slot,
+            self._block_size,
         )
 
     def scan(self, first: int, stop: int) -> SlotScan:
@@ -594,10 +656,7 @@ class Slab:
         if self._closed:
             return
         self._closed = True
-        try:
-            self._mm.close()
-        finally:
-            self._file.close()
+        self._file.close()
 
     def _slot_offset(self, slot: int) -> int:
         return FILE_HEADER_SIZE + slot * (SLOT_HEADER_SIZE + self._block_size)
@@ -738,6 +797,22 @@ def _punch_hole(fd: int, offset: int, length: int) -> None:
     # fallocate(2) with flags is not in the os module; the hole keeps the file's
     # size (and every other slot's offset) while freeing its blocks.
     if _libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+_SYNC_FILE_RANGE_WAIT_BEFORE = 1  # linux/fs.h
+_SYNC_FILE_RANGE_WRITE = 2
+_SYNC_FILE_RANGE_WAIT_AFTER = 4
+_libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+
+
+def _sync_range(fd: int, offset: int, length: int) -> None:
+    # sync_file_range(2) is not in the os module either. It writes back this
+    # range only (fdatasync would wait for the whole slab's dirty pages), and
+    # is no durability promise: the slab never relies on one (see above).
+    flags = _SYNC_FILE_RANGE_WAIT_BEFORE | _SYNC_FILE_RANGE_WRITE | _SYNC_FILE_RANGE_WAIT_AFTER
+    if _libc.sync_file_range(fd, offset, length, flags) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
 

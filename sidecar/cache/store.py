@@ -41,11 +41,10 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from io import FileIO
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from sidecar.cache.errors import CacheFullError, ChecksumMismatch
+from sidecar.cache.errors import CacheDiskError, CacheFullError, ChecksumMismatch
 from sidecar.cache.ident import BlockIdent, SlotRecord
 from sidecar.cache.policy import EvictionPolicy
 from sidecar.cache.recovery import (
@@ -102,18 +101,27 @@ class Shrunk:
     evicted: tuple[BlockIdent, ...] = ()
 
 
-@dataclass(frozen=True)
-class SlabRegion:
-    """Verified bytes of a cached block, to be sent from the file with sendfile(2).
+@dataclass(eq=False)
+class BlockWrite:
+    """A slot reserved for a block whose bytes are on their way (a fetch in flight).
 
-    The slot stays pinned (never rewritten) until ``release`` is called, which
-    the sender must do exactly once, when the bytes are gone or abandoned.
+    Chunks are written into the slot as they arrive (``write_chunk``, in the
+    fetch's worker thread) and can be read from it at once (``read_of``);
+    ``commit`` then makes it a cached block, ``abort`` gives the slot back.
+    ``evicted``: what reserving the slot pushed out of the cache.
     """
 
-    file: FileIO
-    offset: int
-    count: int
-    release: Callable[[], None]
+    ident: BlockIdent
+    slot: int
+    length: int
+    generation: int
+    chunk_size: int
+    evicted: tuple[BlockIdent, ...]
+    checksums: list[int | None]
+
+    @property
+    def complete(self) -> bool:
+        return None not in self.checksums
 
 
 def slots_for_capacity(capacity_bytes: int, block_size: int) -> int:
@@ -333,8 +341,9 @@ class BlockStore:
     def protected_blocks(self) -> int:
         return len(self._protected)
 
-    async def read(self, record: SlotRecord, start: int, end: int) -> bytes | None:
-        """Bytes ``start..end-1`` of the block, or None if it is no longer
+    async def read(self, record: SlotRecord, start: int, end: int) -> memoryview | None:
+        """Bytes ``start..end-1`` of the block, read and verified (a copy: the
+        slot may be rewritten once this returns), or None if it is no longer
         cached (evicted or replaced since lookup, or failed its checksum)."""
         if not self._pin_if_current(record, start, end):
             return None
@@ -349,28 +358,6 @@ class BlockStore:
             return False
         self._pin(record.slot)
         return True
-
-    async def read_region(self, record: SlotRecord, start: int, end: int) -> SlabRegion | None:
-        """Like ``read`` but copies nothing: the verified, pinned region of the slab."""
-        if not self._pin_if_current(record, start, end):
-            return None
-        try:
-            offset = await self._in_task(self._verified(self._slab.verify, record, start, end))
-        except BaseException:
-            self._unpin(record.slot)
-            raise
-        if offset is None:
-            self._unpin(record.slot)
-            return None
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self._unpin(record.slot)
-
-        return SlabRegion(self._slab.file, offset, end - start, release)
 
     async def _verified(
         self, work: Callable[[int, int, int, SlotRecord], T], record: SlotRecord,
@@ -410,6 +397,120 @@ class BlockStore:
         if evicted is None:
             return written
         return Written(written.record, (evicted, *written.evicted), written.disk_error)
+
+    async def begin_write(
+        self, ident: BlockIdent, length: int, *, may_wait: bool = True
+    ) -> BlockWrite | None:
+        """Reserve a slot for a block of `length` bytes about to arrive, its valid
+        flag cleared (step 1 of slab.py's write); None when no slot can be had
+        (every slot pinned or being written) or the store is closed.
+
+        ``may_wait``: the caller holds no other reserved slot, so it may wait for
+        a block on its way into probation to make room (see _reserve_slot); a
+        fetch reserving the second block of a run must not, or it would wait
+        for its own first block, which lands only once all are reserved."""
+        if not 0 <= length <= self._slab.block_size:
+            raise ValueError(f"{length} bytes do not fit a block of {self._slab.block_size}")
+        if self._closed:
+            return None
+        slot, evicted = await self._reserve_slot(may_wait)
+        if slot is None or self._closed:
+            if slot is not None:
+                self._free.append(slot)
+            return None
+        self._writing[slot] = ident
+        self._generation += 1
+        chunk = self._slab.chunk_size
+        write = BlockWrite(ident, slot, length, self._generation, chunk,
+                           () if evicted is None else (evicted,),
+                           [None] * -(-length // chunk))
+        try:
+            await self._in_task(self._in_executor(self._slab.invalidate, slot))
+        except OSError as exc:
+            self.abort(write)
+            raise CacheDiskError(_describe_disk_error(exc)) from exc
+        return write
+
+    def write_chunk(self, write: BlockWrite, offset: int, data: memoryview) -> int:
+        """Write one chunk of `write` at `offset` of its data; its checksum.
+        Blocking, thread safe: called in the fetch's worker thread (the slot is
+        the write's alone). Raises CacheDiskError when the disk refuses it."""
+        try:
+            return self._slab.write_chunk(write.slot, offset, data, first=False)
+        except OSError as exc:
+            raise CacheDiskError(_describe_disk_error(exc)) from exc
+
+    def hold(self, write: BlockWrite) -> None:
+        """Keep the write's slot from being reused while a reader is at it, even
+        if the write is aborted meanwhile (its landed chunks stay readable)."""
+        self._pin(write.slot)
+
+    def let_go(self, write: BlockWrite) -> None:
+        self._unpin(write.slot)
+
+    async def read_of(self, write: BlockWrite, start: int, end: int) -> memoryview:
+        """Bytes [start, end) of an unfinished write, from chunks that have
+        landed, verified against the checksums taken as they arrived.
+        Raises ChecksumMismatch if the disk did not keep them."""
+        self._check_landed(write, start, end)
+        self._pin(write.slot)
+        try:
+            return await self._in_task(self._in_executor(
+                self._slab.read_checked, write.slot, start, end, write.length,
+                write.checksums))
+        except ChecksumMismatch:
+            log.warning("block %s read back wrong while being written", write.ident)
+            self._metrics.on_checksum_failure()
+            raise
+        finally:
+            self._unpin(write.slot)
+
+    async def commit(self, write: BlockWrite, *, read: bool) -> Written:
+        """Seal a complete write (its header, step 3) and cache it. ``read``: as in
+        ``write``. A write invalidated meanwhile is dropped, not cached."""
+        if not write.complete:
+            raise ValueError(f"block {write.ident} is not complete")
+        checksums = tuple(c for c in write.checksums if c is not None)
+        try:
+            record = await self._in_task(self._in_executor(
+                self._slab.seal, write.slot, write.ident, write.generation, write.length,
+                checksums))
+        except OSError as exc:
+            log.warning("could not cache block %s in slot %d: %s", write.ident, write.slot, exc)
+            self.abort(write)
+            return Written(None, write.evicted, _describe_disk_error(exc))
+        written = self._insert(write.slot, write.ident, record, read)
+        return Written(written.record, (*write.evicted, *written.evicted), written.disk_error)
+
+    def abort(self, write: BlockWrite) -> None:
+        """Give an unfinished write's slot back (once its readers have let go)."""
+        if self._writing.get(write.slot) == write.ident:
+            self._end_write(write.slot)
+            # The flag was cleared first: whatever landed is no block for recovery.
+            self._retire(write.slot, clear_on_disk=False)
+
+    def release_pages(self, ident: BlockIdent) -> None:
+        """A reader went past this block: write its pages back and drop them from
+        the page cache, unless someone is reading it now (with drop_written_pages)."""
+        record = self._records.get(ident)
+        if record is None or not self._drop_written_pages or record.slot in self._pins:
+            return
+        self._track(self._loop.create_task(self._write_back(record.slot)))
+
+    def _check_landed(self, write: BlockWrite, start: int, end: int) -> None:
+        first, last = start // write.chunk_size, (end - 1) // write.chunk_size
+        if not 0 <= start < end <= write.length or \
+                any(write.checksums[c] is None for c in range(first, last + 1)):
+            raise ValueError(f"bytes {start}..{end} of {write.ident} have not all landed")
+
+    async def _in_executor(self, work: Callable[..., T], *args: Any) -> T:
+        return await self._loop.run_in_executor(self._executor, work, *args)
+
+    async def _write_back(self, slot: int) -> None:
+        try:
+            await self._loop.run_in_executor(self._executor, self._slab.write_back, slot)
+        except (OSError, ValueError) as exc:  # advice only; a closed slab ends it
+            log.debug("could not write back cache slot %d: %s", slot, exc)
 
     def invalidate_object(self, bucket: str, key: str) -> tuple[BlockIdent, ...]:
         """Drop every cached block of the object, whatever its ETag; the blocks dropped."""
@@ -521,16 +622,20 @@ class BlockStore:
 
     async def _scrub_pinned(self, record: SlotRecord) -> bool:
         try:
-            offset = await self._verified(self._slab.verify, record, 0, record.length)
+            intact = await self._verified(self._slab_intact, record, 0, record.length)
         finally:
             self._unpin(record.slot)
         if record.slot not in self._pins:
             # Read for the check only: out of the page cache again, unless a
             # client is reading the block right now.
             self._track(self._loop.create_task(self._drop_pages(record.slot)))
-        return offset is not None
+        return intact is not None
 
-    async def _read_pinned(self, record: SlotRecord, start: int, end: int) -> bytes | None:
+    def _slab_intact(self, slot: int, start: int, end: int, record: SlotRecord) -> bool:
+        self._slab.verify(slot, start, end, record)
+        return True
+
+    async def _read_pinned(self, record: SlotRecord, start: int, end: int) -> memoryview | None:
         try:
             return await self._verified(self._slab.read_verified, record, start, end)
         finally:
@@ -561,6 +666,10 @@ class BlockStore:
                 log.warning("could not cache block %s in slot %d: %s", ident, slot, exc)
                 return Written(None, disk_error=_describe_disk_error(exc))
             raise
+        return self._insert(slot, ident, record, read)
+
+    def _insert(self, slot: int, ident: BlockIdent, record: SlotRecord, read: bool) -> Written:
+        """A block written and sealed in its slot joins the index and the policy."""
         cancelled = self._end_write(slot)
         if self._closed:
             return Written(None)
@@ -593,13 +702,10 @@ class BlockStore:
             self._unread.add(ident)
         self._objects.setdefault((ident.bucket, ident.key), set()).add(ident)
         self._used_bytes += record.length
-        if self._drop_written_pages:
-            # Starts writeback now instead of letting a replay's dirty pages pile up.
-            self._track(self._loop.create_task(self._drop_pages(slot)))
         return Written(record, tuple(evicted))
 
     def _end_write(self, slot: int) -> bool:
-        del self._writing[slot]
+        self._writing.pop(slot)
         # Wakes the writes waiting for a victim in probation (_reserve_slot);
         # the record, if any, is inserted before they run again.
         self._landed.set()
@@ -609,7 +715,7 @@ class BlockStore:
             return True
         return False
 
-    async def _reserve_slot(self) -> tuple[int | None, BlockIdent | None]:
+    async def _reserve_slot(self, may_wait: bool = True) -> tuple[int | None, BlockIdent | None]:
         """A slot for a write, and the block evicted to free it (if one was).
 
         S3-FIFO takes victims from the small FIFO while it holds its share,
@@ -622,7 +728,7 @@ class BlockStore:
         while True:
             if self._free:
                 return self._free.pop(), None
-            joining_probation = any(
+            joining_probation = may_wait and any(
                 not self._admit_to_main(ident) for ident in self._writing.values()
             )
             victims = self._policy.choose_victims(1, self._is_pinned,

@@ -27,8 +27,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -71,6 +73,13 @@ from sidecar.origin.policy import (
     is_throttling,
     range_answer_problem,
 )
+from sidecar.origin.range_reader import (
+    OriginAnswered,
+    Progress,
+    RangeReader,
+    Sink,
+    SinkFailed,
+)
 from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -84,6 +93,10 @@ _TRANSIENT = (
     BotoConnectionError, HTTPClientError, ReadTimeoutError, ResponseStreamingError,
     aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, OriginBadBody,
 )
+# The largest chunk a fetch hands its sink: the cache's checksum chunk.
+_MAX_FETCH_CHUNK = 1024 * 1024
+# How long a presigned block GET stays valid: one fetch, with its retries, at most.
+_PRESIGN_SECONDS = 900
 # Objects whose last answered HEAD is kept for stale-if-error (bounded memory:
 # an ObjectInfo is a few hundred bytes).
 _KNOWN_OBJECTS = 16384
@@ -128,8 +141,13 @@ def object_headers(http_headers: dict[str, str]) -> tuple[tuple[str, str], ...]:
 
 
 def translate_client_error(exc: ClientError, bucket: str, key: str) -> OriginError:
-    """One place maps the origin's S3 error codes to the sidecar's error types."""
+    """botocore's error answers, as `translate_answer` says."""
     code, status = _answer_of(exc)
+    return translate_answer(status, code, bucket, key)
+
+
+def translate_answer(status: int, code: str, bucket: str, key: str) -> OriginError:
+    """One place maps the origin's S3 error codes to the sidecar's error types."""
     where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
     if code == "NoSuchBucket":
         return BucketNotFound(f"{where}: no such bucket")
@@ -205,6 +223,17 @@ class Origin:
             clock, self._breaker_changed,
         )
         self._show_breaker(BreakerState.CLOSED)
+        # Ranged GETs of blocks are read in these threads (sidecar.origin.range_reader),
+        # one connection each; the aiobotocore client does the rest.
+        self._reader = RangeReader(
+            connect_timeout_s=config.connect_timeout_s, stall_timeout_s=self._stall_s,
+            max_chunk_size=_MAX_FETCH_CHUNK, max_idle=config.max_connections,
+        )
+        self._fetch_threads = ThreadPoolExecutor(
+            max_workers=config.max_connections, thread_name_prefix="sidecar-origin"
+        )
+        # The lanes' budget is taken by the loop and by the fetch threads alike.
+        self._limiter_lock = threading.Lock()
 
     async def start(self) -> None:
         session = get_session()
@@ -215,6 +244,9 @@ class Origin:
             # Retries are made here, under the deadline and the breaker.
             retries={"total_max_attempts": 1, "mode": "standard"},
             s3={"addressing_style": "path"},
+            # Presigned block GETs are SigV4 too (botocore presigns with SigV2
+            # unless told), as every current S3 region requires.
+            signature_version="s3v4",
         )
         self._client = await self._stack.enter_async_context(
             session.create_client(
@@ -224,6 +256,8 @@ class Origin:
         )
 
     async def close(self) -> None:
+        self._reader.close()  # fetch threads blocked on the origin return now
+        self._fetch_threads.shutdown(wait=True, cancel_futures=True)
         await self._stack.aclose()
 
     async def check_reachable(self) -> None:
@@ -401,6 +435,119 @@ class Origin:
                 self.breaker.success()
             return result
 
+    async def fetch_into(
+        self, info: ObjectInfo, start: int, end: int, lane: str, sink: Sink, chunk_size: int
+    ) -> None:
+        """Bytes [start, end) of the object to `sink`, chunk by chunk, read by a
+        worker thread straight from the socket (sidecar.origin.range_reader).
+
+        The same rules as `read_range`: a presigned GET with If-Match, the
+        answer checked before any byte is used, a broken body resumed from the
+        first chunk the sink did not take, retries under the deadline (renewed
+        by progress) and the breaker. A sink that fails (the cache disk) ends
+        it with the sink's own error, which is nobody's fault at the origin.
+        """
+        what = f"GET s3://{info.bucket}/{info.key}"
+        deadline = Deadline(self._config.deadline_s, self._clock)
+        progress = Progress(start)
+        attempt = 0
+        throttled = False
+        loop = asyncio.get_running_loop()
+        counted = self._counting_sink(sink, lane)
+        pace = self._pacer(lane)
+        while progress.position < end:
+            self._admit(what)
+            started = self._clock()
+            before = progress.received
+            try:
+                url = await self._within(deadline, lambda: self._presign(info))
+                await loop.run_in_executor(
+                    self._fetch_threads, self._reader.read, url, end, info.etag, info.size,
+                    counted, progress, chunk_size, pace,
+                )
+            except SinkFailed as exc:
+                self.breaker.abandon()  # the origin did its part; the disk did not
+                raise exc.__cause__ or exc from None
+            except asyncio.CancelledError:
+                self.breaker.abandon()
+                raise
+            except Exception as exc:
+                moved = progress.received > before
+                error, retryable, now_throttled = self._judge(lane, exc, started, info)
+                if moved:
+                    attempt = 0
+                    deadline.progress()
+                    self.breaker.success()  # the origin answered with bytes
+                if retryable:
+                    self.breaker.failure()  # a body that broke off is a failure too
+                else:
+                    self.breaker.success()  # 404, 403, 412: a healthy origin's answers
+                if isinstance(error, OriginObjectChanged):
+                    self.forget(info.bucket, info.key)
+                if error is not None:
+                    raise error from exc
+                attempt += 1
+                throttled = now_throttled or throttled
+                await self._before_retry(what, exc, attempt, deadline, throttled)
+                continue
+            self._count(lane, None, started)
+            self.breaker.success()
+
+    def _judge(
+        self, lane: str, exc: Exception, started: float, info: ObjectInfo
+    ) -> tuple[OriginError | None, bool, bool]:
+        """A failed fetch attempt: (the error to raise now or None to retry,
+        whether the origin is to blame, whether it was throttling)."""
+        if isinstance(exc, OriginAnswered):
+            translated = translate_answer(exc.status, exc.code, info.bucket, info.key)
+            self._count(lane, translated, started)
+            retryable = is_retryable_answer(exc.status, exc.code)
+            return (None if retryable else translated), retryable, \
+                is_throttling(exc.status, exc.code)
+        self._count(lane, exc, started)
+        if isinstance(exc, OriginObjectChanged):
+            return OriginObjectChanged(f"s3://{info.bucket}/{info.key}: {exc}"), False, False
+        if isinstance(exc, (*_TRANSIENT, OSError)):
+            return None, True, False
+        if isinstance(exc, OriginError):
+            return exc, False, False
+        return OriginUnavailable(f"s3://{info.bucket}/{info.key}: origin call failed: "
+                                 f"{exc!r}"), False, False
+
+    async def _presign(self, info: ObjectInfo) -> str:
+        url: str = await self._client.generate_presigned_url(
+            "get_object", Params={"Bucket": info.bucket, "Key": info.key},
+            ExpiresIn=_PRESIGN_SECONDS,
+        )
+        return url
+
+    def _counting_sink(self, sink: Sink, lane: str) -> Sink:
+        counter = self._metrics.origin_bytes.labels(lane)
+
+        def count(offset: int, data: memoryview) -> None:
+            sink(offset, data)
+            counter.inc(len(data))  # prometheus counters are thread safe
+
+        return count
+
+    def _pacer(self, lane: str) -> Callable[[int], None]:
+        """The lane's bandwidth budget, taken chunk by chunk in the fetch thread."""
+        if not self._limiter.limited:
+            return lambda amount: None
+        waits = self._metrics.ratelimit_wait.labels(lane)
+
+        def pace(amount: int) -> None:
+            while True:
+                with self._limiter_lock:
+                    grant = self._limiter.take(lane, amount)
+                if grant.wait > 0:
+                    waits.inc(grant.wait)
+                    time.sleep(grant.wait)
+                if grant.taken:
+                    return
+
+        return pace
+
     async def read_range(self, info: ObjectInfo, start: int, end: int, lane: str
                          ) -> AsyncGenerator[bytes, None]:
         """Yield the bytes of [start, end) in order, in chunks as they arrive.
@@ -550,7 +697,8 @@ class Origin:
         """Wait until the lane may read `amount` more bytes from the origin; the wait."""
         waited = 0.0
         while True:
-            grant = self._limiter.take(lane, amount)
+            with self._limiter_lock:
+                grant = self._limiter.take(lane, amount)
             if grant.wait > 0:
                 self._metrics.ratelimit_wait.labels(lane).inc(grant.wait)
                 await asyncio.sleep(grant.wait)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 import socket
 import time
@@ -20,8 +19,7 @@ from contextlib import aclosing
 
 from aiohttp import web
 
-from sidecar.cache import SlabRegion
-from sidecar.engine import Engine, Piece, Source, piece_length
+from sidecar.engine import Engine, Source, piece_length
 from sidecar.errors import (
     DownloadsPaused,
     OriginError,
@@ -286,21 +284,12 @@ class DataPort:
         try:
             async with aclosing(self._engine.stream(info, start, end, lazy=lazy)) as pieces:
                 async for piece, source in pieces:
-                    try:
-                        if not prepared:
-                            await response.prepare(request)
-                            prepared = True
-                        # A client that stops reading is cut off and releases its slot.
-                        await asyncio.wait_for(
-                            self._send(request, response, piece), self._client_timeout
-                        )
-                    finally:
-                        # The region is ours from the moment it is yielded, whether
-                        # it went out, the client left first or the send timed out
-                        # (wait_for returns only once the send has stopped): a pin
-                        # left behind would keep its slot from ever being reused.
-                        if isinstance(piece, SlabRegion):
-                            piece.release()
+                    if not prepared:
+                        await response.prepare(request)
+                        prepared = True
+                    # A client that stops reading is cut off (its connection and
+                    # the piece it holds are let go).
+                    await asyncio.wait_for(response.write(piece), self._client_timeout)
                     sources.add(source)
                     self._metrics.served_bytes.labels(source.value).inc(piece_length(piece))
                     request[BODY_BYTES] = request.get(BODY_BYTES, 0) + piece_length(piece)
@@ -328,8 +317,8 @@ class DataPort:
         except Exception:
             if not prepared:
                 raise  # handle() answers 500 InternalError
-            # Anything else after the headers (a failing cache disk under sendfile,
-            # say): handle() must not write a second response into this body.
+            # Anything else after the headers: handle() must not write a second
+            # response into this body.
             log.exception("aborting s3://%s/%s mid-stream", info.bucket, info.key)
             self._abort(request)
         if Source.CACHE in sources and Source.ORIGIN in sources:
@@ -342,28 +331,6 @@ class DataPort:
         gone, rather than let the client take a short body for a whole one."""
         if request.transport is not None:
             request.transport.abort()
-
-    async def _send(
-        self, request: web.Request, response: web.StreamResponse, piece: Piece
-    ) -> None:
-        """One piece to the client; a SlabRegion stays pinned: the caller releases it."""
-        if not isinstance(piece, SlabRegion):
-            await response.write(piece)
-            return
-        transport = request.transport
-        if transport is None:
-            raise ConnectionResetError("client went away")
-        loop = asyncio.get_running_loop()
-        try:
-            # Straight from the page cache to the socket, as aiohttp's own
-            # FileResponse does; fallback=False: never through file.read().
-            await loop.sendfile(transport, piece.file, piece.offset, piece.count,
-                                fallback=False)
-        except asyncio.SendfileNotAvailableError:
-            data = await loop.run_in_executor(
-                None, os.pread, piece.file.fileno(), piece.count, piece.offset
-            )
-            await response.write(data)
 
     def _error_response(
         self, request: web.Request, error: S3Error, resource: str, request_id: str

@@ -83,18 +83,21 @@ def test_origin_bandwidth_cap_holds_within_5_percent(
                         env={"SIDECAR_PREFETCH": "false"}) as sidecar:
         address = urlsplit(sidecar.data_url)
         connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+        started = time.monotonic()
         connection.request("GET", f"/{bucket}/{key}",
                            headers={"Range": f"bytes=0-{len(data) - 1}"})
         response = connection.getresponse()
-        received, marks = 0, []
+        received = 0
         while chunk := response.read(MiB):
             received += len(chunk)
-            marks.append((received, time.monotonic()))
+        elapsed = time.monotonic() - started
         connection.close()
         assert received == len(data)
-        # From the 8th MiB on: the initial burst is behind us.
-        (start_bytes, start), (end_bytes, end) = marks[7], marks[-1]
-        rate = (end_bytes - start_bytes) / (end - start)
+        # Over the whole read: a coalesced fetch is read in several parts at
+        # once, which land out of order, so the rate a client sees from one
+        # moment to the next is not the origin's. The bucket's burst (about a
+        # block and 50 ms of budget) is under 3% of 72 MiB.
+        rate = received / elapsed
         assert 0.95 * cap <= rate <= 1.05 * cap, rate / MiB
         assert sidecar.metric("sidecar_ratelimit_wait_seconds_total", lane="foreground") > 2
 

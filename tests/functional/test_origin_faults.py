@@ -148,7 +148,9 @@ def _always(fault: Fault, method: str = "GET") -> tuple[Fault, str, int | None]:
     return fault, method, None
 
 
-MID = 100_000  # bytes into the coalesced GET of blocks 0-3 (262144 bytes)
+# Bytes into a GET of the coalesced fetch of blocks 0-3, which is read in up to
+# four GETs of a block each (sidecar.engine.FOREGROUND_PARTS): inside the first.
+MID = 40_000
 CASES = (
     Case("status_500_once", (_once(Fault("status", 500, "InternalError")),), "exact", 2),
     Case("slowdown_twice", ((Fault("status", 503, "SlowDown"), "GET", 2),), "exact", 3),

@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import boto3
 import pytest
@@ -274,8 +274,11 @@ def test_sigv2_presigned_get_is_served_through_the_cache(
                                 timeout=30) as response:
         assert response.status == 206 and response.read() == data[3:13]
         assert response.headers["x-sidecar-cache"] == "miss"
+    # The sidecar's own block GETs are presigned (SigV4 in the query): signed
+    # once, by the sidecar. The client's SigV2 parameters never go along.
     assert not [path for _, path, _ in verifying.verified
-                if "AWSAccessKeyId" in path or "Signature=" in path]
+                if {"AWSAccessKeyId", "Signature", "Expires"}
+                & set(dict(parse_qsl(path.partition("?")[2])))]
 
 
 def closed_port_url() -> str:

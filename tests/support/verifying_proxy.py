@@ -4,7 +4,10 @@ moto accepts any signature, so pass-through tests put this between the sidecar
 and moto. For every request it recomputes the SigV4 signature with botocore from
 what arrived (method, path, query decoded and re-encoded as a server does, the
 signed headers, x-amz-content-sha256) and the test credentials, and, when the
-payload hash is a hex SHA-256, hashes the body. Failures are collected in
+payload hash is a hex SHA-256, hashes the body. Presigned requests (the
+signature in the query, as the sidecar's block GETs are) are checked the same
+way, with S3's query-string rules: UNSIGNED-PAYLOAD, X-Amz-Signature left out
+of the canonical query, and the expiry enforced. Failures are collected in
 `failures` (and the request is refused with 403, as S3 would); `verified` counts
 the requests that passed.
 """
@@ -13,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from urllib.parse import parse_qsl, urlsplit
 
-from botocore.auth import S3SigV4Auth
+from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
@@ -56,6 +60,39 @@ def expected_signature(
     return signature, fields["Signature"]
 
 
+def expected_presigned_signature(
+    method: str, host: str, raw_path: str, headers: dict[str, str], region: str = "us-east-1"
+) -> tuple[str, str]:
+    """Like `expected_signature`, for a SigV4 presigned URL (S3 API Reference,
+    "Authenticating Requests: Using Query Parameters")."""
+    path, _, query = raw_path.partition("?")
+    pairs = parse_qsl(query, keep_blank_values=True)
+    params = dict(pairs)
+    assert params.get("X-Amz-Algorithm") == "AWS4-HMAC-SHA256", params.get("X-Amz-Algorithm")
+    access_key, date, scope_region, service, _ = params["X-Amz-Credential"].split("/")
+    assert access_key == CREDENTIALS["AWS_ACCESS_KEY_ID"], access_key
+    assert (scope_region, service) == (region, "s3"), params["X-Amz-Credential"]
+    timestamp = params["X-Amz-Date"]
+    assert timestamp[:8] == date, (timestamp, date)
+    signed_at = datetime.strptime(timestamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    expires = int(params["X-Amz-Expires"])
+    assert datetime.now(UTC) <= signed_at + timedelta(seconds=expires), "presigned URL expired"
+    request = AWSRequest(method=method, url=f"http://{host}{path}", data=b"")
+    request.params = [(k, v) for k, v in pairs if k != "X-Amz-Signature"]
+    for name in params["X-Amz-SignedHeaders"].split(";"):
+        assert name in headers, f"signed header {name} missing"
+        if name != "host":
+            request.headers[name] = headers[name]
+    request.context["timestamp"] = timestamp
+    signer = S3SigV4QueryAuth(
+        Credentials(CREDENTIALS["AWS_ACCESS_KEY_ID"], CREDENTIALS["AWS_SECRET_ACCESS_KEY"]),
+        "s3", region, expires=expires,
+    )
+    canonical = signer.canonical_request(request)
+    signature = signer.signature(signer.string_to_sign(request, canonical), request)
+    return signature, params["X-Amz-Signature"]
+
+
 class VerifyingProxy:
     def __init__(self, upstream: str) -> None:
         parts = urlsplit(upstream)
@@ -92,8 +129,10 @@ class VerifyingProxy:
 
             def _check(self, body: bytes) -> str | None:
                 headers = {k.lower(): v for k, v in self.headers.items()}
+                presigned = "X-Amz-Signature=" in self.path
+                check = expected_presigned_signature if presigned else expected_signature
                 try:
-                    expected, given = expected_signature(
+                    expected, given = check(
                         self.command, headers.get("host", ""), self.path, headers
                     )
                 except (AssertionError, KeyError, ValueError) as exc:

@@ -1,16 +1,15 @@
 """The engine with a scripted origin and a real block store in a temp dir.
 
-Every test runs twice: with zero_copy on (cache hits come out as slab regions
-for sendfile(2), what the sidecar does in production) and off (as copies).
-Background work (blocks landing in the cache, read-ahead) is awaited with
-`Engine.idle()`, never slept on: an upper bound on origin reads checked after
-idle() also catches a late over-fetch.
+The origin fake delivers chunks to the engine's sink in worker threads, as the
+real one does, so blocks land in their slots as in production. Background work
+(blocks landing in the cache, read-ahead) is awaited with `Engine.idle()`,
+never slept on: an upper bound on origin reads checked after idle() also
+catches a late over-fetch.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,9 +21,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from sidecar.cache import BlockIdent, BlockStore, SlabRegion
+from sidecar.cache import BlockIdent, BlockStore
 from sidecar.cache.slab import Slab
-from sidecar.engine import Engine, Piece, Source
+from sidecar.engine import Engine, Piece, Sink, Source
 from sidecar.errors import OriginBadBody, OriginUnavailable
 from sidecar.isolation.modes import Mode, ModeState
 from sidecar.layout import Layout
@@ -45,6 +44,7 @@ class ScriptedOrigin:
     def __init__(self, data: bytes) -> None:
         self.data: dict[str, bytes] = {"k": data}
         self.calls: list[tuple[int, int]] = []
+        self.bypassed: list[tuple[int, int]] = []
         self.lanes: list[str] = []
         self.delay = 0.0
         self.fail_with: Exception | None = None
@@ -53,14 +53,27 @@ class ScriptedOrigin:
         self.data[key] = data
         return ObjectInfo("b", key, len(data), f'"{key}"', MODIFIED)
 
-    async def read_range(
-        self, info: ObjectInfo, start: int, end: int, lane: str
-    ) -> AsyncIterator[bytes]:
+    async def fetch_into(
+        self, info: ObjectInfo, start: int, end: int, lane: str, sink: Sink, chunk_size: int
+    ) -> None:
+        """As the origin client does: whole chunks, aligned, to the sink in a thread."""
         self.calls.append((start, end))
         self.lanes.append(lane)
         await asyncio.sleep(self.delay)
         if self.fail_with is not None:
             raise self.fail_with
+        data = self.data[info.key]
+        offset = start
+        while offset < end:
+            upto = min(end, (offset // chunk_size + 1) * chunk_size)
+            await asyncio.to_thread(sink, offset, memoryview(data[offset:upto]))
+            offset = upto
+
+    async def read_range(
+        self, info: ObjectInfo, start: int, end: int, lane: str
+    ) -> AsyncIterator[bytes]:
+        """What bypasses the cache reads."""
+        self.bypassed.append((start, end))
         data = self.data[info.key]
         for offset in range(start, end, 10_000):  # chunks that do not align with blocks
             yield data[offset:min(end, offset + 10_000)]
@@ -89,28 +102,22 @@ class Rig:
 MakeRig = Callable[..., Awaitable[Rig]]
 
 
-@pytest.fixture(params=[True, False], ids=["zero-copy", "copies"])
-def zero_copy(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param)
-
-
 @pytest.fixture
-async def make_rig(
-    tmp_path: Path, executor: ThreadPoolExecutor, zero_copy: bool
-) -> AsyncIterator[MakeRig]:
+async def make_rig(tmp_path: Path, executor: ThreadPoolExecutor) -> AsyncIterator[MakeRig]:
     """Engines over a real store; closed (engine, then store) after the test."""
     rigs: list[Rig] = []
 
     async def make(data: bytes, slots: int = 32, max_run: int = 8,
-                   planner: ReadAheadPlanner | None = None, key: str = "k") -> Rig:
+                   planner: ReadAheadPlanner | None = None, key: str = "k",
+                   block: int = BLOCK, parts: int = 1) -> Rig:
         metrics = Metrics(CollectorRegistry())
-        store = await BlockStore.open(tmp_path / f"cache{len(rigs)}", slots * (BLOCK + 4096),
-                                      BLOCK, executor, metrics)
+        store = await BlockStore.open(tmp_path / f"cache{len(rigs)}", slots * (block + 4096),
+                                      block, executor, metrics)
         origin = ScriptedOrigin(data)
         info = origin.add(key, data)
         modes = ModeState()
-        engine = Engine(store, origin, metrics, BLOCK, max_run, zero_copy=zero_copy,
-                        modes=modes, planner=planner)
+        engine = Engine(store, origin, metrics, block, max_run, modes=modes, planner=planner,
+                        foreground_parts=parts)
         rigs.append(Rig(engine, origin, info, store, metrics, modes))
         return rigs[-1]
 
@@ -121,13 +128,6 @@ async def make_rig(
 
 
 def as_bytes(piece: Piece) -> bytes:
-    """What the HTTP layer would send: a slab region is read from the file (and
-    released, as the data port does once it is sent)."""
-    if isinstance(piece, SlabRegion):
-        try:
-            return os.pread(piece.file.fileno(), piece.count, piece.offset)
-        finally:
-            piece.release()
     return bytes(piece)
 
 
@@ -267,19 +267,20 @@ async def test_warm_counts_origin_failures(make_rig: MakeRig) -> None:
     assert rig.store.block_count() == 0
 
 
-async def test_a_miss_streams_its_first_bytes_before_the_block_lands(make_rig: MakeRig) -> None:
-    data = random.Random(9).randbytes(2 * BLOCK)
-    rig = await make_rig(data)
+async def test_a_miss_streams_its_first_chunk_before_the_block_lands(make_rig: MakeRig) -> None:
+    big = 2 * 1024 * 1024  # two 1 MiB chunks a block
+    data = random.Random(9).randbytes(2 * big)
+    rig = await make_rig(data, slots=4, block=big)
     gate = asyncio.Event()
+    real = rig.origin.fetch_into
 
-    async def slow_tail(info: ObjectInfo, start: int, end: int, lane: str
-                        ) -> AsyncIterator[bytes]:
-        rig.origin.calls.append((start, end))
-        yield data[start:start + 1000]
+    async def slow_tail(info: ObjectInfo, start: int, end: int, lane: str, sink: Sink,
+                        chunk_size: int) -> None:
+        await real(info, start, start + chunk_size, lane, sink, chunk_size)
         await gate.wait()  # the rest of the block is held back
-        yield data[start + 1000:end]
+        await real(info, start + chunk_size, end, lane, sink, chunk_size)
 
-    rig.origin.read_range = slow_tail  # type: ignore[method-assign]
+    rig.origin.fetch_into = slow_tail  # type: ignore[method-assign]
     stream = rig.engine.stream(rig.info, 0, 499, lazy=False)
     piece, source = await asyncio.wait_for(anext(stream), timeout=5)
     assert as_bytes(piece) == data[:500] and source is Source.ORIGIN
@@ -288,7 +289,7 @@ async def test_a_miss_streams_its_first_bytes_before_the_block_lands(make_rig: M
     await stream.aclose()
     await rig.engine.idle()
     assert rig.store.block_count() == 1
-    assert (await collect(rig.engine, rig.info, 0, BLOCK - 1))[1] == {Source.CACHE}
+    assert (await collect(rig.engine, rig.info, 0, big - 1))[1] == {Source.CACHE}
 
 
 async def test_hits_and_misses_count_who_started_the_origin_read(make_rig: MakeRig) -> None:
@@ -307,33 +308,56 @@ async def test_hits_and_misses_count_who_started_the_origin_read(make_rig: MakeR
     assert len(rig.origin.calls) == 1
 
 
-@pytest.mark.parametrize("wrong", ["short", "long"])
-async def test_an_origin_read_of_the_wrong_length_fails_its_readers_and_caches_nothing_wrong(
-    make_rig: MakeRig, wrong: str
+async def test_a_fetch_that_ends_short_fails_its_readers_and_caches_only_whole_blocks(
+    make_rig: MakeRig
 ) -> None:
-    """A reader must not wait forever for bytes that will not come (short), and
-    bytes beyond the range asked go into no block (long: the origin's own check
-    is sidecar.origin; the engine only refuses to overflow its buffers)."""
+    """A reader must not wait forever for bytes that will not come; blocks that
+    did arrive whole are cached (the origin's own checks of lengths, ranges and
+    ETags are sidecar.origin's, tested there)."""
     data = random.Random(11).randbytes(3 * BLOCK)
     rig = await make_rig(data)
+    real = rig.origin.fetch_into
 
-    async def wrong_length(info: ObjectInfo, start: int, end: int, lane: str
-                           ) -> AsyncIterator[bytes]:
-        rig.origin.calls.append((start, end))
-        yield data[start:end - 100] if wrong == "short" else data[start:end] + b"\0" * 100
+    async def short(info: ObjectInfo, start: int, end: int, lane: str, sink: Sink,
+                    chunk_size: int) -> None:
+        await real(info, start, end - BLOCK, lane, sink, chunk_size)
 
-    rig.origin.read_range = wrong_length  # type: ignore[method-assign]
-    if wrong == "short":
-        with pytest.raises(OriginBadBody):
-            await asyncio.wait_for(collect(rig.engine, rig.info, 0, 3 * BLOCK - 1), timeout=5)
-    else:
-        body, _ = await asyncio.wait_for(collect(rig.engine, rig.info, 0, 3 * BLOCK - 1),
-                                         timeout=5)
-        assert body == data
+    rig.origin.fetch_into = short  # type: ignore[method-assign]
+    with pytest.raises(OriginBadBody):
+        await asyncio.wait_for(collect(rig.engine, rig.info, 0, 3 * BLOCK - 1), timeout=5)
     await rig.engine.idle()  # blocks that did complete land in the background
-    assert rig.store.block_count() == (2 if wrong == "short" else 3)
-    rig.origin.read_range = ScriptedOrigin(data).read_range  # type: ignore[method-assign]
+    assert rig.store.block_count() == 2
+    rig.origin.fetch_into = real  # type: ignore[method-assign]
     assert (await collect(rig.engine, rig.info, 0, 3 * BLOCK - 1))[0] == data
+
+
+async def test_a_foreground_miss_is_fetched_in_parts_at_once(make_rig: MakeRig) -> None:
+    big = 4 * 1024 * 1024  # four chunks a block
+    data = random.Random(19).randbytes(2 * big)
+    rig = await make_rig(data, slots=4, block=big, parts=4)
+    body, sources = await collect(rig.engine, rig.info, 0, big + 10, lazy=True)
+    assert body == data[:big + 11] and sources == {Source.ORIGIN}
+    await rig.engine.idle()
+    mib = 1024 * 1024
+    assert sorted(rig.origin.calls) == [(0, mib), (mib, 2 * mib), (2 * mib, 3 * mib),
+                                        (3 * mib, 4 * mib), (4 * mib, 5 * mib),
+                                        (5 * mib, 6 * mib), (6 * mib, 7 * mib),
+                                        (7 * mib, 8 * mib)]
+    assert rig.store.block_count() == 2
+
+
+async def test_a_block_with_no_free_slot_is_read_straight_from_the_origin(
+    make_rig: MakeRig
+) -> None:
+    data = random.Random(20).randbytes(4 * BLOCK)
+    rig = await make_rig(data, slots=1)
+    held = rig.engine.stream(rig.info, 0, len(data) - 1, lazy=True)
+    first, _ = await anext(held)  # a reader is at block 0: its slot is pinned
+    body, sources = await collect(rig.engine, rig.info, BLOCK, 2 * BLOCK - 1)
+    assert body == data[BLOCK:2 * BLOCK] and sources == {Source.ORIGIN}
+    assert rig.origin.bypassed == [(BLOCK, 2 * BLOCK)]
+    as_bytes(first)
+    await held.aclose()
 
 
 async def test_read_ahead_is_fetched_by_the_engine_and_used_by_the_reader(
@@ -403,10 +427,10 @@ async def test_a_disk_that_fails_a_write_switches_the_sidecar_to_bypass(
     data = random.Random(17).randbytes(2 * BLOCK)
     rig = await make_rig(data)
 
-    def failing(self: Slab, *args: Any) -> None:
+    def failing(self: Slab, *args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Slab, "write_block", failing)
+    monkeypatch.setattr(Slab, "write_chunk", failing)
     body, _ = await collect(rig.engine, rig.info, 0, len(data) - 1)
     assert body == data  # the reader is served whatever the disk does
     await rig.engine.idle()

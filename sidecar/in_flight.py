@@ -1,0 +1,92 @@
+"""A block on its way from the origin into its cache slot: readers take its
+chunks as they land.
+
+Waiting for a whole 8 MiB block before sending its first byte would make every
+miss cost the block's full transfer time (about 130 ms at 64 MB/s) on top of
+the origin's first-byte latency; a reader of the block's first MiB only needs
+that MiB. The fetch writes each chunk (the cache's 1 MiB checksum unit) into
+the block's slot as it arrives and says so here; a reader waiting for a chunk
+is woken then and sends it from the slot (sendfile), so no block is held in
+memory and no byte is copied for a reader.
+
+Before the first chunk there is a short moment when the block has no slot yet
+(the fetch is reserving it): readers already wait here, so a block is fetched
+once however many want it. A block that could get no slot, or whose slot's disk
+failed, is `unslotted`: its readers read their range from the origin directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sidecar.cache import BlockIdent, BlockWrite
+
+
+class Unslotted(Exception):
+    """The block has no slot to land in (every slot busy, or the cache disk
+    failed): its readers must read their range straight from the origin."""
+
+
+class InFlightBlock:
+    def __init__(self, ident: BlockIdent, length: int, chunk_size: int, lane: str) -> None:
+        self.ident = ident
+        self.length = length
+        self.chunk_size = chunk_size
+        self.lane = lane
+        self.write: BlockWrite | None = None
+        # Whether a reader has taken bytes of it: if none has by the time the
+        # block is cached, its first read from the cache is its first use.
+        self.read = False
+        self.readers = 0
+        self._error: BaseException | None = None
+        self._progress = asyncio.Event()
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.length // self.chunk_size)
+
+    @property
+    def complete(self) -> bool:
+        return self.write is not None and self.write.complete
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def slotted(self, write: BlockWrite) -> None:
+        """The fetch has the block's slot: chunks will land in it."""
+        self.write = write
+        self._wake()
+
+    def landed(self, chunk: int, checksum: int) -> None:
+        """A chunk is in the slot (called on the loop by the fetch)."""
+        assert self.write is not None
+        self.write.checksums[chunk] = checksum
+        self._wake()
+
+    def fail(self, error: BaseException) -> None:
+        """No more chunks will land: waiters of missing ones get `error`."""
+        if self._error is None and not self.complete:
+            self._error = error
+            self._wake()
+
+    async def wait_for(self, chunk: int) -> BlockWrite:
+        """The write once `chunk` has landed in it; raises the fetch's failure."""
+        while True:
+            write = self.write
+            if write is not None and write.checksums[chunk] is not None:
+                return write
+            if self._error is not None:
+                raise self._error
+            await self._progress.wait()
+
+    async def wait_complete(self) -> None:
+        while not self.complete:
+            if self._error is not None:
+                raise self._error
+            await self._progress.wait()
+
+    def _wake(self) -> None:
+        # A fresh event per wake-up: waiters wait on the one current now.
+        self._progress.set()
+        self._progress = asyncio.Event()
