@@ -6,7 +6,7 @@ cache), listens on a free 127.0.0.1 port and runs in the foreground
 (`daemon off;`) in its own process group, so stopping it can never touch the
 system nginx or another instance.
 
-The origin emulator (DESIGN.md, "Benchmark origin model"): first byte after
+The origin emulator (docs/ARCHITECTURE.md, "Benchmark origin model"): first byte after
 30 ms, 64 MB/s per connection, real HTTP range semantics. Objects go through
 
     location /tiered/ { echo_sleep 0.03; echo_exec @obj; }

@@ -623,7 +623,7 @@ in `bench/results/tmp/` (`--keep-work` keeps them always).
 
 ## How this is measured
 
-**Origin emulator** (DESIGN.md, "Benchmark origin model"): nginx with the echo
+**Origin emulator** (docs/ARCHITECTURE.md, "Benchmark origin model"): nginx with the echo
 module of Debian's `nginx-light`, serving the data set files path-style
 (`/tiered/{key}`), first byte after 30 ms, 64 MB/s per connection:
 

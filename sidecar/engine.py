@@ -85,7 +85,7 @@ def piece_length(piece: Piece) -> int:
 
 @dataclass(frozen=True)
 class WarmResult:
-    """What a warm call did (the `POST /api/v1/warm` answer, DESIGN.md)."""
+    """What a warm call did (the `POST /api/v1/warm` answer, docs/ARCHITECTURE.md)."""
 
     requested_blocks: int = 0
     already_cached: int = 0

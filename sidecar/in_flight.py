@@ -6,8 +6,8 @@ miss cost the block's full transfer time (about 130 ms at 64 MB/s) on top of
 the origin's first-byte latency; a reader of the block's first MiB only needs
 that MiB. The fetch writes each chunk (the cache's 1 MiB checksum unit) into
 the block's slot as it arrives and says so here; a reader waiting for a chunk
-is woken then and sends it from the slot (sendfile), so no block is held in
-memory and no byte is copied for a reader.
+is woken then and reads it from the slot, verified, as it reads cached
+blocks, so no block is held in memory waiting for its readers.
 
 Before the first chunk there is a short moment when the block has no slot yet
 (the fetch is reserving it): readers already wait here, so a block is fetched

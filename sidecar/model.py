@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-# The three priority lanes of origin reads (DESIGN.md, "Metrics"): a reader is
+# The three priority lanes of origin reads (docs/ARCHITECTURE.md, "Metrics"): a reader is
 # waiting; read-ahead; warm-up ahead of a planned replay.
 FOREGROUND = "foreground"
 PREFETCH = "prefetch"

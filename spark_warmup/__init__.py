@@ -1,6 +1,6 @@
 """Warm the sidecars' caches ahead of a planned replay (`python -m spark_warmup PLAN.json`).
 
-The plan (DESIGN.md, "Warm-up plan") names the object store, the sidecars and
+The plan (docs/ARCHITECTURE.md, "Warm-up plan") names the object store, the sidecars and
 the ranges to be replayed. A PySpark job lists the remote segments on the
 executors, picks the segments that overlap each range, routes every partition
 to its node's sidecar and asks that sidecar (`POST /api/v1/warm`) to fetch the

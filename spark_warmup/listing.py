@@ -8,7 +8,7 @@ stack trace instead of a message naming the plan field that is wrong.
 Keys are parsed by the pure `sidecar.layout` (Aiven layout):
 `{prefix}{topic}-{topicId}/{partition}/{startOffset:020d}-{segmentId}.log`.
 For time ranges each segment's first record batch header is read with one
-ranged GET of its first 61 bytes (layout in DESIGN.md).
+ranged GET of its first 61 bytes (layout in docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

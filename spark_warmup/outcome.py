@@ -10,7 +10,7 @@ from spark_warmup.units import format_bytes
 
 @dataclass(frozen=True)
 class WarmRow:
-    """One segment of the report (DESIGN.md: one row per segment)."""
+    """One segment of the report (docs/ARCHITECTURE.md: one row per segment)."""
 
     topic: str
     partition: int

@@ -1,4 +1,4 @@
-"""The warm-up plan: validated once, into frozen dataclasses (DESIGN.md, "Warm-up plan").
+"""The warm-up plan: validated once, into frozen dataclasses (docs/ARCHITECTURE.md, "Warm-up plan").
 
     {
       "origin": {"endpoint": "http://127.0.0.1:9000", "bucket": "tiered",

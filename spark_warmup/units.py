@@ -1,6 +1,6 @@
 """Sizes (`8MiB`, `500MB`, bytes) and rates (`200MiB/s`) in the plan, and their display.
 
-The same spelling as the sidecar's flags (DESIGN.md); parsed here rather than
+The same spelling as the sidecar's flags (docs/ARCHITECTURE.md); parsed here rather than
 imported so that the job needs nothing of the sidecar but its pure modules.
 """
 

@@ -247,7 +247,7 @@ def build() -> dict[str, Any]:
         "title": "Kafka cold-segment sidecar",
         "uid": "kafka-cold-sidecar",
         "description": "Hit rates, origin traffic, read-ahead, cache and isolation of the "
-                       "tiered-storage read sidecars (metrics: DESIGN.md).",
+                       "tiered-storage read sidecars (metrics: docs/ARCHITECTURE.md).",
         "tags": ["kafka", "tiered-storage", "sidecar"],
         "editable": True,
         "graphTooltip": 1,

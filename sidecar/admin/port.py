@@ -1,7 +1,7 @@
 """Admin port: /healthz, /readyz, /metrics, /ui, /api/v1/stats and the mutating calls.
 
 Mutating calls need `Authorization: Bearer <token>` when an admin token is set
-(DESIGN.md); the config refuses a non-loopback admin address without one.
+(docs/ARCHITECTURE.md); the config refuses a non-loopback admin address without one.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`POST /api/v1/warm`: validate the whole call, HEAD every object, then warm.
 
-The body (DESIGN.md, admin port):
+The body (docs/ARCHITECTURE.md, "Admin port"):
 
     {"objects": [{"bucket": "b", "key": "k", "start": 0, "end": null}], "ttl_s": 3600}
 

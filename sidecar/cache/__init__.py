@@ -1,4 +1,4 @@
-"""Block cache: fixed-size blocks of S3 objects in one memory-mapped slab file.
+"""Block cache: fixed-size blocks of S3 objects in one preallocated slab file.
 
 Self-contained on purpose (no HTTP, no origin): the engine looks blocks up,
 reads them and writes what it fetched; everything else is in here.

@@ -363,12 +363,17 @@ class BlockStore:
         self, work: Callable[[int, int, int, SlotRecord], T], record: SlotRecord,
         start: int, end: int,
     ) -> T | None:
-        """Run a checksummed slab read in the executor; None (block dropped) on mismatch."""
+        """Run a checksummed slab read in the executor; None (block dropped) on a
+        mismatch, and on a read the disk failed (EIO): the bytes cannot be
+        trusted either way, and the block is fetched again."""
         try:
             return await self._loop.run_in_executor(
                 self._executor, work, record.slot, start, end, record
             )
         except ChecksumMismatch as exc:
+            self._checksum_failed(record, exc)
+            return None
+        except OSError as exc:
             self._checksum_failed(record, exc)
             return None
 
@@ -458,10 +463,10 @@ class BlockStore:
             return await self._in_task(self._in_executor(
                 self._slab.read_checked, write.slot, start, end, write.length,
                 write.checksums))
-        except ChecksumMismatch:
-            log.warning("block %s read back wrong while being written", write.ident)
+        except (ChecksumMismatch, OSError) as exc:
+            log.warning("block %s read back wrong while being written: %s", write.ident, exc)
             self._metrics.on_checksum_failure()
-            raise
+            raise ChecksumMismatch(write.slot, start // write.chunk_size) from exc
         finally:
             self._unpin(write.slot)
 
@@ -641,7 +646,7 @@ class BlockStore:
         finally:
             self._unpin(record.slot)
 
-    def _checksum_failed(self, record: SlotRecord, exc: ChecksumMismatch) -> None:
+    def _checksum_failed(self, record: SlotRecord, exc: ChecksumMismatch | OSError) -> None:
         log.warning("dropping cached block %s: %s", record.ident, exc)
         self._metrics.on_checksum_failure()
         if self._records.get(record.ident) is record:

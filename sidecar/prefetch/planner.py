@@ -17,7 +17,7 @@ read (a share of the cache), so read-ahead can never flush the cache or eat
 the heap. A block refused by a bound is reconsidered at the stream's next
 delivery.
 
-Cross-segment (Aiven layout, DESIGN.md "Facts"): when a stream's window reaches
+Cross-segment (Aiven layout, docs/ARCHITECTURE.md "Facts"): when a stream's window reaches
 past the end of a segment, the plan asks for the partition's next segment (the
 next `.log` key under the same `{topic}-{topicId}/{partition}/`); the engine
 looks it up, and `continue_into` hands the stream's window to the reader that

@@ -49,7 +49,7 @@ CLIENT_CLOSED_REQUEST = 499
 # Bytes an open-ended response may run ahead of what its client has read: it
 # keeps an abandoned `bytes=pos-` read from pulling more blocks and read heads
 # honest. Bounded ranges keep the kernel's default: the client asked for all of
-# it, and a small buffer would split each sendfile(2) into many wake-ups.
+# it, and a small buffer would split each write into many wake-ups.
 SEND_BUFFER_BYTES = 128 * 1024
 
 

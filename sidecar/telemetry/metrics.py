@@ -1,6 +1,6 @@
 """Prometheus collectors of the sidecar, all on one registry handed in.
 
-Metric names and labels are the dashboards' contract (DESIGN.md, "Metrics"). No
+Metric names and labels are the dashboards' contract (docs/ARCHITECTURE.md, "Metrics"). No
 label carries an unbounded value: never a key, bucket or client address.
 """
 
@@ -17,8 +17,8 @@ from prometheus_client import (
 
 from sidecar.model import LANES
 
-# From sub-millisecond cache hits (a 1 MiB sendfile from the page cache takes
-# ~0.2 ms) up to multi-second cold origin reads of coalesced 64 MiB runs.
+# From sub-millisecond cache hits (a 1 MiB chunk read, verified and sent from
+# the page cache takes ~0.3 ms) up to multi-second cold origin reads of coalesced 64 MiB runs.
 LATENCY_BUCKETS = (
     0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
     10.0, 30.0,

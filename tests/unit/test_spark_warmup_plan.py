@@ -1,4 +1,5 @@
-"""The warm-up plan's validation: DESIGN.md's example parses; every bad field is named."""
+"""The warm-up plan's validation: the example of docs/ARCHITECTURE.md parses; every bad
+field is named."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from spark_warmup.plan import (
 
 MIB = 1024 * 1024
 
-# The example of DESIGN.md, verbatim.
+# The example of docs/ARCHITECTURE.md, verbatim (test_the_documented_example_is_this).
 DESIGN_EXAMPLE: dict[str, Any] = {
     "origin": {"endpoint": "http://127.0.0.1:9000", "bucket": "tiered", "prefix": "",
                "region": "us-east-1"},
@@ -34,6 +35,12 @@ DESIGN_EXAMPLE: dict[str, Any] = {
     ],
     "ttl_s": 7200,
 }
+
+
+def test_the_documented_example_is_this() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "ARCHITECTURE.md").read_text()
+    documented = text.split("### Warm-up plan", 1)[1].split("```json", 1)[1].split("```", 1)[0]
+    assert json.loads(documented) == DESIGN_EXAMPLE
 
 
 def test_the_design_example_parses() -> None:
