@@ -106,11 +106,13 @@ class OriginReader(Protocol):
     """The origin as the engine needs it (handed in; tests give a fake)."""
 
     async def fetch_into(
-        self, info: ObjectInfo, start: int, end: int, lane: str, sink: Sink, chunk_size: int
+        self, info: ObjectInfo, start: int, end: int, lane: str, sink: Sink, chunk_size: int,
+        *, waited_for: bool = False,
     ) -> None:
         """Bytes [start, end) of the object to `sink`, in chunks of `chunk_size`
         aligned in object offsets, called in worker threads; retried, resumed
-        and bounded by the origin's own rules."""
+        and bounded by the origin's own rules. `waited_for`: a reader waits on
+        these bytes now (they go before other work for the origin)."""
 
     def read_range(
         self, info: ObjectInfo, start: int, end: int, lane: str
@@ -518,8 +520,8 @@ class Engine:
         """
         sink = self._sink(info, run)
         (first_start, first_end), *rest = parts
-        leading = asyncio.ensure_future(
-            self._origin.fetch_into(info, first_start, first_end, lane, sink, self._chunk_size))
+        leading = asyncio.ensure_future(self._origin.fetch_into(
+            info, first_start, first_end, lane, sink, self._chunk_size, waited_for=True))
         tasks: list[asyncio.Future[None]] = [leading]
         try:
             if rest:

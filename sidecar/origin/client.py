@@ -1,36 +1,35 @@
-"""The object store: one aiobotocore S3 client, ranged GETs and cached HEADs.
+"""The object store as the rest of the sidecar sees it: HEADs (remembered,
+sidecar.origin.heads), listings, ranged GETs for readers that bypass the cache
+(aiobotocore), and block fetches read by worker threads straight into the
+cache (sidecar.origin.range_reader), presigned here.
 
-Every origin call is bounded by a deadline (`origin_deadline`) and goes through
-a circuit breaker (sidecar.origin.breaker): retries of 500/503/SlowDown,
-connection resets, stalls (no byte for `origin_read_timeout` or half the
-deadline, whichever is shorter) and resumes of a broken body all stop at the
-deadline, and a failing origin is not hammered. A ranged GET's deadline runs
-from its last byte: a large read that keeps moving is not cut off for being
-large. While the origin fails, an object's last HEAD answer stands in for up
-to `head_stale_if_error` (RFC 5861 section 4), so cached blocks stay readable;
-a 404 is an answer and is never papered over.
-Retries are made here rather than by botocore, so that each attempt is seen by
-the breaker and no retry sleeps past the deadline; the delays are botocore's
-own full jitter (sidecar.origin.policy).
+Every call is an operation of the one retry driver (sidecar.origin.operation):
+bounded by a deadline (`origin_deadline`) that a ranged GET renews as bytes
+arrive, through the circuit breaker (sidecar.origin.breaker), retried with
+botocore's own full jitter (sidecar.origin.policy) and never past the
+deadline. Retries are made here rather than by botocore, so that each attempt
+is seen by the breaker. A stall (no byte for `origin_read_timeout` or half the
+deadline, whichever is shorter) ends an attempt; a body that breaks off is
+resumed from the first byte not yet taken.
 
 A ranged GET is checked before its bytes are used: its ETag must be the one the
 read was planned against (If-Match is sent, and an origin that ignores it is
-caught here), its Content-Range and Content-Length must be the range asked,
-and the body must end exactly at the range's end. A body that breaks off is
-resumed from the first byte not yet yielded; one that runs long is an error
+caught), its Content-Range and Content-Length must be the range asked, and the
+body must end exactly at the range's end; a body that runs long is an error
 before its last chunk is handed out, so the block it would complete is never
-cached. Every botocore and aiohttp error is translated into `sidecar.errors` here.
+cached. Every botocore, aiohttp and socket error is translated into
+`sidecar.errors` here (`judge`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -49,7 +48,7 @@ from botocore.exceptions import (
 from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
-from cachetools import LRUCache, TTLCache
+from cachetools import TTLCache
 
 from sidecar.config import OriginConfig
 from sidecar.errors import (
@@ -57,18 +56,18 @@ from sidecar.errors import (
     ObjectNotFound,
     OriginAccessDenied,
     OriginBadBody,
-    OriginCircuitOpen,
     OriginError,
     OriginObjectChanged,
     OriginThrottled,
     OriginUnavailable,
 )
 from sidecar.isolation.lanes import LaneLimiter
-from sidecar.model import ObjectInfo
+from sidecar.model import FOREGROUND, PREFETCH, WARM, ObjectInfo
 from sidecar.origin.breaker import BreakerSettings, BreakerState, CircuitBreaker
+from sidecar.origin.heads import HeadMemo
+from sidecar.origin.operation import Operation, Rules, Verdict
 from sidecar.origin.policy import (
     Deadline,
-    backoff_s,
     is_retryable_answer,
     is_throttling,
     range_answer_problem,
@@ -78,8 +77,8 @@ from sidecar.origin.range_reader import (
     Progress,
     RangeReader,
     Sink,
-    SinkFailed,
 )
+from sidecar.origin.workers import OriginWorkers, Urgency
 from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -95,11 +94,11 @@ _TRANSIENT = (
 )
 # The largest chunk a fetch hands its sink: the cache's checksum chunk.
 _MAX_FETCH_CHUNK = 1024 * 1024
+# Who gets the next free origin thread, by lane (a reader waiting on a part of
+# a foreground fetch goes first of all: fetch_into's `waited_for`).
+_URGENCY = {FOREGROUND: Urgency.FOREGROUND, PREFETCH: Urgency.PREFETCH, WARM: Urgency.WARM}
 # How long a presigned block GET stays valid: one fetch, with its retries, at most.
 _PRESIGN_SECONDS = 900
-# Objects whose last answered HEAD is kept for stale-if-error (bounded memory:
-# an ObjectInfo is a few hundred bytes).
-_KNOWN_OBJECTS = 16384
 
 
 # Headers of an object's HEAD that describe the object itself and that S3
@@ -169,14 +168,32 @@ def _answer_of(exc: ClientError) -> tuple[str, int]:
     return code, status
 
 
-def _retryable(exc: BaseException) -> bool:
-    """Whether one attempt's failure is the origin's (worth a retry, counted by the breaker)."""
+def judge(exc: Exception, bucket: str, key: str) -> Verdict:
+    """What one failed attempt means, the library's exception translated."""
     if isinstance(exc, ClientError):
         code, status = _answer_of(exc)
-        return is_retryable_answer(status, code)
-    return isinstance(exc, (*_TRANSIENT, BotoCoreError)) and not isinstance(
-        exc, NoCredentialsError
-    )
+        return _answered(status, code, bucket, key)
+    if isinstance(exc, OriginAnswered):
+        return _answered(exc.status, exc.code, bucket, key)
+    described = repr(exc) if not str(exc) else f"{type(exc).__name__}: {exc}"
+    where = f"s3://{bucket}/{key}"
+    if isinstance(exc, OriginObjectChanged):
+        return Verdict(OriginObjectChanged(f"{where}: {exc}"), False, None, described)
+    if isinstance(exc, NoCredentialsError):
+        return Verdict(OriginUnavailable(f"{where}: origin call failed: {exc!r}"), False, None,
+                       described)
+    if isinstance(exc, (*_TRANSIENT, BotoCoreError, OSError)):
+        return Verdict(None, True, None, described)
+    if isinstance(exc, OriginError):
+        return Verdict(exc, False, None, described)
+    return Verdict(OriginUnavailable(f"{where}: origin call failed: {exc!r}"), False, None,
+                   described)
+
+
+def _answered(status: int, code: str, bucket: str, key: str) -> Verdict:
+    retryable = is_retryable_answer(status, code)
+    return Verdict(None if retryable else translate_answer(status, code, bucket, key),
+                   retryable, is_throttling(status, code), f"{status} {code}")
 
 
 class Origin:
@@ -197,20 +214,12 @@ class Origin:
         self._jitter = jitter
         self._stack = AsyncExitStack()
         self._client: Any = None
-        self._heads: TTLCache[tuple[str, str], ObjectInfo] = TTLCache(
-            maxsize=8192, ttl=config.head_ttl_s, timer=clock
-        )
-        # The last HEAD answer of each object and when it came, for
-        # stale-if-error (RFC 5861 section 4): cached blocks stay readable
-        # through an origin outage once head_ttl has passed.
-        self._known: LRUCache[tuple[str, str], tuple[ObjectInfo, float]] = LRUCache(
-            maxsize=_KNOWN_OBJECTS
-        )
+        self._heads = HeadMemo(ttl_s=config.head_ttl_s,
+                               stale_if_error_s=config.head_stale_if_error_s, clock=clock)
         self._buckets: TTLCache[str, bool] = TTLCache(maxsize=256, ttl=60.0, timer=clock)
         self._listings: TTLCache[tuple[str, str], list[str]] = TTLCache(
             maxsize=4096, ttl=config.listing_ttl_s, timer=clock
         )
-        self._heads_in_flight: dict[tuple[str, str], asyncio.Future[ObjectInfo]] = {}
         # The longest one attempt may wait for its answer or for the next byte
         # of its body: a stall is given up on (and the body resumed) while the
         # deadline still leaves time for another attempt.
@@ -223,15 +232,15 @@ class Origin:
             clock, self._breaker_changed,
         )
         self._show_breaker(BreakerState.CLOSED)
+        self._rules = Rules(self.breaker, metrics, clock, jitter, config.retries,
+                            config.deadline_s, judge)
         # Ranged GETs of blocks are read in these threads (sidecar.origin.range_reader),
         # one connection each; the aiobotocore client does the rest.
         self._reader = RangeReader(
             connect_timeout_s=config.connect_timeout_s, stall_timeout_s=self._stall_s,
             max_chunk_size=_MAX_FETCH_CHUNK, max_idle=config.max_connections,
         )
-        self._fetch_threads = ThreadPoolExecutor(
-            max_workers=config.max_connections, thread_name_prefix="sidecar-origin"
-        )
+        self._workers = OriginWorkers(config.max_connections)
         # The lanes' budget is taken by the loop and by the fetch threads alike.
         self._limiter_lock = threading.Lock()
 
@@ -257,7 +266,7 @@ class Origin:
 
     async def close(self) -> None:
         self._reader.close()  # fetch threads blocked on the origin return now
-        self._fetch_threads.shutdown(wait=True, cancel_futures=True)
+        self._workers.shutdown()
         await self._stack.aclose()
 
     async def check_reachable(self) -> None:
@@ -285,61 +294,19 @@ class Origin:
             return
 
     def forget(self, bucket: str, key: str) -> None:
-        """A write or delete of the key went through: drop what is known of it.
-
-        A HEAD still in flight is taken off the table too, so that its answer,
-        which may predate the write, is handed to those already waiting but never
-        remembered, and the next reader asks anew.
-        """
-        self._heads.pop((bucket, key), None)
-        self._known.pop((bucket, key), None)
-        self._heads_in_flight.pop((bucket, key), None)
+        """A write or delete of the key went through: drop what is known of it
+        (a HEAD still in flight is handed to its waiters, never remembered)."""
+        self._heads.forget(bucket, key)
 
     async def head(self, bucket: str, key: str) -> ObjectInfo:
-        """Size and ETag of an object, remembered for head_ttl; one HEAD at a time per key.
+        """Size and ETag of an object (sidecar.origin.heads: remembered for
+        head_ttl, one HEAD at a time per key, stale-if-error)."""
+        return await self._heads.get(bucket, key, lambda: self._head_uncached(bucket, key))
 
-        When the origin fails (not when it answers 404 or 403), the last answer
-        is used for up to head_stale_if_error after it came.
-        """
-        cached = self._heads.get((bucket, key))
-        if cached is not None:
-            return cached
-        pending = self._heads_in_flight.get((bucket, key))
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[ObjectInfo] = asyncio.get_running_loop().create_future()
-        self._heads_in_flight[(bucket, key)] = future
-        try:
-            info, fresh = await self._head_or_stale(bucket, key)
-            # Remembered only if no write passed through meanwhile (see forget).
-            if fresh and self._heads_in_flight.get((bucket, key)) is future:
-                self._heads[(bucket, key)] = info
-                self._known[(bucket, key)] = (info, self._clock())
-            future.set_result(info)
-            return info
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # consumed here: waiters re-raise it themselves
-            raise
-        finally:
-            if self._heads_in_flight.get((bucket, key)) is future:
-                del self._heads_in_flight[(bucket, key)]
-
-    async def _head_or_stale(self, bucket: str, key: str) -> tuple[ObjectInfo, bool]:
-        """The origin's answer (fresh), or while it fails the last one known (not)."""
-        try:
-            return await self._head_uncached(bucket, key), True
-        except OriginUnavailable as exc:
-            known = self._known.get((bucket, key))
-            if known is None or self._clock() - known[1] > self._config.head_stale_if_error_s:
-                raise
-            log.debug("s3://%s/%s: using the HEAD answer of %.0fs ago: %s",
-                     bucket, key, self._clock() - known[1], exc)
-            return known[0], False
-        except OriginError:
-            # 404 and 403 are answers, not failures: a deleted object is gone.
-            self._known.pop((bucket, key), None)
-            raise
+    def operation(
+        self, lane: str, what: str, bucket: str = "", key: str = "", breaker: bool = True
+    ) -> Operation:
+        return Operation(self._rules, lane, what, bucket, key, breaker)
 
     async def _head_uncached(self, bucket: str, key: str) -> ObjectInfo:
         try:
@@ -392,7 +359,8 @@ class Origin:
             extra = {"ContinuationToken": token} if token else {}
             page = await self._call(
                 "prefetch", f"LIST s3://{bucket}/{prefix}",
-                lambda: self._client.list_objects_v2(Bucket=bucket, Prefix=prefix, **extra),
+                functools.partial(self._client.list_objects_v2, Bucket=bucket, Prefix=prefix,
+                                  **extra),
                 bucket, prefix,
             )
             keys.extend(str(item["Key"]) for item in page.get("Contents", ()))
@@ -407,36 +375,14 @@ class Origin:
         bucket: str = "", key: str = "", breaker: bool = True,
     ) -> T:
         """One origin request with retries, under the deadline and the breaker."""
-        deadline = Deadline(self._config.deadline_s, self._clock)
-        attempt = 0
-        throttled = False
+        operation = self.operation(lane, what, bucket, key, breaker)
         while True:
-            if breaker:
-                self._admit(what)
-            started = self._clock()
-            try:
-                result = await self._within(deadline, call)
-            except Exception as exc:
-                error = self._classify(lane, exc, started, bucket, key)
-                if breaker:
-                    self._verdict(error)
-                if error is not None:
-                    raise error from exc
-                attempt += 1
-                throttled = _throttling(exc, throttled)
-                await self._before_retry(what, exc, attempt, deadline, throttled)
-                continue
-            except BaseException:  # cancelled: no verdict on the origin
-                if breaker:
-                    self.breaker.abandon()
-                raise
-            self._count(lane, None, started)
-            if breaker:
-                self.breaker.success()
-            return result
+            async with operation.attempt():
+                return await self._within(operation.deadline, call)
 
     async def fetch_into(
-        self, info: ObjectInfo, start: int, end: int, lane: str, sink: Sink, chunk_size: int
+        self, info: ObjectInfo, start: int, end: int, lane: str, sink: Sink, chunk_size: int,
+        *, waited_for: bool = False,
     ) -> None:
         """Bytes [start, end) of the object to `sink`, chunk by chunk, read by a
         worker thread straight from the socket (sidecar.origin.range_reader).
@@ -447,72 +393,29 @@ class Origin:
         by progress) and the breaker. A sink that fails (the cache disk) ends
         it with the sink's own error, which is nobody's fault at the origin.
         """
-        what = f"GET s3://{info.bucket}/{info.key}"
-        deadline = Deadline(self._config.deadline_s, self._clock)
+        operation = self.operation(lane, f"GET s3://{info.bucket}/{info.key}",
+                                   info.bucket, info.key)
         progress = Progress(start)
-        attempt = 0
-        throttled = False
-        loop = asyncio.get_running_loop()
+        urgency = Urgency.WAITED_FOR if waited_for and lane == FOREGROUND else _URGENCY[lane]
         counted = self._counting_sink(sink, lane)
         pace = self._pacer(lane)
         while progress.position < end:
-            self._admit(what)
-            started = self._clock()
-            before = progress.received
             try:
-                url = await self._within(deadline, lambda: self._presign(info))
-                await loop.run_in_executor(
-                    self._fetch_threads, self._reader.read, url, end, info.etag, info.size,
-                    counted, progress, chunk_size, pace,
-                )
-            except SinkFailed as exc:
-                self.breaker.abandon()  # the origin did its part; the disk did not
-                raise exc.__cause__ or exc from None
-            except asyncio.CancelledError:
-                self.breaker.abandon()
+                async with operation.attempt() as attempt:
+                    before = progress.received
+                    try:
+                        url = await self._within(operation.deadline,
+                                                 lambda: self._presign(info))
+                        await asyncio.wrap_future(self._workers.submit(urgency, functools.partial(
+                            self._reader.read, url, end, info.etag, info.size, counted,
+                            progress, chunk_size, pace,
+                        )))
+                    finally:
+                        if progress.received > before:
+                            attempt.progressed()
+            except OriginObjectChanged:
+                self.forget(info.bucket, info.key)
                 raise
-            except Exception as exc:
-                moved = progress.received > before
-                error, retryable, now_throttled = self._judge(lane, exc, started, info)
-                if moved:
-                    attempt = 0
-                    deadline.progress()
-                    self.breaker.success()  # the origin answered with bytes
-                if retryable:
-                    self.breaker.failure()  # a body that broke off is a failure too
-                else:
-                    self.breaker.success()  # 404, 403, 412: a healthy origin's answers
-                if isinstance(error, OriginObjectChanged):
-                    self.forget(info.bucket, info.key)
-                if error is not None:
-                    raise error from exc
-                attempt += 1
-                throttled = now_throttled or throttled
-                await self._before_retry(what, exc, attempt, deadline, throttled)
-                continue
-            self._count(lane, None, started)
-            self.breaker.success()
-
-    def _judge(
-        self, lane: str, exc: Exception, started: float, info: ObjectInfo
-    ) -> tuple[OriginError | None, bool, bool]:
-        """A failed fetch attempt: (the error to raise now or None to retry,
-        whether the origin is to blame, whether it was throttling)."""
-        if isinstance(exc, OriginAnswered):
-            translated = translate_answer(exc.status, exc.code, info.bucket, info.key)
-            self._count(lane, translated, started)
-            retryable = is_retryable_answer(exc.status, exc.code)
-            return (None if retryable else translated), retryable, \
-                is_throttling(exc.status, exc.code)
-        self._count(lane, exc, started)
-        if isinstance(exc, OriginObjectChanged):
-            return OriginObjectChanged(f"s3://{info.bucket}/{info.key}: {exc}"), False, False
-        if isinstance(exc, (*_TRANSIENT, OSError)):
-            return None, True, False
-        if isinstance(exc, OriginError):
-            return exc, False, False
-        return OriginUnavailable(f"s3://{info.bucket}/{info.key}: origin call failed: "
-                                 f"{exc!r}"), False, False
 
     async def _presign(self, info: ObjectInfo) -> str:
         url: str = await self._client.generate_presigned_url(
@@ -557,85 +460,19 @@ class Origin:
         first byte not yet yielded, until the deadline: it runs from the start
         and again from each chunk that arrives.
         """
-        what = f"GET s3://{info.bucket}/{info.key}"
-        deadline = Deadline(self._config.deadline_s, self._clock)
+        operation = self.operation(lane, f"GET s3://{info.bucket}/{info.key}",
+                                   info.bucket, info.key)
         position = start
-        attempt = 0
-        throttled = False
         while position < end:
-            self._admit(what)
-            started = self._clock()
-            judged = False  # the breaker has had its verdict on this attempt
             try:
-                async for chunk in self._get(info, position, end, lane, deadline):
-                    if not judged:
-                        judged = True  # the origin is answering with bytes
-                        self.breaker.success()
-                    position += len(chunk)
-                    attempt = 0
-                    deadline.progress()
-                    yield chunk
-                self._count(lane, None, started)
-            except Exception as exc:
-                error = self._classify(lane, exc, started, info.bucket, info.key)
-                if error is None or not judged:
-                    self._verdict(error)  # a body that broke off is a failure too
-                judged = True
-                if isinstance(error, OriginObjectChanged):
-                    self.forget(info.bucket, info.key)
-                if error is not None:
-                    raise error from exc
-                attempt += 1
-                throttled = _throttling(exc, throttled)
-                await self._before_retry(what, exc, attempt, deadline, throttled)
-            finally:
-                if not judged:  # the reader went away, or the task was cancelled
-                    self.breaker.abandon()
-
-    def _classify(
-        self, lane: str, exc: Exception, started: float, bucket: str, key: str
-    ) -> OriginError | None:
-        """Count a failed attempt; the error to raise now, or None to try again."""
-        translated: Exception = (
-            translate_client_error(exc, bucket, key) if isinstance(exc, ClientError) else exc
-        )
-        self._count(lane, translated, started)
-        if _retryable(exc):
-            return None
-        if isinstance(translated, OriginError):
-            return translated
-        return OriginUnavailable(f"s3://{bucket}/{key}: origin call failed: {exc!r}")
-
-    def _verdict(self, error: OriginError | None) -> None:
-        """A failed attempt to the breaker: retryable failures count against the
-        origin; a 404, 403 or 412 is a healthy origin's answer."""
-        if error is None:
-            self.breaker.failure()
-        else:
-            self.breaker.success()
-
-    async def _before_retry(
-        self, what: str, exc: BaseException, attempt: int, deadline: Deadline,
-        throttled: bool,
-    ) -> None:
-        """Sleep before the next attempt, or raise when retries or the deadline ran out.
-
-        `throttled`: the origin's last answer was SlowDown (or 429), which the
-        client is then told too, whatever broke the last attempt.
-        """
-        delay = backoff_s(attempt, self._jitter(), throttled)
-        if attempt > self._config.retries or not deadline.allows_sleep(delay):
-            why = (f"{attempt} attempts failed" if attempt > self._config.retries
-                   else f"no answer within the {deadline.seconds:g}s deadline")
-            kind = OriginThrottled if throttled else OriginUnavailable
-            raise kind(f"{what}: {why}; last: {_describe(exc)}") from exc
-        log.debug("%s: retry %d in %.2fs after %s", what, attempt, delay, _describe(exc))
-        await asyncio.sleep(delay)
-
-    def _admit(self, what: str) -> None:
-        if not self.breaker.allow():
-            self._metrics.origin_breaker_rejected.inc()
-            raise OriginCircuitOpen(f"{what}: the origin is failing (circuit breaker open)")
+                async with operation.attempt() as attempt:
+                    async for chunk in self._get(info, position, end, lane, operation.deadline):
+                        attempt.progressed()
+                        position += len(chunk)
+                        yield chunk
+            except OriginObjectChanged:
+                self.forget(info.bucket, info.key)
+                raise
 
     async def _within(self, deadline: Deadline, call: Callable[[], Awaitable[T]]) -> T:
         """`call()`, given up on after the stall limit or at the deadline."""
@@ -671,7 +508,7 @@ class Origin:
                 # The bandwidth lane's wait is the sidecar's, not the origin's.
                 deadline.extend(await self._throttle(lane, min(_READ_CHUNK, remaining)))
                 want = min(_READ_CHUNK, remaining)
-                chunk = await self._within(deadline, lambda: body.read(want))
+                chunk = await self._within(deadline, functools.partial(body.read, want))
                 if not chunk:
                     raise OriginBadBody(
                         f"s3://{info.bucket}/{info.key}: body ended {remaining} bytes short"
@@ -716,27 +553,3 @@ class Origin:
             self._metrics.origin_breaker_state.labels(each.value).set(
                 1 if each is state else 0
             )
-
-    def _count(self, lane: str, error: BaseException | None, started: float) -> None:
-        outcome = "ok"
-        if isinstance(error, ObjectNotFound | BucketNotFound):
-            outcome = "not_found"
-        elif error is not None:
-            outcome = "error"
-        self._metrics.origin_requests.labels(lane, outcome).inc()
-        self._metrics.origin_duration.labels(lane).observe(self._clock() - started)
-
-
-def _throttling(exc: BaseException, before: bool) -> bool:
-    """Whether the origin's last answer, after `exc`, was a throttling one."""
-    if isinstance(exc, ClientError):
-        code, status = _answer_of(exc)
-        return is_throttling(status, code)
-    return before
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ClientError):
-        code, status = _answer_of(exc)
-        return f"{status} {code}"
-    return repr(exc) if not str(exc) else f"{type(exc).__name__}: {exc}"

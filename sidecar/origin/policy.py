@@ -7,6 +7,7 @@ asks these questions and does the I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 # Full jitter (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015; the
 # same as botocore's standard retry mode): a sleep drawn uniformly from
@@ -44,6 +45,55 @@ def backoff_s(attempt: int, jitter: float, throttled: bool = False) -> float:
     """Sleep before retry number `attempt` (1-based); `jitter` is uniform in [0, 1)."""
     base = THROTTLED_BASE_S if throttled else BACKOFF_BASE_S
     return jitter * min(BACKOFF_CAP_S, base * 2.0 ** attempt)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Try again after this long."""
+
+    delay_s: float
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Stop: the client is told SlowDown when `throttled`, else the origin is unavailable."""
+
+    throttled: bool
+    why: str
+
+
+@dataclass
+class Attempts:
+    """The failed attempts of one origin operation, and what to do after one.
+
+    A ranged GET that receives bytes makes progress (`progressed`): the count
+    starts again, so a long read that keeps moving is not given up on for
+    breaking off more often than `retries` times in all. `throttled` remembers
+    whether the origin's last answer was SlowDown (or 429): a break of the
+    connection after it does not make the client's answer any less a SlowDown.
+    """
+
+    retries: int
+    failed: int = 0
+    throttled: bool = False
+
+    def progressed(self) -> None:
+        self.failed = 0
+
+    def after_failure(
+        self, throttling: bool | None, remaining_s: float, deadline_s: float, jitter: float
+    ) -> Retry | GiveUp:
+        """One more attempt failed; `throttling` None: it got no answer at all.
+        `jitter` is uniform in [0, 1)."""
+        self.failed += 1
+        if throttling is not None:
+            self.throttled = throttling
+        delay = backoff_s(self.failed, jitter, self.throttled)
+        if self.failed > self.retries:
+            return GiveUp(self.throttled, f"{self.failed} attempts failed")
+        if delay >= remaining_s:
+            return GiveUp(self.throttled, f"no answer within the {deadline_s:g}s deadline")
+        return Retry(delay)
 
 
 class Deadline:

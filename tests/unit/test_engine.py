@@ -54,7 +54,8 @@ class ScriptedOrigin:
         return ObjectInfo("b", key, len(data), f'"{key}"', MODIFIED)
 
     async def fetch_into(
-        self, info: ObjectInfo, start: int, end: int, lane: str, sink: Sink, chunk_size: int
+        self, info: ObjectInfo, start: int, end: int, lane: str, sink: Sink, chunk_size: int,
+        *, waited_for: bool = False,
     ) -> None:
         """As the origin client does: whole chunks, aligned, to the sink in a thread."""
         self.calls.append((start, end))
@@ -275,7 +276,7 @@ async def test_a_miss_streams_its_first_chunk_before_the_block_lands(make_rig: M
     real = rig.origin.fetch_into
 
     async def slow_tail(info: ObjectInfo, start: int, end: int, lane: str, sink: Sink,
-                        chunk_size: int) -> None:
+                        chunk_size: int, waited_for: bool = False) -> None:
         await real(info, start, start + chunk_size, lane, sink, chunk_size)
         await gate.wait()  # the rest of the block is held back
         await real(info, start + chunk_size, end, lane, sink, chunk_size)
@@ -319,7 +320,7 @@ async def test_a_fetch_that_ends_short_fails_its_readers_and_caches_only_whole_b
     real = rig.origin.fetch_into
 
     async def short(info: ObjectInfo, start: int, end: int, lane: str, sink: Sink,
-                    chunk_size: int) -> None:
+                    chunk_size: int, waited_for: bool = False) -> None:
         await real(info, start, end - BLOCK, lane, sink, chunk_size)
 
     rig.origin.fetch_into = short  # type: ignore[method-assign]

@@ -8,20 +8,16 @@ from hypothesis import strategies as st
 
 from sidecar.origin.policy import (
     BACKOFF_CAP_S,
+    Attempts,
     Deadline,
+    GiveUp,
+    Retry,
     backoff_s,
     is_retryable_answer,
     is_throttling,
     range_answer_problem,
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 50.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
 
 
 @given(st.integers(1, 60), st.floats(0.0, 0.999), st.booleans())
@@ -51,7 +47,7 @@ def test_which_answers_are_tried_again(status: int, code: str, retry: bool,
 
 
 def test_the_deadline_runs_from_the_last_progress() -> None:
-    clock = Clock()
+    clock = FakeClock(50.0)
     deadline = Deadline(10.0, clock)
     clock.now += 6
     assert deadline.remaining() == 4.0 and not deadline.expired()
@@ -97,3 +93,50 @@ def test_only_the_exact_range_passes(start: int, length: int, skew: int) -> None
     header = f"bytes {start}-{end - 1 + skew}/{SIZE}"
     found = range_answer_problem(header, end - start, start, end, SIZE)
     assert (found is None) == (skew == 0)
+
+
+def test_attempts_retry_then_give_up_after_the_retry_limit() -> None:
+    attempts = Attempts(retries=2)
+    decisions = [attempts.after_failure(None, 100.0, 100.0, jitter=0.5) for _ in range(3)]
+    assert [type(d) for d in decisions] == [Retry, Retry, GiveUp]
+    assert decisions[2] == GiveUp(False, "3 attempts failed")
+    assert decisions[0].delay_s < decisions[1].delay_s  # type: ignore[union-attr]
+
+
+def test_attempts_give_up_when_the_sleep_would_pass_the_deadline() -> None:
+    attempts = Attempts(retries=10)
+    decision = attempts.after_failure(None, remaining_s=0.001, deadline_s=2.5, jitter=0.99)
+    assert decision == GiveUp(False, "no answer within the 2.5s deadline")
+
+
+def test_progress_starts_the_count_again() -> None:
+    attempts = Attempts(retries=1)
+    assert isinstance(attempts.after_failure(None, 100.0, 100.0, 0.5), Retry)
+    attempts.progressed()  # bytes arrived: a long read that keeps moving goes on
+    assert isinstance(attempts.after_failure(None, 100.0, 100.0, 0.5), Retry)
+    assert isinstance(attempts.after_failure(None, 100.0, 100.0, 0.5), GiveUp)
+
+
+def test_throttling_is_remembered_across_answerless_failures() -> None:
+    attempts = Attempts(retries=5)
+    attempts.after_failure(True, 100.0, 100.0, 0.5)  # SlowDown
+    attempts.after_failure(None, 100.0, 100.0, 0.5)  # then the connection broke
+    assert attempts.throttled
+    attempts.after_failure(False, 100.0, 100.0, 0.5)  # then a 500: not throttling now
+    assert not attempts.throttled
+
+
+@given(st.integers(0, 8), st.lists(st.sampled_from([None, True, False]), min_size=1,
+                                   max_size=20), st.floats(0.0, 0.999))
+def test_attempts_never_retry_more_than_allowed(
+    retries: int, answers: list[bool | None], jitter: float
+) -> None:
+    attempts = Attempts(retries=retries)
+    retried = 0
+    for answer in answers:
+        decision = attempts.after_failure(answer, 1000.0, 1000.0, jitter)
+        if isinstance(decision, GiveUp):
+            break
+        retried += 1
+        assert 0.0 <= decision.delay_s < BACKOFF_CAP_S
+    assert retried <= retries

@@ -1,0 +1,99 @@
+"""What the origin said of each object (its HEAD answer): remembered, asked once
+at a time, and stood in for while the origin fails.
+
+- An answer is remembered for `ttl_s` (`head_ttl`): a range request needs the
+  object's size and ETag, and a replay asks them thousands of times a second.
+- One HEAD per key at a time: readers that arrive while it is on its way wait
+  for its answer.
+- While the origin fails (not when it answers 404 or 403: those are answers),
+  the last answer known stands in for up to `stale_if_error_s` after it came
+  (RFC 5861 section 4, stale-if-error), so cached blocks stay readable through
+  an outage once the TTL has passed.
+- `forget` (a write or delete went through the sidecar) drops both, and takes
+  a HEAD in flight off the table: its answer, which may predate the write, is
+  handed to those already waiting but never remembered.
+
+No I/O of its own: the HEAD itself is handed in, the clock too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from cachetools import LRUCache, TTLCache
+
+from sidecar.errors import OriginError, OriginUnavailable
+from sidecar.model import ObjectInfo
+
+log = logging.getLogger(__name__)
+
+ObjectKey = tuple[str, str]  # bucket, key
+
+
+class HeadMemo:
+    def __init__(
+        self, *, ttl_s: float, stale_if_error_s: float, clock: Callable[[], float],
+        remembered: int = 8192, known: int = 16384,
+    ) -> None:
+        self._stale_s = stale_if_error_s
+        self._clock = clock
+        self._fresh: TTLCache[ObjectKey, ObjectInfo] = TTLCache(
+            maxsize=remembered, ttl=ttl_s, timer=clock)
+        # The last answer of each object and when it came (bounded: an
+        # ObjectInfo is a few hundred bytes).
+        self._known: LRUCache[ObjectKey, tuple[ObjectInfo, float]] = LRUCache(maxsize=known)
+        self._in_flight: dict[ObjectKey, asyncio.Future[ObjectInfo]] = {}
+
+    async def get(
+        self, bucket: str, key: str, ask: Callable[[], Awaitable[ObjectInfo]]
+    ) -> ObjectInfo:
+        """The object's HEAD answer: remembered, joined, asked (`ask`), or stale."""
+        where = (bucket, key)
+        remembered = self._fresh.get(where)
+        if remembered is not None:
+            return remembered
+        pending = self._in_flight.get(where)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[ObjectInfo] = asyncio.get_running_loop().create_future()
+        self._in_flight[where] = future
+        try:
+            info, fresh = await self._ask_or_stale(where, ask)
+            # Remembered only if no write went through meanwhile (see forget).
+            if fresh and self._in_flight.get(where) is future:
+                self._fresh[where] = info
+                self._known[where] = (info, self._clock())
+            future.set_result(info)
+            return info
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # consumed here: waiters re-raise it themselves
+            raise
+        finally:
+            if self._in_flight.get(where) is future:
+                del self._in_flight[where]
+
+    def forget(self, bucket: str, key: str) -> None:
+        self._fresh.pop((bucket, key), None)
+        self._known.pop((bucket, key), None)
+        self._in_flight.pop((bucket, key), None)
+
+    async def _ask_or_stale(
+        self, where: ObjectKey, ask: Callable[[], Awaitable[ObjectInfo]]
+    ) -> tuple[ObjectInfo, bool]:
+        """The origin's answer (fresh), or while it fails the last one known (not)."""
+        try:
+            return await ask(), True
+        except OriginUnavailable as exc:
+            known = self._known.get(where)
+            if known is None or self._clock() - known[1] > self._stale_s:
+                raise
+            log.debug("s3://%s/%s: using the HEAD answer of %.0fs ago: %s",
+                      *where, self._clock() - known[1], exc)
+            return known[0], False
+        except OriginError:
+            # 404 and 403 are answers, not failures: a deleted object is gone.
+            self._known.pop(where, None)
+            raise

@@ -1,0 +1,60 @@
+"""The origin's worker threads take the most urgent work first."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from sidecar.origin.workers import OriginWorkers, Urgency
+
+
+def test_queued_work_runs_most_urgent_first_then_in_arrival_order() -> None:
+    workers = OriginWorkers(1)
+    release, started = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def hold() -> None:
+        started.set()
+        release.wait(timeout=10)
+
+    try:
+        busy = workers.submit(Urgency.WARM, hold)  # holds the only thread
+        assert started.wait(timeout=5)
+        futures = [workers.submit(urgency, lambda name=name: ran.append(name))
+                   for urgency, name in [(Urgency.PREFETCH, "prefetch-1"),
+                                         (Urgency.WARM, "warm"),
+                                         (Urgency.FOREGROUND, "foreground"),
+                                         (Urgency.PREFETCH, "prefetch-2"),
+                                         (Urgency.WAITED_FOR, "waited-for")]]
+        assert workers.queued == 5
+        release.set()
+        busy.result(timeout=5)
+        for future in futures:
+            future.result(timeout=5)
+        assert ran == ["waited-for", "foreground", "prefetch-1", "prefetch-2", "warm"]
+    finally:
+        release.set()
+        workers.shutdown()
+
+
+def test_results_and_errors_reach_the_future() -> None:
+    workers = OriginWorkers(2)
+    try:
+        assert workers.submit(Urgency.FOREGROUND, lambda: 42).result(timeout=5) == 42
+        with pytest.raises(ZeroDivisionError):
+            workers.submit(Urgency.PREFETCH, lambda: 1 // 0).result(timeout=5)
+    finally:
+        workers.shutdown()
+
+
+def test_shutdown_cancels_what_has_not_started() -> None:
+    workers = OriginWorkers(1)
+    release = threading.Event()
+    running = workers.submit(Urgency.FOREGROUND, release.wait)
+    waiting = workers.submit(Urgency.FOREGROUND, lambda: None)
+    threading.Timer(0.2, release.set).start()
+    workers.shutdown()
+    assert running.result(timeout=5) is True and waiting.cancelled()
+    with pytest.raises(RuntimeError):
+        workers.submit(Urgency.FOREGROUND, lambda: None)
