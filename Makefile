@@ -39,7 +39,7 @@ bench: $(STAMP)
 	bash bench/install-deps.sh
 	$(BIN)/python -m bench
 
-# docs/CONFIG.md is generated from the OPTIONS table in sidecar/config.py; a test
+# docs/CONFIG.md is generated from the OPTIONS table in sidecar/config/options.py; a test
 # fails when it is stale. Run this after adding or changing an option. The
 # renderer needs only the standard library, so no venv is required.
 .PHONY: config-docs

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+# Block sizes the cache accepts: a block is a multiple of 4 KiB (a page, so no
+# data page shares one with a slot header) from 64 KiB to 256 MiB (the slot
+# header has room for the checksums of 256 chunks of 1 MiB).
+MIN_BLOCK_SIZE = 64 * 1024
+MAX_BLOCK_SIZE = 256 * 1024 * 1024
+
 
 def block_count(size: int, block_size: int) -> int:
     """Number of blocks an object of ``size`` bytes occupies (0 for an empty object)."""

@@ -177,7 +177,7 @@ class Sidecar:
     def _small_objects(self) -> Callable[[BlockIdent], bool] | None:
         """Blocks that skip probation, also when recovered at start: a segment's
         manifest and indexes (Aiven layout), read whole and often."""
-        if self.config.prefetch.layout != "aiven":
+        if self.config.prefetch.layout is not Layout.AIVEN:
             return None
         prefix = self.config.prefetch.layout_prefix
         return lambda ident: is_small_object(ident.key, prefix)
@@ -201,7 +201,7 @@ class Sidecar:
         return ReadAheadPlanner(
             table, max_in_flight=settings.max_in_flight,
             max_pending=int(slot_count * settings.cache_share),
-            layout=Layout(settings.layout), layout_prefix=settings.layout_prefix,
+            layout=settings.layout, layout_prefix=settings.layout_prefix,
         )
 
     async def _listen(self, application: web.Application, address: HostPort) -> str:

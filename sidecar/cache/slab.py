@@ -178,6 +178,7 @@ from pathlib import Path
 
 import xxhash
 
+from sidecar.blocks import MAX_BLOCK_SIZE
 from sidecar.cache.errors import ChecksumMismatch
 from sidecar.cache.ident import BlockIdent, SlotRecord
 
@@ -192,7 +193,6 @@ FLAG_VALID = 0x0001
 
 PAGE_SIZE = 4096
 MAX_CHUNK_SIZE = 1024 * 1024
-MAX_BLOCK_SIZE = 256 * 1024 * 1024
 MAX_BUCKET_BYTES = 63
 MAX_KEY_BYTES = 1024
 MAX_ETAG_BYTES = 256

@@ -1,6 +1,6 @@
 """How options are shown to operators: the reference page and the effective configuration.
 
-Everything here is rendered from the OPTIONS table in `sidecar/config.py`, so the
+Everything here is rendered from the OPTIONS table in `sidecar/config/options.py`, so the
 documentation cannot drift from what `load_config` accepts:
 
     python -m sidecar.config.reference          > docs/CONFIG.md   (make config-docs)
@@ -143,7 +143,7 @@ def render_markdown(options: Sequence[Option]) -> str:
     lines = [
         "# Configuration reference",
         "",
-        "<!-- Generated from OPTIONS in sidecar/config.py by `make config-docs`"
+        "<!-- Generated from OPTIONS in sidecar/config/options.py by `make config-docs`"
         " (python -m sidecar.config.reference). Do not edit by hand. -->",
         "",
         "Every option has one name used three ways: a TOML key in the file given by",

@@ -7,11 +7,11 @@ import pytest
 from sidecar.config import (
     HostPort,
     load_config,
-    parse_cpu_list,
     parse_duration,
     parse_rate,
     parse_size,
 )
+from sidecar.config.parsing import parse_cpu_list
 from sidecar.errors import ConfigError
 
 
@@ -94,3 +94,37 @@ def test_non_loopback_admin_with_token_is_allowed() -> None:
         {"cache_dir": "/x", "admin_listen": "0.0.0.0:9331", "admin_token": "s3cret"}, {}, {}
     )
     assert config.server.admin_token == "s3cret"
+
+
+def test_every_field_of_the_tree_is_filled_exactly_once() -> None:
+    """By the one option that names it, or by one derivation: no default repeated
+    in the tree, no field forgotten, no option that fills nothing."""
+    from sidecar.config.loading import derive, resolve, tree_fields
+    from sidecar.config.options import OPTIONS
+
+    named = [option.field for option in OPTIONS if option.field]
+    assert len(named) == len(set(named))
+    values = {name: setting.value for name, setting in
+              resolve({"cache_dir": "/tmp"}, {}, {}).items()}
+    derived = [f"{section}.{name}" for section, filled in derive(values).items()
+               for name in filled]
+    assert not set(named) & set(derived), set(named) & set(derived)
+    every = {f"{section}.{name}" for section, names in tree_fields().items() for name in names}
+    assert sorted(named + derived) == sorted(every)
+    feeds = {"cache_dir", "max_coalesce", "prefetch_max_window", "prefetch_share",
+             "warm_share", "auth_keys", "auth_keys_file", "auth_allow_anonymous"}
+    assert {option.name for option in OPTIONS if not option.field} == feeds
+
+
+def test_the_keys_file_is_read_while_loading_not_while_building(tmp_path: Path) -> None:
+    from sidecar.config.loading import build_config, resolve
+
+    keys_file = tmp_path / "keys"
+    keys_file.write_text("# mounted secret\nAKID1:secret-one\n")
+    settings = resolve({"cache_dir": str(tmp_path)}, {"SIDECAR_AUTH_KEYS": "AKID2:two"},
+                       {"auth_keys_file": str(keys_file)})
+    assert settings["auth_keys"].value == {"AKID2": "two", "AKID1": "secret-one"}
+    keys_file.unlink()  # building reads no file: what was loaded is what counts
+    config = build_config(settings)
+    assert dict(config.auth.keys) == {"AKID2": "two", "AKID1": "secret-one"}
+    assert not config.auth.allow_anonymous

@@ -1,7 +1,7 @@
 """The config reference, the example config and the effective-config display.
 
 docs/CONFIG.md and sidecar.example.toml are checked against the live OPTIONS
-table, so an option added to sidecar/config.py without its documentation fails
+table, so an option added to sidecar/config/options.py without its documentation fails
 here, with a message saying what to do.
 """
 
@@ -42,7 +42,8 @@ _ILLUSTRATIVE = {"auth_keys"}
 def test_docs_config_md_is_the_render_of_the_live_options() -> None:
     on_disk = (ROOT / "docs" / "CONFIG.md").read_text(encoding="utf-8")
     assert on_disk == render_markdown(OPTIONS), (
-        "docs/CONFIG.md is stale: an option in sidecar/config.py changed; run `make config-docs`"
+        "docs/CONFIG.md is stale: an option in sidecar/config/options.py changed; "
+        "run `make config-docs`"
     )
 
 

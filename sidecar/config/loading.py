@@ -1,0 +1,217 @@
+"""Loading the configuration: the three sources merged, each value parsed once,
+the tree built from the option table, derived values and cross-checks.
+
+    resolve      flags > env > file > default, each option's value parsed once
+                 (the keys file is read here, with the other sources)
+    build_config fill every field an option names (generically), derive the
+                 rest (`derive`), check the whole (`validate`), freeze
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
+from sidecar.config.options import BY_NAME, OPTIONS, Option
+from sidecar.config.parsing import HostPort, parse_auth_keys_file
+from sidecar.config.tree import (
+    AuthConfig,
+    CacheConfig,
+    Config,
+    OriginConfig,
+    PrefetchConfig,
+    ServerConfig,
+)
+from sidecar.errors import ConfigError
+
+SECTIONS: dict[str, type] = {
+    "server": ServerConfig, "origin": OriginConfig, "cache": CacheConfig,
+    "prefetch": PrefetchConfig, "auth": AuthConfig,
+}
+# The option whose raw value is a file to read while loading (its keys join
+# auth_keys): read with the other sources, never while building the tree.
+KEYS_FILE = "auth_keys_file"
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+
+
+def flatten_sections(file_values: Mapping[str, Any]) -> dict[str, Any]:
+    """TOML tables name groups of options: `[auth] keys = ...` is the option `auth_keys`.
+
+    Only a table whose name starts known options is read this way, so a table
+    that is itself one option's value (a mapping) is left alone.
+    """
+    flat: dict[str, Any] = {}
+    for name, value in file_values.items():
+        if (isinstance(value, dict) and name not in BY_NAME
+                and any(option.startswith(name + "_") for option in BY_NAME)):
+            for inner, inner_value in value.items():
+                flat[f"{name}_{inner}"] = inner_value
+        else:
+            flat[name] = value
+    return flat
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One option's effective value: as given (`raw`), as parsed, and where it came from."""
+
+    option: Option
+    raw: object = field(repr=False)
+    value: Any = field(repr=False)
+    source: str  # "flag", "env", "file" or "default"
+
+
+def resolve(
+    flags: Mapping[str, object], env: Mapping[str, str], file_values: Mapping[str, Any]
+) -> dict[str, Setting]:
+    """Merge the three sources (flag > env > file > default) and parse each option once.
+
+    `flags` holds only the flags that were given, keyed by option name.
+    """
+    file_values = flatten_sections(file_values)
+    unknown = sorted(set(file_values) - set(BY_NAME))
+    if unknown:
+        raise ConfigError(f"unknown config key {unknown[0]!r} (known: {', '.join(BY_NAME)})")
+    settings: dict[str, Setting] = {}
+    for option in OPTIONS:
+        if option.name in flags:
+            raw, source, where = flags[option.name], "flag", option.cli
+        elif option.env in env:
+            raw, source, where = env[option.env], "env", option.env
+        elif option.name in file_values:
+            raw, source, where = file_values[option.name], "file", f"config key {option.name}"
+        else:
+            raw, source, where = option.default, "default", f"default of {option.name}"
+        try:
+            settings[option.name] = Setting(option, raw, option.parse(raw), source)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return _with_keys_file(settings)
+
+
+def _with_keys_file(settings: dict[str, Setting]) -> dict[str, Setting]:
+    """auth_keys with the keys of auth_keys_file added (a secret differing between
+    the two for one access key id is an error)."""
+    path = settings[KEYS_FILE].value
+    if path is None:
+        return settings
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ConfigError(f"auth_keys_file: cannot read {path}: {reason}") from None
+    keys: dict[str, str] = dict(settings["auth_keys"].value)
+    for akid, secret in parse_auth_keys_file(text, Path(path)).items():
+        if keys.get(akid, secret) != secret:
+            raise ConfigError(
+                "auth_keys and auth_keys_file give different secrets for one access key id"
+            )
+        keys[akid] = secret
+    merged = settings["auth_keys"]
+    return {**settings, "auth_keys": Setting(merged.option, merged.raw, keys, merged.source)}
+
+
+
+def load_config(
+    flags: Mapping[str, object], env: Mapping[str, str], file_values: Mapping[str, Any]
+) -> Config:
+    """Merge the three sources (see `resolve`) and build the tree."""
+    return build_config(resolve(flags, env, file_values))
+
+
+def build_config(settings: Mapping[str, Setting]) -> Config:
+    """The frozen tree from resolved settings: each option fills the field it
+    names, `derive` fills the rest, `validate` checks the whole."""
+    values: dict[str, Any] = {name: setting.value for name, setting in settings.items()}
+    validate(values)
+    sections: dict[str, dict[str, Any]] = {section: {} for section in SECTIONS}
+    for option in OPTIONS:
+        if option.field:
+            section, attribute = option.field.split(".")
+            sections[section][attribute] = values[option.name]
+    for section, derived in derive(values).items():
+        sections[section].update(derived)
+    built = {name: SECTIONS[name](**sections[name]) for name in SECTIONS}
+    return Config(**built)
+
+
+def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The fields no single option fills, from the options that feed them."""
+    block_size: int = values["block_size"]
+    return {
+        "cache": {
+            "directory": Path(values["cache_dir"]),
+            # Whole blocks, at least one.
+            "max_coalesce_bytes": max(block_size, values["max_coalesce"]
+                                      - values["max_coalesce"] % block_size),
+        },
+        "prefetch": {
+            "max_window_blocks": max(1, values["prefetch_max_window"] // block_size),
+        },
+        "origin": {
+            # A share of 0 would starve the lane: it means "no share of its own".
+            "prefetch_share": values["prefetch_share"] or 1.0,
+            "warm_share": values["warm_share"] or 1.0,
+        },
+        "auth": {
+            "keys": values["auth_keys"],
+            # No keys: nothing to check signatures against, so every request is
+            # served as before auth existed.
+            "allow_anonymous": (not values["auth_keys"]
+                                if values["auth_allow_anonymous"] is None
+                                else values["auth_allow_anonymous"]),
+        },
+    }
+
+
+def validate(values: Mapping[str, Any]) -> None:
+    """The checks that take more than one option, with what to change."""
+    block_size: int = values["block_size"]
+    if not MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE or block_size % 4096:
+        raise ConfigError(
+            f"--block-size must be a multiple of 4KiB between 64KiB and 256MiB, got {block_size}"
+        )
+    if values["cache_dir"] is None:
+        raise ConfigError("--cache-dir is required (a directory on the cache disk)")
+    if values["cache_size"] < block_size + 4096:
+        raise ConfigError(
+            f"--cache-size {values['cache_size']} cannot hold one block of {block_size} bytes"
+        )
+    # Foreground keeps connections of its own: a miss never waits for one that
+    # read-ahead or warm-up holds.
+    lower_lanes = values["prefetch_max_in_flight"] + values["warm_concurrency"]
+    if lower_lanes > values["origin_max_connections"] - 4:
+        raise ConfigError(
+            f"prefetch_max_in_flight + warm_concurrency ({lower_lanes}) must leave at least 4 "
+            f"of origin_max_connections ({values['origin_max_connections']}) to foreground reads"
+        )
+    if values["origin_deadline"] <= 0:
+        raise ConfigError("origin_deadline must be more than 0 (every origin read would fail)")
+    admin: HostPort = values["admin_listen"]
+    if not admin.is_loopback and values["admin_token"] is None:
+        raise ConfigError(
+            f"--admin-listen {admin} is not loopback: set --admin-token to protect the admin port"
+        )
+    if values["auth_allow_anonymous"] is False and not values["auth_keys"]:
+        raise ConfigError(
+            "auth_allow_anonymous = false needs access keys (auth_keys or auth_keys_file): "
+            "no request could be served"
+        )
+
+
+def tree_fields() -> dict[str, set[str]]:
+    """Every field of the tree, by section (the option table's completeness test)."""
+    return {name: {f.name for f in fields(section)} for name, section in SECTIONS.items()}

@@ -1,0 +1,222 @@
+"""The option table: every option once, with its parser, its default, its help,
+where it goes on the command line, and the field of the tree it fills.
+
+One flat name is used three ways: the flag `--cache-size`, the TOML key
+`cache_size` and the env var `SIDECAR_CACHE_SIZE`. docs/CONFIG.md and the
+example config are rendered from this table (sidecar.config.reference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sidecar.config.parsing import (
+    fraction,
+    non_negative_int,
+    optional_bool,
+    optional_str,
+    parse_auth_keys,
+    parse_bool,
+    parse_cpu_list,
+    parse_duration,
+    parse_host_port,
+    parse_ionice,
+    parse_layout_name,
+    parse_log_format,
+    parse_nice,
+    parse_path_list,
+    parse_rate,
+    parse_size,
+    positive_int,
+)
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    parse: Callable[[object], Any]
+    default: object
+    help: str
+    metavar: str = ""
+    flag: bool = True  # exposed as a command-line flag (all are TOML keys and env vars)
+    kind: str = "value"  # "switch": a flag without a value; "list": a repeatable flag
+    secret: bool = False  # never shown: not in logs, errors, stats or the config summary
+    group: str = ""  # section of docs/CONFIG.md; "" lets config_reference infer it from the name
+    # The field of the tree this option's value fills ("section.attribute"), or
+    # "" for an option that feeds a derivation (sidecar.config.loading.derive).
+    field: str = ""
+
+    @property
+    def env(self) -> str:
+        return "SIDECAR_" + self.name.upper()
+
+    @property
+    def cli(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("listen", parse_host_port, "127.0.0.1:9330", "data port (S3 API) address", "H:P",
+           field="server.listen"),
+    Option("admin_listen", parse_host_port, "127.0.0.1:9331", "admin port address", "H:P",
+           field="server.admin_listen"),
+    Option("admin_token", optional_str, "",
+           "bearer token for mutating admin calls (required off loopback)", "TOKEN",
+           secret=True,
+           field="server.admin_token"),
+    Option("origin_endpoint", optional_str, "",
+           "object store URL (default: AWS from the region)", "URL",
+           field="origin.endpoint"),
+    Option("origin_region", str, "us-east-1", "object store region", "R",
+           field="origin.region"),
+    Option("origin_max_connections", positive_int, 32,
+           "bound of the origin connection pool", "N", flag=False,
+           field="origin.max_connections"),
+    Option("origin_connect_timeout", parse_duration, "2s",
+           "origin connect timeout", "DURATION", flag=False,
+           field="origin.connect_timeout_s"),
+    Option("origin_read_timeout", parse_duration, "15s",
+           "origin read timeout (per socket read)", "DURATION", flag=False,
+           field="origin.read_timeout_s"),
+    Option("origin_retries", non_negative_int, 3,
+           "retries of a failed origin call, with jittered backoff", "N", flag=False,
+           field="origin.retries"),
+    Option("origin_check", parse_bool, True,
+           "refuse to start when the origin does not answer", "BOOL", flag=False,
+           field="origin.check_on_start"),
+    Option("head_ttl", parse_duration, "30s",
+           "how long an object's size and ETag are remembered", "DURATION", flag=False,
+           field="origin.head_ttl_s"),
+    Option("origin_deadline", parse_duration, "10s",
+           "an origin read that gets no byte for this long, retries included, fails (503); "
+           "one attempt waits at most half of it", "DURATION", flag=False,
+           field="origin.deadline_s"),
+    Option("head_stale_if_error", parse_duration, "10m",
+           "while the origin fails, an object's last known size and ETag are used this long",
+           "DURATION", flag=False,
+           field="origin.head_stale_if_error_s"),
+    Option("origin_breaker_failures", non_negative_int, 5,
+           "consecutive origin failures that open the circuit breaker (0: no breaker)", "N",
+           flag=False,
+           field="origin.breaker_failures"),
+    Option("origin_breaker_ratio", fraction, 0.5,
+           "share of failed origin calls in the window that opens the breaker", "F",
+           flag=False,
+           field="origin.breaker_ratio"),
+    Option("origin_breaker_window", parse_duration, "30s",
+           "window of the breaker's failure ratio", "DURATION", flag=False,
+           field="origin.breaker_window_s"),
+    Option("origin_breaker_cooldown", parse_duration, "5s",
+           "an open breaker lets a probe through after this long", "DURATION", flag=False,
+           field="origin.breaker_cooldown_s"),
+    Option("listing_ttl", parse_duration, "30s",
+           "how long a partition's segment listing is remembered", "DURATION", flag=False,
+           field="origin.listing_ttl_s"),
+    Option("cache_dir", optional_str, "",
+           "directory of the slab file (a dedicated disk)", "DIR"),
+    Option("cache_size", parse_size, "1GiB", "bytes of cache to preallocate", "SIZE",
+           field="cache.size_bytes"),
+    Option("block_size", parse_size, "8MiB", "cache block and origin alignment size", "SIZE",
+           field="cache.block_size"),
+    Option("max_coalesce", parse_size, "64MiB",
+           "largest single origin GET for adjacent missing blocks", "SIZE", flag=False),
+    Option("io_threads", positive_int, 4,
+           "threads of the disk executor (slab copies, checksums)", "N", flag=False,
+           field="server.io_threads"),
+    Option("prefetch", parse_bool, True,
+           "sequential read-ahead (--no-prefetch turns it off)", "BOOL", flag=False,
+           field="prefetch.enabled"),
+    Option("prefetch_max_window", parse_size, "64MiB",
+           "largest read-ahead of one stream", "SIZE", flag=False),
+    Option("prefetch_max_in_flight", positive_int, 16,
+           "prefetch blocks being fetched at once (bounds memory)", "N", flag=False,
+           field="prefetch.max_in_flight"),
+    Option("prefetch_cache_share", fraction, 0.25,
+           "share of the cache that prefetched, not yet read blocks may fill", "F", flag=False,
+           field="prefetch.cache_share"),
+    Option("stream_idle", parse_duration, "60s",
+           "a read head with no request for this long is forgotten", "DURATION", flag=False,
+           field="prefetch.stream_idle_s"),
+    Option("layout", parse_layout_name, "aiven",
+           "object key layout: aiven (segments found for cross-segment prefetch) or plain",
+           "NAME", flag=False,
+           field="prefetch.layout"),
+    Option("layout_prefix", str, "", "key prefix of the tiered-storage plugin", "P", flag=False,
+           field="prefetch.layout_prefix"),
+    Option("cpus", parse_cpu_list, "", "pin the process to these CPUs, e.g. 2-3", "LIST",
+           field="server.cpus"),
+    Option("ionice", parse_ionice, "none",
+           "I/O scheduling class and level, e.g. best-effort:7 or idle", "CLASS[:N]",
+           field="server.ionice"),
+    Option("nice", parse_nice, 0, "CPU scheduling niceness (0 leaves it as it is)", "N",
+           field="server.nice"),
+    Option("origin_bandwidth", parse_rate, "unlimited",
+           "total origin read budget, e.g. 200MiB/s (shared by the lanes)", "RATE",
+           field="origin.bandwidth"),
+    Option("prefetch_share", fraction, 0.6,
+           "share of the origin budget read-ahead may use", "F", flag=False),
+    Option("warm_share", fraction, 0.4,
+           "share of the origin budget warm-up may use", "F", flag=False),
+    Option("warm_concurrency", positive_int, 4,
+           "origin connections warm-up may hold at once", "N", flag=False,
+           field="origin.warm_concurrency"),
+    Option("max_requests", positive_int, 256,
+           "client requests served at once; more get 503 SlowDown", "N", flag=False,
+           field="server.max_requests"),
+    Option("max_buffered", parse_size, "512MiB",
+           "bytes of fetched blocks held for readers; more get 503 SlowDown", "SIZE",
+           flag=False,
+           field="server.max_buffered_bytes"),
+    Option("client_timeout", parse_duration, "30s",
+           "a client that takes no bytes for this long is cut off", "DURATION", flag=False,
+           field="server.client_timeout_s"),
+    Option("protect_path", parse_path_list, "",
+           "refuse a cache dir on the same device as this path (repeatable), e.g. log.dirs",
+           "PATH", kind="list",
+           field="cache.protect_paths"),
+    Option("allow_shared_disk", parse_bool, False,
+           "allow the cache on the same device as a --protect-path", "", kind="switch",
+           field="cache.allow_shared_disk"),
+    Option("disk_reserve", parse_size, "1GiB",
+           "free space kept on the cache disk; below it the cache shrinks", "SIZE", flag=False,
+           field="cache.disk_reserve_bytes"),
+    Option("disk_check_interval", parse_duration, "5s",
+           "how often free space and a failed disk are checked", "DURATION", flag=False,
+           field="cache.disk_check_interval_s"),
+    Option("preallocate", parse_bool, True,
+           "reserve the whole cache on disk at start (false: a sparse slab)", "BOOL",
+           flag=False,
+           field="cache.preallocate"),
+    Option("drop_written_pages", parse_bool, True,
+           "advise the kernel to drop slab pages after writing them", "BOOL", flag=False,
+           field="cache.drop_written_pages"),
+    Option("scrub_rate", parse_rate, "64MiB/s",
+           "after a restart, verify the recovered blocks' data in the background at this "
+           "disk read rate (0: only when read)", "RATE", flag=False, group="cache",
+           field="cache.scrub_rate"),
+    Option("access_log", optional_str, "",
+           "JSON-lines access log, one line per request: a file path, or - for stdout",
+           "PATH|-",
+           field="server.access_log"),
+    Option("log_format", parse_log_format, "auto",
+           "stderr log lines: json (one object per line), text, or auto (text on a terminal, "
+           "else json)", "auto|json|text",
+           field="server.log_format"),
+    # Data-port SigV4 verification ([auth] in TOML). Keys never go on the command
+    # line, where any user of the host can read them from ps.
+    Option("auth_keys", parse_auth_keys, "",
+           "access keys whose SigV4 signatures the data port accepts: a TOML table "
+           "{AKID = \"SECRET\"} or AKID:SECRET,AKID2:SECRET2", "KEYS", flag=False, secret=True),
+    Option("auth_keys_file", optional_str, "",
+           "a file of AKID:SECRET lines (e.g. a Kubernetes Secret mount), added to auth_keys",
+           "PATH", flag=False),
+    Option("auth_allow_anonymous", optional_bool, "",
+           "serve unsigned requests (default: true when no keys are configured); next to "
+           "access keys they may only read (GET/HEAD of objects and their sub-resources, "
+           "listings, HeadBucket, GetBucketLocation, ListBuckets): writes and deletes need a "
+           "signature, as they reach the origin with the sidecar's credentials", "BOOL",
+           flag=False),
+)
+BY_NAME = {option.name: option for option in OPTIONS}

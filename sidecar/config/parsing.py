@@ -1,0 +1,250 @@
+"""Parsing one option's value: sizes, rates, durations, addresses, CPU lists,
+priorities, access keys. Pure; each parser raises ConfigError with what it
+expected, and the loader adds where the value came from."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecar.errors import ConfigError
+from sidecar.layout import Layout
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "t": 1000**4, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
+
+
+def parse_size(value: object) -> int:
+    """`8MiB`, `10GiB`, `500MB`, `4096` -> bytes (binary units are powers of 1024)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(f"size must not be negative: {value}")
+        return value
+    match = _SIZE_RE.match(str(value))
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise ConfigError(f"not a size: {value!r} (expected e.g. 8MiB, 10GiB, 500MB or bytes)")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def parse_rate(value: object) -> int | None:
+    """`100MiB/s` -> bytes per second; `unlimited` or 0 -> None."""
+    text = str(value).strip()
+    if text.lower() in ("unlimited", "none", "0", ""):
+        return None
+    if not text.endswith("/s"):
+        if isinstance(value, int):
+            return value or None
+        raise ConfigError(f"not a rate: {value!r} (expected e.g. 100MiB/s or unlimited)")
+    return parse_size(text[:-2]) or None
+
+
+def parse_duration(value: object) -> float:
+    """`30s`, `500ms`, `2m`, `1.5` (seconds) -> seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION_RE.match(str(value))
+        if match is None:
+            raise ConfigError(f"not a duration: {value!r} (expected e.g. 30s, 500ms, 2m)")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if seconds < 0:
+        raise ConfigError(f"duration must not be negative: {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        return self.host in ("localhost", "::1") or self.host.startswith("127.")
+
+
+def parse_host_port(value: object) -> HostPort:
+    host, sep, port = str(value).strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"not a HOST:PORT address: {value!r}")
+    return HostPort(host, int(port))
+
+
+def parse_cpu_list(value: object) -> tuple[int, ...] | None:
+    """`2-3`, `0,2,4-5` -> CPU ids; empty -> None (no pinning)."""
+    text = str(value).strip()
+    if not text:
+        return None
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ConfigError(f"not a CPU list: {value!r} (expected e.g. 2-3 or 0,2,4-5)")
+        first, last = int(lo), int(hi) if dash else int(lo)
+        if last < first:
+            raise ConfigError(f"not a CPU list: {value!r} ({part.strip()} is reversed)")
+        cpus.update(range(first, last + 1))
+    return tuple(sorted(cpus))
+
+
+def parse_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"not a boolean: {value!r} (expected true or false)")
+
+
+def whole_number(value: object, minimum: int) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise ConfigError(f"not a whole number: {value!r}") from None
+    if number < minimum:
+        raise ConfigError(f"must be at least {minimum}: {value!r}")
+    return number
+
+
+def positive_int(value: object) -> int:
+    return whole_number(value, 1)
+
+
+def non_negative_int(value: object) -> int:
+    return whole_number(value, 0)
+
+
+def fraction(value: object) -> float:
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise ConfigError(f"not a number: {value!r}") from None
+    if not 0.0 <= number <= 1.0:
+        raise ConfigError(f"must be between 0 and 1: {value!r}")
+    return number
+
+
+def parse_layout_name(value: object) -> Layout:
+    if isinstance(value, Layout):
+        return value
+    name = str(value).strip().lower()
+    try:
+        return Layout(name)
+    except ValueError:
+        raise ConfigError(f"unknown key layout {value!r} (expected aiven or plain)") from None
+
+
+def parse_path_list(value: object) -> tuple[Path, ...]:
+    """A TOML list, repeated flags, or a comma-separated env var -> paths."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return tuple(Path(str(item).strip()) for item in items if str(item).strip())
+
+
+def parse_ionice(value: object) -> tuple[str, int] | None:
+    """`best-effort:7`, `idle`, `realtime:0` or `none` -> (class, level)."""
+    text = str(value).strip().lower()
+    if text in ("", "none"):
+        return None
+    name, _, level = text.partition(":")
+    if name not in ("best-effort", "idle", "realtime") or (level and not level.isdigit()):
+        raise ConfigError(f"not an I/O priority: {value!r} (expected e.g. best-effort:7 or idle)")
+    number = int(level) if level else 4
+    if not 0 <= number <= 7:
+        raise ConfigError(f"I/O priority level must be 0..7: {value!r}")
+    return name, number
+
+
+def parse_nice(value: object) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise ConfigError(f"not a nice value: {value!r}") from None
+    if not -20 <= number <= 19:
+        raise ConfigError(f"nice must be between -20 and 19: {value!r}")
+    return number
+
+
+def optional_str(value: object) -> str | None:
+    text = str(value).strip()
+    return text or None
+
+
+def parse_log_format(value: object) -> str:
+    name = str(value).strip().lower()
+    if name not in ("auto", "json", "text"):
+        raise ConfigError(f"unknown log format {value!r} (expected auto, json or text)")
+    return name
+
+
+def optional_bool(value: object) -> bool | None:
+    return None if str(value).strip() == "" else parse_bool(value)
+
+
+# AWS access key ids are letters and digits; a little wider is allowed for
+# other S3 implementations, but never a separator of the formats below.
+_ACCESS_KEY_RE = re.compile(r"^[A-Za-z0-9_.+=@-]{1,128}$")
+
+
+def parse_auth_keys(value: object) -> dict[str, str]:
+    """`{AKID = "SECRET"}` (TOML) or `AKID:SECRET,AKID2:SECRET2` (env) -> {akid: secret}.
+
+    Error messages name an entry by its position only: a malformed entry may
+    well be a secret pasted on its own.
+    """
+    if isinstance(value, dict):
+        pairs: list[tuple[str, object]] = [(str(akid), secret) for akid, secret in value.items()]
+    else:
+        pairs = [_split_pair(entry) for entry in str(value).split(",") if entry.strip()]
+    return _key_table(pairs, "entry")
+
+
+def _split_pair(text: str) -> tuple[str, object]:
+    akid, sep, secret = text.strip().partition(":")
+    return (akid, secret) if sep else ("", None)
+
+
+def parse_auth_keys_file(text: str, path: Path) -> dict[str, str]:
+    """The text of a file of `AKID:SECRET` lines; blank lines and `#` comments
+    are skipped. `path` only names the file in errors."""
+    pairs = [
+        _split_pair(line) for line in text.splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    try:
+        return _key_table(pairs, "key line")
+    except ConfigError as exc:
+        raise ConfigError(f"auth_keys_file {path}: {exc}") from None
+
+
+def _key_table(pairs: Sequence[tuple[str, object]], unit: str) -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for number, (akid, secret) in enumerate(pairs, 1):
+        akid = akid.strip()
+        if secret is None or not _ACCESS_KEY_RE.match(akid):
+            raise ConfigError(
+                f"{unit} {number}: not AKID:SECRET (the access key id must be 1-128 letters, "
+                "digits or _.+=@-)"
+            )
+        if not isinstance(secret, str) or not secret.strip():
+            raise ConfigError(f"{unit} {number}: the secret must be a non-empty string")
+        if akid in keys:
+            raise ConfigError(f"{unit} {number}: an access key id is given twice")
+        keys[akid] = secret.strip()
+    return keys

@@ -1,0 +1,97 @@
+"""The configuration tree: frozen, built once by sidecar.config.loading.
+
+No field has a default of its own: every default is the option table's
+(sidecar.config.options), and every field is filled from it, by an option
+that names the field or by one of the loader's derivations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sidecar.config.parsing import HostPort
+from sidecar.layout import Layout
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    listen: HostPort
+    admin_listen: HostPort
+    admin_token: str | None = field(repr=False)  # a secret: kept out of reprs
+    cpus: tuple[int, ...] | None
+    io_threads: int
+    ionice: tuple[str, int] | None
+    nice: int
+    max_requests: int
+    max_buffered_bytes: int
+    client_timeout_s: float
+    access_log: str | None  # a path, "-" for stdout, None: no access log
+    log_format: str  # auto | json | text (cli.py sets logging up with it)
+
+
+@dataclass(frozen=True)
+class OriginConfig:
+    endpoint: str | None
+    region: str
+    max_connections: int
+    connect_timeout_s: float
+    read_timeout_s: float
+    retries: int
+    check_on_start: bool
+    head_ttl_s: float
+    listing_ttl_s: float
+    bandwidth: int | None
+    prefetch_share: float
+    warm_share: float
+    warm_concurrency: int
+    deadline_s: float
+    head_stale_if_error_s: float
+    breaker_failures: int
+    breaker_ratio: float
+    breaker_window_s: float
+    breaker_cooldown_s: float
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    directory: Path
+    size_bytes: int
+    block_size: int
+    max_coalesce_bytes: int
+    protect_paths: tuple[Path, ...]
+    allow_shared_disk: bool
+    disk_reserve_bytes: int
+    disk_check_interval_s: float
+    drop_written_pages: bool
+    preallocate: bool
+    scrub_rate: int | None  # bytes/s; None: recovered blocks are verified when read
+
+
+@dataclass(frozen=True)
+class PrefetchConfig:
+    enabled: bool
+    max_window_blocks: int
+    max_in_flight: int
+    cache_share: float
+    stream_idle_s: float
+    layout: Layout
+    layout_prefix: str
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """Data-port SigV4 verification: the accepted keys, and whether unsigned requests pass."""
+
+    keys: Mapping[str, str] = field(repr=False)  # secrets
+    allow_anonymous: bool
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig
+    origin: OriginConfig
+    cache: CacheConfig
+    prefetch: PrefetchConfig
+    auth: AuthConfig
