@@ -25,7 +25,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: $(STAMP) typecheck
+test: $(STAMP) lint typecheck
 	$(BIN)/pytest
 
 clean:
