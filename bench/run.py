@@ -14,6 +14,13 @@ Scenarios (in this order; each starts its own servers, with fresh caches):
                (taskset -c 1) run a cold four-partition replay, and once with
                nothing pinned; then foreground miss latency through a sidecar
                with --origin-bandwidth, idle and while a big warm-up runs
+  cost-4p      the light client (no CRC work), four partitions at once: the
+               sidecar cold then warm, nginx slice cold then warm, the origin
+               direct, with each server's CPU-seconds per GiB from /proc;
+               several rounds (bench/cost.py)
+  wide-48p     48 partitions x one 24 MiB segment at once, light client:
+               sidecar cold vs nginx slice cold, fetch p99, first and last
+               partition done, the sidecar's peak RSS
   warmup       warm the whole data set (the Spark job, else direct warm calls)
                into a fresh sidecar whose warm lane has a 160 MiB/s budget, then
                replay everything through it: warm-lane rate and hit ratio
@@ -35,12 +42,13 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench.clients import ClientFailed, replay_command, run_replay, run_wrk
+from bench.cost import run_cost_4p, run_wide
 from bench.dataset import (
     FULL,
     QUICK,
@@ -70,8 +78,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RESULTS = BENCH_DIR / "results"
 DATA = BENCH_DIR / "data"
-SCENARIOS = ("cold-1p", "cold-4p", "warm-replay", "warm-ranges", "isolation", "warmup",
-             "restart")
+SCENARIOS = ("cold-1p", "cold-4p", "warm-replay", "warm-ranges", "cost-4p", "wide-48p",
+             "isolation", "warmup", "restart")
 RESULTS_VERSION = 1
 RESTART_SLOTS = 100_000
 
@@ -97,11 +105,13 @@ class Settings:
     warmup_concurrency: int = 6  # SIDECAR_WARM_CONCURRENCY (origin connections)
     warmup_calls: int = 4  # warm calls in flight (the Spark plan's `concurrency`)
     warmup_cache_size: str = "4GiB"  # warmed blocks are protected within half the cache
+    # cost-4p and wide-48p (bench/cost.py): rounds of each, fresh servers every round
+    cost_rounds: int = 3
 
 
 FULL_SETTINGS = Settings(quick=False, dataset=FULL, wrk_seconds=20)
 QUICK_SETTINGS = Settings(quick=True, dataset=QUICK, wrk_seconds=5, probe_idle_seconds=4.0,
-                          miss_samples=8)
+                          miss_samples=8, cost_rounds=1)
 
 
 def _now() -> str:
@@ -119,6 +129,7 @@ class Bench:
     def __init__(self, settings: Settings, dataset: Dataset, work: Path) -> None:
         self.settings = settings
         self.dataset = dataset
+        self.data_dir = DATA
         self.work = work
         self.listings = work / "listings"
         self.by_raw_prefix = write_listings(dataset, self.listings)
@@ -128,14 +139,14 @@ class Bench:
 
     # --- servers -------------------------------------------------------------------
 
-    def _dir(self, name: str) -> Path:
+    def workdir(self, name: str) -> Path:
         self._counter += 1
         path = self.work / f"{self._counter:02d}-{name}"
         path.mkdir(parents=True)
         return path
 
     def origin(self, name: str, cpus: str | None = None) -> NginxServer:
-        prefix = self._dir(f"origin-{name}")
+        prefix = self.workdir(f"origin-{name}")
         return NginxServer(
             f"origin ({name})", prefix,
             lambda port: origin_config(prefix, port, self.dataset.root, self.listings,
@@ -144,7 +155,7 @@ class Bench:
         )
 
     def local_files(self) -> NginxServer:
-        prefix = self._dir("nginx-local")
+        prefix = self.workdir("nginx-local")
         return NginxServer(
             "local files", prefix,
             lambda port: origin_config(
@@ -155,7 +166,7 @@ class Bench:
 
     @contextmanager
     def slice_cache(self, origin: NginxServer, cache_lock: bool = False) -> Iterator[NginxServer]:
-        prefix = self._dir("nginx-slice-lock" if cache_lock else "nginx-slice")
+        prefix = self.workdir("nginx-slice-lock" if cache_lock else "nginx-slice")
         cache = prefix / "cache"
         server = NginxServer(
             "slice cache", prefix,
@@ -171,7 +182,7 @@ class Bench:
         self, origin: NginxServer, extra: tuple[str, ...] = (),
         env: dict[str, str] | None = None, cache_size: str | None = None,
     ) -> Iterator[SidecarServer]:
-        prefix = self._dir("sidecar")
+        prefix = self.workdir("sidecar")
         cache = prefix / "cache"
         server = SidecarServer(origin.url, cache, prefix,
                                cache_size or self.settings.sidecar_cache_size, extra, env)
@@ -406,6 +417,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         metavar="RESULTS.json",
                         help="regenerate BENCHMARKS.md from a results file and exit; with "
                              "more files, the scenarios of each later one replace the earlier")
+    parser.add_argument("--rounds", type=int, default=None, metavar="N",
+                        help="rounds of cost-4p and wide-48p (default 3; 1 with --quick)")
     parser.add_argument("--keep-work", action="store_true",
                         help="keep bench/results/tmp/<run> (configs, logs) after the run")
     args = parser.parse_args(argv)
@@ -442,6 +455,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     settings = QUICK_SETTINGS if args.quick else FULL_SETTINGS
+    if args.rounds is not None:
+        if args.rounds < 1:
+            print("python -m bench: --rounds must be at least 1", file=sys.stderr)
+            return 2
+        settings = replace(settings, cost_rounds=args.rounds)
     selected = set(args.only or SCENARIOS)
     partial = bool(args.only) and set(args.only) != set(SCENARIOS)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -488,6 +506,10 @@ def main(argv: list[str] | None = None) -> int:
         if "cold-1p" in selected:
             bench.cold_one_partition()
         bench.four_partitions(selected)
+        if "cost-4p" in selected:
+            run_cost_4p(bench)
+        if "wide-48p" in selected:
+            run_wide(bench)
         if "isolation" in selected:
             run_isolation(bench)
         if "warmup" in selected:

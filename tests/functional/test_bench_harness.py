@@ -8,6 +8,7 @@ wrk are installed by bench/install-deps.sh (a no-op when they are present).
 from __future__ import annotations
 
 import http.client
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,8 +21,11 @@ import pytest
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
+from bench import cpu, light_client
+from bench.cost import segments_by_partition
 from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
 from bench.nginx import NginxServer, OriginTraffic, origin_config, origin_traffic
+from bench.report import evaluate_targets, render_markdown
 from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -170,3 +174,75 @@ def test_the_access_log_counts_what_the_origin_sent(origin: NginxServer, dataset
     traffic = eventually(logged, "the GET in nginx's access log", timeout=5)
     assert traffic.get_requests == 1
     assert traffic.body_bytes == 100_000
+
+
+def test_the_light_client_reads_every_partition_as_a_broker_does(
+    origin: NginxServer, dataset: Dataset
+) -> None:
+    """Whole record batches, a new connection per fetch, into the next segment."""
+    partitions = segments_by_partition(dataset)
+    assert list(partitions) == ["0", "1"]
+    report = light_client.run(origin.url, dataset.spec.bucket, partitions, 256 * 1024, 30.0)
+    assert report["errors"] == 0, report["error_messages"]
+    assert report["bytes"] == dataset.total_bytes
+    # At least one fetch a 256 KiB, never more than one batch short of it.
+    assert report["fetches"] >= dataset.total_bytes // (256 * 1024)
+    traffic = eventually(lambda: (lambda t: t if t.get_requests >= report["fetches"] else None)(
+        origin_traffic(origin.access_log, 0)[0]), "every fetch in nginx's access log", timeout=5)
+    assert traffic.body_bytes >= dataset.total_bytes
+    assert report["first_done_s"] <= report["last_done_s"]
+
+
+def test_whole_batches_stop_at_the_first_batch_not_wholly_received() -> None:
+    batch = (0).to_bytes(8, "big") + (100).to_bytes(4, "big") + bytes(4) + b"\x02" + bytes(95)
+    assert len(batch) == 112
+    two = memoryview(bytearray(batch * 2))
+    assert light_client.whole_batches(two, 224) == 224
+    assert light_client.whole_batches(two, 200) == 112
+    with pytest.raises(light_client.FetchFailed):
+        light_client.whole_batches(memoryview(bytearray(b"\x00" * 32)), 32)
+
+
+def test_cpu_usage_of_a_process_counts_its_children() -> None:
+    # The parent only waits; its child spins, then sleeps until killed.
+    spin = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; sleep 30"
+    parent = subprocess.Popen(["bash", "-c", f"sh -c '{spin}' & wait"],
+                              start_new_session=True)
+    try:
+        spent = eventually(lambda: (lambda u: u if u.user_s + u.system_s >= 0.3 else None)(
+            cpu.usage(parent.pid)), "the child's CPU counted under its parent", timeout=60)
+        assert spent.user_s > 0
+    finally:
+        os.killpg(parent.pid, 9)
+        parent.wait(timeout=10)
+    assert (cpu.peak_rss_bytes(os.getpid()) or 0) > 10 * 2**20
+
+
+def test_cost_targets_take_the_median_of_the_rounds() -> None:
+    def replay(mb_per_s: float, cpu_total: float, **extra: Any) -> dict[str, Any]:
+        return {"mb_per_s": mb_per_s, "server_cpu_per_gib": {"total": cpu_total},
+                "fetch_latency_ms": {"p99": extra.get("p99", 100.0)},
+                "last_over_first": extra.get("spread", 1.1),
+                "server_peak_rss_bytes": extra.get("rss", 200 * 2**20)}
+
+    results = {"scenarios": {
+        "cost-4p": {"rounds": 3, "runs": {
+            "sidecar_cold_1": replay(400, 1.0), "sidecar_warm_1": replay(500, 0.4),
+            "sidecar_cold_2": replay(300, 1.5), "sidecar_warm_2": replay(500, 0.6),
+            "sidecar_cold_3": replay(450, 1.1), "sidecar_warm_3": replay(500, 0.45),
+        }},
+        "wide-48p": {"rounds": 1, "runs": {
+            "sidecar_cold_1": replay(600, 1.0, p99=600.0), "nginx_slice_cold_1": replay(250, 4),
+        }},
+    }}
+    targets = {t["target"]: t for t in evaluate_targets(results)}
+    cold = targets["cold replay, light client: sidecar CPU per GiB delivered"]
+    assert cold["value"] == 1.1 and cold["met"] is True
+    assert cold["measured"] == "1.10 CPU-s/GiB (1.00 CPU-s/GiB-1.50 CPU-s/GiB, 3 rounds)"
+    assert targets["warm replay, light client: sidecar CPU per GiB delivered"]["met"] is True
+    ratio = targets["4 partitions, light client: sidecar cold vs the same sidecar warm"]
+    assert ratio["value"] == 0.8 and ratio["met"] is True
+    wide = targets["48 partitions at once, cold: sidecar vs nginx slice cold"]
+    assert wide["value"] == 2.4 and wide["met"] is True
+    assert targets["48 partitions at once, cold: sidecar fetch p99"]["met"] is False
+    assert "## What a replay costs the server (light client)" in render_markdown(results)

@@ -1,0 +1,183 @@
+"""What a cold and a warm replay cost the server, with a client too light to be the bound.
+
+Two scenarios, both with the light broker-like client (bench/light_client.py:
+an open-ended `bytes=pos-` per 1 MiB fetch, the connection dropped after it,
+no CRC work) and the CPU of each server process family read from /proc
+around every replay (bench/cpu.py):
+
+  cost-4p   the 4-partition data set, every partition at once: the sidecar
+            cold then warm (the same replay again), nginx slice cold then
+            warm, and the origin direct; `rounds` times over, fresh servers
+            and caches each round, so the figures near a target come with
+            their spread
+  wide-48p  48 partitions x one 24 MiB segment each, all at once (a consumer
+            group catching up on many partitions): the sidecar cold against
+            nginx slice cold; fetch p99, when the first and the last
+            partition were done, and the sidecar's peak RSS
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import cpu
+from bench.clients import ClientFailed, run_bounded
+from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
+from bench.nginx import NginxServer, origin_config, origin_traffic
+from bench.sidecar_server import SidecarServer, client_env, stats_delta
+
+if TYPE_CHECKING:
+    from bench.run import Bench
+
+MiB = 1024 * 1024
+#: 48 partitions x one 24 MiB segment (1.1 GiB), beside the main data set.
+WIDE = DatasetSpec("wide", partitions=48, segments_per_partition=1, segment_bytes=24 * MiB)
+WIDE_QUICK = DatasetSpec("wide-quick", partitions=16, segments_per_partition=1,
+                         segment_bytes=8 * MiB)
+
+
+def segments_by_partition(dataset: Dataset) -> dict[str, list[dict[str, object]]]:
+    """The light client's input: each partition's segments in offset order."""
+    partitions: dict[str, list[tuple[int, dict[str, object]]]] = defaultdict(list)
+    for item in dataset.objects:
+        partitions[str(item.partition)].append(
+            (item.start_offset, {"key": item.key, "size": item.size}))
+    return {name: [segment for _, segment in sorted(rows, key=lambda row: row[0])]
+            for name, rows in sorted(partitions.items(), key=lambda entry: int(entry[0]))}
+
+
+def light_replay(
+    bench: Bench, label: str, dataset: Dataset, endpoint: str, server_pid: int | None,
+    origin: NginxServer, sidecar: SidecarServer | None = None,
+) -> dict[str, Any]:
+    """One light-client replay of every partition at once, with the server's
+    CPU over it (user, system, minor faults; per GiB delivered)."""
+    segments = bench.work / f"segments-{dataset.spec.name}.json"
+    if not segments.exists():
+        segments.write_text(json.dumps({"partitions": segments_by_partition(dataset)}))
+    args = [sys.executable, "-m", "bench.light_client", "--endpoint", endpoint,
+            "--bucket", dataset.spec.bucket, "--segments", str(segments)]
+    _, offset = origin_traffic(origin.access_log)
+    before_stats = sidecar.stats() if sidecar else None
+    before = cpu.usage(server_pid) if server_pid else None
+    print(f"  {label}: light client, {dataset.total_bytes / MiB:.0f} MiB from {endpoint} ...",
+          file=sys.stderr, flush=True)
+    finished = run_bounded(args, 120 + dataset.total_bytes / 2e6, client_env(),
+                           bench.work / "logs" / f"{label}.log")
+    used = (cpu.usage(server_pid) - before) if server_pid and before else None
+    lines = finished.stdout.strip().splitlines()
+    if not lines:
+        raise ClientFailed(f"{label}: the light client printed nothing: {finished.stderr[-2000:]}")
+    report: dict[str, Any] = json.loads(lines[-1])
+    report["exit_code"] = finished.returncode
+    report["command"] = "python " + " ".join(args[1:])
+    time.sleep(0.2)  # let nginx write the access-log lines of closed connections
+    traffic, _ = origin_traffic(origin.access_log, offset)
+    report["origin_traffic"] = asdict(traffic)
+    report["origin_body_bytes_per_replayed_byte"] = (
+        traffic.body_bytes / report["bytes"] if report.get("bytes") else None)
+    if used is not None:
+        report["server_cpu_seconds"] = {"user": round(used.user_s, 3),
+                                        "system": round(used.system_s, 3),
+                                        "minor_faults": used.minor_faults}
+        report["server_cpu_per_gib"] = used.per_gib(int(report.get("bytes") or 0))
+        report["server_peak_rss_bytes"] = cpu.peak_rss_bytes(server_pid) if server_pid else None
+    if sidecar is not None and before_stats is not None:
+        report["sidecar"] = stats_delta(before_stats, sidecar.stats())
+        report["sidecar_prefetch_blocks_total"] = sidecar.metric_samples(
+            "sidecar_prefetch_blocks_total")
+    per_gib = (report.get("server_cpu_per_gib") or {}).get("total")
+    print(f"  {label}: {report.get('mb_per_s')} MB/s, {per_gib} CPU-s/GiB, fetch p99 "
+          f"{(report.get('fetch_latency_ms') or {}).get('p99')} ms", file=sys.stderr, flush=True)
+    if report.get("errors"):
+        raise ClientFailed(f"{label}: {report.get('error_messages')}")
+    return report
+
+
+def _origin_for(bench: Bench, name: str, dataset: Dataset, listings: Path,
+                by_raw: dict[str, str]) -> NginxServer:
+    prefix = bench.workdir(f"origin-{name}")
+    return NginxServer(f"origin ({name})", prefix,
+                       lambda port: origin_config(prefix, port, dataset.root, listings, by_raw))
+
+
+def _sidecar_pair(bench: Bench, number: int) -> dict[str, Any]:
+    """A fresh sidecar replayed twice: cold, then warm."""
+    dataset = bench.dataset
+    with bench.origin(f"cost-sidecar-{number}") as origin, bench.sidecar(origin) as sidecar:
+        return {when: light_replay(bench, f"cost-4p-sidecar-{when}-{number}", dataset,
+                                   sidecar.data_url, sidecar.pid, origin, sidecar)
+                for when in ("cold", "warm")}
+
+
+def _slice_pair(bench: Bench, number: int) -> dict[str, Any]:
+    """A fresh nginx slice cache replayed twice: cold, then warm."""
+    dataset = bench.dataset
+    with bench.origin(f"cost-slice-{number}") as origin, bench.slice_cache(origin) as cache:
+        return {when: light_replay(bench, f"cost-4p-slice-{when}-{number}", dataset,
+                                   cache.url, cache.pid, origin)
+                for when in ("cold", "warm")}
+
+
+def _direct(bench: Bench, number: int) -> dict[str, Any]:
+    with bench.origin(f"cost-direct-{number}") as origin:
+        return light_replay(bench, f"cost-4p-origin-{number}", bench.dataset, origin.url,
+                            origin.pid, origin)
+
+
+def run_cost_4p(bench: Bench) -> None:
+    scenario = "cost-4p"
+    rounds = bench.settings.cost_rounds
+    dataset = bench.dataset
+    bench.scenarios[scenario] = {"partitions": dataset.spec.partitions, "rounds": rounds,
+                                 "bytes": dataset.total_bytes, "client": "light", "runs": {}}
+    print(f"{scenario}: {dataset.spec.partitions} partitions at once, light client, "
+          f"{rounds} rounds", file=sys.stderr, flush=True)
+    runs = bench.scenarios[scenario]["runs"]
+    for number in range(1, rounds + 1):
+        for name, pair in (("sidecar", _sidecar_pair), ("nginx_slice", _slice_pair)):
+            bench.attempt(scenario, f"{name}_pair_{number}", partial(pair, bench, number))
+            both = runs.pop(f"{name}_pair_{number}", None)
+            runs[f"{name}_cold_{number}"] = both["cold"] if both else None
+            runs[f"{name}_warm_{number}"] = both["warm"] if both else None
+        if number == 1:
+            bench.attempt(scenario, "origin_1", partial(_direct, bench, number))
+
+
+def _wide_replay(bench: Bench, dataset: Dataset, listings: Path, by_raw: dict[str, str],
+                 server: str, number: int) -> dict[str, Any]:
+    with _origin_for(bench, f"wide-{server}-{number}", dataset, listings, by_raw) as origin:
+        if server == "sidecar":
+            with bench.sidecar(origin) as sidecar:
+                return light_replay(bench, f"wide-sidecar-cold-{number}", dataset,
+                                    sidecar.data_url, sidecar.pid, origin, sidecar)
+        with bench.slice_cache(origin) as cache:
+            return light_replay(bench, f"wide-slice-cold-{number}", dataset, cache.url,
+                                cache.pid, origin)
+
+
+def run_wide(bench: Bench) -> None:
+    scenario = "wide-48p"
+    spec = WIDE_QUICK if bench.settings.quick else WIDE
+    dataset, built = ensure_dataset(spec, bench.data_dir)
+    listings = bench.work / "listings-wide"
+    by_raw = write_listings(dataset, listings)
+    rounds = bench.settings.cost_rounds
+    bench.scenarios[scenario] = {
+        "partitions": spec.partitions, "segment_bytes": spec.segment_bytes,
+        "bytes": dataset.total_bytes, "client": "light", "rounds": rounds,
+        "dataset_built_this_run": built, "runs": {},
+    }
+    print(f"{scenario}: {spec.partitions} partitions x {spec.segment_bytes // MiB} MiB at once, "
+          f"light client, {rounds} rounds", file=sys.stderr, flush=True)
+    for number in range(1, rounds + 1):
+        for server, run in (("sidecar", "sidecar_cold"), ("slice", "nginx_slice_cold")):
+            bench.attempt(scenario, f"{run}_{number}", partial(
+                _wide_replay, bench, dataset, listings, by_raw, server, number))

@@ -1,0 +1,200 @@
+"""`python -m bench.light_client`: read partitions as Kafka's remote reader does,
+with no CRC work, so the client is not the bound.
+
+Per fetch a NEW connection: `GET /bucket/key` with `Range: bytes=POS-`, read
+until `--fetch-bytes` of body arrived, then drop the connection mid-body (as
+RemoteLogManager closes its stream); the next fetch starts at the first byte of
+the first record batch not wholly received (Kafka record batch v2: baseOffset
+i64 @0, batchLength i32 @8, a batch is 12 + batchLength bytes, magic @16 must
+be 2), into the partition's next segment at its end. Partitions run at once,
+one thread each, with blocking sockets reading into a buffer each thread
+reuses: the GIL is free while they wait, and the client stays cheap.
+
+Segments come as JSON on a file (`--segments`):
+`{"partitions": {"0": [{"key": "...", "size": N}, ...], ...}}`.
+Output: one JSON object (bytes, seconds, MB/s, fetch latency percentiles,
+per-partition completion, errors, the client's own CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+_HEAD_LIMIT = 64 * 1024
+_BATCH_OVERHEAD = 12  # baseOffset + batchLength
+_MAGIC_AT = 16
+
+
+class FetchFailed(Exception):
+    pass
+
+
+@dataclass
+class PartitionResult:
+    partition: str
+    bytes: int = 0
+    fetches: int = 0
+    latencies_s: list[float] = field(default_factory=list)
+    done_s: float | None = None
+    error: str | None = None
+
+
+def whole_batches(buffer: memoryview, have: int) -> int:
+    """Bytes of the complete record batches at the start of `buffer[:have]`."""
+    offset = 0
+    while offset + _MAGIC_AT + 1 <= have:
+        length = int.from_bytes(buffer[offset + 8:offset + 12], "big", signed=True)
+        magic = buffer[offset + _MAGIC_AT]
+        if length <= 0 or magic != 2:
+            raise FetchFailed(f"no record batch v2 at +{offset} (length {length}, magic {magic})")
+        if offset + _BATCH_OVERHEAD + length > have:
+            break
+        offset += _BATCH_OVERHEAD + length
+    return offset
+
+
+def fetch(host: str, port: int, netloc: str, path: str, position: int, size: int,
+          fetch_bytes: int, buffer: memoryview, timeout_s: float) -> int:
+    """One fetch from `position`; the bytes of whole batches it got."""
+    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {netloc}\r\nRange: bytes={position}-\r\n"
+                     f"User-Agent: bench-light-client\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = sock.recv(16384)
+            if not data:
+                raise FetchFailed(f"connection closed in the answer head at {position}")
+            head += data
+            if len(head) > _HEAD_LIMIT:
+                raise FetchFailed("answer head too long")
+        raw_head, _, body = head.partition(b"\r\n\r\n")
+        status = raw_head.split(b" ", 2)[1]
+        if status != b"206":
+            raise FetchFailed(f"status {status.decode()} at {position}: "
+                              f"{raw_head[:200].decode('latin-1')}")
+        remaining = size - position
+        have = min(len(body), remaining)
+        buffer[:have] = body[:have]
+        want = min(fetch_bytes, remaining)
+        while True:
+            while have < want:
+                got = sock.recv_into(buffer[have:want])
+                if got == 0:
+                    raise FetchFailed(f"body ended at {position + have} of {size}")
+                have += got
+            whole = whole_batches(buffer, have)
+            if whole or have >= remaining:
+                if not whole:
+                    raise FetchFailed(f"segment ends inside a batch at {position}")
+                return whole
+            # Not even one batch whole: Kafka returns at least one, read on.
+            want = min(remaining, have + fetch_bytes, len(buffer))
+            if want == have:
+                raise FetchFailed(f"a batch larger than {len(buffer)} bytes at {position}")
+
+
+def read_partition(endpoint: str, bucket: str, segments: list[dict[str, object]],
+                   fetch_bytes: int, result: PartitionResult, started: float,
+                   timeout_s: float) -> None:
+    parts = urlsplit(endpoint)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    buffer = memoryview(bytearray(max(4 * fetch_bytes, 16 * 1024 * 1024)))
+    try:
+        for segment in segments:
+            key, size = str(segment["key"]), int(segment["size"])  # type: ignore[call-overload]
+            path = f"/{bucket}/{quote(key, safe='/~')}"
+            position = 0
+            while position < size:
+                fetch_started = time.perf_counter()
+                got = fetch(host, port, parts.netloc, path, position, size, fetch_bytes,
+                            buffer, timeout_s)
+                result.latencies_s.append(time.perf_counter() - fetch_started)
+                result.fetches += 1
+                result.bytes += got
+                position += got
+    except (OSError, FetchFailed) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+    result.done_s = time.perf_counter() - started
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def run(endpoint: str, bucket: str, partitions: dict[str, list[dict[str, object]]],
+        fetch_bytes: int, timeout_s: float) -> dict[str, object]:
+    results = [PartitionResult(name) for name in partitions]
+    usage_before = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    threads = [
+        threading.Thread(target=read_partition, args=(
+            endpoint, bucket, partitions[result.partition], fetch_bytes, result, started,
+            timeout_s), daemon=True)
+        for result in results
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout_s * 100)
+    seconds = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    total = sum(result.bytes for result in results)
+    latencies = [latency for result in results for latency in result.latencies_s]
+    done = [result.done_s for result in results if result.done_s is not None]
+    errors = [f"partition {r.partition}: {r.error}" for r in results if r.error]
+
+    def ms(value: float | None) -> float | None:
+        return None if value is None else round(value * 1000, 3)
+
+    return {
+        "client": "light",
+        "bytes": total,
+        "seconds": round(seconds, 3),
+        "mb_per_s": round(total / 1e6 / seconds, 2) if seconds else None,
+        "fetches": sum(result.fetches for result in results),
+        "fetch_latency_ms": {
+            "p50": ms(percentile(latencies, 0.5)), "p90": ms(percentile(latencies, 0.9)),
+            "p99": ms(percentile(latencies, 0.99)), "max": ms(max(latencies, default=None)),
+        },
+        "partitions": len(results),
+        "first_done_s": round(min(done), 3) if done else None,
+        "last_done_s": round(max(done), 3) if done else None,
+        "last_over_first": round(max(done) / min(done), 3) if done and min(done) else None,
+        "errors": len(errors),
+        "error_messages": errors[:5],
+        "client_cpu_seconds": round(usage.ru_utime + usage.ru_stime
+                                    - usage_before.ru_utime - usage_before.ru_stime, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.light_client",
+                                     description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--bucket", required=True)
+    parser.add_argument("--segments", required=True, type=Path,
+                        help='JSON: {"partitions": {"0": [{"key": K, "size": N}, ...]}}')
+    parser.add_argument("--fetch-bytes", type=int, default=1024 * 1024)
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds one fetch may take (connect, answer, body)")
+    args = parser.parse_args(argv)
+    partitions = json.loads(args.segments.read_text())["partitions"]
+    report = run(args.endpoint, args.bucket, partitions, args.fetch_bytes, args.timeout)
+    print(json.dumps(report))
+    return 1 if report["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
