@@ -120,6 +120,7 @@ class Sidecar:
                 self.metrics, drop_written_pages=cache.drop_written_pages,
                 preallocate=cache.preallocate, scrub_rate=cache.scrub_rate,
                 admit_to_main=self._small_objects(),
+                recent_chunk_bytes=cache.recent_chunk_bytes,
             )
         except OSError as exc:
             raise ConfigError(

@@ -215,6 +215,14 @@ assert (
 )
 
 
+# preadv2(2) flag: fail with EAGAIN rather than wait for the disk.
+_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0x00000008)
+
+
+class NotResident(Exception):
+    """Bytes asked for without waiting for the disk are not all in the page cache."""
+
+
 def chunk_checksum(data: bytes | memoryview) -> int:
     """xxh3_64 of one data chunk (also the slot header checksum)."""
     return xxhash.xxh3_64_intdigest(data)
@@ -533,12 +541,29 @@ class Slab:
             raise ValueError("record has the wrong number of chunk checksums for its length")
         return self.read_checked(slot, start, end, expected.length, expected.checksums)
 
+    def read_paged_in(
+        self, slot: int, start: int, end: int, expected: SlotRecord
+    ) -> memoryview:
+        """``read_verified`` of a slot whose pages left the page cache, with the
+        rest of the block asked to be read ahead (POSIX_FADV_WILLNEED): a reader
+        at its start reads on through it. Blocking: call from an executor."""
+        data = self.read_verified(slot, start, end, expected)
+        ahead = -(-end // self._chunk_size) * self._chunk_size
+        if ahead < expected.length:
+            os.posix_fadvise(self._fd, self._slot_offset(slot) + SLOT_HEADER_SIZE + ahead,
+                             expected.length - ahead, os.POSIX_FADV_WILLNEED)
+        return data
+
     def read_checked(
         self, slot: int, start: int, end: int, length: int,
-        checksums: tuple[int | None, ...] | list[int | None],
+        checksums: tuple[int | None, ...] | list[int | None], *, resident: bool = False,
     ) -> memoryview:
         """Like ``read_verified``, against the checksums of the chunks the range
-        touches (of a block of ``length`` bytes, maybe still being written)."""
+        touches (of a block of ``length`` bytes, maybe still being written).
+
+        ``resident``: only from the page cache, never waiting for the disk
+        (preadv2 with RWF_NOWAIT, Linux 4.14); raises NotResident when any of
+        it is not there, so that the event loop may call it."""
         self._check_slot(slot)
         if not 0 <= start <= end <= length <= self._block_size:
             raise ValueError(f"range {start}..{end} outside the block's {length} bytes")
@@ -547,7 +572,18 @@ class Slab:
         first, last = start // self._chunk_size, (end - 1) // self._chunk_size
         lo = first * self._chunk_size
         hi = min((last + 1) * self._chunk_size, length)
-        data = os.pread(self._fd, hi - lo, self._slot_offset(slot) + SLOT_HEADER_SIZE + lo)
+        at_offset = self._slot_offset(slot) + SLOT_HEADER_SIZE + lo
+        data: bytes | bytearray
+        if resident:
+            data = bytearray(hi - lo)
+            try:
+                got = os.preadv(self._fd, [data], at_offset, _RWF_NOWAIT)
+            except BlockingIOError:
+                raise NotResident(slot) from None
+            if got != hi - lo:
+                raise NotResident(slot)  # partly in the page cache, or cut short
+        else:
+            data = os.pread(self._fd, hi - lo, at_offset)
         view = memoryview(data)
         for chunk in range(first, last + 1):
             at = chunk * self._chunk_size - lo

@@ -47,13 +47,14 @@ from typing import Any, Protocol, TypeVar
 from sidecar.cache.errors import CacheDiskError, CacheFullError, ChecksumMismatch
 from sidecar.cache.ident import BlockIdent, SlotRecord
 from sidecar.cache.policy import EvictionPolicy
+from sidecar.cache.recent import RecentChunks
 from sidecar.cache.recovery import (
     RecoveredIndex,
     RecoveryReport,
     ScrubProgress,
     rebuild_index,
 )
-from sidecar.cache.slab import SLOT_HEADER_SIZE, Slab
+from sidecar.cache.slab import SLOT_HEADER_SIZE, NotResident, Slab
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ REASON_CHECKSUM = "checksum"
 REASON_INVALIDATED = "invalidated"
 REASON_SHRINK = "shrink"
 REASON_RECOVERY = "recovery"
+# Memory for verified chunks kept for the next reader (sidecar.cache.recent).
+RECENT_CHUNK_BYTES = 64 * 1024 * 1024
 
 
 class CacheMetrics(Protocol):
@@ -149,6 +152,7 @@ class BlockStore:
         recovered: RecoveredIndex | None = None,
         report: RecoveryReport | None = None,
         admit_to_main: Callable[[BlockIdent], bool] | None = None,
+        recent_chunk_bytes: int = RECENT_CHUNK_BYTES,
     ) -> None:
         # Use BlockStore.open; this only adopts an opened slab (and the index
         # recovered from it).
@@ -186,9 +190,14 @@ class BlockStore:
         self._unread: set[BlockIdent] = set()
         self._drop_written_pages = drop_written_pages
         self._disabled: set[int] = set()  # slots whose space was given back to the disk
+        # Slots whose pages were dropped from the page cache: read in the executor
+        # straight away. A read that only may not wait (RWF_NOWAIT) still starts
+        # the kernel's read-ahead for what it misses, on the event loop.
+        self._paged_out: set[int] = set()
         # Blocks that skip the policy's probation (small objects read whole and
         # often: a segment's manifest and indexes), so scans cannot evict them.
         self._admit_to_main = admit_to_main or _nothing_skips_probation
+        self._recent = RecentChunks(recent_chunk_bytes, slab.chunk_size)
         if recovered is not None:
             self._adopt(recovered)
 
@@ -216,6 +225,7 @@ class BlockStore:
         preallocate: bool = True,
         scrub_rate: int | None = None,
         admit_to_main: Callable[[BlockIdent], bool] | None = None,
+        recent_chunk_bytes: int = RECENT_CHUNK_BYTES,
     ) -> BlockStore:
         """Open (or create) the slab in ``directory`` and recover its index.
 
@@ -264,6 +274,7 @@ class BlockStore:
             report.bytes_recovered, report.corrupt_headers, report.duplicates, report.seconds,
         )
         store = cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
+                    recent_chunk_bytes=recent_chunk_bytes,
                     protected_share=protected_share, drop_written_pages=drop_written_pages,
                     recovered=recovered, report=report, admit_to_main=admit_to_main)
         if scrub_rate:
@@ -347,7 +358,26 @@ class BlockStore:
         cached (evicted or replaced since lookup, or failed its checksum)."""
         if not self._pin_if_current(record, start, end):
             return None
-        return await self._in_task(self._read_pinned(record, start, end))
+        chunk, lo, hi = self._chunk_around(start, end, record.length)
+        recent = self._recent.get(record.ident, record.generation, chunk) if hi else None
+        if recent is not None:
+            self._unpin(record.slot)
+            return recent[start - lo:end - lo]
+        if not hi or not self._recent.enabled:  # read and verified, not kept
+            return await self._in_task(self._read_pinned(record, start, end))
+        whole = await self._in_task(self._read_pinned(record, lo, hi))
+        if whole is None:
+            return None
+        self._keep(record.ident, record.generation, chunk, whole)
+        return whole[start - lo:end - lo]
+
+    def _chunk_around(self, start: int, end: int, length: int) -> tuple[int, int, int]:
+        """The chunk [start, end) lies in and its bounds in the block; hi 0 when
+        the range spans more than one chunk."""
+        size = self._slab.chunk_size
+        chunk = start // size
+        lo, hi = chunk * size, min((chunk + 1) * size, length)
+        return (chunk, lo, hi) if end <= hi else (chunk, lo, 0)
 
     def _pin_if_current(self, record: SlotRecord, start: int, end: int) -> bool:
         """Pin the record's slot if it still holds that record (checked and pinned
@@ -395,6 +425,7 @@ class BlockStore:
                 self._free.append(slot)
             return Written(None)
         self._writing[slot] = ident
+        self._paged_out.discard(slot)
         self._generation += 1
         written = await self._in_task(
             self._write_reserved(slot, ident, self._generation, data, read)
@@ -424,6 +455,7 @@ class BlockStore:
                 self._free.append(slot)
             return None
         self._writing[slot] = ident
+        self._paged_out.discard(slot)
         self._generation += 1
         chunk = self._slab.chunk_size
         write = BlockWrite(ident, slot, length, self._generation, chunk,
@@ -458,11 +490,26 @@ class BlockStore:
         landed, verified against the checksums taken as they arrived.
         Raises ChecksumMismatch if the disk did not keep them."""
         self._check_landed(write, start, end)
+        chunk, lo, hi = self._chunk_around(start, end, write.length)
+        recent = self._recent.get(write.ident, write.generation, chunk) if hi else None
+        if recent is not None:
+            return recent[start - lo:end - lo]
+        # The whole chunk when the range is in one, kept for the next reader.
+        keep = bool(hi) and self._recent.enabled
+        first, stop = (lo, hi) if keep else (start, end)
         self._pin(write.slot)
         try:
-            return await self._in_task(self._in_executor(
-                self._slab.read_checked, write.slot, start, end, write.length,
-                write.checksums))
+            try:
+                view = self._slab.read_checked(write.slot, first, stop, write.length,
+                                               write.checksums, resident=True)
+            except NotResident:
+                view = await self._in_task(self._in_executor(
+                    self._slab.read_checked, write.slot, first, stop, write.length,
+                    write.checksums))
+            if not keep:
+                return view
+            self._keep(write.ident, write.generation, chunk, view)
+            return view[start - lo:end - lo]
         except (ChecksumMismatch, OSError) as exc:
             log.warning("block %s read back wrong while being written: %s", write.ident, exc)
             self._metrics.on_checksum_failure()
@@ -494,6 +541,13 @@ class BlockStore:
             # The flag was cleared first: whatever landed is no block for recovery.
             self._retire(write.slot, clear_on_disk=False)
 
+    def _keep(self, block: BlockIdent, generation: int, chunk: int, view: memoryview) -> None:
+        """A chunk just read and verified, for the next reader (its bytes are a
+        copy of the slab's, which nothing writes to again)."""
+        data = view.obj
+        if isinstance(data, bytes | bytearray) and len(view) == len(data):
+            self._recent.put(block, generation, chunk, data, len(data))
+
     def release_pages(self, ident: BlockIdent) -> None:
         """A reader went past this block: write its pages back and drop them from
         the page cache, unless someone is reading it now (with drop_written_pages)."""
@@ -516,10 +570,13 @@ class BlockStore:
             await self._loop.run_in_executor(self._executor, self._slab.write_back, slot)
         except (OSError, ValueError) as exc:  # advice only; a closed slab ends it
             log.debug("could not write back cache slot %d: %s", slot, exc)
+        else:
+            self._paged_out.add(slot)
 
     def invalidate_object(self, bucket: str, key: str) -> tuple[BlockIdent, ...]:
         """Drop every cached block of the object, whatever its ETag; the blocks dropped."""
         idents = tuple(self._objects.pop((bucket, key), ()))
+        self._recent.forget_object(bucket, key)
         for ident in idents:
             self._drop(self._records[ident], REASON_INVALIDATED)
         # A write still copying would otherwise bring the object back.
@@ -642,7 +699,20 @@ class BlockStore:
 
     async def _read_pinned(self, record: SlotRecord, start: int, end: int) -> memoryview | None:
         try:
-            return await self._verified(self._slab.read_verified, record, start, end)
+            if record.slot not in self._paged_out:
+                try:
+                    # Pages in the page cache are read (and verified) right here: a
+                    # trip through the executor costs more than the copy.
+                    return self._slab.read_checked(record.slot, start, end, record.length,
+                                                   record.checksums, resident=True)
+                except NotResident:
+                    pass
+                except (ChecksumMismatch, OSError) as exc:
+                    self._checksum_failed(record, exc)
+                    return None
+            data = await self._verified(self._slab.read_paged_in, record, start, end)
+            self._paged_out.discard(record.slot)  # the kernel reads the rest ahead
+            return data
         finally:
             self._unpin(record.slot)
 
@@ -793,6 +863,8 @@ class BlockStore:
             await self._loop.run_in_executor(self._executor, self._slab.drop_pages, slot)
         except (OSError, ValueError) as exc:  # advice only; a closed slab ends it
             log.debug("could not advise the kernel about slot %d: %s", slot, exc)
+        else:
+            self._paged_out.add(slot)
 
     def _retire(self, slot: int, *, clear_on_disk: bool) -> None:
         self._retiring[slot] = clear_on_disk or self._retiring.get(slot, False)

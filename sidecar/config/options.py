@@ -192,6 +192,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("drop_written_pages", parse_bool, True,
            "advise the kernel to drop slab pages after writing them", "BOOL", flag=False,
            field="cache.drop_written_pages"),
+    Option("recent_chunks", parse_size, "64MiB",
+           "memory for chunks just read from the cache, served again without reading or "
+           "hashing them (a fetch starts in the chunk the last one ended in); 0: none",
+           "SIZE", flag=False, group="cache",
+           field="cache.recent_chunk_bytes"),
     Option("scrub_rate", parse_rate, "64MiB/s",
            "after a restart, verify the recovered blocks' data in the background at this "
            "disk read rate (0: only when read)", "RATE", flag=False, group="cache",

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sidecar.cache import BlockIdent, BlockStore, SlotRecord
-from sidecar.cache.slab import Slab
+from sidecar.cache.slab import NotResident, Slab
 from tests.support.cache_metrics import RecordingMetrics
 from tests.support.waiting import eventually_async
 
@@ -74,6 +74,17 @@ def gates(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], Gate]]:
             return real(self, *args)
 
         monkeypatch.setattr(Slab, method, gated)
+        if method == "read_verified":
+            # The bytes are not in the page cache: the read goes to the executor
+            # (a resident chunk is read on the loop, with nothing to hold).
+            checked = Slab.read_checked
+
+            def never_resident(self: Slab, *args: Any, resident: bool = False) -> Any:
+                if resident:
+                    raise NotResident(args[0])
+                return checked(self, *args)
+
+            monkeypatch.setattr(Slab, "read_checked", never_resident)
         opened.append(gate)
         return gate
 
