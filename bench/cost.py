@@ -78,6 +78,7 @@ def light_replay(
     report: dict[str, Any] = json.loads(lines[-1])
     report["exit_code"] = finished.returncode
     report["command"] = "python " + " ".join(args[1:])
+    report["listed_via"] = "none (the segments are the data set's)"
     time.sleep(0.2)  # let nginx write the access-log lines of closed connections
     traffic, _ = origin_traffic(origin.access_log, offset)
     report["origin_traffic"] = asdict(traffic)

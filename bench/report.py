@@ -154,15 +154,15 @@ def _median(values: list[float | None]) -> float | None:
     return known[middle] if len(known) % 2 else (known[middle - 1] + known[middle]) / 2
 
 
-def _spread(values: list[float | None], shown: Any) -> str:
-    """`median (min-max over N rounds)`, each value formatted by `shown`."""
+def _spread(values: list[float | None], shown: Any, rounds: bool = True) -> str:
+    """`median (min-max, N rounds)`, each value formatted by `shown`."""
     known = [value for value in values if value is not None]
     if not known:
         return "n/a"
     if len(known) == 1:
         return str(shown(known[0]))
-    return (f"{shown(_median(known))} ({shown(min(known))}-{shown(max(known))}, "
-            f"{len(known)} rounds)")
+    count = f", {len(known)} rounds" if rounds else ""
+    return f"{shown(_median(known))} ({shown(min(known))}-{shown(max(known))}{count})"
 
 
 def _cpu_per_gib(run: dict[str, Any] | None, part: str = "total") -> float | None:
@@ -376,10 +376,11 @@ def _prefetch_line(results: dict[str, Any], scenario: str, run: str) -> str:
     stats = data.get("sidecar") or {}
     shown = "absent (no read-ahead in this build)" if not samples else ", ".join(
         f"{key.removeprefix('outcome=')} {int(value)}" for key, value in sorted(samples.items()))
+    listed = data.get("listed_via")
     return (f"Sidecar `sidecar_prefetch_blocks_total` after the run: {shown}; origin read "
             f"{_num((stats.get('origin_bytes') or 0) / 1e6)} MB for "
-            f"{_num((data.get('bytes') or 0) / 1e6)} MB replayed; listing via "
-            f"{data.get('listed_via', '?')}.")
+            f"{_num((data.get('bytes') or 0) / 1e6)} MB replayed"
+            + (f"; listing via {listed}." if listed else "."))
 
 
 def render_markdown(results: dict[str, Any]) -> str:
@@ -533,22 +534,22 @@ def _cost_rows(results: dict[str, Any], scenario: str) -> list[list[str]]:
         rss = [(r or {}).get("server_peak_rss_bytes") for r in runs]
         rows.append([
             label,
-            _spread([_mbps(r) for r in runs], fixed(0)),
-            _spread([_cpu_per_gib(r) for r in runs], fixed(2)),
-            _spread([_cpu_per_gib(r, "user") for r in runs], fixed(2)),
-            _spread([_cpu_per_gib(r, "system") for r in runs], fixed(2)),
-            _spread([_cpu_per_gib(r, "minor_faults") for r in runs], fixed(0)),
-            _spread([_latency(r, "p50") for r in runs], fixed(1)),
-            _spread([_latency(r, "p99") for r in runs], fixed(1)),
-            _spread([None if not v else v / MiB for v in rss], fixed(0)),
-            "-" if not any(v is not None for v in hit) else _spread(hit, _pct),
+            _spread([_mbps(r) for r in runs], fixed(0), False),
+            _spread([_cpu_per_gib(r) for r in runs], fixed(2), False),
+            _spread([_cpu_per_gib(r, "user") for r in runs], fixed(2), False),
+            _spread([_cpu_per_gib(r, "system") for r in runs], fixed(2), False),
+            _spread([_cpu_per_gib(r, "minor_faults") for r in runs], fixed(0), False),
+            _spread([_latency(r, "p50") for r in runs], fixed(1), False),
+            _spread([_latency(r, "p99") for r in runs], fixed(1), False),
+            _spread([None if not v else v / MiB for v in rss], fixed(0), False),
+            "-" if not any(v is not None for v in hit) else _spread(hit, _pct, False),
             _spread([(r or {}).get("origin_body_bytes_per_replayed_byte") for r in runs],
-                    _times),
+                    _times, False),
         ])
         if scenario == "wide-48p":
-            rows[-1].append(_spread([(r or {}).get("first_done_s") for r in runs], fixed(2))
-                            + " / " + _spread([(r or {}).get("last_done_s") for r in runs],
-                                              fixed(2)))
+            rows[-1].append(
+                _spread([(r or {}).get("first_done_s") for r in runs], fixed(2), False) + " / "
+                + _spread([(r or {}).get("last_done_s") for r in runs], fixed(2), False))
     return rows
 
 
