@@ -215,8 +215,10 @@ assert (
 )
 
 
-# preadv2(2) flag: fail with EAGAIN rather than wait for the disk.
+# preadv2(2) flag: fail with EAGAIN rather than wait for the disk. Kernels
+# before 4.14 and some file systems refuse the flag itself.
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0x00000008)
+_NOWAIT_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
 
 
 class NotResident(Exception):
@@ -409,6 +411,7 @@ class Slab:
         self._chunk_size = chunk_size_for(block_size)
         self._opening = opening
         self._closed = False
+        self._nowait = True  # reads that only take what is in the page cache work here
 
     @classmethod
     def open(
@@ -575,10 +578,17 @@ class Slab:
         at_offset = self._slot_offset(slot) + SLOT_HEADER_SIZE + lo
         data: bytes | bytearray
         if resident:
+            if not self._nowait:
+                raise NotResident(slot)
             data = bytearray(hi - lo)
             try:
                 got = os.preadv(self._fd, [data], at_offset, _RWF_NOWAIT)
             except BlockingIOError:
+                raise NotResident(slot) from None
+            except OSError as exc:
+                if exc.errno not in _NOWAIT_UNSUPPORTED:
+                    raise
+                self._nowait = False  # this kernel or file system cannot: ask no more
                 raise NotResident(slot) from None
             if got != hi - lo:
                 raise NotResident(slot)  # partly in the page cache, or cut short

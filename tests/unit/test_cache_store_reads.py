@@ -4,6 +4,7 @@ executor; each is verified against its checksum either way."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from collections.abc import Callable
@@ -202,5 +203,32 @@ async def test_a_block_whose_pages_were_dropped_is_read_in_the_executor_at_once(
         # is tried on the loop first.
         assert await store.read(record, CHUNK, CHUNK + 100) == data[CHUNK:CHUNK + 100]
         assert reads[1] is True
+    finally:
+        await store.close()
+
+
+async def test_a_kernel_without_nowait_reads_reads_in_the_executor_and_drops_nothing(
+    tmp_path: Path, counting: CountingExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kernels before 4.14 and some file systems refuse RWF_NOWAIT itself."""
+    metrics = RecordingMetrics()
+    store = await BlockStore.open(tmp_path, 4 * (BLOCK + 4096), BLOCK, counting, metrics,
+                                  preallocate=False, recent_chunk_bytes=0)
+    try:
+        data = payload(7)
+        record = await written(store, ident(), data)
+        refused: list[int] = []
+
+        def no_nowait(fd: int, buffers: Any, offset: int, flags: int = 0) -> int:
+            refused.append(flags)
+            raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+
+        monkeypatch.setattr(os, "preadv", no_nowait)
+        before = counting.submitted
+        assert await store.read(record, 0, 100) == data[:100]
+        assert await store.read(record, CHUNK, CHUNK + 100) == data[CHUNK:CHUNK + 100]
+        assert len(refused) == 1, "asked once, then no more"
+        assert counting.submitted == before + 2
+        assert metrics.checksum_failures == 0 and store.lookup(ident()) is record
     finally:
         await store.close()
