@@ -8,6 +8,7 @@ serving code only has to act on one outcome.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -79,8 +80,10 @@ def decide_read(
     return _decide_range(headers.range, size)
 
 
+@functools.lru_cache(maxsize=4096)
 def http_date(dt: datetime) -> str:
-    """Format ``dt`` as an IMF-fixdate (RFC 9110 §5.6.7), e.g. for Last-Modified."""
+    """Format ``dt`` as an IMF-fixdate (RFC 9110 §5.6.7), e.g. for Last-Modified.
+    Remembered: a replay answers thousands of ranges of the same few objects."""
     return format_datetime(_to_second(dt), usegmt=True)
 
 
