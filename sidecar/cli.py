@@ -1,4 +1,4 @@
-"""`sidecar serve|demo|stats`: the command line.
+"""`sidecar serve|demo|replay|stats`: the command line.
 
 Every start-up failure ends in one line on stderr and an exit code that says
 whether to retry: 2 for what only the operator can fix (a bad flag, size or
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import logging
 import os
@@ -36,8 +37,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kafka-cold-sidecar")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sidecar", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = commands.add_parser("serve", help="serve S3 range reads through the block cache")
@@ -65,8 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                                default=argparse.SUPPRESS, help=described)
 
     demo = commands.add_parser("demo", help="local S3 with Kafka segments + the sidecar")
-    demo.add_argument("--listen", default="127.0.0.1:9330", metavar="H:P")
-    demo.add_argument("--admin-listen", default="127.0.0.1:9331", metavar="H:P")
+    demo.add_argument("--listen", default="127.0.0.1:9330", metavar="H:P",
+                      help="the sidecar's S3 data port (default 127.0.0.1:9330)")
+    demo.add_argument("--admin-listen", default="127.0.0.1:9331", metavar="H:P",
+                      help="its admin port: /ui, /metrics, the API (default 127.0.0.1:9331)")
     demo.add_argument("--seconds", type=float, default=None,
                       help="stop after this many seconds (default: run until interrupted)")
 
@@ -74,15 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
         "replay", help="read partitions as a broker's remote reader does; check CRCs, measure")
     replay.add_argument("--endpoint", required=True, metavar="URL",
                         help="S3 endpoint to read through (a sidecar or the object store)")
-    replay.add_argument("--bucket", required=True)
+    replay.add_argument("--bucket", required=True, help="the tiered-storage bucket")
     replay.add_argument("--prefix", default="", help="key prefix of the Aiven layout")
     replay.add_argument("--topic", default=None, help="only this topic (default: all)")
-    replay.add_argument("--partitions", default="all", metavar="all|0,1")
+    replay.add_argument("--partitions", default="all", metavar="all|0,1",
+                        help="partitions to read (default all)")
     replay.add_argument("--fetch-bytes", default="1MiB", metavar="SIZE",
                         help="bytes read per fetch, as max.partition.fetch.bytes (default 1MiB)")
     replay.add_argument("--concurrency", type=int, default=4, metavar="N",
                         help="partitions read at once (default 4)")
-    replay.add_argument("--region", default="us-east-1")
+    replay.add_argument("--region", default="us-east-1",
+                        help="region the requests are signed for (default us-east-1)")
     replay.add_argument("--admin", default=None, metavar="URL",
                         help="the sidecar's admin URL, for its hit rate")
     replay.add_argument("--max-bytes", default=None, metavar="SIZE",
@@ -92,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--json", action="store_true", help="print one JSON object")
 
     stats = commands.add_parser("stats", help="the hit-rate summary of a running sidecar")
-    stats.add_argument("--admin", default="http://127.0.0.1:9331", metavar="URL")
+    stats.add_argument("--admin", default="http://127.0.0.1:9331", metavar="URL",
+                       help="the sidecar's admin port, URL or HOST:PORT "
+                            "(default http://127.0.0.1:9331)")
     stats.add_argument("--json", action="store_true", help="print the raw JSON")
     return parser
 
@@ -232,7 +247,8 @@ def _format_stats(stats: dict[str, Any]) -> str:
 
 
 def _stats(args: argparse.Namespace) -> None:
-    url = args.admin.rstrip("/") + "/api/v1/stats"
+    admin = args.admin if "://" in args.admin else f"http://{args.admin}"
+    url = admin.rstrip("/") + "/api/v1/stats"
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             stats = json.load(response)

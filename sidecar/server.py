@@ -229,7 +229,7 @@ class Sidecar:
         except OSError as exc:
             raise ConfigError(f"cannot listen on {address}: {exc.strerror}") from None
         host, port = runner.addresses[0][:2]
-        return f"http://{host}:{port}"
+        return HostPort(host, port).url
 
     def _show_mode(self, current: Mode, changed: bool = True) -> None:
         for mode in Mode:

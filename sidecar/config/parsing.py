@@ -70,7 +70,13 @@ class HostPort:
     port: int
 
     def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
+        # An IPv6 address is bracketed, as in a URL's authority (RFC 3986 section 3.2.2).
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self}"
 
     @property
     def is_loopback(self) -> bool:

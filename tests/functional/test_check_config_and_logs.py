@@ -198,3 +198,28 @@ def test_auto_logs_text_to_a_terminal_and_json_to_a_pipe() -> None:
                            timeout=60, env=clean_env(), check=True)
     record = json.loads(piped.stderr)
     assert (record["msg"], record["mode"], record["level"]) == ("disk full", "bypass", "WARNING")
+
+
+def test_a_sidecar_on_ipv6_loopback_announces_urls_clients_and_stats_can_use(
+    tmp_path: Path, local_s3: LocalS3, origin_s3: Any, bucket: str
+) -> None:
+    origin_s3.put_object(Bucket=bucket, Key="k", Body=b"v6" * 1000)
+    env = {"SIDECAR_LOG_LEVEL": "INFO"}
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--listen", "[::1]:0",
+                        "--admin-listen", "[::1]:0", env=env) as sidecar:
+        assert sidecar.data_url.startswith("http://[::1]:")
+        assert sidecar.admin_url.startswith("http://[::1]:")
+        with urllib.request.urlopen(sidecar.admin_url + "/healthz", timeout=10) as response:
+            assert response.status == 200
+        request = urllib.request.Request(f"{sidecar.data_url}/{bucket}/k",
+                                         headers={"Range": "bytes=0-9"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 206 and response.read() == b"v6" * 5
+        # `sidecar stats` takes the admin address as the sidecar printed it, or
+        # without its scheme.
+        stats = sidecar_cli("stats", "--admin", sidecar.admin_url.removeprefix("http://"),
+                            "--json", env=clean_env())
+        assert stats.returncode == 0, stats.stderr
+        assert json.loads(stats.stdout)["served_bytes"]["origin"] >= 10
+    started = [r for r in _records(sidecar.stderr_lines) if r.get("event") == "started"]
+    assert started and started[0]["data_url"] == sidecar.data_url

@@ -11,7 +11,7 @@ from sidecar.config import (
     parse_rate,
     parse_size,
 )
-from sidecar.config.parsing import parse_cpu_list
+from sidecar.config.parsing import parse_cpu_list, parse_host_port
 from sidecar.errors import ConfigError
 
 
@@ -128,3 +128,19 @@ def test_the_keys_file_is_read_while_loading_not_while_building(tmp_path: Path) 
     config = build_config(settings)
     assert dict(config.auth.keys) == {"AKID2": "two", "AKID1": "secret-one"}
     assert not config.auth.allow_anonymous
+
+
+@pytest.mark.parametrize(
+    ("text", "shown", "url"),
+    [
+        ("127.0.0.1:9330", "127.0.0.1:9330", "http://127.0.0.1:9330"),
+        ("[::1]:9330", "[::1]:9330", "http://[::1]:9330"),
+        ("localhost:9331", "localhost:9331", "http://localhost:9331"),
+    ],
+)
+def test_an_address_is_shown_and_made_a_url_as_rfc_3986_writes_it(
+    text: str, shown: str, url: str
+) -> None:
+    address = parse_host_port(text)
+    assert str(address) == shown and address.url == url
+    assert parse_host_port(str(address)) == address
