@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     for option in OPTIONS:
         if not option.flag:
             continue
-        described = f"{option.help} (env {option.env}, default {option.default or 'none'})"
+        described = f"{option.help} (env {option.env}, " + (
+            "required)" if option.required else f"default {option.default or 'none'})")
         if option.kind == "switch":
             serve.add_argument(option.cli, dest=option.name, action="store_const", const=True,
                                default=argparse.SUPPRESS, help=described)

@@ -23,6 +23,20 @@ from sidecar.origin.client import Origin
 from sidecar.s3.http_fields import undecodable_field
 from sidecar.telemetry.metrics import Metrics
 
+# The index at `/` (GET): every endpoint of this port and what it is for.
+ENDPOINTS = {
+    "GET /healthz": "the process is up",
+    "GET /readyz": "ready to serve (503 while not), with the mode and any disk problem",
+    "GET /metrics": "Prometheus metrics",
+    "GET /ui": "the hit-rate page",
+    "GET /api/v1/stats": "hit rates, bytes and the cache, as JSON",
+    "POST /api/v1/warm": 'warm blocks: {"objects": [{"bucket", "key", "start", "end"}], '
+                         '"ttl_s"} (admin token)',
+    "GET /api/v1/mode": "the download mode",
+    "PUT /api/v1/mode": '{"mode": "normal|no-prefetch|cache-only|bypass"} (admin token)',
+    "DELETE /api/v1/cache/{bucket}/{key}": "purge an object's cached blocks (admin token)",
+}
+
 
 @web.middleware
 async def _refuse_undecodable_headers(
@@ -80,9 +94,21 @@ class AdminPort:
         application.router.add_get("/ui", self.ui)
         application.router.add_get("/api/v1/stats", self.stats)
         application.router.add_post("/api/v1/warm", self.warm)
+        application.router.add_get("/api/v1/mode", self.get_mode)
         application.router.add_put("/api/v1/mode", self.put_mode)
         application.router.add_delete("/api/v1/cache/{bucket}/{key:.+}", self.purge)
+        application.router.add_get("/", self.index)
         return application
+
+    async def index(self, request: web.Request) -> web.Response:
+        """What this port answers, for whoever opens it in a browser or with curl."""
+        return web.json_response({"endpoints": ENDPOINTS})
+
+    async def get_mode(self, request: web.Request) -> web.Response:
+        return web.json_response(self._mode_answer())
+
+    def _mode_answer(self) -> dict[str, str]:
+        return {"mode": self._modes.current.value, "requested": self._modes.requested.value}
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -99,17 +125,19 @@ class AdminPort:
 
     async def put_mode(self, request: web.Request) -> web.Response:
         self.authorize(request)
+        expected = 'the body must be {"mode": "normal|no-prefetch|cache-only|bypass"}'
         try:
-            body = await request.json()
+            body = json.loads(await request.text())
+        except ValueError:  # a bare word, or anything else that is not JSON
+            return web.json_response({"error": f"not JSON: {expected}"}, status=400)
+        try:
             if not isinstance(body, dict) or set(body) != {"mode"}:
-                raise ValueError(
-                    'the body must be {"mode": "normal|no-prefetch|cache-only|bypass"}')
+                raise ValueError(expected)
             mode = parse_mode(body["mode"])
-        except ValueError as exc:  # JSONDecodeError is a ValueError
+        except ValueError as exc:
             return web.json_response({"error": str(exc)}, status=400)
         self._modes.request(mode)
-        return web.json_response({"mode": self._modes.current.value,
-                                  "requested": self._modes.requested.value})
+        return web.json_response(self._mode_answer())
 
     async def purge(self, request: web.Request) -> web.Response:
         self.authorize(request)

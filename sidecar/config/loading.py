@@ -9,6 +9,7 @@ the tree built from the option table, derived values and cross-checks.
 
 from __future__ import annotations
 
+import difflib
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -74,6 +75,15 @@ class Setting:
     source: str  # "flag", "env", "file" or "default"
 
 
+def unknown_key(name: str) -> str:
+    """The error for a key no option has: the nearest option's name when the key
+    looks like a typo of it, else where every key is listed."""
+    near = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.75)
+    if near:
+        return f"unknown config key {name!r}; did you mean {near[0]!r}?"
+    return f"unknown config key {name!r} (every key is listed in docs/CONFIG.md)"
+
+
 def resolve(
     flags: Mapping[str, object], env: Mapping[str, str], file_values: Mapping[str, Any]
 ) -> dict[str, Setting]:
@@ -84,7 +94,7 @@ def resolve(
     file_values = flatten_sections(file_values)
     unknown = sorted(set(file_values) - set(BY_NAME))
     if unknown:
-        raise ConfigError(f"unknown config key {unknown[0]!r} (known: {', '.join(BY_NAME)})")
+        raise ConfigError(unknown_key(unknown[0]))
     settings: dict[str, Setting] = {}
     for option in OPTIONS:
         if option.name in flags:
@@ -184,8 +194,9 @@ def validate(values: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"--block-size must be a multiple of 4KiB between 64KiB and 256MiB, got {block_size}"
         )
-    if values["cache_dir"] is None:
-        raise ConfigError("--cache-dir is required (a directory on the cache disk)")
+    for option in OPTIONS:
+        if option.required and values[option.name] is None:
+            raise ConfigError(f"{option.cli} is required: the {option.help}")
     if values["cache_size"] < block_size + 4096:
         raise ConfigError(
             f"--cache-size {values['cache_size']} cannot hold one block of {block_size} bytes"

@@ -47,6 +47,7 @@ class Option:
     # The field of the tree this option's value fills ("section.attribute"), or
     # "" for an option that feeds a derivation (sidecar.config.loading.derive).
     field: str = ""
+    required: bool = False  # no default: `serve` refuses to start without it
 
     @property
     def env(self) -> str:
@@ -115,7 +116,7 @@ OPTIONS: tuple[Option, ...] = (
            "how long a partition's segment listing is remembered", "DURATION", flag=False,
            field="origin.listing_ttl_s"),
     Option("cache_dir", optional_str, "",
-           "directory of the slab file (a dedicated disk)", "DIR"),
+           "directory of the slab file (a dedicated disk)", "DIR", required=True),
     Option("cache_size", parse_size, "1GiB", "bytes of cache to preallocate", "SIZE",
            field="cache.size_bytes"),
     Option("block_size", parse_size, "8MiB", "cache block and origin alignment size", "SIZE",

@@ -118,7 +118,10 @@ def toml_literal(value: object) -> str:
 
 
 def default_text(option: Option) -> str:
-    """The default as an operator reads it: `none` where the empty default means unset."""
+    """The default as an operator reads it: `none` where the empty default means
+    unset, `required` where there is none to fall back on."""
+    if option.required:
+        return "required"
     if option.default == "" and not isinstance(option.parse(option.default), str):
         return "none"
     return toml_literal(option.default)
@@ -183,7 +186,8 @@ def render_markdown(options: Sequence[Option]) -> str:
                 description = "**secret**: " + description
             lines.append("| " + " | ".join(_cell(cell) for cell in (
                 toml_key, f"`{flag}`" if flag else "", f"`{option.env}`", _value_text(option),
-                f"`{default_text(option)}`" if default_text(option) != "none" else "none",
+                f"`{default_text(option)}`" if default_text(option) not in ("none", "required")
+                else default_text(option),
                 description,
             )) + " |")
     return "\n".join(lines) + "\n"

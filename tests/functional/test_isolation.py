@@ -45,7 +45,8 @@ def admin_call(url: str, method: str, path: str, body: object, token: str | None
     if token:
         headers["Authorization"] = f"Bearer {token}"
     try:
-        connection.request(method, path, body=json.dumps(body), headers=headers)
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        connection.request(method, path, body=raw, headers=headers)
         response = connection.getresponse()
         return response.status, json.loads(response.read() or b"{}")
     finally:
@@ -206,10 +207,17 @@ def test_modes(local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path) -
                         "--cache-size", str(24 * SLOT), "--admin-token", token) as sidecar:
         url = sidecar.data_url
         assert raw_request(url, "GET", f"/{bucket}/{cached_key}")[2] == cached
+        # Reading the mode needs no token; the port's index names the endpoint.
+        assert admin_call(sidecar.admin_url, "GET", "/api/v1/mode", b"", None) == (
+            200, {"mode": "normal", "requested": "normal"})
+        status, index = admin_call(sidecar.admin_url, "GET", "/", b"", None)
+        assert status == 200 and "PUT /api/v1/mode" in index["endpoints"]
         assert admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "bypass"},
                           None)[0] == 401
         assert admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "fast"},
                           token)[0] == 400
+        status, error = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", b"bypass", token)
+        assert status == 400 and error["error"].startswith("not JSON: the body must be")
 
         assert admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "cache-only"},
                           token) == (200, {"mode": "cache-only", "requested": "cache-only"})
