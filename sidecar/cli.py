@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import json
 import logging
 import os
@@ -23,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from sidecar import installed_version
 from sidecar.config import OPTIONS, Setting, build_config, read_toml, resolve
 from sidecar.config.reference import NEGATED_FLAGS, effective_values, render_effective
 from sidecar.errors import ConfigError, OriginUnavailable
@@ -37,16 +37,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("kafka-cold-sidecar")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        return "unknown (not installed)"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sidecar", description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = commands.add_parser("serve", help="serve S3 range reads through the block cache")

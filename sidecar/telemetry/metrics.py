@@ -6,15 +6,19 @@ label carries an unbounded value: never a key, bucket or client address.
 
 from __future__ import annotations
 
+import platform
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
+    Info,
     PlatformCollector,
     ProcessCollector,
 )
 
+from sidecar import installed_version
 from sidecar.model import LANES
 
 # From sub-millisecond cache hits (a 1 MiB chunk read, verified and sent from
@@ -43,6 +47,9 @@ class Metrics:
         self.registry = registry
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
+        # sidecar_build_info{version, python} 1: which build each node runs.
+        Info("sidecar_build", "The running sidecar's version", registry=registry).info(
+            {"version": installed_version(), "python": platform.python_version()})
         self.requests = Counter(
             "sidecar_requests", "Client requests answered, by S3 operation and status code",
             ["op", "code"], registry=registry,

@@ -1,13 +1,17 @@
-"""The command line as an operator meets it: --version, help for every flag."""
+"""Which build runs, and the command line as an operator meets it: --version,
+the build-info metric, help for every flag."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import platform
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from sidecar.cli import build_parser, main
+from sidecar.telemetry.metrics import Metrics
 
 
 def test_version_names_the_installed_package(capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,3 +42,12 @@ def test_every_flag_of_every_command_says_what_it_is_for() -> None:
         if action.option_strings and not action.help
     ]
     assert not silent, f"flags without help text: {silent}"
+
+
+def test_metrics_say_which_build_runs() -> None:
+    registry = CollectorRegistry()
+    Metrics(registry)
+    assert registry.get_sample_value("sidecar_build_info", {
+        "version": importlib.metadata.version("kafka-cold-sidecar"),
+        "python": platform.python_version(),
+    }) == 1.0
