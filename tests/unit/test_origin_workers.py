@@ -50,9 +50,16 @@ def test_results_and_errors_reach_the_future() -> None:
 
 def test_shutdown_cancels_what_has_not_started() -> None:
     workers = OriginWorkers(1)
-    release = threading.Event()
-    running = workers.submit(Urgency.FOREGROUND, release.wait)
+    release, started = threading.Event(), threading.Event()
+
+    def hold() -> bool:
+        started.set()
+        return release.wait(timeout=10)
+
+    running = workers.submit(Urgency.FOREGROUND, hold)
+    assert started.wait(timeout=5)  # the only thread has it: what comes next waits
     waiting = workers.submit(Urgency.FOREGROUND, lambda: None)
+    # shutdown waits for the running work; let it end once shutdown has begun.
     threading.Timer(0.2, release.set).start()
     workers.shutdown()
     assert running.result(timeout=5) is True and waiting.cancelled()
