@@ -359,17 +359,40 @@ class BlockStore:
         if not self._pin_if_current(record, start, end):
             return None
         chunk, lo, hi = self._chunk_around(start, end, record.length)
-        recent = self._recent.get(record.ident, record.generation, chunk) if hi else None
+        # The whole chunk when the range is in one, kept for the next reader.
+        keep = bool(hi) and self._recent.enabled
+        recent = self._recent.get(record.ident, record.generation, chunk) if keep else None
         if recent is not None:
             self._unpin(record.slot)
             return recent[start - lo:end - lo]
-        if not hi or not self._recent.enabled:  # read and verified, not kept
-            return await self._in_task(self._read_pinned(record, start, end))
-        whole = await self._in_task(self._read_pinned(record, lo, hi))
-        if whole is None:
+        first, stop = (lo, hi) if keep else (start, end)
+        try:
+            data = self._read_resident(record, first, stop)
+        except NotResident:
+            # Neither a task nor the executor for bytes in the page cache: only
+            # a read that may wait for the disk needs them.
+            data = await self._in_task(self._read_pinned(record, first, stop))
+        else:
+            self._unpin(record.slot)
+        if data is None or not keep:
+            return data
+        self._keep(record.ident, record.generation, chunk, data)
+        return data[start - lo:end - lo]
+
+    def _read_resident(self, record: SlotRecord, start: int, end: int) -> memoryview | None:
+        """The bytes read and verified right here on the loop if they are all in
+        the page cache (None: they failed their checksum, the block is dropped);
+        raises NotResident otherwise, and for a slot whose pages were dropped
+        (a read that may not wait still starts the kernel's read-ahead for what
+        it misses, on the loop)."""
+        if record.slot in self._paged_out:
+            raise NotResident(record.slot)
+        try:
+            return self._slab.read_checked(record.slot, start, end, record.length,
+                                           record.checksums, resident=True)
+        except (ChecksumMismatch, OSError) as exc:
+            self._checksum_failed(record, exc)
             return None
-        self._keep(record.ident, record.generation, chunk, whole)
-        return whole[start - lo:end - lo]
 
     def _chunk_around(self, start: int, end: int, length: int) -> tuple[int, int, int]:
         """The chunk [start, end) lies in and its bounds in the block; hi 0 when
@@ -699,17 +722,6 @@ class BlockStore:
 
     async def _read_pinned(self, record: SlotRecord, start: int, end: int) -> memoryview | None:
         try:
-            if record.slot not in self._paged_out:
-                try:
-                    # Pages in the page cache are read (and verified) right here: a
-                    # trip through the executor costs more than the copy.
-                    return self._slab.read_checked(record.slot, start, end, record.length,
-                                                   record.checksums, resident=True)
-                except NotResident:
-                    pass
-                except (ChecksumMismatch, OSError) as exc:
-                    self._checksum_failed(record, exc)
-                    return None
             data = await self._verified(self._slab.read_paged_in, record, start, end)
             self._paged_out.discard(record.slot)  # the kernel reads the rest ahead
             return data
