@@ -76,7 +76,8 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
         summary = summarize(rows, clock() - started)
     if report_dir is not None:
         write_report(spark, rows, summary, report_dir)
-    print(format_summary(summary, rates), file=out, flush=True)
+    print(format_summary(summary, rates, [row for row in rows if not row.ok]), file=out,
+          flush=True)
     return RunResult(tuple(rows), summary)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from spark_warmup.units import format_bytes
@@ -105,32 +105,53 @@ def summarize(rows: Iterable[WarmRow], seconds: float, dry_run: bool = False,
     )
 
 
-def format_summary(summary: Summary, rates: Mapping[str, float] | None = None) -> str:
+# Failed segments named on the console; report.jsonl (--report) has them all.
+SHOWN_FAILURES = 5
+
+
+def format_summary(summary: Summary, rates: Mapping[str, float] | None = None,
+                   failures: Sequence[WarmRow] = ()) -> str:
+    """The console summary; `failures` (rows that did not warm) are named with
+    their reason, the first SHOWN_FAILURES of them. Sizes and rates in MiB."""
     rates = rates or {}
     if summary.dry_run:
         lines = [
-            f"dry run: {summary.segments} segments, {format_bytes(summary.planned_bytes)} "
-            f"planned on {len(summary.nodes)} sidecars; estimated {summary.seconds:.1f} s "
+            f"dry run: {_count(summary.segments, 'segment')}, "
+            f"{format_bytes(summary.planned_bytes)} planned on "
+            f"{_count(len(summary.nodes), 'sidecar')}; estimated {summary.seconds:.1f} s "
             f"at the warm-lane rates (nothing warmed)"
         ]
         lines += [
-            f"  {node}: {t.segments} segments, {format_bytes(t.bytes)}, "
+            f"  {node}: {_count(t.segments, 'segment')}, {format_bytes(t.bytes)}, "
             f"~{t.estimated_seconds:.1f} s at {format_bytes(rates.get(node, 0))}/s"
             for node, t in summary.nodes.items()
         ]
         return "\n".join(lines)
+    rate = summary.warmed_bytes / summary.seconds if summary.seconds > 0 else 0.0
     lines = [
-        f"warm-up: {summary.segments} segments on {len(summary.nodes)} sidecars: "
+        f"warm-up: {_count(summary.segments, 'segment')} on "
+        f"{_count(len(summary.nodes), 'sidecar')}: "
         f"planned {format_bytes(summary.planned_bytes)}, "
         f"warmed {format_bytes(summary.warmed_bytes)} "
         f"(fetched {format_bytes(summary.fetched_bytes)}, "
-        f"{summary.already_cached_blocks} blocks already cached), "
-        f"failed {format_bytes(summary.failed_bytes)} in {summary.failed_segments} segments, "
-        f"{summary.seconds:.1f} s, {summary.mb_per_s:.1f} MB/s effective"
+        f"{_count(summary.already_cached_blocks, 'block')} already cached), "
+        f"failed {format_bytes(summary.failed_bytes)} in "
+        f"{_count(summary.failed_segments, 'segment')}, "
+        f"{summary.seconds:.1f} s, {format_bytes(rate)}/s effective"
     ]
     lines += [
-        f"  {node}: {t.segments} segments, warmed {format_bytes(t.warmed_bytes)}, "
+        f"  {node}: {_count(t.segments, 'segment')}, warmed {format_bytes(t.warmed_bytes)}, "
         f"failed {format_bytes(t.failed_bytes)}"
         for node, t in summary.nodes.items()
     ]
+    for row in failures[:SHOWN_FAILURES]:
+        why = row.error or f"{row.failed} of {row.blocks} blocks failed"
+        lines.append(f"  failed: {row.topic}-{row.partition} {row.key} on {row.node}: {why}")
+    if len(failures) > SHOWN_FAILURES:
+        lines.append(f"  ... and {len(failures) - SHOWN_FAILURES} more failed segments "
+                     "(--report DIR lists every one in report.jsonl)")
     return "\n".join(lines)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

@@ -270,7 +270,10 @@ def test_a_sidecar_that_is_down_fails_its_rows_only(
 ) -> None:
     document = plan_document(local_s3, data, sidecars, retries=1)
     sidecars["b"].stop()
-    result = warm_plan(spark, document)
+    out = io.StringIO()
+    result = run(spark, parse_plan(document, env={}), out=out)
+    # The console says why, without --report.
+    assert "on b: " in out.getvalue() and "sidecar b unreachable" in out.getvalue()
     assert result.exit_code == 1
     expected = expected_nodes(data)
     failed = [row for row in result.rows if not row.ok]
@@ -433,7 +436,7 @@ def test_the_same_plan_on_a_standalone_cluster(
     finally:
         cluster.stop()
     assert result.returncode == 0, result.stderr[-4000:]
-    assert "warm-up: " in result.stdout and "MB/s effective" in result.stdout
+    assert "warm-up: " in result.stdout and "MiB/s effective" in result.stdout
     expected = expected_nodes(data)
     lines = [json.loads(line)
              for line in (tmp_path / "report" / "report.jsonl").read_text().splitlines()]

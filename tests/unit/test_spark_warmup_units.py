@@ -63,10 +63,22 @@ def test_summary_of_a_run_with_a_failure() -> None:
     assert (summary.fetched_blocks, summary.already_cached_blocks) == (4, 1)
     assert summary.mb_per_s == pytest.approx(4 * MIB / 2.0 / 1e6)
     assert summary.nodes["b"].failed_segments == 1 and summary.nodes["a"].warmed_bytes == 4 * MIB
-    text = format_summary(summary)
+    text = format_summary(summary, failures=[r for r in rows if not r.ok])
     assert "planned 12.0 MiB, warmed 4.0 MiB" in text and "failed 8.0 MiB in 2 segments" in text
-    assert "MB/s effective" in text
+    assert "3 segments on 2 sidecars" in text and "1 block already cached" in text
+    assert "2.0 MiB/s effective" in text  # 4 MiB in 2 s, in the units of every size shown
+    # Each failed segment on the console, with its reason.
+    assert f"failed: t-0 k{2 * MIB}a on a: 1 of 2 blocks failed" in text
+    assert f"failed: t-0 k{6 * MIB}b on b: sidecar b unreachable" in text
     assert summary.as_dict()["mb_per_s"] == round(summary.mb_per_s, 3)
+
+
+def test_only_the_first_failures_are_named_on_the_console() -> None:
+    rows = [row("a", (n + 1) * MIB, blocks=1, failed=1) for n in range(8)]
+    text = format_summary(summarize(rows, seconds=1.0), failures=rows)
+    assert text.count("  failed: ") == 5
+    assert "... and 3 more failed segments (--report DIR lists every one" in text
+    assert "8 segments on 1 sidecar:" in text
 
 
 def test_dry_run_estimates_at_each_nodes_rate() -> None:
@@ -79,7 +91,7 @@ def test_dry_run_estimates_at_each_nodes_rate() -> None:
     assert summary.warmed_bytes == 0 and summary.failed_bytes == 0
     text = format_summary(summary, rates)
     assert "dry run: 3 segments, 250.0 MiB planned on 2 sidecars; estimated 5.0 s" in text
-    assert "b: 1 segments, 50.0 MiB, ~5.0 s at 10.0 MiB/s" in text
+    assert "b: 1 segment, 50.0 MiB, ~5.0 s at 10.0 MiB/s" in text
 
 
 def test_an_empty_run() -> None:
