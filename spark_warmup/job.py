@@ -39,7 +39,7 @@ from spark_warmup.report import write_report
 from spark_warmup.routing import route
 from spark_warmup.selection import Segment, needs_timestamps, select_segments
 from spark_warmup.shipping import ship_package
-from spark_warmup.warming import NodeBatch, PlannedSegment, warm_node
+from spark_warmup.warming import NodeBatch, PlannedSegment, unanswered, warm_node
 
 # Listing tasks at most: more only adds scheduling overhead for tiny listings.
 _MAX_LISTING_TASKS = 64
@@ -49,11 +49,14 @@ _MAX_LISTING_TASKS = 64
 class RunResult:
     rows: tuple[WarmRow, ...]
     summary: Summary
+    # A dry run's findings that a real run would fail on (a sidecar not answering).
+    problems: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
-        """0 when every segment was warmed (or planned, for a dry run), 1 when any failed."""
-        return 0 if all(row.ok for row in self.rows) else 1
+        """0 when every segment was warmed (or planned, for a dry run, with every
+        sidecar answering), 1 when any failed."""
+        return 0 if all(row.ok for row in self.rows) and not self.problems else 1
 
 
 def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
@@ -78,7 +81,14 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
         write_report(spark, rows, summary, report_dir)
     print(format_summary(summary, rates, [row for row in rows if not row.ok]), file=out,
           flush=True)
-    return RunResult(tuple(rows), summary)
+    problems: tuple[str, ...] = ()
+    if dry_run:
+        # What the real run would meet first: every sidecar of the plan answers.
+        problems = tuple(problem for node, url in sorted(plan.sidecars.items())
+                         if (problem := unanswered(node, url)) is not None)
+        for problem in problems:
+            print(f"dry run: {problem}", file=out, flush=True)
+    return RunResult(tuple(rows), summary, problems)
 
 
 def plan_segments(spark: SparkSession, plan: Plan) -> list[PlannedSegment]:

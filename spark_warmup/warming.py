@@ -78,6 +78,23 @@ def urllib_post(url: str, body: bytes, headers: Mapping[str, str], timeout: floa
             return exc.code, exc.read()
 
 
+def unanswered(node: str, url: str, timeout: float = 5.0) -> str | None:
+    """Why the sidecar at `url` does not answer its admin port (GET /healthz),
+    or None when it does: a dry run checks what a real run would meet."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/healthz", timeout=timeout) as response:
+            if response.status == 200:
+                return None
+            return f"sidecar {node} at {url} answered {response.status} to /healthz"
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return f"sidecar {node} at {url} answered {exc.code} to /healthz"
+    except OSError as exc:  # refused, reset, timed out (URLError is an OSError)
+        return f"sidecar {node} at {url} unreachable: {_reason(exc)}"
+    except ValueError as exc:  # not a URL urllib can open
+        return f"sidecar {node}: {url!r} is not a URL: {exc}"
+
+
 def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
               sleep: Callable[[float], None] = time.sleep) -> dict[str, int]:
     """One segment's warm call with retries; the sidecar's counts, or WarmCallError."""

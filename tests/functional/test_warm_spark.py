@@ -260,9 +260,23 @@ def test_dry_run_estimates_and_warms_nothing(
     assert nodes["b"].estimated_seconds == pytest.approx(nodes["b"].bytes / (20 * MIB))
     assert result.summary.seconds == max(n.estimated_seconds for n in nodes.values())
     assert all(row.blocks == blocks(row.bytes) and row.fetched == 0 for row in result.rows)
+    assert result.problems == ()
     for process in sidecars.values():
         assert process.metric("sidecar_origin_bytes_total", lane="warm") == 0
         assert process.metric("sidecar_cache_blocks") == 0
+
+
+def test_a_dry_run_against_a_sidecar_that_is_down_says_so_and_fails(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess]
+) -> None:
+    document = plan_document(local_s3, data, sidecars)
+    sidecars["b"].stop()
+    out = io.StringIO()
+    result = run(spark, parse_plan(document, env={}), out=out, dry_run=True)
+    assert result.exit_code == 1
+    assert len(result.problems) == 1 and result.problems[0].startswith("sidecar b at http://")
+    assert "dry run: sidecar b at " in out.getvalue() and "unreachable" in out.getvalue()
+    assert sidecars["a"].metric("sidecar_cache_blocks") == 0  # a dry run warms nothing
 
 
 def test_a_sidecar_that_is_down_fails_its_rows_only(
