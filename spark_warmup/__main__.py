@@ -40,6 +40,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def session_settings(master: str | None, conf: Mapping[str, str],
+                     env: Mapping[str, str]) -> dict[str, str]:
+    """The Spark settings of the run: `--conf` as given, and for a local master
+    (everything in this process) the driver on loopback unless the operator
+    chose an address (SPARK_LOCAL_IP or --conf): Spark otherwise binds the
+    machine's first interface, reachable from the whole network."""
+    settings = dict(conf)
+    # No --master: local[*], unless spark-submit started us (its JVM is already
+    # up, with the master and addresses it was given).
+    local = master.startswith("local") if master else "PYSPARK_GATEWAY_PORT" not in env
+    if local and "SPARK_LOCAL_IP" not in env:
+        settings.setdefault("spark.driver.bindAddress", "127.0.0.1")
+        settings.setdefault("spark.driver.host", "127.0.0.1")
+    return settings
+
+
 def build_session(master: str | None, settings: Mapping[str, str]) -> SparkSession:
     builder = SparkSession.builder.appName(PROG).config("spark.ui.showConsoleProgress", "false")
     if master is not None:
@@ -68,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # interpreter (Spark's default `python3` may lack boto3). On a cluster
         # PYSPARK_PYTHON must name the executors' own interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = build_session(args.master, settings)
+    spark = build_session(args.master, session_settings(args.master, settings, os.environ))
     try:
         result = run(spark, plan, report_dir=args.report, dry_run=args.dry_run)
     except PlanError as exc:

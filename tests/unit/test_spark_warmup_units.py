@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from spark_warmup.__main__ import session_settings
 from spark_warmup.outcome import WarmRow, format_summary, summarize
 from spark_warmup.units import format_bytes, parse_rate, parse_size
 
@@ -97,3 +98,22 @@ def test_dry_run_estimates_at_each_nodes_rate() -> None:
 def test_an_empty_run() -> None:
     summary = summarize([], seconds=0.0)
     assert summary.segments == 0 and summary.mb_per_s == 0.0
+
+
+@pytest.mark.parametrize(
+    ("master", "conf", "env", "bound"),
+    [
+        ("local[2]", {}, {}, "127.0.0.1"),
+        (None, {}, {}, "127.0.0.1"),  # local[*]
+        ("local[2]", {"spark.driver.bindAddress": "10.1.2.3"}, {}, "10.1.2.3"),
+        ("local[2]", {}, {"SPARK_LOCAL_IP": "10.1.2.3"}, None),
+        ("spark://m:7077", {}, {}, None),  # executors elsewhere must reach the driver
+        (None, {}, {"PYSPARK_GATEWAY_PORT": "4242"}, None),  # under spark-submit
+    ],
+)
+def test_a_local_driver_listens_on_loopback_unless_told_otherwise(
+    master: str | None, conf: dict[str, str], env: dict[str, str], bound: str | None
+) -> None:
+    settings = session_settings(master, conf, env)
+    assert settings.get("spark.driver.bindAddress") == bound
+    assert {key: settings[key] for key in conf} == conf
