@@ -222,6 +222,7 @@ class Engine:
             data = await self._store.read(record, lo, upto)
             if data is None:  # evicted meanwhile, or failed its checksum: refetch
                 self._forget_evicted((ident,))
+                self._mind_disk_reads()
                 break
             lo = upto
             yield data, Source.CACHE
@@ -236,6 +237,7 @@ class Engine:
         except (Unslotted, ChecksumMismatch):
             # No slot to land in, its disk failed, or did not keep the bytes:
             # this reader's bytes come straight from the origin, uncached.
+            self._mind_disk_reads()
             async for passed in self._bypass(info, block, lo, hi):
                 yield passed
 
@@ -252,6 +254,13 @@ class Engine:
                 lo = upto
         finally:
             self._detach(in_flight)
+
+    def _mind_disk_reads(self) -> None:
+        """After a failed read: a disk that keeps failing reads is bypassed, as one
+        that fails a write is (until the disk watcher sees it well)."""
+        problem = self._store.read_fault()
+        if problem is not None and self._modes.disk_problem is None:
+            self._modes.disk_failed(f"cache disk reads: {problem}")
 
     def _attach(self, in_flight: InFlightBlock) -> None:
         """A reader of the block: its slot stays its own (pinned) until the reader

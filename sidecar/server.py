@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -162,7 +163,7 @@ class Sidecar:
             cache.directory, cache.disk_reserve_bytes, cache.disk_check_interval_s,
             self._executor, shrink=self._engine.shrink_cache, grow=store.grow,
             failed=lambda: self.modes.disk_problem is not None,
-            recovered=self.modes.disk_recovered,
+            recovered=functools.partial(self._disk_recovered, store),
         )
         self._watcher = asyncio.get_running_loop().create_task(watcher.run())
         self.device = device
@@ -174,6 +175,10 @@ class Sidecar:
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
         self._ready = True
+
+    def _disk_recovered(self, store: BlockStore) -> None:
+        store.disk_recovered()
+        self.modes.disk_recovered()
 
     def _small_objects(self) -> Callable[[BlockIdent], bool] | None:
         """Blocks that skip probation, also when recovered at start: a segment's

@@ -212,14 +212,19 @@ def build() -> dict[str, Any]:
                          "fleet {{reason}}"),
                   target(f"sum by (instance, reason) ({rate('sidecar_cache_evictions_total')})",
                          "{{instance}} {{reason}}")], "ops", 6, min=0)
-    layout.panel("timeseries", "Checksum failures",
-                 "Cached blocks whose data did not match their checksum (dropped and refetched). "
-                 "Any is a sign of a failing cache disk.",
+    layout.panel("timeseries", "Checksum failures and disk errors",
+                 "Cached blocks whose data did not match their checksum (dropped and refetched), "
+                 "and reads and writes the cache disk failed (EIO, ENOSPC). Any is a sign of a "
+                 "failing cache disk; three failed reads within a minute, or a failed write, "
+                 "put the node in bypass.",
                  [target(f"sum (increase(sidecar_cache_checksum_failures_total{{{SEL}}}[{RATE}]))",
                          "fleet"),
                   target(f"sum by (instance) "
                          f"(increase(sidecar_cache_checksum_failures_total{{{SEL}}}[{RATE}]))",
-                         "{{instance}}")], "none", 6, min=0)
+                         "{{instance}}"),
+                  target(f"sum by (instance, op) "
+                         f"(increase(sidecar_cache_disk_errors_total{{{SEL}}}[{RATE}]))",
+                         "{{instance}} disk {{op}} errors")], "none", 6, min=0)
 
     layout.row("Isolation")
     layout.panel("timeseries", "Rate-limit waits by lane",

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from sidecar.cache.errors import CacheDiskError, CacheFullError, ChecksumMismatch
+from sidecar.cache.faults import ReadFaults
 from sidecar.cache.ident import BlockIdent, SlotRecord
 from sidecar.cache.policy import EvictionPolicy
 from sidecar.cache.recent import RecentChunks
@@ -78,6 +79,9 @@ class CacheMetrics(Protocol):
 
     def on_checksum_failure(self) -> None:
         """A read found cached bytes that do not match their checksum."""
+
+    def on_disk_error(self, op: str) -> None:
+        """The cache disk failed a "read" or a "write" (EIO, ENOSPC...)."""
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,7 @@ class BlockStore:
         # often: a segment's manifest and indexes), so scans cannot evict them.
         self._admit_to_main = admit_to_main or _nothing_skips_probation
         self._recent = RecentChunks(recent_chunk_bytes, slab.chunk_size)
+        self._read_faults = ReadFaults()
         if recovered is not None:
             self._adopt(recovered)
 
@@ -488,7 +493,7 @@ class BlockStore:
             await self._in_task(self._in_executor(self._slab.invalidate, slot))
         except OSError as exc:
             self.abort(write)
-            raise CacheDiskError(_describe_disk_error(exc)) from exc
+            raise CacheDiskError(self._write_failed(exc)) from exc
         return write
 
     def write_chunk(self, write: BlockWrite, offset: int, data: memoryview) -> int:
@@ -498,7 +503,7 @@ class BlockStore:
         try:
             return self._slab.write_chunk(write.slot, offset, data, first=False)
         except OSError as exc:
-            raise CacheDiskError(_describe_disk_error(exc)) from exc
+            raise CacheDiskError(self._write_failed(exc)) from exc
 
     def hold(self, write: BlockWrite) -> None:
         """Keep the write's slot from being reused while a reader is at it, even
@@ -536,6 +541,7 @@ class BlockStore:
         except (ChecksumMismatch, OSError) as exc:
             log.warning("block %s read back wrong while being written: %s", write.ident, exc)
             self._metrics.on_checksum_failure()
+            self._read_failed(exc)
             raise ChecksumMismatch(write.slot, start // write.chunk_size) from exc
         finally:
             self._unpin(write.slot)
@@ -553,7 +559,7 @@ class BlockStore:
         except OSError as exc:
             log.warning("could not cache block %s in slot %d: %s", write.ident, write.slot, exc)
             self.abort(write)
-            return Written(None, write.evicted, _describe_disk_error(exc))
+            return Written(None, write.evicted, self._write_failed(exc))
         written = self._insert(write.slot, write.ident, record, read)
         return Written(written.record, (*write.evicted, *written.evicted), written.disk_error)
 
@@ -731,8 +737,30 @@ class BlockStore:
     def _checksum_failed(self, record: SlotRecord, exc: ChecksumMismatch | OSError) -> None:
         log.warning("dropping cached block %s: %s", record.ident, exc)
         self._metrics.on_checksum_failure()
+        self._read_failed(exc)
         if self._records.get(record.ident) is record:
             self._drop(record, REASON_CHECKSUM)
+
+    def _read_failed(self, exc: ChecksumMismatch | OSError) -> None:
+        if isinstance(exc, OSError):
+            self._metrics.on_disk_error("read")
+            self._read_faults.error(self._clock(), exc)
+        else:
+            self._read_faults.mismatch(self._clock())
+
+    def _write_failed(self, exc: OSError) -> str:
+        """Count a write the disk refused; what went wrong, for the caller."""
+        self._metrics.on_disk_error("write")
+        return _describe_disk_error(exc)
+
+    def read_fault(self) -> str | None:
+        """Why the disk counts as failing its reads (sidecar.cache.faults), or None:
+        for the caller to decide whether to keep using the cache."""
+        return self._read_faults.problem(self._clock())
+
+    def disk_recovered(self) -> None:
+        """The disk was seen well again: earlier failed reads no longer count."""
+        self._read_faults.clear()
 
     async def _write_reserved(
         self, slot: int, ident: BlockIdent, generation: int, data: bytes | bytearray,
@@ -751,7 +779,7 @@ class BlockStore:
                 # A failing cache disk must not fail the client whose block
                 # this is: the block is just not cached.
                 log.warning("could not cache block %s in slot %d: %s", ident, slot, exc)
-                return Written(None, disk_error=_describe_disk_error(exc))
+                return Written(None, disk_error=self._write_failed(exc))
             raise
         return self._insert(slot, ident, record, read)
 
@@ -899,6 +927,8 @@ class BlockStore:
         try:
             await self._loop.run_in_executor(self._executor, self._slab.invalidate, slot)
         except Exception as exc:  # the next write clears the flag anyway
+            if isinstance(exc, OSError):
+                self._metrics.on_disk_error("write")
             log.warning("could not clear the valid flag of cache slot %d: %s", slot, exc)
         if not self._closed:
             self._free.append(slot)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,10 @@ log = logging.getLogger(__name__)
 
 PROBE_NAME = ".disk-probe"
 PROBE_BYTES = 64 * 1024
+# The longest a failed disk stays bypassed before it is probed again, and how
+# soon after a recovery (in holds) a new failure doubles the hold.
+MAX_HOLD_S = 600.0
+REPEAT_WITHIN = 10
 
 
 @dataclass(frozen=True)
@@ -81,13 +87,19 @@ def free_bytes(directory: Path) -> int:
 
 
 def probe_write(directory: Path) -> None:
-    """Write, sync and remove a small file: raises OSError while the disk is unwell."""
+    """Write, sync, read back from the disk and remove a small file: raises
+    OSError while the disk is unwell (a disk failing reads fails the read)."""
     path = directory / PROBE_NAME
+    pattern = os.urandom(PROBE_BYTES)
     try:
-        with open(path, "wb") as probe:
-            probe.write(b"\0" * PROBE_BYTES)
+        with open(path, "w+b") as probe:
+            probe.write(pattern)
             probe.flush()
             os.fsync(probe.fileno())
+            # Out of the page cache, so that the read below asks the disk.
+            os.posix_fadvise(probe.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            if os.pread(probe.fileno(), PROBE_BYTES, 0) != pattern:
+                raise OSError(errno.EIO, "the disk gave back other bytes than were written")
     finally:
         path.unlink(missing_ok=True)
 
@@ -104,6 +116,7 @@ class DiskWatcher:
         grow: Callable[[], int],
         failed: Callable[[], bool],
         recovered: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._directory = directory
         self._reserve = reserve_bytes
@@ -113,6 +126,13 @@ class DiskWatcher:
         self._grow = grow
         self._failed = failed
         self._recovered = recovered
+        self._clock = clock
+        # A disk that fails again soon after it was seen well (a failing device
+        # whose bad areas a small probe misses) stays bypassed longer each time,
+        # up to MAX_HOLD_S, rather than flapping every few seconds.
+        self._hold = interval_s
+        self._failed_at: float | None = None
+        self._recovered_at: float | None = None
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -132,10 +152,21 @@ class DiskWatcher:
                             free, self._reserve, released)
         elif free > self._reserve * 3 // 2:
             self._grow()
-        if self._failed() and free >= self._reserve:
-            try:
-                await loop.run_in_executor(self._executor, probe_write, self._directory)
-            except OSError as exc:
-                log.info("cache disk still unwell: %s", exc)
-                return
-            self._recovered()
+        if not self._failed():
+            return
+        now = self._clock()
+        if self._failed_at is None:
+            self._failed_at = now
+            again_soon = self._recovered_at is not None and \
+                now - self._recovered_at < REPEAT_WITHIN * self._hold
+            self._hold = min(MAX_HOLD_S, self._hold * 2) if again_soon else self._interval
+        if free < self._reserve or now - self._failed_at < self._hold:
+            return
+        try:
+            await loop.run_in_executor(self._executor, probe_write, self._directory)
+        except OSError as exc:
+            log.info("cache disk still unwell: %s", exc)
+            return
+        self._failed_at = None
+        self._recovered_at = now
+        self._recovered()

@@ -98,6 +98,11 @@ class Metrics:
             "Cached blocks whose data did not match their checksum (dropped and refetched)",
             registry=registry,
         )
+        self.disk_errors = Counter(
+            "sidecar_cache_disk_errors",
+            "Reads and writes of the cache disk that failed (EIO, ENOSPC...), by operation",
+            ["op"], registry=registry,
+        )
         self.prefetch_blocks = Counter(
             "sidecar_prefetch_blocks",
             "Read-ahead blocks: issued to the origin, used by a reader, wasted (evicted unread)",
@@ -153,6 +158,8 @@ class Metrics:
             self.warm_blocks.labels(outcome)
         for reason in EVICTION_REASONS:
             self.evictions.labels(reason)
+        for disk_op in ("read", "write"):
+            self.disk_errors.labels(disk_op)
         for reason in AUTH_FAILURE_REASONS:
             self.auth_failures.labels(reason)
 
@@ -162,6 +169,9 @@ class Metrics:
 
     def on_checksum_failure(self) -> None:
         self.checksum_failures.inc()
+
+    def on_disk_error(self, op: str) -> None:
+        self.disk_errors.labels(op).inc()
 
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:
         """Current value of one sample (for the stats JSON and `sidecar stats`)."""

@@ -421,7 +421,7 @@ async def test_disk_error_on_write_caches_nothing(
         with monkeypatch.context() as patch:
             patch.setattr(Slab, "write_block", failing)
             assert (await store.write(ident(0), payload(10))).record is None
-        assert store.block_count() == 0
+        assert store.block_count() == 0 and metrics.disk_errors == {"write": 1}
         await written(store, ident(0), payload(10))  # the slot was given back
     finally:
         await store.close()

@@ -10,6 +10,7 @@ catches a late over-fetch.
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -110,10 +111,12 @@ async def make_rig(tmp_path: Path, executor: ThreadPoolExecutor) -> AsyncIterato
 
     async def make(data: bytes, slots: int = 32, max_run: int = 8,
                    planner: ReadAheadPlanner | None = None, key: str = "k",
-                   block: int = BLOCK, parts: int = 1) -> Rig:
+                   block: int = BLOCK, parts: int = 1, recent_chunk_bytes: int = 64 * 2**20
+                   ) -> Rig:
         metrics = Metrics(CollectorRegistry())
         store = await BlockStore.open(tmp_path / f"cache{len(rigs)}", slots * (block + 4096),
-                                      block, executor, metrics)
+                                      block, executor, metrics,
+                                      recent_chunk_bytes=recent_chunk_bytes)
         origin = ScriptedOrigin(data)
         info = origin.add(key, data)
         modes = ModeState()
@@ -438,6 +441,36 @@ async def test_a_disk_that_fails_a_write_switches_the_sidecar_to_bypass(
     assert rig.modes.current is Mode.BYPASS and rig.modes.disk_problem == \
         "ENOSPC: No space left on device"
     assert rig.store.block_count() == 0
+
+
+async def test_a_disk_that_keeps_failing_reads_switches_the_sidecar_to_bypass(
+    make_rig: MakeRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = random.Random(19).randbytes(4 * BLOCK)
+    rig = await make_rig(data, recent_chunk_bytes=0)
+    assert (await collect(rig.engine, rig.info, 0, len(data) - 1))[0] == data
+    await rig.engine.idle()
+    assert rig.store.block_count() == 4
+
+    def failing(self: Slab, *args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Slab, "read_checked", failing)
+    # The cached copy fails, and so does reading back the refetched one: two
+    # failed reads; the reader gets the origin's bytes, the cache stays in use.
+    body, sources = await collect(rig.engine, rig.info, 0, 99)
+    assert body == data[:100] and sources == {Source.ORIGIN}
+    await rig.engine.idle()
+    assert rig.modes.current is Mode.NORMAL
+    assert rig.metric("sidecar_cache_disk_errors_total", op="read") == 2
+    # The third within the minute: the disk is failing, and bypassed.
+    body, _ = await collect(rig.engine, rig.info, BLOCK, 2 * BLOCK + 99)
+    assert body == data[BLOCK:2 * BLOCK + 100]
+    assert rig.modes.current is Mode.BYPASS
+    assert rig.modes.disk_problem is not None and "Input/output error" in rig.modes.disk_problem
+    assert rig.metric("sidecar_cache_disk_errors_total", op="read") >= 3
+    rig.store.disk_recovered()
+    assert rig.store.read_fault() is None
 
 
 async def test_invalidate_drops_the_blocks_and_forgets_their_read_ahead(
