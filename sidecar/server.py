@@ -150,9 +150,11 @@ class Sidecar:
             self.config.origin, self._written(self._engine), server.client_timeout_s
         )
         await self._passthrough.start()
+        self._say_who_may_sign(auth.keys, auth.allow_anonymous)
         data = DataPort(self._engine, self.origin, self.metrics,
                         server.max_requests, server.client_timeout_s, self._access_log,
-                        Authenticator(auth.keys, auth.allow_anonymous) if auth.keys else None,
+                        Authenticator(auth.keys, auth.allow_anonymous,
+                                      origin_key=self.origin.own_key),
                         passthrough=self._passthrough)
         admin = AdminPort(
             self.metrics, lambda: self._ready, self._engine, self.origin,
@@ -175,6 +177,17 @@ class Sidecar:
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
         self._ready = True
+
+    def _say_who_may_sign(self, keys: Mapping[str, str], allow_anonymous: bool) -> None:
+        own = self.origin.own_key()
+        signers = ([f"the origin credentials ({own[0][:4]}...)"] if own else []) + \
+            ([f"{len(keys)} configured key(s)"] if keys else [])
+        anonymous = "; unsigned requests may read" if allow_anonymous else ""
+        if signers:
+            log.info("data port: requests signed by %s%s", " and ".join(signers), anonymous)
+        elif not allow_anonymous:
+            log.warning("data port: no origin credentials and no [auth] keys, so no "
+                        "request can be signed: every request will get 403")
 
     def _disk_recovered(self, store: BlockStore) -> None:
         store.disk_recovered()

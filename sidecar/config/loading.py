@@ -178,11 +178,8 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         },
         "auth": {
             "keys": values["auth_keys"],
-            # No keys: nothing to check signatures against, so every request is
-            # served as before auth existed.
-            "allow_anonymous": (not values["auth_keys"]
-                                if values["auth_allow_anonymous"] is None
-                                else values["auth_allow_anonymous"]),
+            # Besides these, the sidecar's own origin credentials sign (s3/auth.py).
+            "allow_anonymous": bool(values["auth_allow_anonymous"]),
         },
     }
 
@@ -215,11 +212,6 @@ def validate(values: Mapping[str, Any]) -> None:
     if not admin.is_loopback and values["admin_token"] is None:
         raise ConfigError(
             f"--admin-listen {admin} is not loopback: set --admin-token to protect the admin port"
-        )
-    if values["auth_allow_anonymous"] is False and not values["auth_keys"]:
-        raise ConfigError(
-            "auth_allow_anonymous = false needs access keys (auth_keys or auth_keys_file): "
-            "no request could be served"
         )
 
 

@@ -15,7 +15,6 @@ from typing import Any
 from sidecar.config.parsing import (
     fraction,
     non_negative_int,
-    optional_bool,
     optional_str,
     parse_auth_keys,
     parse_bool,
@@ -213,16 +212,16 @@ OPTIONS: tuple[Option, ...] = (
     # Data-port SigV4 verification ([auth] in TOML). Keys never go on the command
     # line, where any user of the host can read them from ps.
     Option("auth_keys", parse_auth_keys, "",
-           "access keys whose SigV4 signatures the data port accepts: a TOML table "
-           "{AKID = \"SECRET\"} or AKID:SECRET,AKID2:SECRET2", "KEYS", flag=False, secret=True),
+           "access keys whose SigV4 signatures the data port accepts besides the sidecar's "
+           "own origin credentials (always accepted): a TOML table {AKID = \"SECRET\"} or "
+           "AKID:SECRET,AKID2:SECRET2", "KEYS", flag=False, secret=True),
     Option("auth_keys_file", optional_str, "",
            "a file of AKID:SECRET lines (e.g. a Kubernetes Secret mount), added to auth_keys",
            "PATH", flag=False),
-    Option("auth_allow_anonymous", optional_bool, "",
-           "serve unsigned requests (default: true when no keys are configured); next to "
-           "access keys they may only read (GET/HEAD of objects and their sub-resources, "
-           "listings, HeadBucket, GetBucketLocation, ListBuckets): writes and deletes need a "
-           "signature, as they reach the origin with the sidecar's credentials", "BOOL",
-           flag=False),
+    Option("auth_allow_anonymous", parse_bool, False,
+           "serve unsigned requests, for reading only (GET/HEAD of objects and their "
+           "sub-resources, listings, HeadBucket, GetBucketLocation, ListBuckets): writes and "
+           "deletes always need a signature, as they reach the origin with the sidecar's "
+           "credentials", "BOOL", flag=False),
 )
 BY_NAME = {option.name: option for option in OPTIONS}

@@ -199,10 +199,6 @@ def parse_log_format(value: object) -> str:
     return name
 
 
-def optional_bool(value: object) -> bool | None:
-    return None if str(value).strip() == "" else parse_bool(value)
-
-
 # AWS access key ids are letters and digits; a little wider is allowed for
 # other S3 implementations, but never a separator of the formats below.
 _ACCESS_KEY_RE = re.compile(r"^[A-Za-z0-9_.+=@-]{1,128}$")

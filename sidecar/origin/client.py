@@ -97,6 +97,9 @@ _MAX_FETCH_CHUNK = 1024 * 1024
 # Who gets the next free origin thread, by lane (a reader waiting on a part of
 # a foreground fetch goes first of all: fetch_into's `waited_for`).
 _URGENCY = {FOREGROUND: Urgency.FOREGROUND, PREFETCH: Urgency.PREFETCH, WARM: Urgency.WARM}
+# How often the credentials the data port accepts are taken again from the
+# origin's (temporary ones are renewed minutes before they expire).
+_OWN_KEY_REFRESH_S = 60.0
 # How long a presigned block GET stays valid: one fetch, with its retries, at most.
 _PRESIGN_SECONDS = 900
 
@@ -214,6 +217,9 @@ class Origin:
         self._jitter = jitter
         self._stack = AsyncExitStack()
         self._client: Any = None
+        self._credentials: Any = None
+        self._own_key: tuple[str, str] | None = None
+        self._key_refresher: asyncio.Task[None] | None = None
         self._heads = HeadMemo(ttl_s=config.head_ttl_s,
                                stale_if_error_s=config.head_stale_if_error_s, clock=clock)
         self._buckets: TTLCache[str, bool] = TTLCache(maxsize=256, ttl=60.0, timer=clock)
@@ -263,8 +269,39 @@ class Origin:
                 config=client_config,
             )
         )
+        # The credentials the client signs with, resolved by the same chain
+        # (environment, profile, web identity, instance role).
+        self._credentials = await session.get_credentials()
+        await self._refresh_own_key()
+        self._key_refresher = asyncio.get_running_loop().create_task(self._refresh_own_keys())
+
+    def own_key(self) -> tuple[str, str] | None:
+        """The access key id and secret the sidecar signs its origin requests
+        with, as they are now; None without credentials. The data port accepts
+        requests signed with them (sidecar.s3.auth)."""
+        return self._own_key
+
+    async def _refresh_own_key(self) -> None:
+        if self._credentials is None:
+            self._own_key = None
+            return
+        # Temporary credentials (a role, web identity) are renewed here as
+        # they near their expiry, as they would be for the next origin call.
+        frozen = await self._credentials.get_frozen_credentials()
+        self._own_key = (frozen.access_key, frozen.secret_key) \
+            if frozen.access_key and frozen.secret_key else None
+
+    async def _refresh_own_keys(self) -> None:
+        while True:
+            await asyncio.sleep(_OWN_KEY_REFRESH_S)
+            try:
+                await self._refresh_own_key()
+            except Exception as exc:  # the old key serves until a refresh succeeds
+                log.warning("could not refresh the origin credentials: %s", exc)
 
     async def close(self) -> None:
+        if self._key_refresher is not None:
+            self._key_refresher.cancel()
         self._reader.close()  # fetch threads blocked on the origin return now
         self._workers.shutdown()
         await self._stack.aclose()

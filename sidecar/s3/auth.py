@@ -4,11 +4,13 @@ The signature math is sidecar.s3.sigv4 (pure); this holds the secrets, the clock
 and a small cache of derived signing keys (one HMAC chain per key, day and
 region, instead of four HMACs per request).
 
-Anonymous access (`auth_allow_anonymous`) next to configured keys is read-only:
-everything the cache does not serve is passed through to the origin signed with
-the sidecar's own credentials, so an unsigned PUT or DELETE would write with
-them. With no keys at all (the loopback default) everything is served, as
-before authentication existed.
+Secure by default: a request must be signed, with a configured key or with
+the sidecar's own origin credentials (the tiered-storage plugin on the same
+node usually has the same ones). Everything the cache does not serve is passed
+through to the origin signed with those credentials, so an unsigned PUT or
+DELETE that any local process could send would otherwise write with them (a
+confused deputy able to erase a topic's history). Anonymous access
+(`auth_allow_anonymous`) is opt-in and read-only.
 """
 
 from __future__ import annotations
@@ -32,11 +34,16 @@ class Authenticator:
         keys: Mapping[str, str],
         allow_anonymous: bool,
         clock: Callable[[], float] = time.time,
+        origin_key: Callable[[], tuple[str, str] | None] = lambda: None,
     ) -> None:
+        """`origin_key`: the sidecar's own origin credentials as they are now
+        (access key id, secret), or None; asked per request, since temporary
+        credentials are replaced as they expire."""
         self._keys = dict(keys)
         self._allow_anonymous = allow_anonymous
         self._clock = clock
-        self._derived: dict[tuple[str, str, str, str], bytes] = {}
+        self._origin_key = origin_key
+        self._derived: dict[tuple[str, str, str, str, str], bytes] = {}
 
     def __repr__(self) -> str:
         return f"Authenticator(keys={len(self._keys)}, allow_anonymous={self._allow_anonymous})"
@@ -54,16 +61,23 @@ class Authenticator:
             return None
         return verify(method, raw_path, headers, self._signing_key, self._clock())
 
-    def anonymous_may(self, operation: str) -> bool:
-        """Whether an anonymous request may perform `operation` (a sidecar.s3.operations name):
-        anything with no keys configured, else only reads."""
-        return not self._keys or operation in READ_OPERATIONS
+    @staticmethod
+    def anonymous_may(operation: str) -> bool:
+        """Whether an anonymous request may perform `operation` (a
+        sidecar.s3.operations name): only reads."""
+        return operation in READ_OPERATIONS
 
     def _signing_key(self, credential: Credential) -> bytes | None:
         secret = self._keys.get(credential.access_key)
         if secret is None:
-            return None
-        scope = (credential.access_key, credential.date, credential.region, credential.service)
+            own = self._origin_key()
+            if own is None or own[0] != credential.access_key:
+                return None
+            secret = own[1]
+        # The secret is part of the scope: a key id whose secret was rotated
+        # never verifies with the old one.
+        scope = (credential.access_key, secret, credential.date, credential.region,
+                 credential.service)
         key = self._derived.get(scope)
         if key is None:
             if len(self._derived) >= _MAX_CACHED_KEYS:

@@ -100,15 +100,15 @@ class DataPort:
             bucket, key, query = split_path(request.raw_path)
             operation = classify(request.method, bucket, key, query, request.headers)
             op = operation.name
-            if anonymous:
-                self._refuse_anonymous_writes(operation)
-            if bucket:
-                validate_object_address(bucket, key)
             if operation.name == OTHER_OPERATION:
                 # Not an S3 operation (PATCH, TRACE, a bare POST to a key...): S3
                 # answers 405, and the origin is never asked.
                 raise S3Error(405, "MethodNotAllowed",
                               "The specified method is not allowed against this resource.")
+            if anonymous:
+                self._refuse_anonymous_writes(operation)
+            if bucket:
+                validate_object_address(bucket, key)
             if not operation.cached:
                 response = await self._pass_through(request, operation, bucket, key)
             else:

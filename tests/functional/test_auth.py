@@ -76,7 +76,7 @@ def secured(local_s3: LocalS3, auth_bucket: str, secured_dir: Path) -> Iterator[
         local_s3.endpoint, base / "cache", "--block-size", "64KiB", "--cache-size", "8MiB",
         "--admin-token", ADMIN_TOKEN, "--access-log", str(base / "access.log"),
         env={"SIDECAR_AUTH_KEYS": f"{AKID}:{SECRET}", "SIDECAR_AUTH_KEYS_FILE": str(keys_file),
-             "SIDECAR_LOG_LEVEL": "INFO"},
+             "SIDECAR_LOG_LEVEL": "INFO", "SIDECAR_AUTH_ALLOW_ANONYMOUS": "false"},
     ) as process:
         yield process
 
@@ -353,11 +353,51 @@ def test_no_secret_in_stderr_access_log_stats_or_metrics(
             assert secret not in text, f"a secret shows in {where}"
 
 
+def test_by_default_only_the_sidecars_own_credentials_sign(
+    local_s3: LocalS3, auth_bucket: str, tmp_path: Path, origin_s3: Any
+) -> None:
+    """No [auth] keys and nothing opted into: the data port is not open. The
+    plugin's requests, signed with the credentials the sidecar reads the
+    origin with, are served; unsigned and wrongly signed ones are refused,
+    writes above all (they would reach the origin with those credentials)."""
+    with SidecarProcess(
+        local_s3.endpoint, tmp_path, "--block-size", "64KiB", "--cache-size", "8MiB",
+        env={"SIDECAR_AUTH_ALLOW_ANONYMOUS": "false"},
+    ) as sidecar:
+        own = client(sidecar.data_url, CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                     CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        wrong = client(sidecar.data_url, CREDENTIALS["AWS_ACCESS_KEY_ID"], "not-the-secret")
+        try:
+            assert own.get_object(Bucket=auth_bucket, Key=KEY, Range="bytes=0-9")["Body"] \
+                .read() == BODY[:10]
+            own.put_object(Bucket=auth_bucket, Key="signed.bin", Body=b"by the plugin")
+            assert origin_s3.get_object(Bucket=auth_bucket, Key="signed.bin")["Body"].read() \
+                == b"by the plugin"
+            with pytest.raises(ClientError) as caught:
+                wrong.put_object(Bucket=auth_bucket, Key="forged.bin", Body=b"forged")
+            assert caught.value.response["Error"]["Code"] == "AccessDenied"
+        finally:
+            own.close()
+            wrong.close()
+        assert_access_denied(*fetch(f"{sidecar.data_url}/{auth_bucket}/{KEY}"), "")
+        assert_access_denied(*fetch(f"{sidecar.data_url}/{auth_bucket}/anonymous.bin",
+                                    method="PUT", data=b"written by nobody"), "")
+        assert_access_denied(*fetch(f"{sidecar.data_url}/{auth_bucket}/{KEY}",
+                                    method="DELETE"), "")
+        assert_access_denied(*fetch(
+            f"{sidecar.data_url}/{auth_bucket}?delete", method="POST",
+            data=f"<Delete><Object><Key>{KEY}</Key></Object></Delete>".encode()), "")
+        for written in ("forged.bin", "anonymous.bin"):
+            with pytest.raises(ClientError):
+                origin_s3.head_object(Bucket=auth_bucket, Key=written)
+        assert origin_s3.head_object(Bucket=auth_bucket, Key=KEY)["ContentLength"] == len(BODY)
+        assert sidecar.metric("sidecar_auth_failures_total") >= 5
+
+
 @pytest.mark.parametrize("env,says", [
     ({"SIDECAR_AUTH_KEYS": f"{AKID}:{SECRET},bad key:{SECRET2}"}, "entry 2: not AKID:SECRET"),
     ({"SIDECAR_AUTH_KEYS": f"{AKID}:{SECRET},{AKID}:{SECRET2}"}, "an access key id is given twice"),
     ({"SIDECAR_AUTH_KEYS": f"{AKID}:"}, "must be a non-empty string"),
-    ({"SIDECAR_AUTH_ALLOW_ANONYMOUS": "false"}, "needs access keys"),
     ({"SIDECAR_AUTH_KEYS_FILE": "/nonexistent/keys"}, "cannot read /nonexistent/keys"),
     ({"SIDECAR_ADMIN_LISTEN": "0.0.0.0:0"}, "--admin-token"),
 ])
@@ -385,7 +425,8 @@ def test_auth_keys_from_a_toml_table(
     cache = tmp_path / "cache"
     cache.mkdir()
     with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
-                        "--block-size", "64KiB", "--cache-size", "8MiB") as sidecar:
+                        "--block-size", "64KiB", "--cache-size", "8MiB",
+                        env={"SIDECAR_AUTH_ALLOW_ANONYMOUS": "false"}) as sidecar:
         assert fetch(f"{sidecar.data_url}/{auth_bucket}/{KEY}")[0] == 403
         s3 = client(sidecar.data_url, AKID, SECRET)
         try:

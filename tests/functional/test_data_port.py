@@ -267,7 +267,9 @@ def raw_request(url: str, method: str, path: str, headers: dict[str, str] | None
         ("GET", "/Bad_Bucket/{key}", {}, 400, "InvalidBucketName"),
         # PUT, DELETE, multipart, sub-resources and bucket requests are passed
         # through to the origin: tests/functional/test_passthrough.py.
-        ("PUT", "/{bucket}/{key}", {"x-amz-content-sha256": "nonsense"}, 400, "InvalidArgument"),
+        # Unsigned: refused before the payload is looked at (tests of the
+        # pass-through send it signed).
+        ("PUT", "/{bucket}/{key}", {"x-amz-content-sha256": "nonsense"}, 403, "AccessDenied"),
         # Not S3 operations: refused here, never forwarded.
         ("PATCH", "/{bucket}/{key}", {}, 405, "MethodNotAllowed"),
         ("POST", "/{bucket}/{key}", {}, 405, "MethodNotAllowed"),

@@ -12,7 +12,6 @@ import secrets
 import socket
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,10 @@ from urllib.parse import parse_qsl, urlsplit
 
 import boto3
 import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config as BotoConfig
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from sidecar.tools.kafka_segments import generate_topic_segments, iter_segment_batches
@@ -52,12 +54,31 @@ def _signatures_hold(verifying: VerifyingProxy) -> Iterator[None]:
     assert verifying.failures == [], verifying.failures
 
 
+def signed(url: str, method: str, path: str, headers: dict[str, str]) -> dict[str, str]:
+    """`headers` with a SigV4 signature by the sidecar's own origin credentials
+    (what the plugin signs with), over the payload hash the headers declare
+    (UNSIGNED-PAYLOAD if none), so a test can send a body as it likes."""
+    declared = next((value for name, value in headers.items()
+                     if name.lower() == "x-amz-content-sha256"), "UNSIGNED-PAYLOAD")
+    request = AWSRequest(method=method, url=url + path,
+                         headers={name: value for name, value in headers.items()
+                                  if name.lower() != "x-amz-content-sha256"})
+    signer = S3SigV4Auth(Credentials(*MOTO_KEY), "s3", "us-east-1")
+    signer.payload = lambda request: declared  # type: ignore[method-assign]
+    signer.add_auth(request)
+    return dict(request.headers.items())
+
+
 def raw(url: str, method: str, path: str, headers: dict[str, str] | None = None,
-        body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+        body: bytes | None = None, sign: bool = True) -> tuple[int, dict[str, str], bytes]:
+    """One request, signed unless it carries a signature or `sign` is False."""
+    headers = dict(headers or {})
+    if sign and "Authorization" not in headers:
+        headers = signed(url, method, path, headers)
     address = urlsplit(url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
     try:
-        connection.request(method, path, body=body, headers=headers or {})
+        connection.request(method, path, body=body, headers=headers)
         response = connection.getresponse()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
     finally:
@@ -189,7 +210,7 @@ def test_replaced_and_unsupported_requests(sidecar: SidecarProcess, bucket: str)
     assert status == 400 and b"<Code>MaxMessageLengthExceeded</Code>" in body
     status, _, body = raw(sidecar.data_url, "PUT", f"/{bucket}/k",
                           {"x-amz-content-sha256": "not-a-hash"}, body=b"x")
-    assert status == 400 and b"<Code>InvalidArgument</Code>" in body
+    assert status == 403 and b"is not a SHA-256 or a known payload mode" in body
 
 
 @pytest.mark.parametrize("trailer", [False, True])
@@ -206,8 +227,9 @@ def test_signed_aws_chunked_uploads_are_decoded(
     sent = [h for m, p, h in verifying.verified if m == "PUT" and "chunked.bin" in p][-1]
     assert sent == ("STREAMING-UNSIGNED-PAYLOAD-TRAILER" if trailer else "UNSIGNED-PAYLOAD")
     # A body cut short of its declared framing is refused, and nothing is stored.
-    status, _, answer = raw(sidecar.data_url, "PUT", f"/{bucket}/broken.bin",
-                            {**headers, "Content-Length": str(len(body) - 10)}, body[:-10])
+    headers, body = signed_chunked(f"{sidecar.data_url}/{bucket}/broken.bin", data, 65536,
+                                   *MOTO_KEY, trailer=trailer, cut=10)
+    status, _, answer = raw(sidecar.data_url, "PUT", f"/{bucket}/broken.bin", headers, body)
     assert status == 400 and b"IncompleteBody" in answer, answer
     with pytest.raises(ClientError):
         origin_s3.head_object(Bucket=bucket, Key="broken.bin")
@@ -254,12 +276,12 @@ def test_delete_objects_sent_aws_chunked_invalidates_every_listed_key(
         assert caught.value.response["Error"]["Code"] == "NoSuchKey"
 
 
-def test_sigv2_presigned_get_is_served_through_the_cache(
+def test_a_sigv2_presigned_get_is_refused_and_never_forwarded(
     sidecar: SidecarProcess, origin_s3: Any, bucket: str, verifying: VerifyingProxy
 ) -> None:
-    # Without [auth] the SigV2 query (AWSAccessKeyId, Signature, Expires) is
-    # ignored like SigV4's: the read is a cached GetObject, and the origin never
-    # sees a request authenticated twice (S3 refuses those).
+    # SigV2 (AWSAccessKeyId, Signature, Expires in the query) cannot be checked
+    # here, and S3 refuses requests authenticated twice: refused with S3's
+    # words, and the origin never sees it.
     data = random.Random(9).randbytes(BLOCK + 7)
     origin_s3.put_object(Bucket=bucket, Key="v2.log", Body=data)
     v2 = boto3.client("s3", endpoint_url=sidecar.data_url, region_name="us-east-1",
@@ -270,12 +292,9 @@ def test_sigv2_presigned_get_is_served_through_the_cache(
     finally:
         v2.close()
     assert "AWSAccessKeyId=" in url and "Signature=" in url and "Expires=" in url
-    with urllib.request.urlopen(urllib.request.Request(url, headers={"Range": "bytes=3-12"}),
-                                timeout=30) as response:
-        assert response.status == 206 and response.read() == data[3:13]
-        assert response.headers["x-sidecar-cache"] == "miss"
-    # The sidecar's own block GETs are presigned (SigV4 in the query): signed
-    # once, by the sidecar. The client's SigV2 parameters never go along.
+    status, _, body = raw(sidecar.data_url, "GET", url.partition(sidecar.data_url)[2],
+                          {"Range": "bytes=3-12"}, sign=False)
+    assert status == 403 and b"Signature Version 4" in body
     assert not [path for _, path, _ in verifying.verified
                 if {"AWSAccessKeyId", "Signature", "Expires"}
                 & set(dict(parse_qsl(path.partition("?")[2])))]

@@ -66,16 +66,17 @@ def chunked_body(
 
 def signed_chunked(
     url: str, data: bytes, chunk: int, access_key: str, secret: str, trailer: bool = False,
-    method: str = "PUT", region: str = "us-east-1",
+    method: str = "PUT", region: str = "us-east-1", cut: int = 0,
 ) -> tuple[dict[str, str], bytes]:
     """Headers (signed by botocore) and framed body of a signed streaming upload
-    of `data` to `url`; with `trailer`, a CRC-32 checksum trailer."""
+    of `data` to `url`; with `trailer`, a CRC-32 checksum trailer. `cut`: the
+    body loses its last `cut` bytes, and its signed Content-Length says so."""
     trailer_line = crc32_trailer(data) if trailer else None
     mode = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" + ("-TRAILER" if trailer else "")
     length = len(chunked_body(data, chunk, b"", "", "", "", trailer_line, sign=False))
     headers = {
         "x-amz-content-sha256": mode, "Content-Encoding": "aws-chunked",
-        "x-amz-decoded-content-length": str(len(data)), "Content-Length": str(length),
+        "x-amz-decoded-content-length": str(len(data)), "Content-Length": str(length - cut),
     }
     if trailer_line is not None:
         headers["x-amz-trailer"] = trailer_line[0]
@@ -87,4 +88,4 @@ def signed_chunked(
     seed = request.headers["Authorization"].rpartition("Signature=")[2]
     body = chunked_body(data, chunk, key_of(secret, timestamp[:8], region), timestamp,
                         signer.credential_scope(request), seed, trailer_line)
-    return dict(request.headers.items()), body
+    return dict(request.headers.items()), body[:len(body) - cut]

@@ -25,9 +25,9 @@ def auth_of(env: dict[str, str], file_values: dict[str, object] | None = None) -
     return load_config({"cache_dir": "/x"}, env, file_values or {}).auth
 
 
-def test_no_keys_means_anonymous_as_before() -> None:
+def test_no_keys_still_means_signed_requests_only() -> None:
     auth = load_config({"cache_dir": "/x"}, {}, {}).auth
-    assert auth.keys == {} and auth.allow_anonymous
+    assert auth.keys == {} and not auth.allow_anonymous
 
 
 def test_keys_from_env_toml_table_and_file(tmp_path: Path) -> None:
@@ -56,7 +56,6 @@ def test_allow_anonymous_with_keys() -> None:
      "entry 2: an access key id is given twice"),
     ({"SIDECAR_AUTH_KEYS": f"{SECRET}:,A1:x"}, {}, "entry 1: the secret must be a non-empty"),
     ({}, {"auth": {"keys": {"A1": 5}}}, "must be a non-empty string"),
-    ({}, {"auth": {"allow_anonymous": False}}, "needs access keys"),
     ({}, {"auth": {"keyz": "x"}}, "unknown config key 'auth_keyz'"),
     ({"SIDECAR_AUTH_ALLOW_ANONYMOUS": "maybe"}, {}, "not a boolean"),
 ])
@@ -136,14 +135,36 @@ def _operation(method: str, target: str, headers: dict[str, str] | None = None) 
 
 
 @pytest.mark.parametrize("method,target", READS + WRITES)
-def test_anonymous_requests_only_read_when_keys_are_configured(method: str, target: str) -> None:
+def test_anonymous_requests_only_read(method: str, target: str) -> None:
     # Everything not served from the cache goes to the origin with the sidecar's
     # credentials: an anonymous PUT or DELETE would write with them.
     lenient = Authenticator({"A1": SECRET}, allow_anonymous=True)
     assert lenient.check(method, target, [("Host", "h")]) is None  # goes on, anonymous
     assert lenient.anonymous_may(_operation(method, target)) is ((method, target) in READS)
-    # No keys at all (the loopback default): everything, as before.
-    assert Authenticator({}, allow_anonymous=True).anonymous_may(_operation(method, target))
+    # No keys configured: the same, anonymous requests only ever read.
+    assert Authenticator({}, allow_anonymous=True).anonymous_may(_operation(method, target)) \
+        is ((method, target) in READS)
+
+
+def test_the_origin_credentials_sign_and_follow_their_rotation() -> None:
+    """With no keys configured, requests signed with the sidecar's own origin
+    credentials pass (the plugin shares them); anything else is refused, and a
+    rotated secret is asked for each time."""
+    own: list[tuple[str, str] | None] = [("A1", SECRET)]
+    auth = Authenticator({}, allow_anonymous=False, origin_key=lambda: own[0])
+    verified = auth.check("GET", "/b/k", _signed_headers(SECRET))
+    assert verified is not None and verified.access_key == "A1"
+    for refused in (_signed_headers("wrong"), [("Host", "h")]):
+        with pytest.raises(SignatureRejected):
+            auth.check("GET", "/b/k", refused)
+    own[0] = ("A1", "rotated-" + SECRET)
+    with pytest.raises(SignatureRejected) as caught:
+        auth.check("GET", "/b/k", _signed_headers(SECRET))
+    assert caught.value.reason is Reason.BAD_SIGNATURE
+    assert auth.check("GET", "/b/k", _signed_headers("rotated-" + SECRET)) is not None
+    own[0] = None  # no origin credentials: nothing signs
+    with pytest.raises(SignatureRejected):
+        auth.check("GET", "/b/k", _signed_headers("rotated-" + SECRET))
 
 
 def test_an_anonymous_copy_is_a_write() -> None:
