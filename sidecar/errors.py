@@ -16,8 +16,21 @@ class ConfigError(SidecarError):
     """Bad flag, TOML key, env var, size or rate: the CLI prints it and exits 2."""
 
 
+Headers = tuple[tuple[str, str], ...]
+
+
 class OriginError(SidecarError):
-    """The object store failed to answer usefully (after retries)."""
+    """The object store failed to answer usefully (after retries).
+
+    `headers`: the headers of the origin's error answer that S3 defines for it
+    and that the client must see on the sidecar's answer too (a delete marker's
+    `x-amz-delete-marker` and `x-amz-version-id`), as chosen where the origin's
+    answer is translated (sidecar.origin.client.error_headers).
+    """
+
+    def __init__(self, message: str = "", *, headers: Headers = ()) -> None:
+        super().__init__(message)
+        self.headers = headers
 
 
 class OriginUnavailable(OriginError):

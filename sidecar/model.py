@@ -29,3 +29,6 @@ class ObjectInfo:
     # What else the origin says of the object (object_headers), repeated on
     # every answer served for it, cached or not.
     headers: tuple[tuple[str, str], ...] = ()
+    # The whole object's checksums and their type (checksum_headers): only for
+    # an answer of the whole object to a request that asked for them.
+    checksums: tuple[tuple[str, str], ...] = ()

@@ -51,6 +51,9 @@ CLIENT_CLOSED_REQUEST = 499
 # honest. Bounded ranges keep the kernel's default: the client asked for all of
 # it, and a small buffer would split each write into many wake-ups.
 SEND_BUFFER_BYTES = 128 * 1024
+# The request header that asks for the object's checksums, and its one value.
+CHECKSUM_MODE = "x-amz-checksum-mode"
+CHECKSUM_MODE_ENABLED = "ENABLED"
 
 
 class DataPort:
@@ -253,6 +256,11 @@ class DataPort:
             start, end, status = 0, info.size - 1, 200
         common["Content-Type"] = info.content_type or "binary/octet-stream"
         common.update(info.headers)  # user metadata, encodings, version: as S3 repeats them
+        if status == 200 and headers.get(CHECKSUM_MODE) == CHECKSUM_MODE_ENABLED:
+            # The whole object's checksums, as S3 answers a GET or HEAD that
+            # asks for them (GetObject and HeadObject references, ChecksumMode):
+            # never on a 206, whose bytes they do not describe.
+            common.update(info.checksums)
         # Whether the first byte comes without waiting for the origin: lets a
         # client (`sidecar replay`) report hit rates per fetch.
         common["x-sidecar-cache"] = "hit" if self._engine.will_hit(info, start) else "miss"

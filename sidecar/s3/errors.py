@@ -30,18 +30,20 @@ def _slow_down_headers() -> tuple[tuple[str, str], ...]:
 
 
 def error_for(exc: OriginError) -> S3Error:
-    """Translate an origin failure into what the client is told."""
+    """Translate an origin failure into what the client is told, with the
+    headers S3 defines for the origin's answer (a delete marker's, a bucket's
+    region) that the origin sent (OriginError.headers)."""
     if isinstance(exc, BucketNotFound):
-        return S3Error(404, "NoSuchBucket", "The specified bucket does not exist.")
+        return S3Error(404, "NoSuchBucket", "The specified bucket does not exist.", exc.headers)
     if isinstance(exc, ObjectNotFound):
-        return S3Error(404, "NoSuchKey", "The specified key does not exist.")
+        return S3Error(404, "NoSuchKey", "The specified key does not exist.", exc.headers)
     if isinstance(exc, OriginAccessDenied):
-        return S3Error(403, "AccessDenied", "Access Denied")
+        return S3Error(403, "AccessDenied", "Access Denied", exc.headers)
     if isinstance(exc, OriginThrottled):
         return slow_down()
     return S3Error(
         503, "ServiceUnavailable", "The origin is unavailable; please retry.",
-        _slow_down_headers(),
+        _slow_down_headers() + exc.headers,
     )
 
 

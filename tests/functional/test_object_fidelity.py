@@ -4,7 +4,10 @@ An upload reaches the origin byte for byte as the client encoded it (a gzip
 `Content-Encoding` is not undone on the way); cached answers carry the object's
 own headers (user metadata, encodings, cache directives) as S3 does; and an
 object written through the sidecar while one of its HEADs is out is never
-described by that HEAD's older answer afterwards.
+described by that HEAD's older answer afterwards. A key whose current version
+is a delete marker is answered with the marker's headers, and the whole
+object's checksums come with every whole-object answer that asks for them, and
+with no other.
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import ClientError
+from botocore.httpchecksum import StreamingChecksumBody
 
 from tests.functional.conftest import s3_client
 from tests.support.fault_proxy import Fault, FaultProxy
@@ -115,3 +122,142 @@ def test_a_head_in_flight_during_a_write_is_not_remembered(
     got = client.get_object(Bucket=bucket, Key=key)["Body"].read()
     assert got == new
 
+
+
+DELETE_MARKER_HEADERS = ("x-amz-delete-marker", "x-amz-version-id")
+
+
+def error_answer(call: Any, **params: Any) -> tuple[int, str, dict[str, str]]:
+    """(status, S3 error code, headers) of a call expected to fail."""
+    with pytest.raises(ClientError) as caught:
+        call(**params)
+    metadata = caught.value.response["ResponseMetadata"]
+    return (metadata["HTTPStatusCode"], caught.value.response["Error"]["Code"],
+            metadata["HTTPHeaders"])
+
+
+def marker_headers(headers: dict[str, str]) -> dict[str, str | None]:
+    return {name: headers.get(name) for name in DELETE_MARKER_HEADERS}
+
+
+@pytest.fixture()
+def versioned_bucket(origin_s3: Any, bucket: str) -> str:
+    origin_s3.put_bucket_versioning(Bucket=bucket,
+                                    VersioningConfiguration={"Status": "Enabled"})
+    return bucket
+
+
+def test_a_delete_marker_is_answered_with_its_headers(
+    sidecar: SidecarProcess, origin_s3: Any, versioned_bucket: str
+) -> None:
+    bucket, key = versioned_bucket, "orders-z/0/00000000000000000000-seg.log"
+    origin_s3.put_object(Bucket=bucket, Key=key, Body=os.urandom(2 * BLOCK))
+    client = s3_client(sidecar.data_url)
+    assert client.head_object(Bucket=bucket, Key=key)["ContentLength"] == 2 * BLOCK
+    # Deleted through the sidecar, which forgets its remembered HEAD of the key.
+    marker = client.delete_object(Bucket=bucket, Key=key)
+    assert marker["DeleteMarker"] is True
+
+    at_origin = error_answer(origin_s3.head_object, Bucket=bucket, Key=key)
+    # moto answers a HEAD of a delete marker as S3 does: 404 and the marker's headers.
+    assert (at_origin[0], marker_headers(at_origin[2])) == \
+        (404, {"x-amz-delete-marker": "true", "x-amz-version-id": marker["VersionId"]})
+    for attempt in ("first", "again"):  # a 404 is not remembered: asked afresh
+        head = error_answer(client.head_object, Bucket=bucket, Key=key)
+        assert (head[0], marker_headers(head[2])) == (at_origin[0], marker_headers(at_origin[2])), \
+            attempt
+        # S3 answers a GET of it the same way, with a NoSuchKey body (GetObject
+        # reference, x-amz-delete-marker). moto's GET leaves both headers out,
+        # so the origin's HEAD is what the sidecar's GET is held to.
+        got = error_answer(client.get_object, Bucket=bucket, Key=key)
+        assert (got[0], got[1], marker_headers(got[2])) == \
+            (404, "NoSuchKey", marker_headers(at_origin[2])), attempt
+
+
+@pytest.mark.parametrize("method", ["head_object", "get_object"])
+def test_a_version_that_is_a_delete_marker_is_answered_as_the_origin_answers(
+    sidecar: SidecarProcess, origin_s3: Any, versioned_bucket: str, method: str
+) -> None:
+    bucket, key = versioned_bucket, "orders-v/0/00000000000000000000-seg.log"
+    origin_s3.put_object(Bucket=bucket, Key=key, Body=b"record batch")
+    marker = origin_s3.delete_object(Bucket=bucket, Key=key)["VersionId"]
+    client = s3_client(sidecar.data_url)
+    # A request for a version is passed through (sidecar.s3.operations): S3
+    # answers 405 MethodNotAllowed with the marker's headers and Last-Modified.
+    # moto does so for HEAD; for GET it answers 404 NoSuchVersion.
+    at_origin = error_answer(getattr(origin_s3, method), Bucket=bucket, Key=key,
+                             VersionId=marker)
+    through = error_answer(getattr(client, method), Bucket=bucket, Key=key, VersionId=marker)
+    assert (through[0], through[1], marker_headers(through[2]), through[2].get("allow")) == \
+        (at_origin[0], at_origin[1], marker_headers(at_origin[2]), at_origin[2].get("allow"))
+    if method == "head_object":
+        assert marker_headers(through[2]) == {"x-amz-delete-marker": "true",
+                                              "x-amz-version-id": marker}
+
+
+def checksum_fields(answer: dict[str, Any]) -> dict[str, Any]:
+    return {name: answer.get(name) for name in (
+        "ChecksumCRC32", "ChecksumCRC32C", "ChecksumCRC64NVME", "ChecksumSHA1",
+        "ChecksumSHA256", "ChecksumType")}
+
+
+def checksum_headers(answer: dict[str, Any]) -> list[str]:
+    return sorted(name for name in answer["ResponseMetadata"]["HTTPHeaders"]
+                  if name.startswith("x-amz-checksum-"))
+
+
+# CRC32C and CRC64NVME need botocore's CRT extra to be computed by the client.
+@pytest.mark.parametrize("algorithm", ["CRC32", "SHA256"])
+def test_whole_object_answers_carry_the_objects_checksums_when_asked(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, algorithm: str
+) -> None:
+    key = f"orders-c/0/00000000000000000000-{algorithm}.log"
+    body = os.urandom(3 * BLOCK + 517)
+    origin_s3.put_object(Bucket=bucket, Key=key, Body=body, ChecksumAlgorithm=algorithm)
+    at_origin = checksum_fields(origin_s3.head_object(Bucket=bucket, Key=key,
+                                                      ChecksumMode="ENABLED"))
+    assert at_origin[f"Checksum{algorithm}"], "the origin keeps the object's checksum"
+    client = s3_client(sidecar.data_url)
+
+    head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    assert checksum_fields(head) == at_origin
+    for attempt in ("miss", "hit"):
+        got = client.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        assert got["ResponseMetadata"]["HTTPHeaders"]["x-sidecar-cache"] == attempt
+        assert checksum_fields(got) == at_origin, attempt
+        # botocore checks the body against the checksum as it is read, and
+        # raises if they differ.
+        assert isinstance(got["Body"], StreamingChecksumBody), attempt
+        assert got["Body"].read() == body, attempt
+
+    # Never on a part of the object: those bytes are not what it describes.
+    ranged = client.get_object(Bucket=bucket, Key=key, Range="bytes=100-70000",
+                               ChecksumMode="ENABLED")
+    assert ranged["Body"].read() == body[100:70001]
+    assert checksum_headers(ranged) == []
+    ranged_head = client.head_object(Bucket=bucket, Key=key, Range="bytes=0-99",
+                                     ChecksumMode="ENABLED")
+    assert checksum_headers(ranged_head) == []
+
+
+def test_checksums_are_not_sent_unasked(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str
+) -> None:
+    key = "orders-u/0/00000000000000000000-seg.log"
+    body = os.urandom(BLOCK + 3)
+    origin_s3.put_object(Bucket=bucket, Key=key, Body=body, ChecksumAlgorithm="CRC32")
+    # botocore asks for checksums on every GetObject unless told to only when required.
+    unasking = boto3.client(
+        "s3", endpoint_url=sidecar.data_url, region_name="us-east-1",
+        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
+                          response_checksum_validation="when_required"),
+    )
+    try:
+        got = unasking.get_object(Bucket=bucket, Key=key)
+        assert got["Body"].read() == body
+        head = unasking.head_object(Bucket=bucket, Key=key)
+    finally:
+        unasking.close()
+    assert (checksum_headers(got), checksum_headers(head)) == ([], [])
+    at_origin = origin_s3.head_object(Bucket=bucket, Key=key)
+    assert checksum_headers(at_origin) == []

@@ -16,6 +16,7 @@ from sidecar.errors import (
 )
 from sidecar.origin.breaker import BreakerSettings, BreakerState, CircuitBreaker
 from sidecar.origin.client import judge
+from sidecar.origin.http1 import ResponseHead
 from sidecar.origin.operation import Operation, Rules
 from sidecar.origin.range_reader import OriginAnswered, SinkFailed
 from sidecar.telemetry.metrics import Metrics
@@ -24,7 +25,7 @@ from tests.support.clock import FakeClock
 
 class Answered(OriginAnswered):
     def __init__(self, status: int, code: str) -> None:
-        super().__init__(status, code, None)  # type: ignore[arg-type]
+        super().__init__(status, code, ResponseHead(status, "", {}))
 
 
 def rules(retries: int = 3, failures: int = 3) -> tuple[Rules, CircuitBreaker, Metrics]:
