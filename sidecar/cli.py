@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar import installed_version
-from sidecar.config import OPTIONS, Setting, build_config, read_toml, resolve
+from sidecar.config import OPTIONS, Config, Setting, build_config, read_toml, resolve
 from sidecar.config.reference import NEGATED_FLAGS, effective_values, render_effective
 from sidecar.errors import ConfigError, OriginUnavailable
 from sidecar.telemetry.logs import RequestIdFilter, choose_format, formatter_for
@@ -127,7 +127,13 @@ def _serve(args: argparse.Namespace) -> None:
         sys.stdout.write(render_effective(settings, source))
         return
     configure_logging(config.server.log_format)
-    asyncio.run(serve(config, effective_values(settings)))
+
+    def load() -> Config:
+        # The flags and the environment stay as they were; the file may have changed.
+        return build_config(resolve(flags, os.environ,
+                                    read_toml(config_path) if config_path else {}))
+
+    asyncio.run(serve(config, effective_values(settings), load))
 
 
 def _tools_missing(command: str, exc: ImportError) -> ConfigError:

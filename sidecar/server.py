@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from sidecar.admin.port import AdminPort
 from sidecar.cache import BlockIdent, BlockStore
 from sidecar.config import Config, HostPort
+from sidecar.config.reloading import Reload, plan_reload
 from sidecar.engine import Engine, max_coalesce_blocks
 from sidecar.errors import ConfigError
 from sidecar.isolation.disk import DiskWatcher, check_dedicated
@@ -82,8 +83,12 @@ def check_cache_dir(directory: Path) -> None:
 
 
 class Sidecar:
-    def __init__(self, config: Config, registry: CollectorRegistry) -> None:
+    def __init__(self, config: Config, registry: CollectorRegistry,
+                 load: Callable[[], Config] | None = None) -> None:
+        """`load`: the configuration read afresh from its sources, for reloads
+        (blocking: it reads the config file)."""
         self.config = config
+        self._load = load
         self.metrics = Metrics(registry)
         self._runners: list[web.AppRunner] = []
         self._executor = ThreadPoolExecutor(
@@ -91,17 +96,14 @@ class Sidecar:
         )
         self.modes = ModeState(on_change=self._show_mode)
         self._show_mode(self.modes.current, changed=False)
-        limiter = LaneLimiter(
-            config.origin.bandwidth,
-            {PREFETCH: config.origin.prefetch_share, WARM: config.origin.warm_share},
-            time.monotonic, foreground_reserve=config.cache.block_size,
-        )
-        self.origin = Origin(config.origin, self.metrics, limiter=limiter)
+        self.origin = Origin(config.origin, self.metrics, limiter=self._lanes(config))
         self._watcher: asyncio.Task[None] | None = None
         self._access_log: AccessLog | None = None
         self._store: BlockStore | None = None
         self._engine: Engine | None = None
         self._passthrough: PassThrough | None = None
+        self._planner: ReadAheadPlanner | None = None
+        self._data_port: DataPort | None = None
         self._ready = False
         self.data_url = ""
         self.admin_url = ""
@@ -132,12 +134,13 @@ class Sidecar:
         self.metrics.cache_capacity.set_function(lambda: store.capacity_bytes())
         self.metrics.cache_used.set_function(lambda: store.used_bytes())
         self.metrics.cache_blocks.set_function(lambda: store.block_count())
+        self._planner = self._read_ahead_planner(store.slot_count)
         self._engine = Engine(
             self._store, self.origin, self.metrics, cache.block_size,
             max_coalesce_blocks(cache.max_coalesce_bytes, cache.block_size),
             modes=self.modes, max_buffered_bytes=server.max_buffered_bytes,
             warm_concurrency=self.config.origin.warm_concurrency,
-            planner=self._read_ahead_planner(store.slot_count),
+            planner=self._planner,
         )
         if server.access_log is not None:
             try:
@@ -151,15 +154,14 @@ class Sidecar:
         )
         await self._passthrough.start()
         self._say_who_may_sign(auth.keys, auth.allow_anonymous)
-        data = DataPort(self._engine, self.origin, self.metrics,
-                        server.max_requests, server.client_timeout_s, self._access_log,
-                        Authenticator(auth.keys, auth.allow_anonymous,
-                                      origin_key=self.origin.own_key),
-                        passthrough=self._passthrough)
+        data = self._data_port = DataPort(
+            self._engine, self.origin, self.metrics, server.max_requests,
+            server.client_timeout_s, self._access_log, self._authenticator(self.config),
+            passthrough=self._passthrough)
         admin = AdminPort(
             self.metrics, lambda: self._ready, self._engine, self.origin,
             server.admin_token, self.modes,
-            cache_recovery=store.recovery_stats,
+            cache_recovery=store.recovery_stats, reload=self.reload_from_source,
         )
         watcher = DiskWatcher(
             cache.directory, cache.disk_reserve_bytes, cache.disk_check_interval_s,
@@ -177,6 +179,51 @@ class Sidecar:
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
         self._ready = True
+
+    def _lanes(self, config: Config) -> LaneLimiter:
+        return LaneLimiter(
+            config.origin.bandwidth,
+            {PREFETCH: config.origin.prefetch_share, WARM: config.origin.warm_share},
+            time.monotonic, foreground_reserve=config.cache.block_size,
+        )
+
+    def _authenticator(self, config: Config) -> Authenticator:
+        return Authenticator(config.auth.keys, config.auth.allow_anonymous,
+                             origin_key=self.origin.own_key)
+
+    async def reload_from_source(self) -> Reload:
+        """Read the configuration again (SIGHUP, POST /api/v1/reload) and take
+        what can change live. Raises ConfigError, and changes nothing, when
+        the new configuration is not valid."""
+        if self._load is None:
+            raise ConfigError("this sidecar was started without a configuration to reload")
+        loaded = await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+        return self.reload(loaded)
+
+    def reload(self, loaded: Config) -> Reload:
+        """Take what can change live from a configuration loaded afresh
+        (sidecar.config.reloading); the rest waits for a restart."""
+        plan = plan_reload(self.config, loaded)
+        new = plan.config
+        if new.origin != self.config.origin:
+            self.origin.set_limiter(self._lanes(new))
+        if self._data_port is not None and (new.server, new.auth) != (
+                self.config.server, self.config.auth):
+            self._data_port.configure(new.server.max_requests, new.server.client_timeout_s,
+                                      self._authenticator(new))
+        if self._planner is not None:
+            self._planner.table.max_window = new.prefetch.max_window_blocks
+        self.config = new
+        if plan.applied:
+            log.warning("configuration reloaded: %s changed", ", ".join(plan.applied),
+                        extra={"event": "reloaded", "applied": list(plan.applied)})
+        if plan.needs_restart:
+            log.warning("configuration reloaded: %s changed but take effect only after a "
+                        "restart", ", ".join(plan.needs_restart),
+                        extra={"event": "reloaded", "needs_restart": list(plan.needs_restart)})
+        if not plan.applied and not plan.needs_restart:
+            log.info("configuration reloaded: nothing changed")
+        return plan
 
     def _say_who_may_sign(self, keys: Mapping[str, str], allow_anonymous: bool) -> None:
         own = self.origin.own_key()
@@ -278,17 +325,35 @@ class Sidecar:
         self._executor.shutdown(wait=True)
 
 
-async def serve(config: Config, summary: Mapping[str, object] | None = None) -> None:
-    """Run until SIGTERM or SIGINT. Prints one JSON line on stdout once serving.
+async def _reload_on_signal(sidecar: Sidecar) -> None:
+    try:
+        await sidecar.reload_from_source()
+    except ConfigError as exc:
+        log.error("configuration reload failed, the running configuration stays: %s", exc,
+                  extra={"event": "reload_failed"})
+
+
+async def serve(config: Config, summary: Mapping[str, object] | None = None,
+                load: Callable[[], Config] | None = None) -> None:
+    """Run until SIGTERM or SIGINT; SIGHUP reloads the configuration from `load`.
+    Prints one JSON line on stdout once serving.
 
     `summary` is the effective configuration with secrets redacted
     (config_reference.effective_values); it goes into the start-up log record.
     """
-    sidecar = Sidecar(config, CollectorRegistry())
+    sidecar = Sidecar(config, CollectorRegistry(), load)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    reloads: set[asyncio.Task[None]] = set()
+
+    def hang_up() -> None:
+        task = loop.create_task(_reload_on_signal(sidecar))
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, hang_up)
     try:
         await sidecar.start()
         print(json.dumps({"event": "ready", "data": sidecar.data_url,

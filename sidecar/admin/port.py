@@ -17,7 +17,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sidecar.admin import ui, warm
 from sidecar.admin.stats import stats_snapshot
+from sidecar.config.reloading import Reload
 from sidecar.engine import Engine
+from sidecar.errors import ConfigError
 from sidecar.isolation.modes import ModeState, parse_mode
 from sidecar.origin.client import Origin
 from sidecar.s3.http_fields import undecodable_field
@@ -34,6 +36,8 @@ ENDPOINTS = {
                          '"ttl_s"} (admin token)',
     "GET /api/v1/mode": "the download mode",
     "PUT /api/v1/mode": '{"mode": "normal|no-prefetch|cache-only|bypass"} (admin token)',
+    "POST /api/v1/reload": "read the configuration again, as SIGHUP does; says what "
+                           "changed and what needs a restart (admin token)",
     "DELETE /api/v1/cache/{bucket}/{key}": "purge an object's cached blocks (admin token)",
 }
 
@@ -63,6 +67,7 @@ class AdminPort:
         token: str | None,
         modes: ModeState | None = None,
         cache_recovery: Callable[[], dict[str, Any] | None] | None = None,
+        reload: Callable[[], Awaitable[Reload]] | None = None,
     ) -> None:
         self._metrics = metrics
         # What rebuilding the cache index at start found (cache.recovery in the stats).
@@ -72,6 +77,7 @@ class AdminPort:
         self._origin = origin
         self._token = token
         self._modes = modes or ModeState()
+        self._reload = reload
 
     def authorize(self, request: web.Request) -> None:
         """Raise 401 unless the request carries the admin token (when one is set)."""
@@ -96,6 +102,7 @@ class AdminPort:
         application.router.add_post("/api/v1/warm", self.warm)
         application.router.add_get("/api/v1/mode", self.get_mode)
         application.router.add_put("/api/v1/mode", self.put_mode)
+        application.router.add_post("/api/v1/reload", self.reload)
         application.router.add_delete("/api/v1/cache/{bucket}/{key:.+}", self.purge)
         application.router.add_get("/", self.index)
         return application
@@ -138,6 +145,20 @@ class AdminPort:
             return web.json_response({"error": str(exc)}, status=400)
         self._modes.request(mode)
         return web.json_response(self._mode_answer())
+
+    async def reload(self, request: web.Request) -> web.Response:
+        """Read the configuration again, as SIGHUP does; what changed, and what of
+        it needs a restart. A configuration that is not valid changes nothing."""
+        self.authorize(request)
+        if self._reload is None:
+            return web.json_response({"error": "nothing to reload"}, status=409)
+        try:
+            plan = await self._reload()
+        except ConfigError as exc:
+            return web.json_response(
+                {"error": f"{exc}; the running configuration stays"}, status=400)
+        return web.json_response({"applied": list(plan.applied),
+                                  "needs_restart": list(plan.needs_restart)})
 
     async def purge(self, request: web.Request) -> web.Response:
         self.authorize(request)

@@ -340,6 +340,12 @@ class Origin:
         await self._refresh_own_key()
         self._key_refresher = asyncio.get_running_loop().create_task(self._refresh_own_keys())
 
+    def set_limiter(self, limiter: LaneLimiter) -> None:
+        """New bandwidth lanes (a configuration reload): every read from now on
+        takes its budget from them; the old buckets' debts are forgotten."""
+        with self._limiter_lock:
+            self._limiter = limiter
+
     def own_key(self) -> tuple[str, str] | None:
         """The access key id and secret the sidecar signs its origin requests
         with, as they are now; None without credentials. The data port accepts

@@ -84,6 +84,14 @@ class StreamTable:
     def max_window(self) -> int:
         return self._max_window
 
+    @max_window.setter
+    def max_window(self, blocks: int) -> None:
+        """A new bound (a configuration reload): streams grow to it, or are held
+        to it from their next read on."""
+        if blocks < 1:
+            raise ValueError(f"max_window must be at least 1 block, got {blocks}")
+        self._max_window = blocks
+
     @property
     def block_size(self) -> int:
         return self._block_size

@@ -78,6 +78,14 @@ class DataPort:
         self._active = 0
         self._access_log = access_log
 
+    def configure(self, max_requests: int, client_timeout_s: float, auth: Authenticator
+                  ) -> None:
+        """Admission and who may sign, as a configuration reload changes them:
+        for the requests that arrive from now on."""
+        self._max_requests = max_requests
+        self._client_timeout = client_timeout_s
+        self._auth = auth
+
     def app(self) -> web.Application:
         application = web.Application()
         application.router.add_route("*", "/{tail:.*}", self.handle)

@@ -1,0 +1,73 @@
+"""What a reloaded configuration changes, and what of it a running sidecar can
+take without a restart: pure, on two trees.
+
+Live (taken at once by SIGHUP or POST /api/v1/reload): the origin bandwidth and
+the lanes' shares, admission (max_requests, client_timeout), the data port's
+access keys and anonymous policy, the read-ahead window. Everything else (the
+cache's geometry, addresses, threads, the origin endpoint...) is reported as
+needing a restart and keeps its running value until then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from sidecar.config.options import OPTIONS
+from sidecar.config.tree import Config
+
+# Fields of the tree (section.field) a running sidecar applies at once.
+LIVE_FIELDS = frozenset({
+    "origin.bandwidth", "origin.prefetch_share", "origin.warm_share",
+    "server.max_requests", "server.client_timeout_s",
+    "auth.keys", "auth.allow_anonymous",
+    "prefetch.max_window_blocks",
+})
+
+# Fields filled from options of another name (sidecar.config.loading.derive).
+_DERIVED_FROM = {
+    "origin.prefetch_share": "prefetch_share",
+    "origin.warm_share": "warm_share",
+    "prefetch.max_window_blocks": "prefetch_max_window",
+    "auth.keys": "auth_keys",
+    "auth.allow_anonymous": "auth_allow_anonymous",
+}
+_OPTION_OF_FIELD = {option.field: option.name for option in OPTIONS if option.field}
+
+
+@dataclass(frozen=True)
+class Reload:
+    """``config``: the running tree with the live changes taken; ``applied`` and
+    ``needs_restart``: the options that changed, by option name."""
+
+    config: Config
+    applied: tuple[str, ...]
+    needs_restart: tuple[str, ...]
+
+
+def option_of(path: str) -> str:
+    """The option an operator writes for a field of the tree."""
+    return _DERIVED_FROM.get(path) or _OPTION_OF_FIELD.get(path, path)
+
+
+def plan_reload(running: Config, loaded: Config) -> Reload:
+    applied: list[str] = []
+    restart: list[str] = []
+    sections: dict[str, Any] = {}
+    for section in dataclasses.fields(running):
+        old = getattr(running, section.name)
+        new = getattr(loaded, section.name)
+        taken: dict[str, Any] = {}
+        for item in dataclasses.fields(old):
+            path = f"{section.name}.{item.name}"
+            if getattr(old, item.name) == getattr(new, item.name):
+                continue
+            if path in LIVE_FIELDS:
+                taken[item.name] = getattr(new, item.name)
+                applied.append(option_of(path))
+            else:
+                restart.append(option_of(path))
+        sections[section.name] = dataclasses.replace(old, **taken) if taken else old
+    return Reload(Config(**sections), tuple(dict.fromkeys(applied)),
+                  tuple(dict.fromkeys(restart)))

@@ -1,0 +1,39 @@
+"""What a reloaded configuration changes at once and what waits for a restart."""
+
+from __future__ import annotations
+
+from sidecar.config import load_config
+from sidecar.config.options import BY_NAME
+from sidecar.config.reloading import LIVE_FIELDS, option_of, plan_reload
+
+BASE = {"cache_dir": "/x"}
+
+
+def test_nothing_changed_is_nothing_to_do() -> None:
+    running = load_config(BASE, {}, {})
+    plan = plan_reload(running, load_config(BASE, {}, {}))
+    assert plan.applied == () and plan.needs_restart == () and plan.config == running
+
+
+def test_live_options_are_taken_and_the_rest_waits_for_a_restart() -> None:
+    running = load_config(BASE, {}, {"origin_bandwidth": "100MiB/s", "cache_size": "1GiB"})
+    loaded = load_config(BASE, {"SIDECAR_AUTH_KEYS": "AKID1:secret-1"}, {
+        "origin_bandwidth": "50MiB/s", "warm_share": 0.2, "max_requests": 32,
+        "prefetch_max_window": "16MiB", "cache_size": "2GiB", "listen": "127.0.0.1:9999",
+    })
+    plan = plan_reload(running, loaded)
+    assert sorted(plan.applied) == ["auth_keys", "max_requests", "origin_bandwidth",
+                                    "prefetch_max_window", "warm_share"]
+    assert sorted(plan.needs_restart) == ["cache_size", "listen"]
+    new = plan.config
+    assert new.origin.bandwidth == 50 * 2**20 and new.origin.warm_share == 0.2
+    assert new.server.max_requests == 32 and dict(new.auth.keys) == {"AKID1": "secret-1"}
+    assert new.prefetch.max_window_blocks == loaded.prefetch.max_window_blocks
+    # What needs a restart keeps its running value until then.
+    assert new.cache.size_bytes == running.cache.size_bytes
+    assert new.server.listen == running.server.listen
+
+
+def test_every_live_field_names_a_real_option() -> None:
+    for path in LIVE_FIELDS:
+        assert option_of(path) in BY_NAME, path
