@@ -133,6 +133,7 @@ class DataPort:
         except ConnectionError:
             # The client left before its answer went out (aiohttp raises this
             # from prepare()): nothing to send, and nothing wrong here.
+            self._metrics.client_disconnects.inc()
             response = web.Response(status=CLIENT_CLOSED_REQUEST)
         except Exception:
             log.exception("request %s %s failed", request_id, resource,
@@ -312,6 +313,8 @@ class DataPort:
             # up on a block (at shutdown): either way no more bytes will follow.
             if not prepared:
                 raise  # handle() records 499; no headers promising a body go out
+            # A hang-up mid-body is how a Kafka fetch ends: counted, never logged.
+            self._metrics.client_disconnects.inc()
             self._abort(request)
         except TimeoutError:
             log.warning("cutting off a client that read nothing for %.0fs: s3://%s/%s",

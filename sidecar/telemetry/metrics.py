@@ -98,6 +98,12 @@ class Metrics:
             "Cached blocks whose data did not match their checksum (dropped and refetched)",
             registry=registry,
         )
+        self.client_disconnects = Counter(
+            "sidecar_client_disconnects",
+            "Answers a client stopped reading by closing its connection, before the "
+            "headers or during the body (Kafka's remote reader closes after each fetch)",
+            registry=registry,
+        )
         self.disk_errors = Counter(
             "sidecar_cache_disk_errors",
             "Reads and writes of the cache disk that failed (EIO, ENOSPC...), by operation",

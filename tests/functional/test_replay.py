@@ -131,6 +131,23 @@ def test_replay_through_the_sidecar(
     assert stats["hits"] + stats["misses"] > 0  # type: ignore[operator]
 
 
+def test_brokers_hanging_up_after_each_fetch_leave_the_log_quiet(
+    local_s3: LocalS3, seeded: Seeded, sidecar: SidecarProcess
+) -> None:
+    """Kafka's remote reader closes the stream after each fetch: normal, so no
+    WARNING or ERROR line (let alone a traceback), only a count."""
+    before = len(sidecar.stderr_lines)
+    for _ in range(8):
+        report = replay_json(
+            "--endpoint", sidecar.data_url, "--list-endpoint", local_s3.endpoint,
+            "--bucket", seeded.bucket, "--fetch-bytes", "256KiB",
+        )
+        assert report["crc_errors"] == 0 and report["bytes"] == seeded.bytes()
+    sidecar.wait_idle()
+    assert sidecar.metric("sidecar_client_disconnects_total") > 0
+    assert sidecar.stderr_lines[before:] == []
+
+
 def test_replay_summary_is_readable(local_s3: LocalS3, seeded: Seeded) -> None:
     result = run_replay("--endpoint", local_s3.endpoint, "--bucket", seeded.bucket,
                         "--topic", "clicks", "--partitions", "0")
