@@ -97,6 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop after delivering this much (default: everything)")
     replay.add_argument("--list-endpoint", default=None, metavar="URL",
                         help="list segments here instead of at --endpoint")
+    replay.add_argument("--from-offset", type=int, default=None, metavar="N",
+                        help="only the segments holding offsets from N on (as a warm-up "
+                        "plan's from_offset selects them)")
+    replay.add_argument("--to-offset", type=int, default=None, metavar="N",
+                        help="only the segments holding offsets up to N")
+    replay.add_argument("--from-time", default=None, metavar="TIME",
+                        help="only the segments from this time on: ISO 8601 with a zone "
+                        "(2026-11-01T00:00:00Z) or epoch ms, by each segment's first batch")
+    replay.add_argument("--to-time", default=None, metavar="TIME",
+                        help="only the segments up to this time")
+    replay.add_argument("--progress", type=float, default=10.0, metavar="SECONDS",
+                        help="a progress line on stderr this often (default 10; 0: none)")
     replay.add_argument("--json", action="store_true", help="print one JSON object")
 
     stats = commands.add_parser("stats", help="the hit-rate summary of a running sidecar")
@@ -160,6 +172,7 @@ def _replay(args: argparse.Namespace) -> None:
             ReplayOptions,
             format_summary,
             parse_partitions,
+            parse_range,
             run_replay,
         )
     except ImportError as exc:
@@ -176,7 +189,14 @@ def _replay(args: argparse.Namespace) -> None:
         concurrency=args.concurrency, region=args.region, admin=args.admin,
         max_bytes=None if args.max_bytes is None else parse_size(args.max_bytes),
         list_endpoint=args.list_endpoint,
+        offsets=parse_range("offset", args.from_offset, args.to_offset),
+        times_ms=parse_range("time", args.from_time, args.to_time),
+        progress_s=args.progress,
     )
+    if options.offsets is not None and options.times_ms is not None:
+        raise ConfigError("give an offset range or a time range, not both")
+    if args.progress < 0:
+        raise ConfigError(f"--progress must be 0 or more seconds, got {args.progress}")
     report = asyncio.run(run_replay(options))
     print(json.dumps(report) if args.json else format_summary(report))
     if report["crc_errors"]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 SUFFIXES = frozenset({"log", "indexes", "rsm-manifest"})
@@ -157,3 +157,22 @@ def is_small_object(key: str, prefix: str = "") -> bool:
     """Whether an Aiven-layout key is a segment's manifest or indexes file."""
     segment = parse_aiven_key(key, prefix)
     return segment is not None and segment.suffix in SMALL_SUFFIXES
+
+
+def segments_in_range(starts: Sequence[int | None], first: int, last: int | None) -> list[int]:
+    """Indices of a partition's segments, in offset order, that hold part of the
+    inclusive range [first, last] (`last` None: open-ended).
+
+    Segment i runs from starts[i] to just before starts[i + 1]; the last one
+    never ends. `starts` are start offsets, or the first batch's baseTimestamp
+    for a time range (the planning rule: Kafka timestamps need not grow, so a
+    segment whose start is unknown, None, counts as inside on its side).
+    """
+    chosen = []
+    for i, start in enumerate(starts):
+        begins_in_time = start is None or last is None or start <= last
+        following = starts[i + 1] if i + 1 < len(starts) else None
+        ends_after = i + 1 == len(starts) or following is None or following > first
+        if begins_in_time and ends_after:
+            chosen.append(i)
+    return chosen

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from sidecar.layout import segments_in_range
 from spark_warmup.plan import Replay, Span
 
 
@@ -34,19 +35,9 @@ class Segment:
 
 
 def overlapping(starts: Sequence[int | None], span: Span) -> list[int]:
-    """Indices of the ordered pieces, starting at `starts`, that overlap `span`.
-
-    Piece i runs from starts[i] to just before starts[i + 1]; the last piece
-    never ends. An unknown start (None) overlaps on its side of the test.
-    """
-    chosen = []
-    for i, start in enumerate(starts):
-        begins_in_time = start is None or span.last is None or start <= span.last
-        following = starts[i + 1] if i + 1 < len(starts) else None
-        ends_after = i + 1 == len(starts) or following is None or following > span.first
-        if begins_in_time and ends_after:
-            chosen.append(i)
-    return chosen
+    """Indices of the ordered pieces, starting at `starts`, that overlap `span`
+    (the rule `sidecar replay` selects by too: sidecar.layout.segments_in_range)."""
+    return segments_in_range(starts, span.first, span.last)
 
 
 def select_segments(segments: Sequence[Segment], replay: Replay) -> list[Segment]:

@@ -12,15 +12,18 @@ partial tail batch is read twice. Replay does the same, checks every batch
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiobotocore.config import AioConfig
@@ -29,9 +32,14 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from botocore.handlers import set_list_objects_encoding_type_url
 
 from sidecar.errors import ConfigError, OriginError, OriginUnavailable
-from sidecar.layout import SegmentKey, parse_aiven_key
+from sidecar.layout import SegmentKey, parse_aiven_key, segments_in_range
 from sidecar.origin.client import translate_client_error
-from sidecar.tools.kafka_segments import BatchCheckError, BatchScanner
+from sidecar.tools.kafka_segments import (
+    BATCH_HEADER_SIZE,
+    BatchCheckError,
+    BatchScanner,
+    parse_batch_header,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +47,7 @@ MIB = 1024 * 1024
 # Once fetch-bytes are in and the first batch is still incomplete (a batch larger
 # than the fetch), read on in pieces of this size until it completes.
 _TAIL_CHUNK = 64 * 1024
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,12 @@ class ReplayOptions:
     # the listing only stands in for that, so it may come from the object store
     # itself when the endpoint read through (e.g. an older sidecar) cannot list.
     list_endpoint: str | None = None
+    # Only the segments that hold part of this inclusive range, by offset or by
+    # the first batch's timestamp (epoch ms), as a warm-up plan selects them.
+    offsets: tuple[int, int | None] | None = None
+    times_ms: tuple[int, int | None] | None = None
+    # A progress line on stderr this often (0: none).
+    progress_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,40 @@ def parse_partitions(text: str) -> frozenset[int] | None:
     if not parts or not all(part.isdigit() for part in parts):
         raise ConfigError(f"--partitions: expected 'all' or a list like 0,1, got {text!r}")
     return frozenset(int(part) for part in parts)
+
+
+def parse_moment(text: str, flag: str) -> int:
+    """Epoch milliseconds from an ISO 8601 time with a zone, or from epoch ms."""
+    if text.strip().isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise ConfigError(f"{flag}: expected an ISO 8601 time with a zone "
+                          f"(e.g. 2026-11-01T00:00:00Z) or epoch ms, got {text!r}")
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def parse_range(kind: str, first: int | str | None, last: int | str | None
+                ) -> tuple[int, int | None] | None:
+    """--from-KIND/--to-KIND as an inclusive range; None when neither is given."""
+    if first is None and last is None:
+        return None
+
+    def value(given: int | str, flag: str) -> int:
+        if isinstance(given, str):
+            return parse_moment(given, flag)
+        if given < 0:
+            raise ConfigError(f"{flag} must be 0 or more, got {given}")
+        return given
+
+    start = 0 if first is None else value(first, f"--from-{kind}")
+    end = None if last is None else value(last, f"--to-{kind}")
+    if end is not None and end < start:
+        raise ConfigError(f"--to-{kind} is before --from-{kind}")
+    return start, end
 
 
 def list_prefix(prefix: str, topic: str | None) -> str:
@@ -200,11 +249,19 @@ def build_report(
         "fetches": len(tally.latencies_s), "records": tally.records,
         "batches": tally.batches, "bytes": tally.bytes, "seconds": round(seconds, 6),
         "mb_per_s": round(tally.bytes / 1e6 / seconds, 3) if seconds > 0 else None,
+        "mib_per_s": round(tally.bytes / MIB / seconds, 3) if seconds > 0 else None,
         "records_per_s": round(tally.records / seconds, 1) if seconds > 0 else None,
         "fetch_latency_ms": {"p50": ms(50), "p99": ms(99), "max": ms(100)},
         "crc_errors": tally.errors, **ratios,
         "fetch_hit_ratio": headers.count("hit") / len(headers) if headers else None,
     }
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 partition`, `2 partitions`, `2 fetches`."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count:,} {noun}{'es' if noun.endswith(('s', 'sh', 'ch', 'x')) else 's'}"
 
 
 def format_summary(report: Mapping[str, Any]) -> str:
@@ -218,11 +275,11 @@ def format_summary(report: Mapping[str, Any]) -> str:
     origin = report["origin_bytes"]
     return "\n".join([
         f"endpoint       {report['endpoint']}  bucket {report['bucket']}",
-        f"read           {report['partitions']} partitions, {report['segments']} segments, "
-        f"{report['fetches']} fetches",
+        f"read           {counted(report['partitions'], 'partition')}, "
+        f"{counted(report['segments'], 'segment')}, {counted(report['fetches'], 'fetch')}",
         f"delivered      {report['records']:,} records in {report['batches']:,} batches, "
-        f"{report['bytes'] / 1e6:,.1f} MB in {report['seconds']:.2f} s",
-        f"throughput     {num(report['mb_per_s'], ' MB/s', 2)}, "
+        f"{report['bytes'] / MIB:,.1f} MiB in {report['seconds']:.2f} s",
+        f"throughput     {num(report['mib_per_s'], ' MiB/s', 2)}, "
         f"{num(report['records_per_s'], ' records/s', 0)}",
         f"fetch latency  p50 {num(latency['p50'], ' ms')}  p99 {num(latency['p99'], ' ms')}  "
         f"max {num(latency['max'], ' ms')}",
@@ -230,7 +287,7 @@ def format_summary(report: Mapping[str, Any]) -> str:
         f"hit rate       block {pct(report['block_hit_ratio'])}"
         f"  byte {pct(report['byte_hit_ratio'])}"
         f"  fetch {pct(report['fetch_hit_ratio'])}  origin read "
-        f"{'n/a' if origin is None else f'{origin / 1e6:,.1f} MB'}",
+        f"{'n/a' if origin is None else f'{origin / MIB:,.1f} MiB'}",
     ])
 
 
@@ -243,20 +300,69 @@ class Replayer:
         self._list_client = list_client
         self.tally = Tally()
 
-    async def list_keys(self) -> list[str]:
+    async def list_keys(self) -> dict[str, int]:
+        """Every key under the prefix, with its size."""
         # Only Bucket, Prefix and ContinuationToken, no Delimiter: benchmark
         # origins serve pre-generated listings keyed by prefix.
         prefix = list_prefix(self._options.prefix, self._options.topic)
         params = {"Bucket": self._options.bucket, "Prefix": prefix}
-        keys: list[str] = []
+        keys: dict[str, int] = {}
         while True:
             page = await self.call(self._list_client.list_objects_v2(**params))
             # A 0-byte object has no batch to fetch (and `bytes=0-` on it is a 416).
-            keys += [item["Key"] for item in page.get("Contents", []) if item.get("Size", 1)]
+            keys.update((item["Key"], int(item.get("Size", 1))) for item in page.get("Contents", [])
+                        if item.get("Size", 1))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return keys
             params["ContinuationToken"] = token
+
+    async def select(self, plans: Sequence[PartitionPlan]) -> list[PartitionPlan]:
+        """The plans with only the segments the offset or time range touches."""
+        offsets, times = self._options.offsets, self._options.times_ms
+        if offsets is None and times is None:
+            return list(plans)
+        selected = []
+        for plan in plans:
+            if offsets is not None:
+                chosen = segments_in_range([s.start_offset for s in plan.segments], *offsets)
+            else:
+                assert times is not None
+                stamps = [await self.first_timestamp(s.key) for s in plan.segments]
+                chosen = segments_in_range(stamps, *times)
+            if chosen:
+                selected.append(dataclasses.replace(
+                    plan, segments=tuple(plan.segments[i] for i in chosen)))
+        return selected
+
+    async def first_timestamp(self, key: str) -> int | None:
+        """The segment's first batch's baseTimestamp (one small range read), None if
+        it cannot be read: the segment then counts as inside the range."""
+        try:
+            response = await self.call(self._client.get_object(
+                Bucket=self._options.bucket, Key=key, Range=f"bytes=0-{BATCH_HEADER_SIZE - 1}"),
+                key)
+            body = response["Body"]
+            try:
+                head = await self.call(body.read(), key)
+            finally:
+                body.close()
+            return parse_batch_header(head).base_timestamp
+        except (BatchCheckError, ValueError, ConfigError) as exc:
+            log.warning("s3://%s/%s: no first batch timestamp (%s); replayed in case",
+                        self._options.bucket, key, exc)
+            return None
+
+    async def report_progress(self, total: int, segments: int) -> None:
+        """A line on stderr every progress_s until cancelled: bytes of the total,
+        segments begun, the rate so far."""
+        started = time.perf_counter()
+        while True:
+            await asyncio.sleep(self._options.progress_s)
+            done, seconds = self.tally.bytes, time.perf_counter() - started
+            print(f"replay: {done / MIB:,.1f} of {total / MIB:,.1f} MiB "
+                  f"({100 * done // max(1, total)}%), {self.tally.segments} of {segments} "
+                  f"segments, {done / MIB / seconds:,.1f} MiB/s", file=sys.stderr, flush=True)
 
     async def run(self, plans: Sequence[PartitionPlan]) -> None:
         pending: Iterator[PartitionPlan] = iter(plans)
@@ -406,15 +512,28 @@ async def run_replay(options: ReplayOptions) -> dict[str, Any]:
         list_client.meta.events.unregister(
             "before-parameter-build.s3.ListObjectsV2", set_list_objects_encoding_type_url)
         replayer = Replayer(options, client, list_client)
-        plans = plan_partitions(await replayer.list_keys(), options.prefix,
-                                options.topic, options.partitions)
+        sizes = await replayer.list_keys()
+        plans = plan_partitions(sizes, options.prefix, options.topic, options.partitions)
         if not plans:
             where = f"s3://{options.bucket}/{list_prefix(options.prefix, options.topic)}"
             raise ConfigError(f"no Kafka segments (Aiven-layout .log keys) under {where}")
+        plans = await replayer.select(plans)
+        if not plans:
+            raise ConfigError("no segment holds any of the range asked for")
+        segments = [segment for plan in plans for segment in plan.segments]
+        total = sum(sizes[segment.key] for segment in segments)
+        if options.max_bytes is not None:
+            total = min(total, options.max_bytes)
         before = await asyncio.to_thread(_read_stats, options.admin) if options.admin else None
         # Timed without the listing: a broker has its segment metadata at hand.
         started = time.perf_counter()
-        await replayer.run(plans)
+        progress = (asyncio.create_task(replayer.report_progress(total, len(segments)))
+                    if options.progress_s > 0 else None)
+        try:
+            await replayer.run(plans)
+        finally:
+            if progress is not None:
+                progress.cancel()
         seconds = time.perf_counter() - started
         after = await asyncio.to_thread(_read_stats, options.admin) if options.admin else None
     try:

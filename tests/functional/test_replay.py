@@ -148,13 +148,53 @@ def test_brokers_hanging_up_after_each_fetch_leave_the_log_quiet(
     assert sidecar.stderr_lines[before:] == []
 
 
+def test_an_offset_range_replays_the_segments_a_plan_would_warm(
+    local_s3: LocalS3, seeded: Seeded
+) -> None:
+    """From an offset inside the first segment to one inside the second: those
+    two segments of every orders partition, as a warm-up plan selects them."""
+    orders = [s for s in seeded.segments if s.topic == "orders"]
+    first = min(s.start_offset for s in orders if s.start_offset > 0)  # second segments
+    chosen = [s for s in orders if s.start_offset < first]
+    inside_second = first + 1
+    wanted = [s for s in orders if s.start_offset <= inside_second]
+    assert len(wanted) == 2 * PARTITIONS and len(chosen) == PARTITIONS
+    report = replay_json("--endpoint", local_s3.endpoint, "--bucket", seeded.bucket,
+                         "--topic", "orders", "--from-offset", "1",
+                         "--to-offset", str(inside_second))
+    assert report["segments"] == len(wanted) and report["crc_errors"] == 0
+    assert report["bytes"] == sum(len(s.data) for s in wanted)
+    beyond = run_replay("--endpoint", local_s3.endpoint, "--bucket", seeded.bucket,
+                        "--topic", "orders", "--from-time", "0", "--to-time", "1")
+    assert "no segment holds any of the range" in one_error_line(beyond)
+
+
+def test_a_time_range_selects_by_each_segments_first_batch(
+    local_s3: LocalS3, seeded: Seeded
+) -> None:
+    # Record n of a partition was written at 1_790_000_000_000 + n ms (see
+    # generate_topic_segments): from the last segments' first record on.
+    clicks = [s for s in seeded.segments if s.topic == "clicks"]
+    last_start = max(s.start_offset for s in clicks)
+    wanted = [s for s in clicks if s.start_offset == last_start]
+    report = replay_json("--endpoint", local_s3.endpoint, "--bucket", seeded.bucket,
+                         "--topic", "clicks", "--from-time", str(1_790_000_000_000 + last_start))
+    assert report["segments"] == len(wanted) == PARTITIONS
+    assert report["bytes"] == sum(len(s.data) for s in wanted)
+    # The same moment in ISO 8601.
+    iso = "2026-09-21T14:13:20+00:00"  # 1_790_000_000_000 ms
+    every = replay_json("--endpoint", local_s3.endpoint, "--bucket", seeded.bucket,
+                        "--topic", "clicks", "--from-time", iso)
+    assert every["segments"] == len(clicks)
+
+
 def test_replay_summary_is_readable(local_s3: LocalS3, seeded: Seeded) -> None:
     result = run_replay("--endpoint", local_s3.endpoint, "--bucket", seeded.bucket,
                         "--topic", "clicks", "--partitions", "0")
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert f"{seeded.records('clicks', 0):,} records" in text
-    assert "1 partitions, 3 segments" in text and "0 failed" in text and "MB/s" in text
+    assert "1 partition, 3 segments" in text and "0 failed" in text and "MiB/s" in text
 
 
 @pytest.mark.parametrize(
@@ -328,7 +368,12 @@ def test_unreachable_endpoint(bucket: str) -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [(["--partitions", "x"], "--partitions"), (["--fetch-bytes", "lots"], "not a size"),
-     (["--concurrency", "0"], "--concurrency")],
+     (["--concurrency", "0"], "--concurrency"),
+     (["--from-offset", "9", "--to-offset", "3"], "--to-offset is before --from-offset"),
+     (["--from-offset", "1", "--from-time", "0"], "an offset range or a time range"),
+     (["--from-time", "yesterday"], "ISO 8601 time with a zone"),
+     (["--from-time", "2026-11-01T00:00:00"], "ISO 8601 time with a zone"),
+     (["--from-offset", "-1"], "--from-offset must be 0 or more")],
 )
 def test_bad_flags(local_s3: LocalS3, bucket: str, flags: list[str], message: str) -> None:
     result = run_replay("--endpoint", local_s3.endpoint, "--bucket", bucket, *flags)

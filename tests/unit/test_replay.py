@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +24,12 @@ from sidecar.tools.replay import (
     next_fetch_position,
     object_size,
     parse_partitions,
+    parse_range,
     percentile,
     plan_partitions,
 )
 
+MIB = 1024 * 1024
 TOPIC_ID = "Qx-9_aBcDeFgHiJkLmNoPw"
 OTHER_ID = "Zz9_aBcDeFgHiJkLmNoPw0"
 
@@ -163,7 +166,7 @@ def test_hit_ratios_without_traffic() -> None:
 
 REPORT_KEYS = {
     "endpoint", "bucket", "partitions", "segments", "fetches", "records", "batches", "bytes",
-    "seconds", "mb_per_s", "records_per_s", "fetch_latency_ms", "crc_errors",
+    "seconds", "mb_per_s", "mib_per_s", "records_per_s", "fetch_latency_ms", "crc_errors",
     "block_hit_ratio", "byte_hit_ratio", "origin_bytes", "fetch_hit_ratio",
 }
 OPTIONS = ReplayOptions(endpoint="http://s3.test", bucket="tiered")
@@ -201,8 +204,11 @@ def test_format_summary() -> None:
     assert len(lines) == 7
     # Aligned: every value starts in the same column.
     assert len({len(line) - len(line[15:].lstrip()) for line in lines}) == 1
-    assert "2.00 MB/s" in text and "p99 30.0 ms" in text and "0 failed" in text
-    assert "block 50.00%" in text and "byte n/a" in text and "origin read 2.0 MB" in text
+    # MiB throughout, as `sidecar stats` says.
+    assert "3.8 MiB in 2.00 s" in text and "1.91 MiB/s" in text
+    assert "p99 30.0 ms" in text and "0 failed" in text
+    assert "block 50.00%" in text and "byte n/a" in text and "origin read 1.9 MiB" in text
+    assert " MB" not in text
 
 
 # --- the reader, against a scripted client -----------------------------------------------
@@ -297,7 +303,7 @@ async def test_list_keys_paginates_with_prefix_only() -> None:
     s3 = FakeS3(objects, page_size=2)
     replayer = Replayer(ReplayOptions(endpoint="e", bucket="tiered", topic="orders"), s3, s3)
     keys = await replayer.list_keys()
-    assert keys == [seg_key("orders", 0, n) for n in range(5)]
+    assert list(keys) == [seg_key("orders", 0, n) for n in range(5)]
     assert s3.listings[0] == {"Bucket": "tiered", "Prefix": "orders-"}
     assert s3.listings[1] == {"Bucket": "tiered", "Prefix": "orders-", "ContinuationToken": "2"}
     assert len(s3.listings) == 3
@@ -384,3 +390,34 @@ async def test_cache_header_is_collected() -> None:
     s3 = FakeS3(segments(0, 1), cache_header="HIT")
     replayer = await replay(s3)
     assert replayer.tally.cache_headers == ["hit"] * len(s3.ranges)
+
+
+async def test_progress_lines_say_bytes_of_the_total_segments_and_rate(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = ReplayOptions(endpoint="e", bucket="tiered", progress_s=0.01)
+    replayer = Replayer(options, FakeS3({}), FakeS3({}))
+    replayer.tally.bytes, replayer.tally.segments = 3 * MIB, 2
+    reporting = asyncio.create_task(replayer.report_progress(12 * MIB, 8))
+    try:
+        for _ in range(500):  # at most 5 s
+            await asyncio.sleep(0.01)
+            if "replay:" in (seen := capsys.readouterr().err):
+                break
+        else:
+            raise AssertionError("no progress line in 5 s")
+    finally:
+        reporting.cancel()
+    line = seen.splitlines()[0]
+    assert line.startswith("replay: 3.0 of 12.0 MiB (25%), 2 of 8 segments, ") and \
+        line.endswith(" MiB/s")
+
+
+@pytest.mark.parametrize("kind,first,last,expected", [
+    ("offset", None, None, None),
+    ("offset", 5, None, (5, None)),
+    ("offset", None, 7, (0, 7)),
+    ("time", "2026-11-01T00:00:00Z", "1793491200001", (1_793_491_200_000, 1_793_491_200_001)),
+])
+def test_ranges_from_flags(kind: str, first: Any, last: Any, expected: Any) -> None:
+    assert parse_range(kind, first, last) == expected
