@@ -76,7 +76,7 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
     else:
         started = clock()
         rows = warm(spark, plan, planned)
-        summary = summarize(rows, clock() - started)
+        summary = summarize(rows, clock() - started, rates=rates)
     if report_dir is not None:
         write_report(spark, rows, summary, report_dir)
     print(format_summary(summary, rates, [row for row in rows if not row.ok]), file=out,

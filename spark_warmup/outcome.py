@@ -56,6 +56,9 @@ class Summary:
     fetched_blocks: int
     seconds: float  # wall time of the warm stage (the estimate, for a dry run)
     nodes: Mapping[str, NodeTotals] = field(default_factory=dict)
+    # What the plan's warm-lane rates predicted (the slowest node's bytes over
+    # its rate); 0.0 when no rates were given. Beside `seconds` after a real run.
+    estimated_seconds: float = 0.0
 
     @property
     def mb_per_s(self) -> float:
@@ -70,7 +73,8 @@ class Summary:
 
 def summarize(rows: Iterable[WarmRow], seconds: float, dry_run: bool = False,
               rates: Mapping[str, float] | None = None) -> Summary:
-    """Totals over the rows; for a dry run, `rates` (node -> bytes/s) give the estimate."""
+    """Totals over the rows; `rates` (node -> bytes/s) give each node's estimate,
+    which is the run's duration for a dry run."""
     rows = list(rows)
     nodes: dict[str, NodeTotals] = {}
     for row in rows:
@@ -82,14 +86,15 @@ def summarize(rows: Iterable[WarmRow], seconds: float, dry_run: bool = False,
             failed_bytes=totals.failed_bytes + (0 if row.ok else row.bytes),
             failed_segments=totals.failed_segments + (0 if row.ok else 1),
         )
-    if dry_run:
-        rates = rates or {}
+    if rates:
         nodes = {
             node: NodeTotals(**{**asdict(t), "estimated_seconds": t.bytes / rates[node]})
             for node, t in nodes.items()
         }
-        # Sidecars warm side by side: the run takes as long as the busiest one.
-        seconds = max((t.estimated_seconds for t in nodes.values()), default=0.0)
+    # Sidecars warm side by side: the run takes as long as the busiest one.
+    estimated = max((t.estimated_seconds for t in nodes.values()), default=0.0)
+    if dry_run:
+        seconds = estimated
     return Summary(
         dry_run=dry_run,
         segments=len(rows),
@@ -102,6 +107,7 @@ def summarize(rows: Iterable[WarmRow], seconds: float, dry_run: bool = False,
         fetched_blocks=sum(r.fetched for r in rows),
         seconds=seconds,
         nodes=dict(sorted(nodes.items())),
+        estimated_seconds=estimated,
     )
 
 
@@ -137,7 +143,9 @@ def format_summary(summary: Summary, rates: Mapping[str, float] | None = None,
         f"{_count(summary.already_cached_blocks, 'block')} already cached), "
         f"failed {format_bytes(summary.failed_bytes)} in "
         f"{_count(summary.failed_segments, 'segment')}, "
-        f"{summary.seconds:.1f} s, {format_bytes(rate)}/s effective"
+        f"{summary.seconds:.1f} s"
+        + (f" (estimated {summary.estimated_seconds:.1f} s)" if summary.estimated_seconds else "")
+        + f", {format_bytes(rate)}/s effective"
     ]
     lines += [
         f"  {node}: {_count(t.segments, 'segment')}, warmed {format_bytes(t.warmed_bytes)}, "

@@ -95,6 +95,17 @@ def test_dry_run_estimates_at_each_nodes_rate() -> None:
     assert "b: 1 segment, 50.0 MiB, ~5.0 s at 10.0 MiB/s" in text
 
 
+def test_a_real_run_keeps_the_plans_estimate_beside_the_time_it_took() -> None:
+    rows = [row("a", 100 * MIB, blocks=100, fetched=100), row("b", 50 * MIB, blocks=50,
+                                                              fetched=50)]
+    rates = {"a": 100.0 * MIB, "b": 10.0 * MIB}
+    summary = summarize(rows, seconds=6.5, rates=rates)
+    assert summary.seconds == 6.5 and summary.estimated_seconds == pytest.approx(5.0)
+    assert summary.nodes["a"].estimated_seconds == pytest.approx(1.0)
+    assert summary.as_dict()["estimated_seconds"] == pytest.approx(5.0)
+    assert "6.5 s (estimated 5.0 s)" in format_summary(summary, rates)
+
+
 def test_an_empty_run() -> None:
     summary = summarize([], seconds=0.0)
     assert summary.segments == 0 and summary.mb_per_s == 0.0
