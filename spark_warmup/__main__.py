@@ -37,6 +37,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="plan and estimate at each sidecar's warm-lane rate; warm nothing")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark setting (repeatable)")
+    parser.add_argument("--progress", type=float, default=10.0, metavar="SECONDS",
+                        help="a progress line this often while warming, from the sidecars' "
+                        "counters (default 10; 0: none)")
     return parser.parse_args(argv)
 
 
@@ -74,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: error: --conf wants KEY=VALUE, got {item!r}", file=sys.stderr)
             return 2
         settings[key] = value
+    if args.progress < 0:
+        print(f"{PROG}: error: --progress must be 0 or more seconds, got {args.progress}",
+              file=sys.stderr)
+        return 2
     try:
         plan = load_plan(args.plan, os.environ)
     except PlanError as exc:
@@ -86,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = build_session(args.master, session_settings(args.master, settings, os.environ))
     try:
-        result = run(spark, plan, report_dir=args.report, dry_run=args.dry_run)
+        result = run(spark, plan, report_dir=args.report, dry_run=args.dry_run,
+                     progress_s=args.progress)
     except PlanError as exc:
         print(f"{PROG}: error: {args.plan}: {exc}", file=sys.stderr)
         return 2

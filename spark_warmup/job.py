@@ -35,6 +35,7 @@ from spark_warmup.listing import (
 )
 from spark_warmup.outcome import Summary, WarmRow, format_summary, summarize
 from spark_warmup.plan import Plan, PlanError
+from spark_warmup.progress import WarmProgress
 from spark_warmup.report import write_report
 from spark_warmup.routing import route
 from spark_warmup.selection import Segment, needs_timestamps, select_segments
@@ -61,8 +62,9 @@ class RunResult:
 
 def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
         dry_run: bool = False, out: TextIO = sys.stdout,
-        clock: Callable[[], float] = time.monotonic) -> RunResult:
-    """Plan the segments, warm them (unless `dry_run`), write the report, print the summary."""
+        clock: Callable[[], float] = time.monotonic, progress_s: float = 0.0) -> RunResult:
+    """Plan the segments, warm them (unless `dry_run`), write the report, print the
+    summary; while warming, a progress line every `progress_s` (0: none)."""
     ship_package(spark)
     planned = plan_segments(spark, plan)
     rates = {node: plan.warm_rate(node) for node in plan.sidecars}
@@ -75,7 +77,9 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
         summary = summarize(rows, 0.0, dry_run=True, rates=rates)
     else:
         started = clock()
-        rows = warm(spark, plan, planned)
+        planned_blocks = sum(block_count(s.size, plan.block_size) for s in planned)
+        with WarmProgress(plan.sidecars, planned_blocks, plan.block_size, out, progress_s):
+            rows = warm(spark, plan, planned)
         summary = summarize(rows, clock() - started, rates=rates)
     if report_dir is not None:
         write_report(spark, rows, summary, report_dir)
