@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import fnmatch
-import json
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ import pytest
 import yaml
 
 from sidecar.config import OPTIONS, flatten_sections, parse_host_port
+from tests.support.deploy_files import context_sources, dockerfile_stages, wheel_name
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -485,25 +485,21 @@ def test_systemd_unit_carries_isolation_and_hardening() -> None:
     assert "DynamicUser" in keys or keys.get("User") not in (None, "", "root")
 
 
+def test_systemd_unit_installs_the_wheel_make_dist_builds() -> None:
+    """No index has the package: the unit's header installs the wheel of `make dist`."""
+    text = UNIT.read_text(encoding="utf-8")
+    installs = re.findall(r"/pip install (\S+)", text)
+    assert installs, "the unit's header says how to install the package"
+    assert all(Path(target).name == wheel_name() for target in installs), installs
+    assert "make dist" in text
+    assert re.search(r"^dist:", (ROOT / "Makefile").read_text(), re.M)
+
+
 # --- Dockerfile ------------------------------------------------------------
 
 def dockerfile() -> dict[str, Any]:
-    """The instructions of the Dockerfile (continuation lines joined); JSON forms parsed."""
-    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
-    joined = re.sub(r"\\\n\s*", " ", text)
-    parsed: dict[str, Any] = {"COPY": [], "RUN": [], "FROM": []}
-    for line in joined.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        instruction, _, rest = line.strip().partition(" ")
-        rest = rest.strip()
-        if instruction in ("COPY", "RUN", "FROM"):
-            parsed[instruction].append(rest)
-        elif instruction in ("ENTRYPOINT", "CMD"):
-            parsed[instruction] = json.loads(rest)
-        else:
-            parsed[instruction] = rest
-    return parsed
+    """The final stage: what the image is."""
+    return dockerfile_stages()[-1]
 
 
 def dockerignored(path: str) -> bool:
@@ -514,17 +510,29 @@ def dockerignored(path: str) -> bool:
 
 
 def test_dockerfile_copies_what_exists_and_is_not_ignored() -> None:
-    instructions = dockerfile()
-    assert instructions["FROM"] == ["python:3.11-slim"]
-    sources = [source for copy in instructions["COPY"] for source in copy.split()[:-1]]
+    assert [stage["FROM"] for stage in dockerfile_stages()] == ["python:3.11-slim"] * 2
+    sources = context_sources()
     assert "sidecar" in sources and "pyproject.toml" in sources
     for source in sources:
         assert (ROOT / source).exists(), source
         assert not dockerignored(source), f"{source} is COPYed but excluded by .dockerignore"
-    assert dockerignored(".venv") and dockerignored("tests")
-    # The package only: no extras (tests, Spark) in the image.
-    installs = [run for run in instructions["RUN"] if "pip install" in run]
-    assert installs and all("[" not in run for run in installs)
+    assert dockerignored(".venv") and dockerignored("tests") and dockerignored("dist")
+
+
+def test_dockerfile_installs_the_wheel_of_its_build_stage_without_extras() -> None:
+    """The image is the wheel (as `make dist` builds it) and its runtime dependencies:
+    no source tree, no build tools, no extras (tests, Spark, tools)."""
+    build, image = dockerfile_stages()
+    (built,) = [run for run in build["RUN"] if run.startswith("pip wheel")]
+    wheels = built.split("--wheel-dir", 1)[1].split()[0]
+    assert "--no-deps" in built
+    (copied,) = [copy for copy in image["COPY"] if copy.startswith("--from=")]
+    source_stage, source, target = copied.split()
+    assert source_stage == f"--from={build['AS']}" and source == wheels
+    (install,) = [run for run in image["RUN"] if "pip install" in run]
+    assert f"pip install {target}/kafka_cold_sidecar-*.whl" in install
+    assert "[" not in install and " ." not in install
+    assert image["COPY"] == [copied], "the image copies nothing else"
 
 
 def test_dockerfile_entrypoint_user_and_ports() -> None:
