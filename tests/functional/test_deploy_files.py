@@ -516,7 +516,8 @@ def test_dockerfile_copies_what_exists_and_is_not_ignored() -> None:
     for source in sources:
         assert (ROOT / source).exists(), source
         assert not dockerignored(source), f"{source} is COPYed but excluded by .dockerignore"
-    assert dockerignored(".venv") and dockerignored("tests") and dockerignored("dist")
+    assert dockerignored(".venv") and dockerignored(".venv-build")
+    assert dockerignored("tests") and dockerignored("dist")
 
 
 def test_dockerfile_installs_the_wheel_of_its_build_stage_without_extras() -> None:
