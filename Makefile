@@ -29,7 +29,23 @@ test: $(STAMP) lint typecheck
 	$(BIN)/pytest
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(BUILD_VENV) build dist *.egg-info
+
+# The wheel and sdist a broker node installs (README.md, deploy/README.md), e.g.
+# dist/kafka_cold_sidecar-0.1.0-py3-none-any.whl. Built by PyPA's `build` in a
+# small venv of its own, so no dev extras, Java or Spark are needed for it.
+# DIST=DIR puts them elsewhere; only earlier builds of this package are removed there.
+DIST ?= dist
+BUILD_VENV := .venv-build
+.PHONY: dist
+$(BUILD_VENV)/.installed:
+	$(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/pip install --quiet build
+	touch $@
+
+dist: $(BUILD_VENV)/.installed
+	rm -f $(DIST)/kafka_cold_sidecar-*
+	$(BUILD_VENV)/bin/python -m build --outdir $(DIST) .
 
 # The benchmark harness (bench/): installs nginx-light and wrk from Debian if missing,
 # writes a 1 GiB data set under bench/data/, runs every scenario and writes

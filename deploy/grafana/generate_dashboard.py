@@ -2,10 +2,12 @@
 
 The dashboard is generated so that every panel follows the same rules: the
 datasource is the `$datasource` variable, every selector carries
-`instance=~"$instance"`, rates use `$__rate_interval`, and each quantity is shown
-fleet-wide (summed over the selected instances) and per instance. The test
-suite checks the committed JSON is this script's output and runs every
-expression against a real Prometheus scraping a sidecar.
+`job=~"$job",instance=~"$instance"` (the instances offered are those of the
+chosen jobs), rates use `$__rate_interval`, each quantity is shown fleet-wide
+(summed over the selected instances) and per instance, and each series is drawn
+in its unit (one unit per panel: CPU and memory are two panels). The test suite
+checks the committed JSON is this script's output and runs every expression
+against a real Prometheus scraping a sidecar.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
-SEL = 'instance=~"$instance"'
+SEL = 'job=~"$job",instance=~"$instance"'
+# The process collectors' metrics carry no sidecar_ prefix, and other targets of
+# a job may export them too: keep only the instances that are sidecars.
+ONLY_SIDECARS = f"and on (job, instance) group by (job, instance) (sidecar_mode{{{SEL}}})"
+# CPU seconds per second, i.e. cores busy (Grafana's custom-unit syntax).
+CORES = "suffix: cores"
 RATE = "$__rate_interval"
 OUTPUT = Path(__file__).with_name("sidecar-dashboard.json")
 
@@ -226,6 +233,28 @@ def build() -> dict[str, Any]:
                          f"(increase(sidecar_cache_disk_errors_total{{{SEL}}}[{RATE}]))",
                          "{{instance}} disk {{op}} errors")], "none", 6, min=0)
 
+    layout.row("Origin breaker and refused requests")
+    layout.panel("state-timeline", "Origin circuit breaker",
+                 "The breaker's state per instance. Open: the object store kept failing, and "
+                 "uncached reads get 503 at once; half-open: one probe is let through after "
+                 "each cool-down, and its success closes the breaker.",
+                 [target(f"max by (instance, state) (sidecar_origin_breaker_state{{{SEL}}}) == 1",
+                         "{{instance}} {{state}}")], "none", 8)
+    layout.panel("timeseries", "Origin calls refused by the open breaker",
+                 "Origin calls per second answered 503 at once because the breaker was open.",
+                 [target(f"sum ({rate('sidecar_origin_breaker_rejected_total')})", "fleet"),
+                  target(f"sum by (instance) ({rate('sidecar_origin_breaker_rejected_total')})",
+                         "{{instance}}")], "reqps", 8, min=0)
+    layout.panel("timeseries", "Refused signatures by reason",
+                 "Data-port requests per second answered 403 AccessDenied by the SigV4 check: "
+                 "unsigned, an unknown key, a bad signature, an expired or skewed request. "
+                 "A steady rate after a rollout means a client signs with a key the sidecar "
+                 "does not know ([auth] keys).",
+                 [target(f"sum by (reason) ({rate('sidecar_auth_failures_total')})",
+                         "fleet {{reason}}"),
+                  target(f"sum by (instance, reason) ({rate('sidecar_auth_failures_total')})",
+                         "{{instance}} {{reason}}")], "reqps", 8, min=0)
+
     layout.row("Isolation")
     layout.panel("timeseries", "Rate-limit waits by lane",
                  "Seconds per second origin reads waited for the bandwidth budget (1 = one read "
@@ -234,19 +263,20 @@ def build() -> dict[str, Any]:
                          "fleet {{lane}}"),
                   target("sum by (instance, lane) "
                          f"({rate('sidecar_ratelimit_wait_seconds_total')})",
-                         "{{instance}} {{lane}}")], "s", 8, min=0)
+                         "{{instance}} {{lane}}")], "s", 6, min=0)
     layout.panel("state-timeline", "Mode",
                  "The mode in force per instance: normal, no-prefetch, cache-only or bypass.",
                  [target(f"max by (instance, mode) (sidecar_mode{{{SEL}}}) == 1",
-                         "{{instance}} {{mode}}")], "none", 8)
-    layout.panel("timeseries", "Process CPU and memory",
-                 "CPU seconds per second and resident memory of each sidecar process.",
-                 [target(f"{rate('process_cpu_seconds_total')}\n"
-                         f"  and on (instance) group by (instance) (sidecar_mode{{{SEL}}})",
-                         "{{instance}} cpu"),
-                  target(f"process_resident_memory_bytes{{{SEL}}} / 2^30\n"
-                         f"  and on (instance) group by (instance) (sidecar_mode{{{SEL}}})",
-                         "{{instance}} RSS GiB")], "none", 8, min=0)
+                         "{{instance}} {{mode}}")], "none", 6)
+    layout.panel("timeseries", "Process CPU",
+                 "Cores busy (CPU seconds per second) of each sidecar process.",
+                 [target(f"{rate('process_cpu_seconds_total')}\n  {ONLY_SIDECARS}",
+                         "{{instance}}")], CORES, 6, min=0)
+    layout.panel("timeseries", "Process memory",
+                 "Resident memory of each sidecar process (the slab's page cache is not in "
+                 "it: see the cgroup's memory in deploy/README.md).",
+                 [target(f"process_resident_memory_bytes{{{SEL}}}\n  {ONLY_SIDECARS}",
+                         "{{instance}} RSS")], "bytes", 6, min=0)
 
     return {
         "title": "Kafka cold-segment sidecar",
@@ -267,9 +297,19 @@ def build() -> dict[str, Any]:
             {"type": "datasource", "name": "datasource", "label": "Prometheus",
              "query": "prometheus", "current": {}, "hide": 0, "refresh": 1,
              "options": [], "regex": "", "includeAll": False, "multi": False},
+            # All jobs means every job that has sidecars (no allValue: Grafana sends
+            # the listed values), so a query never reaches other jobs' targets.
+            {"type": "query", "name": "job", "label": "Job", "datasource": DS,
+             "query": {"query": "label_values(sidecar_build_info, job)", "refId": "job"},
+             "definition": "label_values(sidecar_build_info, job)",
+             "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+             "includeAll": True, "multi": True, "refresh": 2,
+             "sort": 1, "hide": 0, "options": [], "regex": ""},
+            # The instances of the chosen jobs.
             {"type": "query", "name": "instance", "label": "Instance", "datasource": DS,
-             "query": {"query": "label_values(sidecar_mode, instance)", "refId": "instance"},
-             "definition": "label_values(sidecar_mode, instance)",
+             "query": {"query": 'label_values(sidecar_build_info{job=~"$job"}, instance)',
+                       "refId": "instance"},
+             "definition": 'label_values(sidecar_build_info{job=~"$job"}, instance)',
              "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
              "includeAll": True, "allValue": ".*", "multi": True, "refresh": 2,
              "sort": 1, "hide": 0, "options": [], "regex": ""},

@@ -1,7 +1,10 @@
 """`sidecar demo`: the embedded default that `make run` runs.
 
 A local S3 server (moto on loopback) with bucket `tiered` holding genuine Kafka
-log segments in the Aiven tiered-storage layout, and the sidecar in front of it.
+log segments in the Aiven tiered-storage layout (each segment's `.log`,
+`.indexes` and `.rsm-manifest`), and the sidecar in front of it. Its files (the
+cache, the example warm-up plan) live in a directory of its own, removed when
+it stops.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.config import Config, load_config
 from sidecar.server import Sidecar
-from sidecar.tools.kafka_segments import generate_topic_segments
+from sidecar.tools.kafka_segments import aiven_segment_objects, generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from sidecar.tools.warmup_example import example_instructions, example_plan
 
@@ -44,7 +47,8 @@ DEMO_TOPICS = (
 
 
 def seed_bucket(endpoint: str, topics: tuple[DemoTopic, ...] = DEMO_TOPICS) -> list[str]:
-    """Create the bucket and upload the segments; returns the keys written."""
+    """Create the bucket and upload each segment's objects as Aiven's plugin does
+    (`.log`, `.indexes`, `.rsm-manifest`); returns the keys written, in that order."""
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     s3.create_bucket(Bucket=BUCKET)
     keys = []
@@ -54,8 +58,9 @@ def seed_bucket(endpoint: str, topics: tuple[DemoTopic, ...] = DEMO_TOPICS) -> l
             segments_per_partition=topic.segments_per_partition,
             segment_bytes=topic.segment_bytes, value_size=4096, seed=seed,
         ):
-            s3.put_object(Bucket=BUCKET, Key=segment.key, Body=segment.data)
-            keys.append(segment.key)
+            for key, body in [(segment.key, segment.data), *aiven_segment_objects(segment)]:
+                s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+                keys.append(key)
     return keys
 
 
@@ -71,49 +76,68 @@ def demo_config(
     )
 
 
-def _banner(sidecar: Sidecar, keys: list[str]) -> str:
-    key = keys[0]
+def _banner(sidecar: Sidecar, keys: list[str], run_dir: Path, warm_up: str) -> str:
+    """Everything the demo has to say, once it serves; "Press Ctrl-C" is its last line."""
+    by_suffix = {suffix: [key for key in keys if key.endswith("." + suffix)]
+                 for suffix in ("log", "indexes", "rsm-manifest")}
+    log_key = by_suffix["log"][0]
+    manifest_key = by_suffix["rsm-manifest"][0]
+    credentials = (f"AWS_ACCESS_KEY_ID={CREDENTIALS['AWS_ACCESS_KEY_ID']} "
+                   f"AWS_SECRET_ACCESS_KEY={CREDENTIALS['AWS_SECRET_ACCESS_KEY']} \\")
     return "\n".join([
         "",
         "Kafka tiered-storage read sidecar: demo",
         f"  origin (local S3, moto):  {sidecar.config.origin.endpoint}  bucket '{BUCKET}'",
         f"  sidecar S3 endpoint:      {sidecar.data_url}",
+        f"  live hit rates (browser): {sidecar.admin_url}/ui",
         f"  admin:                    {sidecar.admin_url}/api/v1/stats  "
         f"{sidecar.admin_url}/metrics",
-        f"  {len(keys)} genuine Kafka segments, e.g. {key}",
+        f"  {len(by_suffix['log'])} genuine Kafka segments, e.g. {log_key}",
+        f"  each with its .indexes and .rsm-manifest, e.g. {manifest_key}",
+        "  (a segment's manifest and indexes enter the cache's main queue at once,",
+        "  so reading through many segments does not evict them)",
         "",
-        "Read a range through the sidecar (any credentials work against the demo):",
-        f"  AWS_ACCESS_KEY_ID={CREDENTIALS['AWS_ACCESS_KEY_ID']} "
-        f"AWS_SECRET_ACCESS_KEY={CREDENTIALS['AWS_SECRET_ACCESS_KEY']} \\",
+        "Read a range through the sidecar (the demo's credentials sign it):",
+        f"  {credentials}",
         f"  aws s3api get-object --endpoint-url {sidecar.data_url} --bucket {BUCKET} \\",
-        f"    --key {key} --range bytes=0-1048575 /tmp/first-mib.bin",
+        f"    --key {log_key} --range bytes=0-1048575 {run_dir / 'first-mib.bin'}",
         "",
+        "Hit rates, origin traffic and the cache in the terminal:",
+        f"  sidecar stats --admin {sidecar.admin_url}",
+        "",
+        warm_up,
+        "",
+        f"Demo files (cache, warm-up plan), removed when the demo stops: {run_dir}",
         "Press Ctrl-C to stop.",
-        "",
     ])
 
 
 async def run_demo(listen: str, admin_listen: str, seconds: float | None) -> None:
     for name, value in CREDENTIALS.items():
         os.environ.setdefault(name, value)
-    with LocalS3() as origin, tempfile.TemporaryDirectory(prefix="sidecar-demo-") as cache:
+    # One directory per run, so that two demos never share or overwrite a file,
+    # and nothing is left behind.
+    with LocalS3() as origin, tempfile.TemporaryDirectory(prefix="sidecar-demo-") as run:
+        run_dir = Path(run)
+        cache = run_dir / "cache"
+        cache.mkdir()
         loop = asyncio.get_running_loop()
         keys = await loop.run_in_executor(None, seed_bucket, origin.endpoint)
         sidecar = Sidecar(
-            demo_config(origin.endpoint, Path(cache), listen, admin_listen), CollectorRegistry()
+            demo_config(origin.endpoint, cache, listen, admin_listen), CollectorRegistry()
         )
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         try:
             await sidecar.start()
-            print(_banner(sidecar, keys), flush=True)
             plan = example_plan(origin.endpoint, BUCKET, sidecar.admin_url,
                                 [(topic.name, topic.partitions) for topic in DEMO_TOPICS])
-            plan_path = Path(tempfile.gettempdir()) / "sidecar-demo-warmup-plan.json"
+            plan_path = run_dir / "warmup-plan.json"
             plan_path.write_text(json.dumps(plan, indent=2) + "\n")
-            print(example_instructions(str(plan_path), plan, sidecar.data_url, CREDENTIALS),
-                  flush=True)
+            warm_up = example_instructions(str(plan_path), plan, sidecar.data_url, CREDENTIALS,
+                                           report_dir=str(run_dir / "warmup-report"))
+            print(_banner(sidecar, keys, run_dir, warm_up), flush=True)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=seconds)
             except TimeoutError:

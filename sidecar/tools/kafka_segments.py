@@ -33,11 +33,14 @@ the bytes here are the ones a broker would accept, not a look-alike.
 from __future__ import annotations
 
 import base64
+import json
 import random
 import struct
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from sidecar.layout import parse_aiven_key
 
 with warnings.catch_warnings():
     # kafka-python 3.0's package __init__ loads its protocol schemas through
@@ -56,8 +59,11 @@ __all__ = [
     "BatchCheckError",
     "BatchHeader",
     "BatchScanner",
+    "SegmentIndexes",
     "SegmentObject",
+    "aiven_segment_objects",
     "build_segment",
+    "build_segment_indexes",
     "generate_topic_segments",
     "iter_segment_batches",
     "kafka_uuid",
@@ -458,3 +464,125 @@ def generate_topic_segments(
                 start_offset=start_offset,
                 end_offset=next_offset - 1,
             )
+
+
+# --- The segment's other objects: its indexes and the plugin's manifest -----------------
+
+#: Kafka's default ``index.interval.bytes``: the broker adds an offset index and a
+#: time index entry once more than this many bytes were appended since the last one.
+INDEX_INTERVAL_BYTES = 4096
+#: The plugin's ``chunk.size`` in its documentation's examples (4 MiB): the manifest's
+#: chunk index splits the ``.log`` object into chunks of this size.
+AIVEN_CHUNK_SIZE = 4 * 1024 * 1024
+
+# OffsetIndex: relative offset int32, physical position int32.
+_OFFSET_INDEX_ENTRY = struct.Struct(">ii")
+# TimeIndex: timestamp int64, relative offset int32.
+_TIME_INDEX_ENTRY = struct.Struct(">qi")
+# ProducerStateManager's snapshot: version int16, crc uint32, then the entries
+# (an int32 count); the CRC-32C covers what follows it.
+_PRODUCER_SNAPSHOT_HEADER = struct.Struct(">hI")
+_PRODUCER_SNAPSHOT_VERSION = 1
+_PRODUCER_SNAPSHOT_ENTRIES_AT = _PRODUCER_SNAPSHOT_HEADER.size
+
+
+@dataclass(frozen=True)
+class SegmentIndexes:
+    """The index files the broker hands the remote storage manager with a segment
+    (``LogSegmentData``); there is no transaction index, as there are no transactions."""
+
+    offset: bytes
+    timestamp: bytes
+    producer_snapshot: bytes
+    leader_epoch: bytes
+
+
+def build_segment_indexes(
+    data: bytes, base_offset: int, index_interval_bytes: int = INDEX_INTERVAL_BYTES
+) -> SegmentIndexes:
+    """The indexes the broker would have written for the segment ``data``.
+
+    As ``LogSegment.append`` does, one batch at a time: once more than
+    ``index_interval_bytes`` were appended since the last entry, the offset index
+    maps the batch's last offset to the batch's position, and the time index the
+    largest timestamp so far to its offset (if it grew). Rolling the segment adds
+    the largest timestamp last (``onBecomeInactiveSegment``). Offsets in both are
+    relative to ``base_offset``.
+    """
+    offset_index = bytearray()
+    time_index = bytearray()
+    epochs: list[tuple[int, int]] = []  # (leader epoch, its first offset here)
+    bytes_since_entry = 0
+    position = 0
+    max_timestamp, offset_of_max_timestamp = -1, base_offset
+    last_indexed_timestamp = -1
+    while position < len(data):
+        header = parse_batch_header(data[position:position + BATCH_HEADER_SIZE])
+        if not epochs or epochs[-1][0] != header.partition_leader_epoch:
+            epochs.append((header.partition_leader_epoch, header.base_offset))
+        if header.max_timestamp > max_timestamp:
+            max_timestamp, offset_of_max_timestamp = header.max_timestamp, header.last_offset
+        if bytes_since_entry > index_interval_bytes:
+            offset_index += _OFFSET_INDEX_ENTRY.pack(header.last_offset - base_offset, position)
+            if max_timestamp > last_indexed_timestamp:
+                time_index += _TIME_INDEX_ENTRY.pack(
+                    max_timestamp, offset_of_max_timestamp - base_offset)
+                last_indexed_timestamp = max_timestamp
+            bytes_since_entry = 0
+        bytes_since_entry += header.total_size
+        position += header.total_size
+    if max_timestamp > last_indexed_timestamp:
+        time_index += _TIME_INDEX_ENTRY.pack(max_timestamp, offset_of_max_timestamp - base_offset)
+    # No idempotent or transactional producer wrote here: a snapshot of no producers.
+    entries = _INT32.pack(0)
+    producer_snapshot = _PRODUCER_SNAPSHOT_HEADER.pack(
+        _PRODUCER_SNAPSHOT_VERSION, int(calc_crc32c(entries))) + entries
+    # LeaderEpochCheckpointFile's text form: version 0, the count, "epoch offset" lines.
+    # (The broker's own cache also lists the partition's earlier epochs; the demo's
+    # partitions have one epoch each.)
+    leader_epoch = "".join(
+        ["0\n", f"{len(epochs)}\n", *(f"{epoch} {start}\n" for epoch, start in epochs)])
+    return SegmentIndexes(bytes(offset_index), bytes(time_index), producer_snapshot,
+                          leader_epoch.encode("ascii"))
+
+
+def aiven_segment_objects(
+    segment: SegmentObject, chunk_size: int = AIVEN_CHUNK_SIZE
+) -> list[tuple[str, bytes]]:
+    """The ``.indexes`` and ``.rsm-manifest`` objects Aiven's plugin uploads beside a
+    segment's ``.log`` (its ``RemoteStorageManager.copyLogSegmentData``), as (key, body).
+
+    ``.indexes`` is the indexes back to back: offset, timestamp, producer snapshot,
+    leader epoch. The manifest (``SegmentManifestV1``, JSON) says where each one
+    lies in it and how the ``.log`` is chunked: ``chunk_size`` chunks, neither
+    compressed nor encrypted. The plugin also writes the segment's metadata into
+    the manifest, but never reads it back; it is left out here.
+    """
+    log_key = parse_aiven_key(segment.key)
+    if log_key is None or log_key.suffix != "log":
+        raise ValueError(f"not the .log key of an Aiven-layout segment: {segment.key!r}")
+    indexes = build_segment_indexes(segment.data, segment.start_offset)
+    positions: dict[str, dict[str, int] | None] = {}
+    position = 0
+    for name, body in (("offset", indexes.offset), ("timestamp", indexes.timestamp),
+                       ("producerSnapshot", indexes.producer_snapshot),
+                       ("leaderEpoch", indexes.leader_epoch)):
+        positions[name] = {"position": position, "size": len(body)}
+        position += len(body)
+    positions["transaction"] = None
+    size = len(segment.data)
+    last_chunk = size - (max(0, size - 1) // chunk_size) * chunk_size
+    manifest = {
+        "version": "1",
+        "chunkIndex": {"type": "fixed", "originalChunkSize": chunk_size,
+                       "originalFileSize": size, "transformedChunkSize": chunk_size,
+                       "finalTransformedChunkSize": last_chunk},
+        "segmentIndexes": positions,
+        "compression": False,
+    }
+    return [
+        (log_key.with_suffix("indexes").key,
+         indexes.offset + indexes.timestamp + indexes.producer_snapshot + indexes.leader_epoch),
+        (log_key.with_suffix("rsm-manifest").key,
+         json.dumps(manifest, separators=(",", ":")).encode()),
+    ]

@@ -42,8 +42,9 @@ def example_plan(origin_endpoint: str, bucket: str, sidecar_admin_url: str,
 
 
 def example_instructions(plan_path: str, plan: dict[str, object], data_url: str,
-                         credentials: dict[str, str]) -> str:
-    """How to dry-run, run and then replay the example plan (printed by the demo)."""
+                         credentials: dict[str, str], *, report_dir: str) -> str:
+    """How to dry-run, run and then replay the example plan (printed by the demo);
+    the run writes its report to `report_dir`."""
     origin = plan["origin"]
     assert isinstance(origin, dict)
     replays = plan["replays"]
@@ -57,7 +58,7 @@ def example_instructions(plan_path: str, plan: dict[str, object], data_url: str,
         f"  {env} \\",
         f"  python -m spark_warmup {plan_path} --dry-run",
         f"  {env} \\",
-        f"  python -m spark_warmup {plan_path} --report /tmp/warmup-report",
+        f"  python -m spark_warmup {plan_path} --report {report_dir}",
         "then replay through the sidecar (100% block hits for the warmed range):",
         f"  {env} \\",
         f"  sidecar replay --endpoint {data_url} "

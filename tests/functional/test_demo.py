@@ -1,17 +1,69 @@
-"""`sidecar demo` (what `make run` runs): genuine segments readable through the sidecar."""
+"""`sidecar demo` (what `make run` runs): genuine segments, with their indexes and
+manifests, readable through the sidecar; a banner whose every URL and command
+works and whose last line is "Press Ctrl-C to stop."; files in a directory of
+the run's own, gone when it stops."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
 import signal
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
 
-from sidecar.tools.kafka_segments import iter_segment_batches
+from sidecar.layout import parse_aiven_key
+from sidecar.tools.kafka_segments import BatchHeader, iter_segment_batches
 from tests.functional.conftest import s3_client
+
+BANNER_END = "Press Ctrl-C to stop."
+
+
+def found(pattern: str, banner: str) -> str:
+    match = re.search(pattern, banner, re.M)
+    assert match, f"{pattern!r} not in the banner:\n{banner}"
+    return match.group(1)
+
+
+def check_indexes(client: Any, log_key: str, log: bytes, batches: list[BatchHeader]) -> None:
+    """The segment's .indexes, located by its .rsm-manifest, index the .log's batches."""
+    segment = parse_aiven_key(log_key)
+    assert segment is not None
+    manifest = json.loads(client.get_object(
+        Bucket="tiered", Key=segment.with_suffix("rsm-manifest").key)["Body"].read())
+    indexes = client.get_object(Bucket="tiered", Key=segment.with_suffix("indexes").key)
+    body = indexes["Body"].read()
+    assert manifest["version"] == "1" and manifest["compression"] is False
+    assert manifest["chunkIndex"]["originalFileSize"] == len(log)
+    parts = manifest["segmentIndexes"]
+    assert parts["transaction"] is None
+    assert sum(parts[name]["size"] for name in ("offset", "timestamp", "producerSnapshot",
+                                                 "leaderEpoch")) == len(body)
+
+    def part(name: str) -> bytes:
+        return body[parts[name]["position"]:parts[name]["position"] + parts[name]["size"]]
+
+    by_position, position = {}, 0
+    for batch in batches:
+        by_position[position] = batch
+        position += batch.total_size
+    offset_index = list(struct.iter_unpack(">ii", part("offset")))
+    assert len(offset_index) > 8
+    for relative_offset, batch_position in offset_index:
+        # Each entry maps a batch's last offset to where that batch starts.
+        assert by_position[batch_position].last_offset == segment.start_offset + relative_offset
+    time_index = list(struct.iter_unpack(">qi", part("timestamp")))
+    assert [ts for ts, _ in time_index] == sorted({ts for ts, _ in time_index})
+    assert time_index[-1] == (batches[-1].max_timestamp,
+                              batches[-1].last_offset - segment.start_offset)
+    assert part("leaderEpoch") == b"0\n1\n0 %d\n" % segment.start_offset
 
 
 def test_demo_serves_genuine_segments_through_the_sidecar() -> None:
@@ -26,21 +78,58 @@ def test_demo_serves_genuine_segments_through_the_sidecar() -> None:
     pump = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout],  # type: ignore[union-attr]
                             daemon=True)
     pump.start()
+    output: list[str] = []
     try:
-        banner = ""
-        while "Ctrl-C" not in banner:
-            banner += lines.get(timeout=90)
-        endpoint = re.search(r"sidecar S3 endpoint:\s+(\S+)", banner)
-        key = re.search(r"--key (\S+) --range", banner)
-        assert endpoint and key, banner
-        client = s3_client(endpoint.group(1))
-        body = client.get_object(Bucket="tiered", Key=key.group(1))["Body"].read()
+        while BANNER_END not in "".join(output):
+            output.append(lines.get(timeout=90))
+        banner = "".join(output)
+        endpoint = found(r"sidecar S3 endpoint:\s+(\S+)", banner)
+        key = found(r"--key (\S+) --range", banner)
+        client = s3_client(endpoint)
+        body = client.get_object(Bucket="tiered", Key=key)["Body"].read()
         batches = list(iter_segment_batches(body))  # every CRC checked
         assert batches[0].base_offset == 0 and len(body) > 8 * 1024 * 1024
-        first_mib = client.get_object(Bucket="tiered", Key=key.group(1), Range="bytes=0-1048575")
+        first_mib = client.get_object(Bucket="tiered", Key=key, Range="bytes=0-1048575")
         assert first_mib["Body"].read() == body[:1048576]
+
+        # Every segment has its .indexes and .rsm-manifest, named as Aiven's plugin names them.
+        listed = [item["Key"] for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket="tiered") for item in page["Contents"]]
+        by_segment: dict[str, set[str]] = {}
+        for listed_key in listed:
+            segment = parse_aiven_key(listed_key)
+            assert segment is not None, listed_key
+            by_segment.setdefault(segment.with_suffix("log").key, set()).add(segment.suffix)
+        assert len(by_segment) >= 10 and key in by_segment
+        assert all(suffixes == {"log", "indexes", "rsm-manifest"}
+                   for suffixes in by_segment.values()), by_segment
+        check_indexes(client, key, body, batches)
+
+        # The page and the stats command the banner names work as printed.
+        ui = found(r"^\s+live hit rates \(browser\):\s+(\S+/ui)$", banner)
+        with urllib.request.urlopen(ui, timeout=10) as page:
+            assert b"<canvas" in page.read()
+        stats_command = found(r"^\s+(sidecar stats --admin \S+)$", banner).split()
+        stats = subprocess.run([sys.executable, "-m", *stats_command], capture_output=True,
+                               text=True, timeout=60)
+        assert stats.returncode == 0, stats.stderr
+        assert re.search(r"byte hit ratio\s+\d", stats.stdout), stats.stdout
+
+        # The example warm-up plan lives in this run's own directory.
+        run_dir = Path(found(r"removed when the demo stops: (\S+)$", banner))
+        plan = Path(found(r"example plan written to (\S+)\)", banner))
+        assert run_dir.is_dir() and run_dir.name.startswith("sidecar-demo-")
+        assert run_dir.resolve() != Path(tempfile.gettempdir()).resolve()
+        assert plan.parent == run_dir and json.loads(plan.read_text())["replays"]
+        assert f"--report {run_dir}/" in banner
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
         pump.join(timeout=10)
         process.stdout.close()
+    while not lines.empty():
+        output.append(lines.get_nowait())
+    printed = [line.rstrip("\n") for line in output if line.strip()]
+    # Everything else comes before it, shutdown adds nothing after it.
+    assert printed[-1] == BANNER_END and printed.count(BANNER_END) == 1
+    assert not run_dir.exists()

@@ -2,17 +2,21 @@
 
 Nothing here deploys (no cluster, no docker on the test machines); the tests
 check what can be checked offline: the manifests parse and carry the fields
-operators rely on, the ConfigMap's sidecar.toml passes `--check-config` with
-the Secret's keys, the unit passes `systemd-analyze verify`, and the
-Dockerfile's COPY sources, entrypoint and config path match the project.
+operators rely on, kustomize (`kubectl kustomize`, where kubectl is installed)
+renders them with and without the optional components and refuses to render
+without the operator's credentials, the ConfigMap's sidecar.toml passes
+`--check-config` with the credentials' keys, the unit passes `systemd-analyze
+verify`, and the Dockerfile's COPY sources, entrypoint and config path match
+the project.
 """
 
 from __future__ import annotations
 
+import base64
 import fnmatch
-import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -23,22 +27,62 @@ import pytest
 import yaml
 
 from sidecar.config import OPTIONS, flatten_sections, parse_host_port
+from tests.support.deploy_files import context_sources, dockerfile_stages, wheel_name
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
+COMPONENTS = KUBE / "components"
+CREDENTIALS_EXAMPLE = KUBE / "credentials.env.example"
+RULES = ROOT / "deploy" / "prometheus" / "sidecar-rules.yml"
 UNIT = ROOT / "deploy" / "systemd" / "sidecar.service"
 DEFAULTS = {option.name: option.default for option in OPTIONS}
 
 
+def by_kind(documents: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    kinds: dict[str, dict[str, Any]] = {}
+    for document in documents:
+        assert document["kind"] not in kinds, f"two {document['kind']}s"
+        kinds[document["kind"]] = document
+    return kinds
+
+
 def manifests() -> dict[str, dict[str, Any]]:
-    by_kind: dict[str, dict[str, Any]] = {}
+    """The base's own manifests (the resources of kustomization.yaml), by kind."""
+    documents = []
     for path in sorted(KUBE.glob("*.yaml")):
-        if path.name == "kustomization.yaml":
-            continue
-        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            assert document["kind"] not in by_kind, f"two {document['kind']}s"
-            by_kind[document["kind"]] = document
-    return by_kind
+        if path.name != "kustomization.yaml":
+            documents += yaml.safe_load_all(path.read_text(encoding="utf-8"))
+    return by_kind(documents)
+
+
+def kustomization(directory: Path = KUBE) -> dict[str, Any]:
+    result: dict[str, Any] = yaml.safe_load(
+        (directory / "kustomization.yaml").read_text(encoding="utf-8"))
+    return result
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """KEY=value lines as kustomize's secretGenerator reads them (# comments, blanks skipped)."""
+    pairs = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, separator, value = line.partition("=")
+            assert separator, line
+            pairs[name.strip()] = value
+    return pairs
+
+
+def secret_references() -> list[dict[str, Any]]:
+    return [env["valueFrom"]["secretKeyRef"] for env in container()["env"]
+            if "secretKeyRef" in env.get("valueFrom", {})]
+
+
+# Values an operator might write into credentials.env.
+FILLED_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "origin-secret",
+    "SIDECAR_ADMIN_TOKEN": "0123456789abcdef0123456789abcdef",
+    "SIDECAR_AUTH_KEYS": "kafka-broker:a-long-random-secret",
+}
 
 
 def container() -> dict[str, Any]:
@@ -58,11 +102,15 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def test_kustomization_lists_every_manifest_and_the_image() -> None:
-    kustomization = yaml.safe_load((KUBE / "kustomization.yaml").read_text(encoding="utf-8"))
-    listed = sorted(kustomization["resources"])
+    base = kustomization()
+    listed = sorted(base["resources"])
     on_disk = sorted(p.name for p in KUBE.glob("*.yaml") if p.name != "kustomization.yaml")
     assert listed == on_disk
-    assert [image["name"] for image in kustomization["images"]] == [container()["image"]]
+    assert [image["name"] for image in base["images"]] == [container()["image"]]
+    # The optional parts stay optional: a plain `kubectl apply -k` enables none.
+    assert "components" not in base
+    for component in sorted(COMPONENTS.iterdir()):
+        assert f"components/{component.name}" in (KUBE / "kustomization.yaml").read_text()
 
 
 def test_daemonset_probes_annotations_and_ports() -> None:
@@ -103,8 +151,11 @@ def test_cache_and_config_volumes() -> None:
     cache_volume = volumes[cache["name"]]
     assert (cache_volume.get("hostPath", {}).get("type") == "Directory"
             or "persistentVolumeClaim" in cache_volume)
-    for protected in config["protect_path"]:
-        assert mounts[protected]["readOnly"] is True
+    # The cache disk is the only host path a pod needs to start: the brokers'
+    # log.dirs live in different places on different clusters
+    # (components/protect-log-dirs mounts them).
+    assert [name for name, volume in volumes.items() if "hostPath" in volume] == [cache["name"]]
+    assert "protect_path" not in config
     config_mount = next(m for m in mounts.values() if volumes[m["name"]].get("configMap"))
     assert volumes[config_mount["name"]]["configMap"]["name"] == \
         manifests()["ConfigMap"]["metadata"]["name"]
@@ -143,38 +194,217 @@ def test_service_is_node_local_and_selects_the_pods() -> None:
     assert {port["targetPort"] for port in service["ports"]} <= port_names
 
 
-def test_secret_keys_referenced_by_the_daemonset_exist() -> None:
-    everything = manifests()
-    secret = everything["Secret"]
-    keys = set(secret.get("stringData", {})) | set(secret.get("data", {}))
-    references = [env["valueFrom"]["secretKeyRef"] for env in container()["env"]
-                  if "secretKeyRef" in env.get("valueFrom", {})]
-    assert {ref["name"] for ref in references} == {secret["metadata"]["name"]}
-    assert {ref["key"] for ref in references} <= keys
+def test_the_secret_is_generated_from_the_operators_credentials_file() -> None:
+    """`kubectl apply -k` deploys no Secret of placeholders: the Secret is made
+    from credentials.env, which the operator writes and git never sees."""
+    generators = kustomization()["secretGenerator"]
+    assert [generator["envs"] for generator in generators] == [["credentials.env"]]
+    references = secret_references()
+    assert {ref["name"] for ref in references} == {generators[0]["name"]}
+    for path in KUBE.rglob("*.yaml"):
+        text = path.read_text(encoding="utf-8")
+        assert "CHANGE-ME" not in text, path
+        assert all(document["kind"] != "Secret" for document in yaml.safe_load_all(text)), path
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(KUBE / "credentials.env")],
+                             cwd=ROOT, timeout=30)
+    assert ignored.returncode == 0, "deploy/kubernetes/credentials.env must be git-ignored"
+
+
+def test_credentials_example_names_every_key_the_daemonset_reads() -> None:
+    example = env_file(CREDENTIALS_EXAMPLE)
+    references = secret_references()
+    assert {ref["key"] for ref in references} == set(example)
     assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "SIDECAR_ADMIN_TOKEN",
-            "SIDECAR_AUTH_KEYS"} <= {ref["key"] for ref in references}
-    # Secrets never in the ConfigMap.
-    text = everything["ConfigMap"]["data"]["sidecar.toml"]
-    assert all(str(value) not in text for value in secret["stringData"].values())
+            "SIDECAR_AUTH_KEYS"} <= set(example)
+    # No value to forget: an unedited copy is refused at start (the next test).
+    assert set(example.values()) == {""}
+    # Only the origin credentials may be left out (IRSA, Pod Identity).
+    optional = {ref["key"] for ref in references if ref.get("optional")}
+    assert optional == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 
 
-def test_configmap_toml_passes_check_config_with_the_secret(tmp_path: Path) -> None:
+def test_configmap_toml_passes_check_config_with_the_credentials(tmp_path: Path) -> None:
     config = tmp_path / "sidecar.toml"
     config.write_text(manifests()["ConfigMap"]["data"]["sidecar.toml"], encoding="utf-8")
-    secret = {k: str(v) for k, v in manifests()["Secret"]["stringData"].items()}
+    # Secrets never in the ConfigMap.
+    secrets = {option.name for option in OPTIONS if option.secret}
+    assert secrets and not secrets & set(configmap_toml())
     result = subprocess.run(
         [sys.executable, "-m", "sidecar", "serve", "--config", str(config), "--check-config"],
-        capture_output=True, text=True, timeout=60, env=clean_env(**secret),
+        capture_output=True, text=True, timeout=60, env=clean_env(**FILLED_CREDENTIALS),
     )
     assert result.returncode == 0, result.stderr
     assert 'admin_token = "<set>"' in result.stdout and 'auth_keys = "<set>"' in result.stdout
-    assert "CHANGE-ME" not in result.stdout + result.stderr
-    # Without the Secret the same file is refused: the admin port is off loopback.
-    refused = subprocess.run(
-        [sys.executable, "-m", "sidecar", "serve", "--config", str(config), "--check-config"],
-        capture_output=True, text=True, timeout=60, env=clean_env(),
-    )
-    assert refused.returncode == 2 and "admin-token" in refused.stderr
+    # An unedited copy of the example, and no credentials at all, are refused:
+    # the admin port is off loopback.
+    for env in (clean_env(**env_file(CREDENTIALS_EXAMPLE)), clean_env()):
+        refused = subprocess.run(
+            [sys.executable, "-m", "sidecar", "serve", "--config", str(config),
+             "--check-config"], capture_output=True, text=True, timeout=60, env=env,
+        )
+        assert refused.returncode == 2 and "admin-token" in refused.stderr
+
+
+def tolerated(tolerations: list[dict[str, Any]], key: str, value: str, effect: str) -> bool:
+    """Whether a pod with `tolerations` may run on a node tainted key=value:effect
+    (the rules of the Kubernetes scheduler's TaintToleration)."""
+    for toleration in tolerations:
+        operator = toleration.get("operator", "Equal")
+        if toleration.get("key", "") not in ("", key):
+            continue
+        if not toleration.get("key") and operator != "Exists":
+            continue
+        if toleration.get("effect", "") not in ("", effect):
+            continue
+        if operator == "Exists" or toleration.get("value", "") == value:
+            return True
+    return False
+
+
+def test_daemonset_tolerates_tainted_kafka_nodes() -> None:
+    tolerations = manifests()["DaemonSet"]["spec"]["template"]["spec"]["tolerations"]
+    assert tolerated(tolerations, "dedicated", "kafka", "NoSchedule")
+    # The example is one taint, not every taint: a node kept for other work stays so.
+    assert not tolerated(tolerations, "dedicated", "gpu", "NoSchedule")
+    assert not tolerated(tolerations, "other", "kafka", "NoSchedule")
+    assert not tolerated(tolerations, "dedicated", "kafka", "NoExecute")
+    assert "tolerations" in (ROOT / "deploy" / "README.md").read_text()
+
+
+def component(name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A component's kustomization and the documents it adds or patches with."""
+    directory = COMPONENTS / name
+    spec = kustomization(directory)
+    assert spec["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
+    assert spec["kind"] == "Component"
+    files = spec.get("resources", []) + [patch["path"] for patch in spec.get("patches", [])]
+    documents = [document for file in files
+                 for document in yaml.safe_load_all((directory / file).read_text())]
+    return spec, documents
+
+
+def test_protect_log_dirs_component_mounts_what_it_protects() -> None:
+    _, (patch,) = component("protect-log-dirs")
+    base = manifests()["DaemonSet"]
+    assert (patch["kind"], patch["metadata"]["name"]) == ("DaemonSet", base["metadata"]["name"])
+    pod = patch["spec"]["template"]["spec"]
+    (patched,) = pod["containers"]
+    assert patched["name"] == container()["name"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {mount["mountPath"]: mount for mount in patched["volumeMounts"]}
+    env = {item["name"]: item["value"] for item in patched["env"]}
+    protect_env = next(option.env for option in OPTIONS if option.name == "protect_path")
+    protected = env[protect_env].split(",")
+    assert sorted(protected) == sorted(mounts)
+    for path in protected:
+        assert mounts[path]["readOnly"] is True
+        # Named by the operator, so it must be there: never created on the root disk.
+        assert volumes[mounts[path]["name"]]["hostPath"]["type"] == "Directory"
+    base_names = {volume["name"] for volume in base["spec"]["template"]["spec"]["volumes"]}
+    assert not set(volumes) & base_names
+
+
+def test_podmonitor_component_scrapes_the_admin_port_under_the_alerted_job() -> None:
+    _, (monitor,) = component("podmonitor")
+    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
+    labels = manifests()["DaemonSet"]["spec"]["template"]["metadata"]["labels"]
+    spec = monitor["spec"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    ports = {port["name"]: port["containerPort"] for port in container()["ports"]}
+    (endpoint,) = spec["podMetricsEndpoints"]
+    assert ports[endpoint["port"]] == parse_host_port(configmap_toml()["admin_listen"]).port
+    assert endpoint["path"] == "/metrics"
+    # The job label it gives is one the SidecarDown alert knows.
+    job = labels[spec["jobLabel"]]
+    rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    (down,) = [rule for group in rules["groups"] for rule in group["rules"]
+               if rule.get("alert") == "SidecarDown"]
+    pattern = re.search(r'up\{job=~"([^"]+)"\}', down["expr"])
+    assert pattern, down["expr"]
+    # Prometheus anchors label regexes at both ends.
+    assert re.fullmatch(pattern[1], job)
+    assert re.fullmatch(pattern[1], f"kafka/{monitor['metadata']['name']}")
+    assert re.fullmatch(pattern[1], "sidecar")
+    assert not re.fullmatch(pattern[1], "kubernetes-pods")
+
+
+# --- kustomize --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        pytest.skip("kubectl (with its built-in kustomize) is not installed")
+    return path
+
+
+def kustomize(kubectl: str, directory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def base_copy(tmp_path: Path, components: tuple[str, ...] = ()) -> Path:
+    """deploy/kubernetes with a filled credentials.env and the given components on."""
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(KUBE, copy)
+    (copy / "credentials.env").write_text(
+        "".join(f"{name}={value}\n" for name, value in FILLED_CREDENTIALS.items()))
+    if components:
+        spec = kustomization(copy)
+        spec["components"] = [f"components/{name}" for name in components]
+        (copy / "kustomization.yaml").write_text(yaml.safe_dump(spec))
+    return copy
+
+
+def test_kustomize_refuses_to_render_without_the_credentials_file(
+    kubectl: str, tmp_path: Path,
+) -> None:
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(KUBE, copy, ignore=shutil.ignore_patterns("credentials.env"))
+    result = kustomize(kubectl, copy)
+    assert result.returncode != 0 and "credentials.env" in result.stderr, result.stderr
+
+
+def test_kustomize_renders_the_base_with_the_generated_secret(
+    kubectl: str, tmp_path: Path,
+) -> None:
+    result = kustomize(kubectl, base_copy(tmp_path))
+    assert result.returncode == 0, result.stderr
+    rendered = by_kind(list(yaml.safe_load_all(result.stdout)))
+    assert set(rendered) == {"PriorityClass", "ConfigMap", "Secret", "Service", "NetworkPolicy",
+                             "DaemonSet"}
+    secret = rendered["Secret"]
+    data = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+    assert data == FILLED_CREDENTIALS
+    # The name carries a hash of the contents, and the DaemonSet follows it.
+    name = secret["metadata"]["name"]
+    assert name.startswith("kafka-cold-sidecar-credentials-")
+    pod = rendered["DaemonSet"]["spec"]["template"]["spec"]
+    (sidecar,) = pod["containers"]
+    assert {env["valueFrom"]["secretKeyRef"]["name"] for env in sidecar["env"]
+            if "valueFrom" in env} == {name}
+    assert all(document["metadata"].get("namespace") == "kafka"
+               for kind, document in rendered.items() if kind != "PriorityClass")
+    assert [volume["name"] for volume in pod["volumes"] if "hostPath" in volume] == ["cache"]
+
+
+def test_kustomize_renders_the_optional_components(kubectl: str, tmp_path: Path) -> None:
+    copy = base_copy(tmp_path, ("podmonitor", "protect-log-dirs"))
+    result = kustomize(kubectl, copy)
+    assert result.returncode == 0, result.stderr
+    rendered = by_kind(list(yaml.safe_load_all(result.stdout)))
+    assert rendered["PodMonitor"]["metadata"]["namespace"] == "kafka"
+    pod = rendered["DaemonSet"]["spec"]["template"]["spec"]
+    (sidecar,) = pod["containers"]
+    env = {item["name"]: item for item in sidecar["env"]}
+    # The patch added to the base's list, it did not replace it.
+    assert {"SIDECAR_PROTECT_PATH", "SIDECAR_ADMIN_TOKEN", "SIDECAR_LOG_LEVEL"} <= set(env)
+    mounts = {mount["mountPath"]: mount for mount in sidecar["volumeMounts"]}
+    assert {"/etc/kafka-sidecar", "/var/cache/kafka-sidecar"} <= set(mounts)
+    for path in env["SIDECAR_PROTECT_PATH"]["value"].split(","):
+        assert mounts[path]["readOnly"] is True
+    host_paths = {volume["name"] for volume in pod["volumes"] if "hostPath" in volume}
+    assert host_paths == {"cache", mounts[path]["name"]}
 
 
 # --- systemd ---------------------------------------------------------------
@@ -255,25 +485,21 @@ def test_systemd_unit_carries_isolation_and_hardening() -> None:
     assert "DynamicUser" in keys or keys.get("User") not in (None, "", "root")
 
 
+def test_systemd_unit_installs_the_wheel_make_dist_builds() -> None:
+    """No index has the package: the unit's header installs the wheel of `make dist`."""
+    text = UNIT.read_text(encoding="utf-8")
+    installs = re.findall(r"/pip install (\S+)", text)
+    assert installs, "the unit's header says how to install the package"
+    assert all(Path(target).name == wheel_name() for target in installs), installs
+    assert "make dist" in text
+    assert re.search(r"^dist:", (ROOT / "Makefile").read_text(), re.M)
+
+
 # --- Dockerfile ------------------------------------------------------------
 
 def dockerfile() -> dict[str, Any]:
-    """The instructions of the Dockerfile (continuation lines joined); JSON forms parsed."""
-    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
-    joined = re.sub(r"\\\n\s*", " ", text)
-    parsed: dict[str, Any] = {"COPY": [], "RUN": [], "FROM": []}
-    for line in joined.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        instruction, _, rest = line.strip().partition(" ")
-        rest = rest.strip()
-        if instruction in ("COPY", "RUN", "FROM"):
-            parsed[instruction].append(rest)
-        elif instruction in ("ENTRYPOINT", "CMD"):
-            parsed[instruction] = json.loads(rest)
-        else:
-            parsed[instruction] = rest
-    return parsed
+    """The final stage: what the image is."""
+    return dockerfile_stages()[-1]
 
 
 def dockerignored(path: str) -> bool:
@@ -284,17 +510,30 @@ def dockerignored(path: str) -> bool:
 
 
 def test_dockerfile_copies_what_exists_and_is_not_ignored() -> None:
-    instructions = dockerfile()
-    assert instructions["FROM"] == ["python:3.11-slim"]
-    sources = [source for copy in instructions["COPY"] for source in copy.split()[:-1]]
+    assert [stage["FROM"] for stage in dockerfile_stages()] == ["python:3.11-slim"] * 2
+    sources = context_sources()
     assert "sidecar" in sources and "pyproject.toml" in sources
     for source in sources:
         assert (ROOT / source).exists(), source
         assert not dockerignored(source), f"{source} is COPYed but excluded by .dockerignore"
-    assert dockerignored(".venv") and dockerignored("tests")
-    # The package only: no extras (tests, Spark) in the image.
-    installs = [run for run in instructions["RUN"] if "pip install" in run]
-    assert installs and all("[" not in run for run in installs)
+    assert dockerignored(".venv") and dockerignored(".venv-build")
+    assert dockerignored("tests") and dockerignored("dist")
+
+
+def test_dockerfile_installs_the_wheel_of_its_build_stage_without_extras() -> None:
+    """The image is the wheel (as `make dist` builds it) and its runtime dependencies:
+    no source tree, no build tools, no extras (tests, Spark, tools)."""
+    build, image = dockerfile_stages()
+    (built,) = [run for run in build["RUN"] if run.startswith("pip wheel")]
+    wheels = built.split("--wheel-dir", 1)[1].split()[0]
+    assert "--no-deps" in built
+    (copied,) = [copy for copy in image["COPY"] if copy.startswith("--from=")]
+    source_stage, source, target = copied.split()
+    assert source_stage == f"--from={build['AS']}" and source == wheels
+    (install,) = [run for run in image["RUN"] if "pip install" in run]
+    assert f"pip install {target}/kafka_cold_sidecar-*.whl" in install
+    assert "[" not in install and " ." not in install
+    assert image["COPY"] == [copied], "the image copies nothing else"
 
 
 def test_dockerfile_entrypoint_user_and_ports() -> None:

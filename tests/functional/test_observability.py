@@ -129,10 +129,10 @@ def panel_targets() -> list[tuple[str, str, str]]:
             for panel in dashboard()["panels"] for target in panel.get("targets", [])]
 
 
-def concrete(expr: str, instance: str) -> str:
-    """The expression as Grafana sends it with one instance selected."""
+def concrete(expr: str, instance: str, job: str = "sidecar") -> str:
+    """The expression as Grafana sends it with one job and one instance selected."""
     for variable, value in (("$__rate_interval", "1m"), ("${instance}", instance),
-                            ("$instance", instance)):
+                            ("$instance", instance), ("${job}", job), ("$job", job)):
         expr = expr.replace(variable, value)
     assert "$" not in expr, f"unsubstituted variable in {expr}"
     return expr
@@ -151,9 +151,17 @@ def test_dashboard_json_is_the_generators_output() -> None:
 def test_dashboard_is_importable_and_uses_its_variables() -> None:
     board = dashboard()
     variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert list(variables) == ["datasource", "job", "instance"]
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    assert variables["instance"]["includeAll"] and variables["instance"]["multi"]
+    for name in ("job", "instance"):
+        assert variables[name]["includeAll"] and variables[name]["multi"]
+        assert variables[name]["datasource"]["uid"] == "${datasource}"
+    # "All" jobs are the jobs that have sidecars, never a match-everything regex.
+    assert "allValue" not in variables["job"]
+    assert variables["job"]["query"]["query"].startswith("label_values(sidecar_")
+    # The instances offered are those of the chosen jobs.
+    assert 'job=~"$job"' in variables["instance"]["query"]["query"]
     ids = [panel["id"] for panel in board["panels"]]
     assert len(ids) == len(set(ids))
     contract = metrics_contract()
@@ -166,8 +174,11 @@ def test_dashboard_is_importable_and_uses_its_variables() -> None:
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == "${datasource}"
-            # Every selector is narrowed to the chosen instances.
-            for selector in re.findall(r"\b[a-z_:]+\{[^}]*\}", target["expr"]):
+            # Every selector is narrowed to the chosen jobs and instances.
+            selectors = re.findall(r"\b[a-z_:]+\{[^}]*\}", target["expr"])
+            assert selectors, (panel["title"], target["expr"])
+            for selector in selectors:
+                assert 'job=~"$job"' in selector, (panel["title"], selector)
                 assert 'instance=~"$instance"' in selector, (panel["title"], selector)
             used.update(re.findall(r"\b(sidecar_[a-z_]+?)(?:_bucket)?\{", target["expr"]))
     titles = " | ".join(panel["title"] for panel in board["panels"]).lower()
@@ -175,11 +186,61 @@ def test_dashboard_is_importable_and_uses_its_variables() -> None:
                    "origin bytes by lane", "origin requests", "origin latency",
                    "request latency by hit / miss", "prefetch accuracy", "prefetch blocks",
                    "cache used vs capacity", "evictions", "checksum failures",
-                   "rate-limit waits", "warm-up blocks", "mode"):
+                   "rate-limit waits", "warm-up blocks", "mode", "origin circuit breaker",
+                   "refused by the open breaker", "refused signatures", "process cpu",
+                   "process memory"):
         assert wanted in titles, wanted
     assert used <= contract, used - contract
     # Every metric of the contract appears on the dashboard.
     assert contract <= used, contract - used
+
+
+# What a query measures, and the units Grafana may show it in.
+UNITS = {
+    "duration": {"s"}, "ratio": {"percentunit"}, "cores": {"suffix: cores"},
+    "bytes per second": {"Bps"}, "bytes": {"bytes"}, "seconds per second": {"s"},
+    "events per second": {"reqps", "ops"}, "count or state": {"none"},
+}
+
+
+def quantity(expr: str) -> str:
+    """What a dashboard query measures, from its metric names and functions."""
+    # The process collectors' queries end with a filter to sidecar targets: not measured.
+    measured = expr.split("\n  and on (", 1)[0]
+    metrics = set(re.findall(r"\b((?:sidecar|process)_[a-z_]+)\{", measured))
+    assert metrics, expr
+    rated = "rate(" in measured
+    if "histogram_quantile(" in measured:
+        return "duration"
+    if re.search(r"\)\s*/\s*sum", measured):
+        return "ratio"
+    if metrics == {"process_cpu_seconds_total"} and rated:
+        return "cores"
+    if rated and all(name.endswith("_bytes_total") for name in metrics):
+        return "bytes per second"
+    if all(name.endswith("_bytes") for name in metrics):
+        return "bytes"
+    if rated and all(name.endswith("_seconds_total") for name in metrics):
+        return "seconds per second"
+    return "events per second" if rated else "count or state"
+
+
+def test_each_panel_shows_one_quantity_in_its_unit() -> None:
+    """Grafana draws all of a panel's series on one axis in the panel's unit, so a
+    panel holds one quantity, in a unit that fits it, and scales nothing by hand
+    (Grafana shows bytes as KiB..TiB and seconds as ms..h by itself)."""
+    for panel in dashboard()["panels"]:
+        if panel["type"] == "row":
+            continue
+        exprs = [target["expr"] for target in panel["targets"]]
+        measured = {quantity(expr) for expr in exprs}
+        assert len(measured) == 1, (panel["title"], measured)
+        unit = panel["fieldConfig"]["defaults"]["unit"]
+        assert unit in UNITS[measured.pop()], (panel["title"], unit)
+        assert panel["fieldConfig"]["overrides"] == [], panel["title"]
+        for expr in exprs:
+            assert not re.search(r"[*/]\s*(\d+\s*\^|1024\b|1e\d|1000\b)", expr), \
+                (panel["title"], expr)
 
 
 def metrics_contract() -> set[str]:
@@ -331,6 +392,17 @@ def test_every_panel_and_rule_returns_series_from_a_real_prometheus(
             if not prom.query(concrete(expr, instance)):
                 empty.append(f"{title} [{ref}]: {expr}")
         assert not empty, "panel queries without series:\n" + "\n".join(empty)
+
+        # The variables' label_values(series, label) as Grafana asks Prometheus for them.
+        offered = {}
+        for variable in dashboard()["templating"]["list"]:
+            if variable["type"] != "query":
+                continue
+            parts = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"]["query"])
+            assert parts, variable["query"]
+            offered[variable["name"]] = prom.api(f"label/{parts[2]}/values",
+                                                 **{"match[]": concrete(parts[1], instance)})
+        assert offered == {"job": ["sidecar"], "instance": [instance]}
 
 
 # --- metric invariants ------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import inspect
+import itertools
+import json
 import random
 import re
 import struct
@@ -20,6 +22,7 @@ with warnings.catch_warnings():
     )
     from kafka.record.default_records import DefaultRecordBatch
     from kafka.record.memory_records import MemoryRecords
+    from kafka.record.util import calc_crc32c
 
 from sidecar.tools import kafka_segments
 from sidecar.tools.kafka_segments import (
@@ -27,7 +30,9 @@ from sidecar.tools.kafka_segments import (
     BatchCheckError,
     BatchHeader,
     BatchScanner,
+    aiven_segment_objects,
     build_segment,
+    build_segment_indexes,
     generate_topic_segments,
     iter_segment_batches,
     kafka_uuid,
@@ -410,3 +415,69 @@ def test_kafka_uuid_format() -> None:
         assert raw[6] >> 4 == 4  # version 4
         assert raw[8] >> 6 == 0b10  # IETF variant
     assert kafka_uuid(random.Random(3)) == ids[0]
+
+
+# --- indexes and manifest -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("interval", [4096, 30_000, 10**9])
+def test_index_entries_follow_the_brokers_interval(interval: int) -> None:
+    base = 1000
+    data, _ = _segment(base)  # ~10 KiB batches
+    batches = list(iter_segment_batches(data))
+    positions = [0, *itertools.accumulate(batch.total_size for batch in batches)][:-1]
+    # A batch gets an entry when more than `interval` bytes lie between the last
+    # entry's batch (or the segment's start) and its own start.
+    expected, last = [], 0
+    for batch, position in zip(batches, positions, strict=True):
+        if position - last > interval:
+            expected.append((batch.last_offset - base, position))
+            last = position
+    indexes = build_segment_indexes(data, base, interval)
+    assert list(struct.iter_unpack(">ii", indexes.offset)) == expected
+    times = list(struct.iter_unpack(">qi", indexes.timestamp))
+    # Timestamps grow with offsets here, so the time index marks the same batches,
+    # then the segment's largest timestamp, added when it was rolled unless the
+    # last entry holds it already.
+    marked = [(batches[positions.index(position)].max_timestamp, offset)
+              for offset, position in expected]
+    rolled = (batches[-1].max_timestamp, batches[-1].last_offset - base)
+    assert times == marked + ([rolled] if rolled not in marked else [])
+
+
+def test_producer_snapshot_and_leader_epochs() -> None:
+    data, _ = _segment(1000)
+    indexes = build_segment_indexes(data, 1000)
+    version, crc = struct.unpack_from(">hI", indexes.producer_snapshot)
+    rest = indexes.producer_snapshot[6:]
+    assert (version, rest) == (1, struct.pack(">i", 0)) and crc == calc_crc32c(rest)
+    assert indexes.leader_epoch == b"0\n1\n0 1000\n"
+
+
+def test_aiven_objects_are_the_indexes_and_a_manifest_locating_them() -> None:
+    (segment,) = generate_topic_segments(
+        topic="orders", partitions=1, segments_per_partition=1, segment_bytes=300_000,
+        value_size=1000, seed=3)
+    chunk = 128 * 1024
+    (indexes_key, indexes), (manifest_key, manifest_bytes) = aiven_segment_objects(
+        segment, chunk_size=chunk)
+    stem = segment.key.removesuffix(".log")
+    assert (indexes_key, manifest_key) == (stem + ".indexes", stem + ".rsm-manifest")
+    built = build_segment_indexes(segment.data, segment.start_offset)
+    manifest = json.loads(manifest_bytes)
+    parts = manifest["segmentIndexes"]
+    for name, body in (("offset", built.offset), ("timestamp", built.timestamp),
+                       ("producerSnapshot", built.producer_snapshot),
+                       ("leaderEpoch", built.leader_epoch)):
+        start = parts[name]["position"]
+        assert indexes[start:start + parts[name]["size"]] == body
+    assert parts["transaction"] is None
+    assert manifest["chunkIndex"] == {
+        "type": "fixed", "originalChunkSize": chunk, "originalFileSize": len(segment.data),
+        "transformedChunkSize": chunk, "finalTransformedChunkSize": len(segment.data) % chunk,
+    }
+    assert manifest["version"] == "1" and manifest["compression"] is False
+    with pytest.raises(ValueError, match=r"not the \.log key"):
+        aiven_segment_objects(kafka_segments.SegmentObject(
+            key=indexes_key, data=segment.data, topic="orders", partition=0,
+            start_offset=0, end_offset=segment.end_offset))

@@ -71,7 +71,8 @@ def test_the_demo_example_is_a_valid_plan() -> None:
     assert orders.partitions == (0, 1) and orders.offsets is not None
     assert clicks.partitions is None and clicks.times_ms is not None
     assert clicks.times_ms.first == 1_790_000_000_000
-    text = example_instructions("/tmp/plan.json", document, "http://127.0.0.1:9330",
-                                {"AWS_ACCESS_KEY_ID": "x"})
-    assert "python -m spark_warmup /tmp/plan.json --dry-run" in text
+    text = example_instructions("/run/plan.json", document, "http://127.0.0.1:9330",
+                                {"AWS_ACCESS_KEY_ID": "x"}, report_dir="/run/report")
+    assert "python -m spark_warmup /run/plan.json --dry-run" in text
+    assert "python -m spark_warmup /run/plan.json --report /run/report" in text
     assert "sidecar replay --endpoint http://127.0.0.1:9330" in text and "--topic clicks" in text
