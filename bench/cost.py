@@ -63,7 +63,8 @@ def light_replay(
     if not segments.exists():
         segments.write_text(json.dumps({"partitions": segments_by_partition(dataset)}))
     args = [sys.executable, "-m", "bench.light_client", "--endpoint", endpoint,
-            "--bucket", dataset.spec.bucket, "--segments", str(segments)]
+            "--bucket", dataset.spec.bucket, "--segments", str(segments),
+            *(["--sign"] if sidecar is not None else [])]
     _, offset = origin_traffic(origin.access_log)
     before_stats = sidecar.stats() if sidecar else None
     before = cpu.usage(server_pid) if server_pid else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -253,12 +254,16 @@ def write_listings(dataset: Dataset, directory: Path) -> dict[str, str]:
     return by_raw
 
 
-def write_range_targets(dataset: Dataset, path: Path, range_bytes: int) -> int:
-    """The objects for the wrk range script, one `"/bucket/key" size` line each.
+def write_range_targets(dataset: Dataset, path: Path, range_bytes: int,
+                        path_of: Callable[[str, str], str] | None = None) -> int:
+    """The objects for the wrk range script, one `"/bucket/key" size` line each
+    (`path_of(bucket, key)` for another path, e.g. a presigned one).
 
     Returns the number of whole aligned ranges across all objects.
     """
-    lines = [f"/{dataset.spec.bucket}/{item.key} {item.size}" for item in dataset.objects]
+    bucket = dataset.spec.bucket
+    lines = [f"{path_of(bucket, item.key) if path_of else f'/{bucket}/{item.key}'} {item.size}"
+             for item in dataset.objects]
     path.write_text("\n".join(lines) + "\n")
     return sum(item.size // range_bytes for item in dataset.objects)
 

@@ -43,6 +43,7 @@ from bench.probe import (
     read_process_times,
 )
 from bench.sidecar_server import SidecarServer, stats_delta
+from bench.signing import presigned_path
 from bench.warmup import LaneSampler, lane_window
 
 if TYPE_CHECKING:
@@ -210,9 +211,10 @@ def _misses(bench: Bench, url: str, positions: list[tuple[StoredObject, int]],
     processes = read_process_times()
     began = time.monotonic()
     for item, start in positions:
-        path = f"/{bucket}/{item.key}"
-        head(url, path)  # object metadata known: the GET times the block only
-        result = timed_get(url, path, start, RANGE)
+        # Signed, as the plugin's requests are (the origin ignores the query).
+        head(url, presigned_path(url, bucket, item.key, "HEAD"))  # metadata known: the
+        result = timed_get(url, presigned_path(url, bucket, item.key), start, RANGE)  # GET
+        # times the block only
         body = result.pop("body")
         with open(bench.dataset.path(item.key), "rb") as source:
             source.seek(start)

@@ -35,6 +35,7 @@ import psutil
 
 from bench.probe import percentiles
 from bench.sidecar_server import SidecarServer
+from bench.signing import presigned_path
 
 OBJECT_COUNT = 8
 OBJECT_BYTES = 4 * 1024 * 1024
@@ -87,6 +88,8 @@ async def _client(
     deadline: float, max_requests: int, tally: Tally, rng: random.Random,
 ) -> None:
     keys = list(bodies)
+    # Signed once per object, as the plugin's requests are; the Range is not signed.
+    paths = {key: presigned_path(f"http://{host}:{port}", bucket, key) for key in keys}
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
     try:
@@ -98,7 +101,7 @@ async def _client(
             start = rng.randrange(0, size - range_bytes)
             end = start + range_bytes - 1
             request = (
-                f"GET /{bucket}/{key} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"GET {paths[key]} HTTP/1.1\r\nHost: {host}:{port}\r\n"
                 f"Range: bytes={start}-{end}\r\n\r\n"
             ).encode()
             began = time.monotonic()
@@ -227,7 +230,8 @@ def warm(data_url: str, bucket: str, bodies: dict[str, bytes]) -> None:
     import urllib.request
 
     for key, body in bodies.items():
-        with urllib.request.urlopen(f"{data_url}/{bucket}/{key}", timeout=60) as response:
+        path = presigned_path(data_url, bucket, key)
+        with urllib.request.urlopen(f"{data_url}{path}", timeout=60) as response:
             if response.read() != body:
                 raise RuntimeError(f"warm-up read of {key} returned wrong bytes")
 

@@ -33,6 +33,7 @@ isolation and warmup start their own servers (bench/isolation.py, bench/warmup.p
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import signal
@@ -72,6 +73,7 @@ from bench.nginx import (
 )
 from bench.report import console_summary, evaluate_targets, merge_results, render_markdown
 from bench.sidecar_server import SidecarServer, stats_delta
+from bench.signing import presigned_path
 from bench.warmup import run_warmup
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -352,6 +354,10 @@ class Bench:
         settings = self.settings
         targets = self.work / "range-targets.txt"
         ranges = write_range_targets(self.dataset, targets, 1024 * 1024)
+        # The sidecar's requests are signed, as the plugin's are (nginx ignores the query).
+        signed_targets = self.work / "range-targets-signed.txt"
+        write_range_targets(self.dataset, signed_targets, 1024 * 1024,
+                            functools.partial(presigned_path, sidecar.data_url))
         self.scenarios[scenario] = {
             "tool": "wrk", "range_bytes": 1024 * 1024, "aligned_ranges": ranges,
             "connections": settings.wrk_connections, "threads": settings.wrk_threads,
@@ -360,8 +366,8 @@ class Bench:
         print(f"{scenario}: wrk, random 1 MiB ranges, {settings.wrk_connections} connections, "
               f"{settings.wrk_seconds} s each", file=sys.stderr, flush=True)
 
-        def wrk(url: str, label: str) -> dict[str, Any]:
-            result = run_wrk(url, targets, settings.wrk_seconds, settings.wrk_connections,
+        def wrk(url: str, label: str, objects: Path = targets) -> dict[str, Any]:
+            result = run_wrk(url, objects, settings.wrk_seconds, settings.wrk_connections,
                              settings.wrk_threads, self.work / "logs" / f"{label}.log")
             print(f"  {label}: {result['requests_per_s']} req/s, {result['mb_per_s']} MB/s, "
                   f"p99 {result['latency_ms']['p99']} ms", file=sys.stderr, flush=True)
@@ -373,7 +379,7 @@ class Bench:
 
         def sidecar_warm() -> dict[str, Any]:
             before = sidecar.stats()
-            result = wrk(sidecar.data_url, "warm-ranges-sidecar")
+            result = wrk(sidecar.data_url, "warm-ranges-sidecar", signed_targets)
             result["sidecar"] = stats_delta(before, sidecar.stats())
             return result
 

@@ -85,10 +85,9 @@ class SidecarServer:
     def start(self) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        # The benchmark clients (wrk, the light and Kafka-like replays) read
-        # with plain HTTP, as they read nginx: anonymous reads are opted into.
-        env = {**client_env(), "SIDECAR_LOG_LEVEL": "WARNING",
-               "SIDECAR_AUTH_ALLOW_ANONYMOUS": "true", **self.extra_env}
+        # Every benchmark client signs with CREDENTIALS (presigned paths,
+        # bench/signing.py, or an SDK), as a broker's plugin signs.
+        env = {**client_env(), "SIDECAR_LOG_LEVEL": "WARNING", **self.extra_env}
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self._process = subprocess.Popen(
                 self.args, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
