@@ -43,6 +43,27 @@ def test_snapshot_ratios_and_totals() -> None:
     assert stats["requests"] == 12
 
 
+def test_snapshot_breaks_down_what_the_page_shows() -> None:
+    metrics = busy_metrics()
+    metrics.evictions.labels("capacity").inc(4)
+    metrics.evictions.labels("checksum").inc(1)
+    metrics.disk_errors.labels("read").inc(2)
+    stats = stats_snapshot(metrics)
+    # The total stays an int under its old key; the breakdown is beside it.
+    assert stats["cache"]["evictions"] == 5
+    assert stats["cache"]["evictions_by_reason"] == {
+        "capacity": 4, "checksum": 1, "invalidated": 0, "shrink": 0, "recovery": 0}
+    assert stats["cache"]["disk_errors"] == {"read": 2, "write": 0}
+    assert stats["origin"]["requests_by_lane"]["prefetch"] == {"ok": 0, "not_found": 0,
+                                                               "error": 1}
+    assert stats["origin"]["requests_by_lane"]["foreground"]["ok"] == 5
+
+
+def test_snapshot_of_a_reading_is_the_snapshot_of_the_registry() -> None:
+    metrics = busy_metrics()
+    assert stats_snapshot(metrics.read()) == stats_snapshot(metrics)
+
+
 def test_snapshot_of_an_idle_sidecar_has_no_ratios() -> None:
     stats = stats_snapshot(Metrics(CollectorRegistry()))
     assert stats["block_hit_ratio"] is None and stats["byte_hit_ratio"] is None
