@@ -1,15 +1,19 @@
-"""The stats JSON (/api/v1/stats) and its terminal rendering (`sidecar stats`)."""
+"""The stats JSON (/api/v1/stats), as the admin port serves it, and its terminal
+rendering (`sidecar stats`)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
+from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from sidecar.admin.port import AdminPort
 from sidecar.admin.stats import stats_snapshot
 from sidecar.cli import _format_stats
 from sidecar.telemetry.metrics import Metrics
+from tests.support.waiting import eventually_awaited
 
 
 def busy_metrics() -> Metrics:
@@ -121,3 +125,54 @@ def test_summary_shows_an_open_breaker_and_the_last_start() -> None:
     assert lines["last start"] == ("1,200 blocks reused (3,072.0 MiB), 3 dropped, "
                                    "reused cache file")
     assert "origin breaker" not in rendered(stats_snapshot(busy_metrics()) | {"mode": "normal"})
+
+
+class IdleEngine:
+    def activity(self) -> dict[str, int | bool]:
+        return {"blocks_in_flight": 0, "idle": True}
+
+
+def admin_port(**options: Any) -> AdminPort:
+    return AdminPort(Metrics(CollectorRegistry()), lambda: True, cast(Any, IdleEngine()),
+                     cast(Any, None), token="secret", **options)
+
+
+async def test_stats_carry_a_window_and_give_history_when_asked() -> None:
+    admin = admin_port(sample_interval_s=0.05)
+    async with TestClient(TestServer(admin.app())) as client:
+        plain = await (await client.get("/api/v1/stats")).json()
+        assert plain["mode"] == "normal" and plain["time"] > 0
+        assert plain["engine"]["idle"] is True
+        assert "history" not in plain  # `sidecar stats` and scripts get a small answer
+        assert set(plain["window"]) >= {"seconds", "hit_ratio", "served_bytes_per_s",
+                                        "origin_bytes_per_s", "latency_s"}
+
+        async def history_of_three() -> dict[str, Any] | None:
+            answer = await (await client.get("/api/v1/stats?history=1")).json()
+            history: dict[str, Any] = answer["history"]
+            return history if len(history["time"]) >= 3 else None
+
+        history = await eventually_awaited(history_of_three, "three points of history", 10)
+        assert history["series"]["origin_bytes_per_s"]["prefetch"][:3] == [0.0] * 3
+        since = history["time"][1]
+        newer = (await (await client.get(f"/api/v1/stats?since={since}")).json())["history"]
+        assert newer["time"] and min(newer["time"]) > since
+        for bad in ("yesterday", "nan", "inf"):
+            response = await client.get(f"/api/v1/stats?since={bad}")
+            assert response.status == 400, bad
+            assert "since" in (await response.json())["error"]
+
+
+async def test_warm_calls_are_remembered_rejected_ones_too() -> None:
+    admin = admin_port()
+    async with TestClient(TestServer(admin.app())) as client:
+        response = await client.post("/api/v1/warm", data=b"{not json",
+                                     headers={"Authorization": "Bearer secret"})
+        assert response.status == 400
+        # Without the token the call is refused before it is a warm call.
+        assert (await client.post("/api/v1/warm", data=b"{}")).status == 401
+        calls = (await (await client.get("/api/v1/stats")).json())["warm_calls"]
+        assert len(calls) == 1
+        assert calls[0]["status"] == 400 and calls[0]["objects"] == 0
+        assert calls[0]["error"].startswith("body: not JSON")
+        assert calls[0]["seconds"] >= 0 and calls[0]["result"] is None
