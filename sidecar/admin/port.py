@@ -48,7 +48,7 @@ ENDPOINTS = {
     "GET /healthz": "the process is up",
     "GET /readyz": "ready to serve (503 while not), with the mode and any disk problem",
     "GET /metrics": "Prometheus metrics",
-    "GET /ui": "the hit-rate page",
+    "GET /ui": "the operator's page: state, last-minute rates, charts, recent warm calls",
     "GET /api/v1/stats": "hit rates, bytes and the cache, as JSON, with the rates of the "
                          "last minute; ?history=1 (or ?since=UNIX_TIME) adds the samples "
                          "behind /ui's charts",
@@ -219,8 +219,11 @@ class AdminPort:
         return response
 
     async def ui(self, request: web.Request) -> web.Response:
+        # The page arrives with the stats and the whole history in it: its first
+        # paint shows figures and charts, not a placeholder waiting for a poll.
         return web.Response(
-            text=ui.PAGE, content_type="text/html", charset="utf-8",
+            text=ui.render(self._snapshot(with_history=True)),
+            content_type="text/html", charset="utf-8",
             headers={"Cache-Control": "no-store", "Content-Security-Policy": ui.CSP},
         )
 
