@@ -162,6 +162,7 @@ class Sidecar:
             self.metrics, lambda: self._ready, self._engine, self.origin,
             server.admin_token, self.modes,
             cache_recovery=store.recovery_stats, reload=self.reload_from_source,
+            sample_interval_s=server.stats_interval_s,
         )
         watcher = DiskWatcher(
             cache.directory, cache.disk_reserve_bytes, cache.disk_check_interval_s,

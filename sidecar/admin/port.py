@@ -2,20 +2,29 @@
 
 Mutating calls need `Authorization: Bearer <token>` when an admin token is set
 (docs/ARCHITECTURE.md); the config refuses a non-loopback admin address without one.
+
+While the port runs, a sampler reads the counters every `sample_interval_s` into a
+bounded ring (sidecar.admin.history): the stats' last-minute `window` and the
+charts of /ui are rates between those samples.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import json
+import logging
+import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sidecar.admin import ui, warm
+from sidecar.admin.history import SampleRing, take_sample
 from sidecar.admin.stats import stats_snapshot
 from sidecar.config.reloading import Reload
 from sidecar.engine import Engine
@@ -25,13 +34,24 @@ from sidecar.origin.client import Origin
 from sidecar.s3.http_fields import undecodable_field
 from sidecar.telemetry.metrics import Metrics
 
+log = logging.getLogger(__name__)
+
+DEFAULT_SAMPLE_INTERVAL_S = 2.0
+# 15 minutes at the default interval; about 1.4 KiB a sample (under 1 MiB in all).
+HISTORY_SAMPLES = 450
+# The stats' `window`: long enough to hold a few Kafka fetches of every reader,
+# short enough that a collapse shows within the minute.
+WINDOW_S = 60.0
+
 # The index at `/` (GET): every endpoint of this port and what it is for.
 ENDPOINTS = {
     "GET /healthz": "the process is up",
     "GET /readyz": "ready to serve (503 while not), with the mode and any disk problem",
     "GET /metrics": "Prometheus metrics",
-    "GET /ui": "the hit-rate page",
-    "GET /api/v1/stats": "hit rates, bytes and the cache, as JSON",
+    "GET /ui": "the operator's page: state, last-minute rates, charts, recent warm calls",
+    "GET /api/v1/stats": "hit rates, bytes and the cache, as JSON, with the rates of the "
+                         "last minute; ?history=1 (or ?since=UNIX_TIME) adds the samples "
+                         "behind /ui's charts",
     "POST /api/v1/warm": 'warm blocks: {"objects": [{"bucket", "key", "start", "end"}], '
                          '"ttl_s"} (admin token)',
     "GET /api/v1/mode": "the download mode",
@@ -68,8 +88,12 @@ class AdminPort:
         modes: ModeState | None = None,
         cache_recovery: Callable[[], dict[str, Any] | None] | None = None,
         reload: Callable[[], Awaitable[Reload]] | None = None,
+        sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
     ) -> None:
         self._metrics = metrics
+        self._sample_interval_s = sample_interval_s
+        self._samples = SampleRing(HISTORY_SAMPLES, sample_interval_s, started=time.time())
+        self.warm_calls = warm.RecentWarmCalls()
         # What rebuilding the cache index at start found (cache.recovery in the stats).
         self._cache_recovery = cache_recovery
         self._is_ready = is_ready
@@ -105,7 +129,29 @@ class AdminPort:
         application.router.add_post("/api/v1/reload", self.reload)
         application.router.add_delete("/api/v1/cache/{bucket}/{key:.+}", self.purge)
         application.router.add_get("/", self.index)
+        application.cleanup_ctx.append(self._sampling)
         return application
+
+    async def _sampling(self, application: web.Application) -> AsyncIterator[None]:
+        """Sample the counters while the port serves: once at start, so the first
+        stats already have a window, then every interval."""
+        self._take_sample()
+        task = asyncio.get_running_loop().create_task(self._sample_forever())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _sample_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._sample_interval_s)
+            try:
+                self._take_sample()
+            except Exception:  # a chart missing a point is no reason to stop sampling
+                log.exception("could not sample the counters for /ui")
+
+    def _take_sample(self) -> None:
+        self._samples.add(take_sample(self._metrics.read(), time.time(), time.monotonic()))
 
     async def index(self, request: web.Request) -> web.Response:
         """What this port answers, for whoever opens it in a browser or with curl."""
@@ -173,23 +219,51 @@ class AdminPort:
         return response
 
     async def ui(self, request: web.Request) -> web.Response:
+        # The page arrives with the stats and the whole history in it: its first
+        # paint shows figures and charts, not a placeholder waiting for a poll.
         return web.Response(
-            text=ui.PAGE, content_type="text/html", charset="utf-8",
+            text=ui.render(self._snapshot(with_history=True)),
+            content_type="text/html", charset="utf-8",
             headers={"Cache-Control": "no-store", "Content-Security-Policy": ui.CSP},
         )
 
     async def stats(self, request: web.Request) -> web.Response:
-        snapshot = stats_snapshot(self._metrics)
-        # Wall-clock time of the snapshot: the page turns counter deltas into rates.
-        snapshot["time"] = time.time()
+        # Without a parameter the answer stays small, for `sidecar stats` and scripts;
+        # the page asks ?since= the last point it has.
+        since: float | None = None
+        if "since" in request.query:
+            try:
+                since = float(request.query["since"])
+            except ValueError:
+                since = math.nan
+            if not math.isfinite(since):
+                return web.json_response(
+                    {"error": "since: must be a time in seconds since the epoch"}, status=400)
+        with_history = since is not None or request.query.get("history", "0") not in ("0", "")
+        return web.json_response(self._snapshot(with_history, since))
+
+    def _snapshot(self, with_history: bool = False, since: float | None = None
+                  ) -> dict[str, Any]:
+        """The stats; `with_history`: also the chart points of the samples taken
+        after `since` (wall-clock seconds; None: all the ring holds)."""
+        reading = self._metrics.read()
+        now = take_sample(reading, time.time(), time.monotonic())
+        snapshot = stats_snapshot(reading)
+        snapshot["time"] = now.wall  # wall-clock seconds
         snapshot["mode"] = self._modes.current.value
         snapshot["requested_mode"] = self._modes.requested.value
         snapshot["disk_problem"] = self._modes.disk_problem
         if self._cache_recovery is not None:
             snapshot["cache"]["recovery"] = self._cache_recovery()
         snapshot["engine"] = self._engine.activity()
-        return web.json_response(snapshot)
+        # Rates over the last minute up to this very reading (the newest sample
+        # may be an interval old).
+        snapshot["window"] = self._samples.window(now, WINDOW_S)
+        snapshot["warm_calls"] = self.warm_calls.as_json()
+        if with_history:
+            snapshot["history"] = self._samples.history(since)
+        return snapshot
 
     async def warm(self, request: web.Request) -> web.Response:
         self.authorize(request)
-        return await warm.handle(request, self._origin, self._engine)
+        return await warm.handle(request, self._origin, self._engine, self.warm_calls)

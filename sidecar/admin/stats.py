@@ -1,7 +1,10 @@
 """`GET /api/v1/stats` and `sidecar stats`: the hit-rate summary.
 
 Computed from the one metrics registry, so there is no second set of counters
-to drift from what Prometheus scrapes.
+to drift from what Prometheus scrapes. Keys are only ever added: `sidecar stats`,
+the replay client, the benchmarks and older scripts read the ones already here.
+The admin port adds the time, the mode, the windowed rates (`window`), the
+recent warm calls and, when asked, the history behind /ui's charts.
 """
 
 from __future__ import annotations
@@ -9,11 +12,24 @@ from __future__ import annotations
 from typing import Any
 
 from sidecar.model import LANES
-from sidecar.telemetry.metrics import BREAKER_STATES, EVICTION_REASONS, ORIGIN_OUTCOMES, Metrics
+from sidecar.telemetry.metrics import (
+    BREAKER_STATES,
+    DISK_OPS,
+    EVICTION_REASONS,
+    ORIGIN_OUTCOMES,
+    PREFETCH_OUTCOMES,
+    WARM_OUTCOMES,
+    Metrics,
+    MetricsReading,
+)
 
 
-def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
-    """The hit-rate summary, computed from the one registry (no second set of counters)."""
+def stats_snapshot(metrics: Metrics | MetricsReading) -> dict[str, Any]:
+    """The hit-rate summary, computed from the one registry (no second set of counters).
+
+    Given a reading, every figure comes from that one instant."""
+    if isinstance(metrics, Metrics):
+        metrics = metrics.read()
     hits = metrics.value("sidecar_cache_lookups_total", {"result": "hit"})
     misses = metrics.value("sidecar_cache_lookups_total", {"result": "miss"})
     from_cache = metrics.value("sidecar_served_bytes_total", {"source": "cache"})
@@ -23,8 +39,12 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
     }
     issued, used, wasted = (
         metrics.value("sidecar_prefetch_blocks_total", {"outcome": outcome})
-        for outcome in ("issued", "used", "wasted")
+        for outcome in PREFETCH_OUTCOMES
     )
+    evictions = {
+        reason: int(metrics.value("sidecar_cache_evictions_total", {"reason": reason}))
+        for reason in EVICTION_REASONS
+    }
     lookups = hits + misses
     served = from_cache + from_origin
     return {
@@ -39,6 +59,14 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
             "requests": {
                 outcome: int(metrics.total("sidecar_origin_requests_total", outcome=outcome))
                 for outcome in ORIGIN_OUTCOMES
+            },
+            "requests_by_lane": {
+                lane: {
+                    outcome: int(metrics.value("sidecar_origin_requests_total",
+                                               {"lane": lane, "outcome": outcome}))
+                    for outcome in ORIGIN_OUTCOMES
+                }
+                for lane in LANES
             },
             "ratelimit_wait_seconds": {
                 lane: metrics.value("sidecar_ratelimit_wait_seconds_total", {"lane": lane})
@@ -60,14 +88,16 @@ def stats_snapshot(metrics: Metrics) -> dict[str, Any]:
             "used_bytes": int(metrics.value("sidecar_cache_used_bytes")),
             "capacity_bytes": int(metrics.value("sidecar_cache_capacity_bytes")),
             "blocks": int(metrics.value("sidecar_cache_blocks")),
-            "evictions": int(sum(
-                metrics.value("sidecar_cache_evictions_total", {"reason": reason})
-                for reason in EVICTION_REASONS
-            )),
+            "evictions": sum(evictions.values()),
+            "evictions_by_reason": evictions,
             "checksum_failures": int(metrics.value("sidecar_cache_checksum_failures_total")),
+            "disk_errors": {
+                op: int(metrics.value("sidecar_cache_disk_errors_total", {"op": op}))
+                for op in DISK_OPS
+            },
         },
         "warm_blocks": {
             outcome: int(metrics.value("sidecar_warm_blocks_total", {"outcome": outcome}))
-            for outcome in ("already_cached", "fetched", "failed")
+            for outcome in WARM_OUTCOMES
         },
     }

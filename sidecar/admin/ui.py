@@ -1,20 +1,29 @@
-"""`GET /ui`: the built-in hit-rate page, one self-contained HTML document
-(`ui.html`, shipped in the package).
+"""`GET /ui`: the operator's page, one self-contained HTML document (`ui.html`,
+shipped in the package), meant to stay open beside Grafana.
 
 No external assets (the Content-Security-Policy below forbids them): inline CSS,
-inline JavaScript drawing on <canvas>. The page polls `/api/v1/stats` every
-`interval_ms` (default 2000, a query parameter) and keeps the last HISTORY
-samples in memory, so charts start empty when it is opened and fill as it runs.
+inline JavaScript drawing on <canvas>, no build step. The page arrives with the
+stats JSON in it, the chart history included (`render`), and draws them before
+its first paint: nothing waits for a poll. It then polls
+`/api/v1/stats?since=<its newest point>` every `interval_ms` (default 2000, a
+query parameter) and appends the new points, keeping as many as the sidecar's
+ring holds.
 
 Stable hooks for tests and scripts: every figure is an element with an id whose
 `data-value` holds the raw number from the stats JSON (empty when n/a); each
-chart's <canvas> carries `data-points` (samples drawn) and `data-draws`; <body>
-carries `data-samples` (successful polls) and `data-error` (the last failure).
+chart's <canvas> carries `data-points` (points drawn), `data-draws`,
+`data-x-ticks` and `data-y-ticks` (the axis labels, JSON lists) and
+`data-series` (JSON: each series' label, its points with a value, its largest
+value); <body> carries `data-samples` (snapshots shown, the embedded one
+included), `data-polls` (successful polls) and `data-error` (the last failure);
+the warm-call table's rows carry `data-started`.
 """
 
 from __future__ import annotations
 
+import json
 from importlib import resources
+from typing import Any
 
 # Same-origin fetches and inline code only: an asset the page tried to load from
 # elsewhere would be blocked, which keeps "self-contained" true by construction.
@@ -24,3 +33,14 @@ CSP = (
 )
 
 PAGE = resources.files(__package__).joinpath("ui.html").read_text(encoding="utf-8")
+# Where `render` puts the stats: the body of <script type="application/json">.
+INITIAL_STATS_MARK = "{/*initial stats*/}"
+
+
+def render(stats: dict[str, Any]) -> str:
+    """The page with `stats` in it, for its first paint."""
+    data = json.dumps(stats, separators=(",", ":"), allow_nan=False)
+    # A key in the warm calls could hold "</script>": no "<" may reach the HTML
+    # parser inside the script element. "\u003c" is the same string to JSON.parse.
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return PAGE.replace(INITIAL_STATS_MARK, data, 1)

@@ -13,6 +13,10 @@ completely, every bucket checked and every object HEADed before the first block
 is fetched, so a typo in the 900th object costs no origin bytes. Validation is
 a pure function over the parsed JSON; `warm` decides a status and a JSON body,
 and `handle` turns that into a response.
+
+The last few calls are remembered (`RecentWarmCalls`, a bounded ring) for the
+stats' `warm_calls` and the table of /ui: whoever warms a cluster can see on each
+node what it was asked and what it did, while it is doing it.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, dataclass, field, fields
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
@@ -46,6 +52,10 @@ DEFAULT_TTL_S = 3600.0
 HEAD_CONCURRENCY = 16
 OBJECT_CONCURRENCY = 4
 BLOCK_CONCURRENCY = 4
+# Warm calls remembered for the stats and /ui; the first object's name and an
+# error message are cut to MAX_SHOWN_CHARS, so the ring's memory stays bounded.
+RECENT_WARM_CALLS = 20
+MAX_SHOWN_CHARS = 200
 
 _TOP_FIELDS = ("objects", "ttl_s")
 _OBJECT_FIELDS = ("bucket", "key", "start", "end")
@@ -190,20 +200,95 @@ async def warm(request: WarmRequest, origin: WarmOrigin, engine: Warmer) -> Warm
                                     strict=True)))
 
 
-async def handle(request: web.Request, origin: WarmOrigin, engine: Warmer) -> web.Response:
-    """The aiohttp side: read at most MAX_BODY_BYTES + 1, decide, answer JSON."""
+@dataclass
+class WarmCall:
+    """One call's summary, as the stats show it; `status` is None while it runs."""
+
+    started: float  # wall-clock seconds
+    objects: int
+    first_object: str  # "bucket/key" of the first object named, "" for an unreadable body
+    ttl_s: float | None
+    status: int | None = None
+    seconds: float | None = None
+    result: dict[str, int] | None = None  # the answer of a 200
+    error: str | None = None
+    _began: float = field(default=0.0, repr=False)  # monotonic, for `seconds`
+
+    def as_json(self) -> dict[str, Any]:
+        return {"started": self.started, "objects": self.objects,
+                "first_object": self.first_object, "ttl_s": self.ttl_s,
+                "status": self.status, "seconds": self.seconds,
+                "result": self.result, "error": self.error}
+
+
+class RecentWarmCalls:
+    """The last `capacity` warm calls, the newest first; older ones are forgotten."""
+
+    def __init__(self, capacity: int = RECENT_WARM_CALLS,
+                 wall: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._calls: deque[WarmCall] = deque(maxlen=capacity)
+        self._wall = wall
+        self._monotonic = monotonic
+
+    def begin(self, request: WarmRequest | None) -> WarmCall:
+        first = request.objects[0] if request is not None else None
+        call = WarmCall(
+            started=self._wall(),
+            objects=len(request.objects) if request is not None else 0,
+            first_object=f"{first.bucket}/{first.key}"[:MAX_SHOWN_CHARS] if first else "",
+            ttl_s=request.ttl_s if request is not None else None,
+            _began=self._monotonic(),
+        )
+        self._calls.appendleft(call)
+        return call
+
+    def finish(self, call: WarmCall, answer: WarmAnswer | None) -> None:
+        """Record how `call` ended; None: it was cancelled before it had an answer."""
+        call.seconds = self._monotonic() - call._began
+        if answer is None:
+            call.error = "cancelled"
+            return
+        call.status = answer.status
+        if answer.status == 200:
+            call.result = {name: int(value) for name, value in answer.body.items()}
+        else:
+            call.error = str(answer.body.get("error", ""))[:MAX_SHOWN_CHARS]
+
+    def as_json(self) -> list[dict[str, Any]]:
+        return [call.as_json() for call in self._calls]
+
+
+async def handle(request: web.Request, origin: WarmOrigin, engine: Warmer,
+                 recent: RecentWarmCalls | None = None) -> web.Response:
+    """The aiohttp side: read, decide, answer JSON; the call is remembered in
+    `recent` from its start, a rejected one too."""
+    parsed = await _read_request(request)
+    call = None
+    if recent is not None:
+        call = recent.begin(parsed if isinstance(parsed, WarmRequest) else None)
+    answer: WarmAnswer | None = None
+    try:
+        answer = await warm(parsed, origin, engine) if isinstance(parsed, WarmRequest) \
+            else parsed
+    finally:
+        if recent is not None and call is not None:
+            recent.finish(call, answer)
+    return web.json_response(answer.body, status=answer.status)
+
+
+async def _read_request(request: web.Request) -> WarmRequest | WarmAnswer:
+    """The validated body (at most MAX_BODY_BYTES are read), or the 400 that rejects it."""
     declared = request.content_length
     if declared is not None and declared > MAX_BODY_BYTES:
-        answer = _error(400, f"body: larger than {MAX_BODY_BYTES} bytes")
-    else:
-        # Read here rather than with request.read(), whose client_max_size
-        # answers 413 with a text body instead of this endpoint's JSON error.
-        raw = await _read_at_most(request, MAX_BODY_BYTES + 1)
-        try:
-            answer = await warm(parse_warm_body(raw), origin, engine)
-        except WarmRequestError as exc:
-            answer = _error(400, str(exc))
-    return web.json_response(answer.body, status=answer.status)
+        return _error(400, f"body: larger than {MAX_BODY_BYTES} bytes")
+    # Read here rather than with request.read(), whose client_max_size
+    # answers 413 with a text body instead of this endpoint's JSON error.
+    raw = await _read_at_most(request, MAX_BODY_BYTES + 1)
+    try:
+        return parse_warm_body(raw)
+    except WarmRequestError as exc:
+        return _error(400, str(exc))
 
 
 async def _read_at_most(request: web.Request, limit: int) -> bytes:

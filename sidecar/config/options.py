@@ -27,6 +27,7 @@ from sidecar.config.parsing import (
     parse_nice,
     parse_path_list,
     parse_rate,
+    parse_sample_interval,
     parse_size,
     positive_int,
 )
@@ -209,6 +210,11 @@ OPTIONS: tuple[Option, ...] = (
            "stderr log lines: json (one object per line), text, or auto (text on a terminal, "
            "else json)", "auto|json|text",
            field="server.log_format"),
+    Option("stats_interval", parse_sample_interval, "2s",
+           "how often the admin port samples its counters for the windowed rates of "
+           "/api/v1/stats and the charts of /ui; it keeps the last 450 samples (15 minutes "
+           "at 2s)", "DURATION", flag=False,
+           field="server.stats_interval_s"),
     # Data-port SigV4 verification ([auth] in TOML). Keys never go on the command
     # line, where any user of the host can read them from ps.
     Option("auth_keys", parse_auth_keys, "",

@@ -64,6 +64,15 @@ def parse_duration(value: object) -> float:
     return seconds
 
 
+def parse_sample_interval(value: object) -> float:
+    """A duration from 50ms to 1m: the admin port's sampler runs on the event loop,
+    and a minute is as coarse as a chart of the last minutes can be."""
+    seconds = parse_duration(value)
+    if not 0.05 <= seconds <= 60:
+        raise ConfigError(f"must be between 50ms and 1m: {value!r}")
+    return seconds
+
+
 @dataclass(frozen=True)
 class HostPort:
     host: str

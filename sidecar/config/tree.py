@@ -29,6 +29,7 @@ class ServerConfig:
     client_timeout_s: float
     access_log: str | None  # a path, "-" for stdout, None: no access log
     log_format: str  # auto | json | text (cli.py sets logging up with it)
+    stats_interval_s: float  # the admin port samples its counters this often
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,10 @@ label carries an unbounded value: never a key, bucket or client address.
 
 from __future__ import annotations
 
+import math
 import platform
+from collections import defaultdict
+from collections.abc import Iterable
 
 from prometheus_client import (
     CollectorRegistry,
@@ -17,6 +20,8 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
 )
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.samples import Sample
 
 from sidecar import installed_version
 from sidecar.model import LANES
@@ -33,6 +38,9 @@ BREAKER_STATES = ("closed", "half_open", "open")
 # "recovery": a slot header dropped when the cache index was rebuilt at start
 # (corrupt, or an older copy of a block held in another slot).
 EVICTION_REASONS = ("capacity", "checksum", "invalidated", "shrink", "recovery")
+WARM_OUTCOMES = ("already_cached", "fetched", "failed")
+PREFETCH_OUTCOMES = ("issued", "used", "wasted")
+DISK_OPS = ("read", "write")
 # The `cache` label of sidecar_request_duration_seconds: how a read was served
 # ("none" for answers without a body: HEAD, 304, errors).
 REQUEST_CACHE_RESULTS = ("hit", "partial", "miss")
@@ -158,13 +166,13 @@ class Metrics:
             self.request_duration.labels("GetObject", cache_result)
         for op, code in (("GetObject", "200"), ("GetObject", "206"), ("HeadObject", "200")):
             self.requests.labels(op, code)
-        for outcome in ("issued", "used", "wasted"):
+        for outcome in PREFETCH_OUTCOMES:
             self.prefetch_blocks.labels(outcome)
-        for outcome in ("already_cached", "fetched", "failed"):
+        for outcome in WARM_OUTCOMES:
             self.warm_blocks.labels(outcome)
         for reason in EVICTION_REASONS:
             self.evictions.labels(reason)
-        for disk_op in ("read", "write"):
+        for disk_op in DISK_OPS:
             self.disk_errors.labels(disk_op)
         for reason in AUTH_FAILURE_REASONS:
             self.auth_failures.labels(reason)
@@ -179,6 +187,17 @@ class Metrics:
     def on_disk_error(self, op: str) -> None:
         self.disk_errors.labels(op).inc()
 
+    def read(self) -> MetricsReading:
+        """Every sample of the sidecar's own collectors, collected once.
+
+        The stats JSON and the admin port's sampler ask for dozens of values at
+        a time; `value` would collect the whole registry for each, the process
+        collector's /proc reads included."""
+        own = (collector for collector in vars(self).values()
+               if isinstance(collector, MetricWrapperBase))
+        return MetricsReading(sample for collector in own
+                              for family in collector.collect() for sample in family.samples)
+
     def value(self, name: str, labels: dict[str, str] | None = None) -> float:
         """Current value of one sample (for the stats JSON and `sidecar stats`)."""
         return self.registry.get_sample_value(name, labels or {}) or 0.0
@@ -192,3 +211,33 @@ class Metrics:
             if sample.name == name
             and all(sample.labels.get(k) == v for k, v in labels.items())
         )
+
+
+class MetricsReading:
+    """Samples of the registry at one instant, asked as `Metrics` answers them."""
+
+    def __init__(self, samples: Iterable[Sample]) -> None:
+        self._by_name: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        for sample in samples:
+            self._by_name[sample.name].append((sample.labels, sample.value))
+
+    def value(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """The sample of `name` with exactly these labels (0 when there is none)."""
+        wanted = labels or {}
+        return next((value for sample_labels, value in self._by_name.get(name, ())
+                     if sample_labels == wanted), 0.0)
+
+    def total(self, name: str, **labels: str) -> float:
+        """Sum of the samples of `name` whose labels include `labels` (any other labels)."""
+        return sum(value for sample_labels, value in self._by_name.get(name, ())
+                   if all(sample_labels.get(k) == v for k, v in labels.items()))
+
+    def buckets(self, histogram: str, **labels: str) -> dict[float, float]:
+        """A histogram's cumulative counts by upper bound (+inf last), summed over the
+        label sets that include `labels`."""
+        counts: dict[float, float] = defaultdict(float)
+        for sample_labels, value in self._by_name.get(histogram + "_bucket", ()):
+            if all(sample_labels.get(k) == v for k, v in labels.items()):
+                counts[math.inf if sample_labels["le"] == "+Inf"
+                       else float(sample_labels["le"])] += value
+        return dict(sorted(counts.items()))

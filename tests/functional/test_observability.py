@@ -88,12 +88,13 @@ def seeded(origin_s3: Any, bucket: str, segments: tuple[SegmentObject, ...]) -> 
     return bucket
 
 
-def start_sidecar(origin: str, tmp_path: Path, *extra: str) -> SidecarProcess:
+def start_sidecar(origin: str, tmp_path: Path, *extra: str,
+                  env: dict[str, str] | None = None) -> SidecarProcess:
     cache = tmp_path / "cache"
     cache.mkdir()
     return SidecarProcess(origin, cache, "--block-size", "256KiB",
                           "--cache-size", str(64 * (BLOCK + 4096)), *extra,
-                          env={"SIDECAR_PREFETCH_MAX_WINDOW": "2MiB"})
+                          env={"SIDECAR_PREFETCH_MAX_WINDOW": "2MiB", **(env or {})})
 
 
 def replay_args(sidecar: SidecarProcess, origin: str, bucket: str) -> list[str]:
@@ -557,6 +558,7 @@ class Page:
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self._ws = ws
         self._ids = 0
+        self._events: list[dict[str, Any]] = []  # arrived while waiting for an answer
 
     async def call(self, method: str, **params: Any) -> dict[str, Any]:
         self._ids += 1
@@ -567,40 +569,88 @@ class Page:
                 assert "error" not in message, (method, message["error"])
                 result: dict[str, Any] = message["result"]
                 return result
+            if "method" in message:
+                self._events.append(message)
+
+    async def event(self, method: str) -> dict[str, Any]:
+        """The next `method` event (one that came in meanwhile counts)."""
+        while True:
+            for i, message in enumerate(self._events):
+                if message["method"] == method:
+                    del self._events[i]
+                    return message
+            message = await asyncio.wait_for(self._ws.receive_json(), WAIT_S)
+            if "method" in message:
+                self._events.append(message)
+
+    async def load(self, url: str) -> None:
+        """Navigate and return once the load event fired: the page's inline
+        script has run and nothing was awaited after it."""
+        self._events = [e for e in self._events if e["method"] == "Runtime.exceptionThrown"]
+        await self.call("Page.navigate", url=url)
+        await self.event("Page.loadEventFired")
+
+    def exceptions(self) -> list[str]:
+        """Uncaught exceptions of the page's scripts so far (with Runtime enabled)."""
+        return [str(event["params"]["exceptionDetails"]) for event in self._events
+                if event["method"] == "Runtime.exceptionThrown"]
 
     async def evaluate(self, expression: str) -> Any:
         result = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
         assert "exceptionDetails" not in result, result["exceptionDetails"]
         return result["result"].get("value")
 
+    async def screenshot(self) -> bytes:
+        """The whole page as PNG, below the window's height too."""
+        height = (await self.call("Page.getLayoutMetrics"))["cssContentSize"]["height"]
+        # The window's width: beyond the viewport there is no scroll bar to leave out.
+        width = await self.evaluate("window.innerWidth")
+        shot = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                               clip={"x": 0, "y": 0, "width": width, "height": height,
+                                     "scale": 1})
+        return base64.b64decode(shot["data"])
 
-# What the page shows, read from its stable hooks (see sidecar/ui.py).
+
+def save_artifact(name: str, data: bytes) -> None:
+    path = ARTIFACTS / "ui" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+# What the page shows, read from its stable hooks (see sidecar/admin/ui.py).
 PAGE_STATE = """(() => {
-  const colored = (canvas, rgb) => {
+  // Pixels of a chart's canvas in a series' colour (saturated), not grid or text (grey).
+  const ink = (canvas) => {
     const d = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
     let n = 0;
     for (let i = 0; i < d.length; i += 4) {
-      if (Math.abs(d[i] - rgb[0]) < 40 && Math.abs(d[i + 1] - rgb[1]) < 40
-          && Math.abs(d[i + 2] - rgb[2]) < 40 && d[i + 3] > 128) n++;
+      const hi = Math.max(d[i], d[i + 1], d[i + 2]), lo = Math.min(d[i], d[i + 1], d[i + 2]);
+      if (d[i + 3] > 128 && hi - lo > 60) n++;
     }
     return n;
   };
-  const chart = (id, rgb) => {
-    const el = document.getElementById(id);
-    return {points: Number(el.dataset.points), draws: Number(el.dataset.draws),
-            ink: colored(el, rgb), swatch: 100 * (window.devicePixelRatio || 1) ** 2};
-  };
-  const tile = (id) => {
-    const el = document.getElementById(id);
-    return {text: el.textContent, value: el.dataset.value};
-  };
+  const figures = {};
+  for (const el of document.querySelectorAll("[data-value]")) {
+    figures[el.id] = {text: el.textContent.trim(), value: el.dataset.value};
+  }
+  const charts = {};
+  for (const c of document.querySelectorAll("canvas")) {
+    charts[c.id] = {points: Number(c.dataset.points || 0), draws: Number(c.dataset.draws || 0),
+                    yTicks: JSON.parse(c.dataset.yTicks || "[]"),
+                    xTicks: JSON.parse(c.dataset.xTicks || "[]"),
+                    series: JSON.parse(c.dataset.series || "[]"), ink: ink(c),
+                    hover: c.dataset.hover || "",
+                    legend: [...document.querySelectorAll("#" + c.id + "-legend .key")]
+                      .map((k) => k.dataset.series)};
+  }
   return {
-    samples: Number(document.body.dataset.samples), error: document.body.dataset.error,
-    byte: tile("byte-hit-ratio"), block: tile("block-hit-ratio"), mode: tile("mode"),
-    maxCacheRate: Math.max(0, ...samples.map((s) => s.cacheRate || 0)),
-    charts: {ratios: chart("chart-ratios", [18, 183, 106]),
-             throughput: chart("chart-throughput", [18, 183, 106]),
-             occupancy: chart("chart-occupancy", [46, 144, 250])},
+    samples: Number(document.body.dataset.samples), polls: Number(document.body.dataset.polls),
+    error: document.body.dataset.error, status: document.getElementById("status").textContent,
+    tileValues: [...document.querySelectorAll(".tile .value")].map((el) => el.textContent.trim()),
+    figures, charts,
+    warmCalls: [...document.querySelectorAll("#warm-calls tbody tr")]
+      .map((tr) => [...tr.cells].map((td) => td.textContent)),
+    text: document.body.innerText,
   };
 })()"""
 
@@ -627,16 +677,106 @@ async def page_state_when(
         raise AssertionError(f"{exc}; the page's last state: {last}") from None
 
 
+# When the page first painted anything a reader sees (text, a chart), and when its
+# script had shown the embedded stats (performance.now() milliseconds); None until
+# the browser reports that paint.
+FIRST_PAINT = """(() => {
+  const paint = performance.getEntriesByName("first-contentful-paint")[0];
+  return paint ? {firstPaint: paint.startTime, shownAt: Number(document.body.dataset.shownAt)}
+               : null;
+})()"""
+
+
 def shown(ratio: float | None) -> str:
     return "n/a" if ratio is None else f"{100 * ratio:.2f}%"
 
 
-async def test_ui_shows_the_hit_ratio_of_the_stats_json(
-    chromium_installed: None, local_s3: LocalS3, seeded: str, tmp_path: Path,
+# Figures that are numbers once the sidecar has served reads, missed, read ahead and
+# warmed in the last minute: "1.25", "93.75%", "1,024".
+NUMERIC_FIGURES = (
+    "byte-hit-ratio-1m", "block-hit-ratio-1m", "byte-hit-ratio", "block-hit-ratio",
+    "latency-p50", "latency-p99", "latency-hit-p99", "latency-miss-p99",
+    "throughput", "origin-read", "origin-foreground", "origin-prefetch", "origin-warm",
+    "origin-errors", "ratelimit", "prefetch-accuracy", "cache-fill", "evictions",
+    "warm-blocks", "checksum-failures", "in-flight", "breaker-rejected",
+)
+NUMBER = re.compile(r"^\d[\d,]*(\.\d+)?%?( ms)?$")
+TIME_LABEL = re.compile(r"^\d\d:\d\d(:\d\d)?$")
+CHART_UNITS = {
+    "chart-ratios": "%", "chart-throughput": " MiB/s", "chart-origin": " MiB/s",
+    "chart-latency": " ms", "chart-origin-requests": " req/s", "chart-ratelimit": " s/s",
+    "chart-occupancy": " MiB", "chart-evictions": " blocks/s", "chart-warm": " blocks/s",
+}
+
+
+def assert_page_shows_traffic(state: dict[str, Any], warm_key: str,
+                              warmed: dict[str, Any]) -> None:
+    """What an operator must see on a sidecar that served cached reads, misses,
+    read-ahead and a warm call within the last minute."""
+    assert state["error"] == "", state["error"]
+    assert state["status"].startswith("updated "), state["status"]
+    assert "connecting" not in state["text"].lower()
+    assert not [v for v in state["tileValues"] if v in ("", "n/a", "\u2013", "no reads")], \
+        state["tileValues"]
+    figures = state["figures"]
+    for name in NUMERIC_FIGURES:
+        assert NUMBER.match(figures[name]["text"]), (name, figures[name])
+        assert figures[name]["value"] != "", name
+    for lane in ("foreground", "prefetch", "warm"):
+        assert float(figures[f"origin-{lane}"]["value"]) > 0, lane
+    assert figures["mode"]["value"] == "normal"
+    assert figures["disk"]["value"] == "ok" and figures["disk-errors"]["value"] == "0"
+    assert figures["breaker"]["value"] == "closed"
+
+    charts = state["charts"]
+    assert set(charts) == set(CHART_UNITS)
+    for chart_id, unit in CHART_UNITS.items():
+        chart = charts[chart_id]
+        assert chart["points"] >= 3, (chart_id, chart["points"])
+        assert len(chart["yTicks"]) >= 3 and all(t.endswith(unit) for t in chart["yTicks"]), \
+            (chart_id, chart["yTicks"])
+        # Nice ticks: each label's number is 1, 2 or 5 times a power of ten apart.
+        numbers = [float(t.removesuffix(unit).replace(",", "")) for t in chart["yTicks"]]
+        step = numbers[1] - numbers[0]
+        assert f"{step:.0e}"[0] in "125", (chart_id, numbers)
+        assert len(chart["xTicks"]) >= 2 and all(TIME_LABEL.match(t) for t in chart["xTicks"]), \
+            (chart_id, chart["xTicks"])
+    assert charts["chart-ratios"]["yTicks"][-1] == "100%"
+    by_lane = {s["label"]: s for s in charts["chart-origin"]["series"]}
+    assert set(by_lane) == {"foreground", "prefetch", "warm"}
+    assert charts["chart-origin"]["legend"] == ["foreground", "prefetch", "warm"]
+    for lane, series in by_lane.items():
+        assert series["points"] >= 3 and series["max"] > 0, (lane, series)
+    for chart_id in ("chart-ratios", "chart-throughput", "chart-origin", "chart-latency",
+                     "chart-occupancy", "chart-warm"):
+        assert charts[chart_id]["ink"] > 50, (chart_id, charts[chart_id]["ink"])
+
+    row = next(row for row in state["warmCalls"] if warm_key in row[3])
+    assert row[1] == "200" and row[2] == "1", row
+    assert row[4:8] == [f"{warmed[k]:,}" for k in
+                        ("requested_blocks", "already_cached", "fetched", "failed")], row
+
+
+async def test_ui_first_paint_has_the_figures_and_polls_keep_them_current(
+    chromium_installed: None, local_s3: LocalS3, seeded: str,
+    segments: tuple[SegmentObject, ...], tmp_path: Path,
 ) -> None:
-    # A bandwidth budget stretches the replay over a few of the page's polls.
-    with start_sidecar(local_s3.endpoint, tmp_path, "--origin-bandwidth", "6MiB/s") as sidecar, \
+    # A bandwidth budget stretches the reads over a few of the sidecar's samples,
+    # and makes the lanes wait for it.
+    with start_sidecar(local_s3.endpoint, tmp_path, "--origin-bandwidth", "6MiB/s",
+                       env={"SIDECAR_STATS_INTERVAL": "250ms"}) as sidecar, \
             Chromium(tmp_path / "profile") as browser:
+        # Traffic first: a warm call (the warm lane), then a replay of every segment,
+        # which misses (foreground), reads ahead (prefetch) and hits the warmed one.
+        warm_key = segments[0].key
+        warmed = admin_post(sidecar.admin_url + "/api/v1/warm",
+                            {"objects": [{"bucket": seeded, "key": warm_key}]})
+        assert warmed["fetched"] > 0 and warmed["failed"] == 0, warmed
+        run_replay(sidecar, local_s3.endpoint, seeded)
+        sidecar.wait_idle()
+        stats: dict[str, Any] = sidecar.stats()
+        assert stats["hits"] and stats["misses"]
+
         async with aiohttp.ClientSession() as http_session:
             async with http_session.get(f"http://127.0.0.1:{browser.port}/json/list") as response:
                 tabs = await response.json()
@@ -645,56 +785,69 @@ async def test_ui_shows_the_hit_ratio_of_the_stats_json(
                                                max_msg_size=0) as ws:
                 page = Page(ws)
                 await page.call("Page.enable")
-                await page.call("Page.navigate", url=sidecar.admin_url + "/ui?interval_ms=200")
+                await page.call("Runtime.enable")
 
-                await page_state_when(page, lambda s: s["samples"] >= 1, "the first poll")
+                # The first paint: no poll for a minute, so all it shows came in the page.
+                await page.load(sidecar.admin_url + "/ui?interval_ms=60000")
+                save_artifact("ui-first-paint.png", await page.screenshot())
+                first = await page.evaluate(PAGE_STATE)
+                assert first["samples"] == 1 and first["polls"] == 0, first
+                assert_page_shows_traffic(first, warm_key, warmed)
+                assert first["figures"]["byte-hit-ratio"]["text"] \
+                    == shown(stats["byte_hit_ratio"])
+                # Nothing was painted before the figures were in place.
+                paints = await eventually_awaited(
+                    lambda: page.evaluate(FIRST_PAINT), "the first paint's timing", WAIT_S, 0.1)
+                assert paints["firstPaint"] >= paints["shownAt"], paints
+
+                # Polling: the page follows a second replay (all hits now) as it runs.
+                await page.load(sidecar.admin_url + "/ui?interval_ms=200")
+                before = await page.evaluate(PAGE_STATE)
                 replay = await asyncio.create_subprocess_exec(
                     *replay_args(sidecar, local_s3.endpoint, seeded),
                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                     env=replay_env())
-                try:
-                    await page_state_when(
-                        page, lambda s: s["samples"] >= 4 and s["maxCacheRate"] > 0,
-                        "samples with traffic while the replay runs", timeout=60)
-                    out, err = await replay.communicate()
-                finally:
-                    if replay.returncode is None:
-                        replay.kill()
-                        await replay.communicate()
+                out, err = await replay.communicate()
                 assert replay.returncode == 0, err
                 assert json.loads(out)["crc_errors"] == 0
+                sidecar.wait_idle()
+                settled: dict[str, Any] = sidecar.stats()
 
-                # Counters stand still once the replay's connections are gone...
-                def steady() -> dict[str, Any] | None:
-                    first = sidecar.stats()
-                    time.sleep(0.3)
-                    second = sidecar.stats()
-                    same = all(first[k] == second[k] for k in
-                               ("hits", "misses", "served_bytes"))
-                    return second if same else None
-
-                stats = eventually(steady, "the stats to settle", WAIT_S, POLL_S)
-                # ...and the page polls again after that.
-                polled = (await page.evaluate(PAGE_STATE))["samples"]
+                # The page polls until it shows the sidecar's own figures, with new
+                # points on its charts.
+                grown = before["charts"]["chart-throughput"]["points"] + 4
                 state = await page_state_when(
-                    page, lambda s: s["samples"] >= polled + 2
-                    and all(c["points"] >= 6 and c["ink"] > 2 * c["swatch"]
-                            for c in s["charts"].values()),
-                    "the charts to draw")
-                again = sidecar.stats()
-                for key in ("hits", "misses", "served_bytes", "byte_hit_ratio", "block_hit_ratio"):
-                    assert again[key] == stats[key], key
-                assert state["error"] == ""
-                assert stats["byte_hit_ratio"] is not None
-                assert state["byte"]["text"] == shown(stats["byte_hit_ratio"])
-                assert float(state["byte"]["value"]) == stats["byte_hit_ratio"]
-                assert state["block"]["text"] == shown(stats["block_hit_ratio"])
-                assert float(state["block"]["value"]) == stats["block_hit_ratio"]
-                assert state["mode"]["value"] == "normal"
+                    page, lambda s: s["polls"] >= 3
+                    and s["charts"]["chart-throughput"]["points"] >= grown
+                    and s["figures"]["byte-hit-ratio"]["value"]
+                    == str(settled["byte_hit_ratio"])
+                    and s["figures"]["block-hit-ratio"]["value"]
+                    == str(settled["block_hit_ratio"]),
+                    "the page to poll the second replay's figures")
+                assert_page_shows_traffic(state, warm_key, warmed)
+                assert state["figures"]["byte-hit-ratio"]["text"] \
+                    == shown(settled["byte_hit_ratio"])
+                assert state["figures"]["block-hit-ratio"]["text"] \
+                    == shown(settled["block_hit_ratio"])
+                save_artifact("ui.png", await page.screenshot())
 
-                shot = await page.call("Page.captureScreenshot", format="png")
-                ARTIFACTS.mkdir(exist_ok=True)
-                (ARTIFACTS / "ui-hit-rates.png").write_bytes(base64.b64decode(shot["data"]))
+                # Pointing at a chart redraws it with the values of that moment.
+                box = await page.evaluate(
+                    "(() => { const r = document.getElementById('chart-origin')"
+                    ".getBoundingClientRect();"
+                    " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+                await page.call("Input.dispatchMouseEvent", type="mouseMoved", x=box[0], y=box[1])
+                await page_state_when(page, lambda s: s["charts"]["chart-origin"]["hover"] != "",
+                                      "the chart to show the moment pointed at")
+                assert page.exceptions() == []
+
+
+def admin_post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        result: dict[str, Any] = json.load(response)
+        return result
 
 
 def test_access_log_has_one_json_line_per_request(

@@ -12,7 +12,7 @@ from sidecar.config import (
     parse_rate,
     parse_size,
 )
-from sidecar.config.parsing import parse_cpu_list, parse_host_port
+from sidecar.config.parsing import parse_cpu_list, parse_host_port, parse_sample_interval
 from sidecar.errors import ConfigError
 
 
@@ -39,6 +39,13 @@ def test_parse_rate_and_duration() -> None:
     assert parse_duration("500ms") == 0.5 and parse_duration("2m") == 120 and parse_duration(3) == 3
     with pytest.raises(ConfigError, match="duration"):
         parse_duration("soon")
+
+
+def test_the_stats_sampling_interval_is_bounded() -> None:
+    assert parse_sample_interval("250ms") == 0.25 and parse_sample_interval("1m") == 60
+    for bad in ("10ms", "2m", "0"):
+        with pytest.raises(ConfigError, match="between 50ms and 1m"):
+            parse_sample_interval(bad)
 
 
 def test_parse_cpu_list() -> None:

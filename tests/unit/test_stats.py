@@ -1,15 +1,19 @@
-"""The stats JSON (/api/v1/stats) and its terminal rendering (`sidecar stats`)."""
+"""The stats JSON (/api/v1/stats), as the admin port serves it, and its terminal
+rendering (`sidecar stats`)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
+from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from sidecar.admin.port import AdminPort
 from sidecar.admin.stats import stats_snapshot
 from sidecar.cli import _format_stats
 from sidecar.telemetry.metrics import Metrics
+from tests.support.waiting import eventually_awaited
 
 
 def busy_metrics() -> Metrics:
@@ -41,6 +45,27 @@ def test_snapshot_ratios_and_totals() -> None:
     assert stats["origin"]["requests"] == {"ok": 5, "not_found": 0, "error": 1}
     assert stats["origin"]["ratelimit_wait_seconds"]["prefetch"] == 1.5
     assert stats["requests"] == 12
+
+
+def test_snapshot_breaks_down_what_the_page_shows() -> None:
+    metrics = busy_metrics()
+    metrics.evictions.labels("capacity").inc(4)
+    metrics.evictions.labels("checksum").inc(1)
+    metrics.disk_errors.labels("read").inc(2)
+    stats = stats_snapshot(metrics)
+    # The total stays an int under its old key; the breakdown is beside it.
+    assert stats["cache"]["evictions"] == 5
+    assert stats["cache"]["evictions_by_reason"] == {
+        "capacity": 4, "checksum": 1, "invalidated": 0, "shrink": 0, "recovery": 0}
+    assert stats["cache"]["disk_errors"] == {"read": 2, "write": 0}
+    assert stats["origin"]["requests_by_lane"]["prefetch"] == {"ok": 0, "not_found": 0,
+                                                               "error": 1}
+    assert stats["origin"]["requests_by_lane"]["foreground"]["ok"] == 5
+
+
+def test_snapshot_of_a_reading_is_the_snapshot_of_the_registry() -> None:
+    metrics = busy_metrics()
+    assert stats_snapshot(metrics.read()) == stats_snapshot(metrics)
 
 
 def test_snapshot_of_an_idle_sidecar_has_no_ratios() -> None:
@@ -100,3 +125,54 @@ def test_summary_shows_an_open_breaker_and_the_last_start() -> None:
     assert lines["last start"] == ("1,200 blocks reused (3,072.0 MiB), 3 dropped, "
                                    "reused cache file")
     assert "origin breaker" not in rendered(stats_snapshot(busy_metrics()) | {"mode": "normal"})
+
+
+class IdleEngine:
+    def activity(self) -> dict[str, int | bool]:
+        return {"blocks_in_flight": 0, "idle": True}
+
+
+def admin_port(**options: Any) -> AdminPort:
+    return AdminPort(Metrics(CollectorRegistry()), lambda: True, cast(Any, IdleEngine()),
+                     cast(Any, None), token="secret", **options)
+
+
+async def test_stats_carry_a_window_and_give_history_when_asked() -> None:
+    admin = admin_port(sample_interval_s=0.05)
+    async with TestClient(TestServer(admin.app())) as client:
+        plain = await (await client.get("/api/v1/stats")).json()
+        assert plain["mode"] == "normal" and plain["time"] > 0
+        assert plain["engine"]["idle"] is True
+        assert "history" not in plain  # `sidecar stats` and scripts get a small answer
+        assert set(plain["window"]) >= {"seconds", "hit_ratio", "served_bytes_per_s",
+                                        "origin_bytes_per_s", "latency_s"}
+
+        async def history_of_three() -> dict[str, Any] | None:
+            answer = await (await client.get("/api/v1/stats?history=1")).json()
+            history: dict[str, Any] = answer["history"]
+            return history if len(history["time"]) >= 3 else None
+
+        history = await eventually_awaited(history_of_three, "three points of history", 10)
+        assert history["series"]["origin_bytes_per_s"]["prefetch"][:3] == [0.0] * 3
+        since = history["time"][1]
+        newer = (await (await client.get(f"/api/v1/stats?since={since}")).json())["history"]
+        assert newer["time"] and min(newer["time"]) > since
+        for bad in ("yesterday", "nan", "inf"):
+            response = await client.get(f"/api/v1/stats?since={bad}")
+            assert response.status == 400, bad
+            assert "since" in (await response.json())["error"]
+
+
+async def test_warm_calls_are_remembered_rejected_ones_too() -> None:
+    admin = admin_port()
+    async with TestClient(TestServer(admin.app())) as client:
+        response = await client.post("/api/v1/warm", data=b"{not json",
+                                     headers={"Authorization": "Bearer secret"})
+        assert response.status == 400
+        # Without the token the call is refused before it is a warm call.
+        assert (await client.post("/api/v1/warm", data=b"{}")).status == 401
+        calls = (await (await client.get("/api/v1/stats")).json())["warm_calls"]
+        assert len(calls) == 1
+        assert calls[0]["status"] == 400 and calls[0]["objects"] == 0
+        assert calls[0]["error"].startswith("body: not JSON")
+        assert calls[0]["seconds"] >= 0 and calls[0]["result"] is None

@@ -1,16 +1,16 @@
-"""The built-in page is self-contained and exposes the hooks scripts and tests read."""
+"""The built-in page is self-contained, comes with its first figures in it and
+exposes the hooks scripts and tests read."""
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any, cast
+from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
-from prometheus_client import CollectorRegistry
 
 from sidecar.admin import ui
-from sidecar.admin.port import AdminPort
-from sidecar.telemetry.metrics import Metrics
+from tests.unit.test_stats import admin_port
 
 
 def test_page_loads_nothing_from_elsewhere() -> None:
@@ -21,28 +21,54 @@ def test_page_loads_nothing_from_elsewhere() -> None:
 
 
 def test_page_has_the_stable_hooks() -> None:
-    for element_id in ("byte-hit-ratio", "block-hit-ratio", "prefetch-accuracy", "mode",
-                       "cache-used", "chart-ratios", "chart-throughput", "chart-occupancy"):
-        assert f'id="{element_id}"' in ui.PAGE
+    for element_id in (
+        "byte-hit-ratio", "block-hit-ratio", "byte-hit-ratio-1m", "block-hit-ratio-1m",
+        "prefetch-accuracy", "mode", "disk", "disk-errors", "breaker", "cache-used",
+        "cache-fill", "latency-p50", "latency-p99", "throughput", "origin-read",
+        "origin-foreground", "origin-prefetch", "origin-warm", "origin-errors", "ratelimit",
+        "evictions", "warm-blocks", "checksum-failures", "warm-calls",
+        "chart-ratios", "chart-throughput", "chart-origin", "chart-latency",
+        "chart-origin-requests", "chart-ratelimit", "chart-occupancy", "chart-evictions",
+        "chart-warm", "initial-stats", "status",
+    ):
+        assert f'id="{element_id}"' in ui.PAGE, element_id
     assert 'fetch("/api/v1/stats"' in ui.PAGE
-    assert 'data-samples="0"' in ui.PAGE
+    assert 'data-samples="0"' in ui.PAGE and 'data-polls="0"' in ui.PAGE
+    assert "connecting" not in ui.PAGE
+    assert ui.PAGE.count(ui.INITIAL_STATS_MARK) == 1
 
 
-class IdleEngine:
-    def activity(self) -> dict[str, int | bool]:
-        return {"blocks_in_flight": 0, "idle": True}
+def initial_stats(page: str) -> dict[str, Any]:
+    match = re.search(r'<script type="application/json" id="initial-stats">(.*?)</script>',
+                      page, re.S)
+    assert match is not None
+    stats: dict[str, Any] = json.loads(match.group(1))
+    return stats
 
 
-async def test_admin_port_serves_the_page() -> None:
-    admin = AdminPort(Metrics(CollectorRegistry()), lambda: True, cast(Any, IdleEngine()),
-                      cast(Any, None), token="secret")
+def test_the_stats_in_the_page_cannot_end_its_script_element() -> None:
+    hostile = {"cache": {}, "warm_calls": [
+        {"first_object": "b/</script><script>alert(1)</script><!--&"}]}
+    page = ui.render(hostile)
+    assert "alert(1)</script>" not in page and "<!--&" not in page
+    # The same string once JSON.parse (here json.loads) reads it back.
+    assert initial_stats(page) == hostile
+
+
+async def test_admin_port_serves_the_page_with_its_first_figures() -> None:
+    admin = admin_port()
     async with TestClient(TestServer(admin.app())) as client:
         # Read-only: no admin token needed.
         response = await client.get("/ui")
         assert response.status == 200
         assert response.content_type == "text/html"
         assert response.headers["Content-Security-Policy"] == ui.CSP
-        assert await response.text() == ui.PAGE
-        stats = await (await client.get("/api/v1/stats")).json()
+        page = await response.text()
+        assert ui.INITIAL_STATS_MARK not in page
+        stats = initial_stats(page)
         assert stats["mode"] == "normal" and stats["time"] > 0
-        assert stats["engine"]["idle"] is True
+        assert stats["hits"] == 0 and stats["cache"]["capacity_bytes"] == 0
+        # The sample taken when the port started: a window and a history from the start.
+        assert stats["window"]["seconds"] > 0
+        assert stats["history"]["capacity"] == 450 and stats["history"]["interval_s"] == 2.0
+        assert stats["warm_calls"] == []

@@ -12,6 +12,8 @@ from sidecar.admin.warm import (
     MAX_BODY_BYTES,
     MAX_OBJECTS,
     OBJECT_CONCURRENCY,
+    RecentWarmCalls,
+    WarmAnswer,
     WarmObject,
     WarmRequest,
     WarmRequestError,
@@ -203,3 +205,50 @@ async def test_objects_are_warmed_concurrently_but_bounded() -> None:
                         FakeOrigin(objects, {"b"}), engine)
     assert answer.status == 200 and len(engine.calls) == 40
     assert 1 < engine.most_running <= OBJECT_CONCURRENCY
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_recent_warm_calls_show_a_call_while_it_runs_and_how_it_ended() -> None:
+    clock = Clock()
+    recent = RecentWarmCalls(capacity=3, wall=clock, monotonic=clock)
+    call = recent.begin(WarmRequest((WarmObject("b", "orders-0/1.log"), WarmObject("b", "k")),
+                                    60.0))
+    assert recent.as_json() == [{"started": 1000.0, "objects": 2,
+                                 "first_object": "b/orders-0/1.log", "ttl_s": 60.0,
+                                 "status": None, "seconds": None, "result": None,
+                                 "error": None}]
+    clock.now += 2.5
+    recent.finish(call, WarmAnswer(200, {"requested_blocks": 3, "already_cached": 1,
+                                         "fetched": 2, "failed": 0, "bytes_fetched": 9}))
+    [shown] = recent.as_json()
+    assert shown["status"] == 200 and shown["seconds"] == 2.5
+    assert shown["result"] == {"requested_blocks": 3, "already_cached": 1, "fetched": 2,
+                               "failed": 0, "bytes_fetched": 9}
+
+
+def test_recent_warm_calls_are_bounded_newest_first() -> None:
+    clock = Clock()
+    recent = RecentWarmCalls(capacity=3, wall=clock, monotonic=clock)
+    for i in range(10):
+        clock.now = float(i)
+        recent.finish(recent.begin(WarmRequest((WarmObject("b", f"k{i}"),))),
+                      WarmAnswer(503, {"error": "origin unavailable: " + "x" * 1000}))
+    calls = recent.as_json()
+    assert [c["first_object"] for c in calls] == ["b/k9", "b/k8", "b/k7"]
+    assert calls[0]["status"] == 503 and len(calls[0]["error"]) == 200
+
+
+def test_a_cancelled_warm_call_says_so_and_a_long_name_is_cut() -> None:
+    recent = RecentWarmCalls()
+    call = recent.begin(WarmRequest((WarmObject("b", "k" * 5000),)))
+    recent.finish(call, None)
+    [shown] = recent.as_json()
+    assert shown["status"] is None and shown["error"] == "cancelled"
+    assert len(shown["first_object"]) == 200
