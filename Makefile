@@ -63,3 +63,13 @@ config-docs:
 	mkdir -p docs
 	$(PYTHON) -m sidecar.config.reference > docs/CONFIG.md.tmp
 	mv docs/CONFIG.md.tmp docs/CONFIG.md
+
+# The chaos soak (tests/soak/): a real sidecar with its cache on a loop-mounted
+# disk, under Kafka-like load while it is killed, its origin misbehaves and its
+# disk fills up, gets damaged and fails; every byte served is checked. Needs
+# root (the loop device). 20 minutes; `make soak SOAK_ARGS="--minutes 2"` for a
+# short run. Not part of `make test`.
+.PHONY: soak
+soak: $(STAMP)
+	sh scripts/ensure-disk-tools.sh
+	$(BIN)/python -m tests.soak $(SOAK_ARGS)
