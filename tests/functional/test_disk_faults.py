@@ -23,6 +23,7 @@ import pytest
 from sidecar.cache.slab import FILE_HEADER_SIZE, SLAB_FILE_NAME, SLOT_HEADER_SIZE
 from sidecar.tools.local_s3 import LocalS3
 from tests.functional.test_data_port import raw_request
+from tests.support.loop_disk import LoopDisk, drop_pages, loop_disk
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
 
@@ -59,15 +60,6 @@ def cache_whole(sidecar: SidecarProcess, bucket: str, key: str, data: bytes) -> 
     sidecar.wait_idle()
     assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")[1]["x-sidecar-cache"] \
         == "hit"
-
-
-def drop_pages(slab: Path) -> None:
-    fd = os.open(slab, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def read_all_in_ranges(sidecar: SidecarProcess, bucket: str, key: str, data: bytes) -> None:
@@ -133,30 +125,16 @@ def disk_tools() -> None:
 
 
 @pytest.fixture
-def loop_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """An ext4 file system on a loop device over a 96 MiB file: (mount, file)."""
-    backing = tmp_path / "disk.img"
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    with open(backing, "wb") as image:
-        image.truncate(96 * MiB)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0",
-                    str(backing)], check=True)
-    subprocess.run(["mount", "-o", "loop", str(backing), str(mount)], check=True)
-    try:
-        yield mount, backing
-    finally:
-        # Lazily: the sidecar may still hold the file open when a test fails.
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-        found = subprocess.run(["losetup", "-j", str(backing)], capture_output=True, text=True)
-        for line in found.stdout.splitlines():
-            subprocess.run(["losetup", "-d", line.split(":")[0]], check=False)
+def cache_disk(tmp_path: Path) -> Iterator[LoopDisk]:
+    """An ext4 file system on a loop device over a 96 MiB file."""
+    with loop_disk(tmp_path, 96 * MiB) as disk:
+        yield disk
 
 
 def test_a_disk_that_fails_reads_with_eio_is_bypassed_and_every_read_stays_exact(
-    local_s3: LocalS3, origin_s3: Any, bucket: str, loop_disk: tuple[Path, Path]
+    local_s3: LocalS3, origin_s3: Any, bucket: str, cache_disk: LoopDisk
 ) -> None:
-    mount, backing = loop_disk
+    mount, backing = cache_disk.mount, cache_disk.backing
     objects = [put(origin_s3, bucket, 6 * MiB + n) for n in range(4)]  # 28 blocks
     with start(local_s3, mount, SIDECAR_DISK_CHECK_INTERVAL="30s") as sidecar:
         for key, data in objects:

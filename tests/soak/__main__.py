@@ -27,9 +27,10 @@ from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from tests.soak.chaos import Chaos, FlippingObject
 from tests.soak.judge import growth
 from tests.soak.load import Clients, Tally, Truth, range_reader, replay_reader, s3_client, writer
-from tests.soak.rig import MiB, Sample, Supervisor, loop_disk, watch
+from tests.soak.rig import MiB, Sample, Supervisor, watch
 from tests.soak.schedule import chaos_schedule
 from tests.support.fault_proxy import FaultProxy
+from tests.support.loop_disk import loop_disk
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "reliability"

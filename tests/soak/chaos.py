@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.cache.slab import FILE_HEADER_SIZE, SLAB_FILE_NAME, SLOT_HEADER_SIZE
-from tests.soak.rig import LoopDisk, Supervisor, drop_pages
+from tests.soak.rig import Supervisor
 from tests.soak.schedule import Event, eio_start_s
 from tests.support.fault_proxy import Fault, FaultProxy, Rule
+from tests.support.loop_disk import LoopDisk, drop_pages
 
 ADMIN_TIMEOUT_S = 60.0  # a warm call waits for its blocks
 FILLER_NAME = "filler"

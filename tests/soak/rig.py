@@ -1,15 +1,12 @@
-"""What the soak runs the sidecar on: a loop-mounted ext4 cache disk, and the
-sidecar process itself across kills and restarts, watched every second."""
+"""The sidecar process across the soak's kills and restarts, watched every
+second (its cache disk is tests.support.loop_disk)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,49 +16,6 @@ from tests.support.processes import SidecarProcess
 
 MiB = 1024 * 1024
 RESTART_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class LoopDisk:
-    mount: Path
-    backing: Path
-    device: str
-
-
-@contextmanager
-def loop_disk(workdir: Path, size: int) -> Iterator[LoopDisk]:
-    """An ext4 file system on its own loop device over a `size` file; always
-    unmounted and detached, whatever happened to it (EIO included)."""
-    backing, mount = workdir / "cache-disk.img", workdir / "cache"
-    mount.mkdir()
-    with open(backing, "wb") as image:
-        image.truncate(size)
-    device = subprocess.run(["losetup", "--find", "--show", str(backing)], check=True,
-                            capture_output=True, text=True).stdout.strip()
-    try:
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0",
-                        device], check=True)
-        subprocess.run(["mount", device, str(mount)], check=True)
-        try:
-            yield LoopDisk(mount, backing, device)
-        finally:
-            # A failed disk may refuse a clean unmount; a lazy one always goes,
-            # and the device is freed when the last file on it is closed.
-            if subprocess.run(["umount", str(mount)], check=False).returncode != 0:
-                subprocess.run(["umount", "-l", str(mount)], check=True)
-    finally:
-        subprocess.run(["losetup", "-d", device], check=False)
-
-
-def drop_pages(path: Path) -> None:
-    """Push a file's dirty pages to the disk and drop them from the page cache:
-    the next reads go to the device."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 @dataclass
