@@ -158,10 +158,9 @@ def _group_positions(admin: Any, replay: Replay,
                         f"offsets of topic {replay.topic!r}: {_describe(exc)}") from None
     positions = {}
     for tp in asked:
-        end = int(ends[tp].offset)
-        if tp in after and after[tp].offset >= 0:
-            end = min(end, int(after[tp].offset))
-        positions[tp.partition] = GroupPosition(offsets.get(tp.partition), end)
+        stop = int(after[tp].offset) if tp in after and after[tp].offset >= 0 else None
+        positions[tp.partition] = GroupPosition(offsets.get(tp.partition),
+                                                int(ends[tp].offset), stop)
     return positions
 
 

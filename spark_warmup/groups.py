@@ -41,6 +41,8 @@ def next_reads(position: GroupPosition, to_offset: int | None) -> Span | None:
     if position.committed is None:
         return None
     last = position.end - 1
+    if position.stop is not None:
+        last = min(last, position.stop - 1)
     if to_offset is not None:
         last = min(last, to_offset)
     return Span(position.committed, last) if last >= position.committed else None

@@ -34,7 +34,10 @@ class GroupPosition:
     """One partition of a consumer group's replay: where it will read next and the end."""
 
     committed: int | None  # None: the group committed nothing for this partition
-    end: int  # the partition's log end offset (or the offset `to_time` resolved to)
+    end: int  # the partition's log end offset
+    # The first offset after the replay's `to_time` (ListOffsets by time), which
+    # ends its reads there; None without a to_time or when no record is that late.
+    stop: int | None = None
 
 
 @dataclass(frozen=True)

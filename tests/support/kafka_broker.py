@@ -14,7 +14,9 @@ while reading metadata and group offsets, from the fixture:
 - FindCoordinator (the first broker coordinates every group),
 - OffsetFetch (a group's committed offsets; none for an unknown group, as Kafka
   answers),
-- ListOffsets (latest = the partition's end offset, earliest = its start).
+- ListOffsets (latest = the partition's end offset, earliest = its start, and
+  for a timestamp the first offset at or after it, the fixture's records being
+  one per millisecond from `first_timestamp_ms`).
 
 Every request it decoded is recorded as (broker id, API name) for assertions.
 """
@@ -77,6 +79,12 @@ class FixturePartition:
     end_offset: int
     isr: tuple[int, ...] | None = None  # None: every replica in sync
     start_offset: int = 0
+    first_timestamp_ms: int = 0  # record at offset o has timestamp first + o
+
+    def offset_for_time(self, timestamp_ms: int) -> int:
+        """ListOffsets by time: the first offset whose timestamp is >= it, -1 if none."""
+        offset = max(self.start_offset, timestamp_ms - self.first_timestamp_ms)
+        return offset if offset < self.end_offset else -1
 
 
 @dataclass(frozen=True)
@@ -249,7 +257,12 @@ class FakeKafkaCluster:
                         timestamp=-1, offset=-1, leader_epoch=-1))
                     continue
                 fixture = known[asked.partition_index]
-                offset = fixture.start_offset if asked.timestamp == EARLIEST else fixture.end_offset
+                if asked.timestamp == EARLIEST:
+                    offset = fixture.start_offset
+                elif asked.timestamp == LATEST:
+                    offset = fixture.end_offset
+                else:
+                    offset = fixture.offset_for_time(asked.timestamp)
                 answers.append(partition_class(
                     partition_index=asked.partition_index, error_code=NONE,
                     old_style_offsets=[offset], timestamp=-1, offset=offset, leader_epoch=0))

@@ -259,6 +259,10 @@ def test_next_reads_run_from_the_committed_offset_to_the_end() -> None:
     assert next_reads(GroupPosition(1000, 1000), None) is None  # caught up
     assert next_reads(GroupPosition(100, 1000), 50) is None  # bound before the commit
     assert next_reads(GroupPosition(None, 1000), None) is None
+    # to_time: the first offset after it stops the reads (the lag is still to the end).
+    assert next_reads(GroupPosition(100, 1000, stop=300), None) == Span(100, 299)
+    assert next_reads(GroupPosition(100, 1000, stop=300), 200) == Span(100, 200)
+    assert next_reads(GroupPosition(100, 1000, stop=100), None) is None
 
 
 def test_groups_become_one_offset_replay_per_partition_behind() -> None:
@@ -267,16 +271,16 @@ def test_groups_become_one_offset_replay_per_partition_behind() -> None:
         Replay("replays[1]", "orders", None, group="billing"),
     )
     positions = {1: {0: GroupPosition(100, 1000), 1: GroupPosition(2000, 2000),
-                     2: GroupPosition(None, 50), 3: GroupPosition(10, 20)}}
+                     2: GroupPosition(None, 50), 3: GroupPosition(10, 20, stop=15)}}
     resolved, lags = resolve_groups(replays, positions)
     assert resolved == (
         replays[0],
         Replay("replays[1]", "orders", (0,), Span(100, 999), group="billing"),
-        Replay("replays[1]", "orders", (3,), Span(10, 19), group="billing"),
+        Replay("replays[1]", "orders", (3,), Span(10, 14), group="billing"),
     )
     assert lags == (GroupLag("replays[1]", "billing", "orders", lag_records=900 + 10,
                              behind=(0, 3), caught_up=(1,), uncommitted=(2,),
-                             ranges={0: Span(100, 999), 3: Span(10, 19)}),)
+                             ranges={0: Span(100, 999), 3: Span(10, 14)}),)
 
 
 def test_the_group_line_gives_lag_and_what_is_warmed() -> None:
