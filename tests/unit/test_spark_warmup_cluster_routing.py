@@ -4,6 +4,8 @@ of the broker that serves them, and consumer groups' next reads as offset ranges
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -292,3 +294,18 @@ def test_the_group_line_gives_lag_and_what_is_warmed() -> None:
         "3.0 MiB"
     )
     assert "; warms 3 remote segments" in format_groups([lag])
+
+
+def json_blocks(path: str, after: str) -> list[Any]:
+    text = (Path(__file__).resolve().parents[2] / path).read_text(encoding="utf-8")
+    section = text.split(after, 1)[1].split("\n## ", 1)[0]
+    return [json.loads(block.split("```", 1)[0]) for block in section.split("```json")[1:]]
+
+
+def test_the_documented_plans_parse_and_the_readme_shows_the_cluster_form_first() -> None:
+    readme = json_blocks("README.md", "## Warm-up ahead of a planned replay")
+    assert "kafka" in readme[0] and "sidecars" not in readme[0]
+    architecture = json_blocks("docs/ARCHITECTURE.md", "### Warm-up plan")
+    for document in (*readme, *architecture):
+        parse_plan(document, env={})
+    assert any(d.get("kafka", {}).get("security") for d in architecture)
