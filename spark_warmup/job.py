@@ -231,7 +231,10 @@ def _partition_work(replays: Sequence[Replay], plan: Plan,
                             f"under {where}")
         present = {partition for partition, _ in directories}
         missing = sorted(set(replay.partitions or ()) - present)
-        if missing:
+        # A group's partition with nothing in remote storage yet (its whole lag
+        # still on the brokers' disks) has nothing to warm; a partition the plan
+        # names itself must be there.
+        if missing and replay.group is None:
             raise PlanError(
                 f"{replay.where}.partitions: topic {replay.topic!r} has no partition "
                 f"{missing[0]} under {where} (it has {', '.join(map(str, sorted(present)))})"

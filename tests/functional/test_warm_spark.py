@@ -371,8 +371,10 @@ def test_a_bad_plan_exits_2_before_spark_starts(tmp_path: Path) -> None:
 # and 2; the sidecars "a" and "b" are theirs. orders-0 is led by broker 2 and
 # orders-1 by broker 1, so a leader's sidecar is never the one hashing picks
 # for both. Each partition's log goes on 500 records past its last remote
-# segment: the local tail, which no warm-up can fetch.
+# segment: the local tail, which no warm-up can fetch. orders-2 has nothing in
+# remote storage yet.
 LOCAL_TAIL = 500
+ORDERS_2_END = 300
 BROKER_OF = {"a": 1, "b": 2}
 
 
@@ -385,16 +387,19 @@ def kafka_fixture(data: Data, groups: dict[str, dict[tuple[str, int], int]]) -> 
 
     return FixtureCluster(
         brokers=(FixtureBroker(1, "rack-1"), FixtureBroker(2, "rack-2")),
-        topics={"orders": (partition("orders", 0, 2), partition("orders", 1, 1)),
+        topics={"orders": (partition("orders", 0, 2), partition("orders", 1, 1),
+                           FixturePartition(leader=2, replicas=(2, 1), end_offset=ORDERS_2_END)),
                 "clicks": (partition("clicks", 0, 1), partition("clicks", 1, 2))},
         groups=groups,
     )
 
 
 def billing_commits(data: Data) -> dict[tuple[str, int], int]:
-    """Group billing is inside segment 2 of orders-0 and inside segment 1 of orders-1."""
+    """Group billing is inside segment 2 of orders-0, inside segment 1 of orders-1, and
+    behind in orders-2, which has no remote segments."""
     return {("orders", 0): data.of("orders", 0)[2].start_offset + 7,
-            ("orders", 1): data.of("orders", 1)[1].start_offset + 3}
+            ("orders", 1): data.of("orders", 1)[1].start_offset + 3,
+            ("orders", 2): 100}
 
 
 @pytest.fixture()
@@ -442,11 +447,12 @@ def test_a_groups_next_reads_are_warmed_on_the_leaders_sidecar_and_then_hit(
     assert_warmed_exactly(data, sidecars, by_sidecar)
     commits = billing_commits(data)
     lag = sum(data.of("orders", p)[-1].end_offset + 1 + LOCAL_TAIL - commits[("orders", p)]
-              for p in (0, 1))
+              for p in (0, 1)) + ORDERS_2_END - commits[("orders", 2)]
     sizes = {s.key: len(s.data) for s in data.segments}
     assert result.groups[0].lag_records == lag
     assert result.groups[0].bytes == sum(sizes[key] for key in expected)
-    assert f"group billing on orders (replays[0]): lag {lag:,} records on 2 partitions" \
+    assert result.groups[0].behind == (0, 1, 2)
+    assert f"group billing on orders (replays[0]): lag {lag:,} records on 3 partitions" \
         in out.getvalue()
     assert result.hashed == () and "placed by hashing" not in out.getvalue()
     assert kafka.apis_seen(), "the cluster was asked"
