@@ -501,6 +501,30 @@ def test_a_dry_run_of_a_cluster_plan_gives_each_groups_lag_and_warms_nothing(
         assert process.metric("sidecar_cache_blocks") == 0
 
 
+@pytest.mark.parametrize(
+    ("replica", "nodes"),
+    [
+        # clicks-0 is led by broker 1, clicks-1 by broker 2 (kafka_fixture).
+        ("leader", {0: ("broker-1",), 1: ("broker-2",)}),
+        # Consumers in rack-1 fetch from broker 1, the in-sync replica there.
+        ("rack:rack-1", {0: ("broker-1",), 1: ("broker-1",)}),
+        ("all", {0: ("broker-1", "broker-2"), 1: ("broker-1", "broker-2")}),
+    ],
+)
+def test_the_replica_choice_picks_whose_sidecar_warms(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    kafka: FakeKafkaCluster, replica: str, nodes: dict[int, tuple[str, ...]],
+) -> None:
+    document = cluster_plan(local_s3, data, sidecars, kafka,
+                            [{"topic": "clicks", "partitions": "all", "from_offset": 0}])
+    document["kafka"]["replica"] = replica
+    result = run(spark, parse_plan(document, env={}), out=io.StringIO(), dry_run=True)
+    assert result.exit_code == 0
+    expected = sorted((s.key, node) for partition, owners in nodes.items()
+                      for s in data.of("clicks", partition) for node in owners)
+    assert sorted((row.key, row.node) for row in result.rows) == expected
+
+
 def test_a_broker_without_a_sidecar_is_refused_before_warming(
     spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
     kafka: FakeKafkaCluster,
