@@ -179,8 +179,8 @@ def hashing_warning(hashed: Sequence[str], sidecars: int) -> str:
 
 
 def format_groups(lags: Iterable[GroupLag], dry_run: bool = False) -> str:
-    """One line per group replay: its lag in records, and the remote segments (and
-    bytes) of its next reads that are warmed (or would be, for a dry run)."""
+    """One line per group replay: its lag in records, and in bytes as far as it is in
+    remote storage (the segments of its next reads, which the run warms)."""
     lines = []
     for lag in lags:
         partitions = len(lag.behind) + len(lag.caught_up)
@@ -191,9 +191,10 @@ def format_groups(lags: Iterable[GroupLag], dry_run: bool = False) -> str:
             shown = ", ".join(map(str, lag.uncommitted[:SHOWN_HASHED]))
             more = ", ..." if len(lag.uncommitted) > SHOWN_HASHED else ""
             line += f"; no committed offset in partition(s) {shown}{more} (not warmed)"
-        verb = "would warm" if dry_run else "warms"
-        line += (f"; {verb} {_count(lag.segments, 'remote segment')}, "
-                 f"{format_bytes(lag.bytes)}")
+        # The bytes of lag are known only where they are remote: the selected
+        # segments, whole (the first holds some records before the commit).
+        line += (f"; in remote storage: {_count(lag.segments, 'segment')}, "
+                 f"{format_bytes(lag.bytes)} ({'would warm' if dry_run else 'to warm'})")
         lines.append(line)
     return "\n".join(lines)
 

@@ -492,7 +492,8 @@ def test_a_dry_run_of_a_cluster_plan_gives_each_groups_lag_and_warms_nothing(
     assert lag.lag_records == orders1[-1].end_offset + 1 + LOCAL_TAIL \
         - billing_commits(data)[("orders", 1)]
     assert (f"group billing on orders (replays[0]): lag {lag.lag_records:,} records on "
-            f"1 partition of 1; would warm 2 remote segments, {format_bytes(warmed)}") \
+            f"1 partition of 1; in remote storage: 2 segments, {format_bytes(warmed)} "
+            "(would warm)") \
         in out.getvalue()
     assert result.summary.nodes["broker-1"].estimated_seconds == pytest.approx(
         warmed / (10 * MIB))

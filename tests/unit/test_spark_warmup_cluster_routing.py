@@ -290,10 +290,10 @@ def test_the_group_line_gives_lag_and_what_is_warmed() -> None:
                    caught_up=(1,), uncommitted=(2,), segments=3, bytes=3 * 1024 * 1024)
     assert format_groups([lag], dry_run=True) == (
         "group billing on orders (replays[1]): lag 12,345 records on 2 partitions of 3; "
-        "no committed offset in partition(s) 2 (not warmed); would warm 3 remote segments, "
-        "3.0 MiB"
+        "no committed offset in partition(s) 2 (not warmed); in remote storage: 3 segments, "
+        "3.0 MiB (would warm)"
     )
-    assert "; warms 3 remote segments" in format_groups([lag])
+    assert format_groups([lag]).endswith("; in remote storage: 3 segments, 3.0 MiB (to warm)")
 
 
 def json_blocks(path: str, after: str) -> list[Any]:
