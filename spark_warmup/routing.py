@@ -79,7 +79,9 @@ def sidecar_url(broker: Broker, spec: KafkaSpec) -> str | None:
         return explicit
     if spec.sidecar_url is None:
         return None
-    return spec.sidecar_url.format(host=broker.host, id=broker.node_id, rack=broker.rack or "")
+    # An IPv6 literal goes in brackets in a URL (RFC 3986, section 3.2.2).
+    host = f"[{broker.host}]" if ":" in broker.host else broker.host
+    return spec.sidecar_url.format(host=host, id=broker.node_id, rack=broker.rack or "")
 
 
 @dataclass(frozen=True)

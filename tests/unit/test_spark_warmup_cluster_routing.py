@@ -168,6 +168,7 @@ def test_sidecar_urls_come_from_the_map_else_the_template() -> None:
     assert sidecar_url(BROKERS[1], spec) == "http://b1.example:9331/eu-1a/1"
     assert sidecar_url(BROKERS[2], spec) == "http://10.0.0.2:1"
     assert sidecar_url(BROKERS[1], KafkaSpec(("b1:9092",), None, {2: "http://x:1"})) is None
+    assert sidecar_url(Broker(4, "fd00::4", 9092), spec) == "http://[fd00::4]:9331//4"
 
 
 # -- routing a plan's partitions --------------------------------------------
