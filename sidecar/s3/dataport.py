@@ -350,14 +350,20 @@ class DataPort:
         does not take at once is copied into the transport's buffer, so a whole
         1 MiB chunk written at once would be copied again and held twice per
         response (about 100 MiB more at 48 partitions at once, make bench's
-        wide-48p), for bytes a Kafka fetch mostly never reads."""
-        if not lazy:
-            await asyncio.wait_for(response.write(piece), self._client_timeout)
-            return
-        view = memoryview(piece)
-        for at in range(0, len(view), SEND_BUFFER_BYTES):
-            await asyncio.wait_for(response.write(view[at:at + SEND_BUFFER_BYTES]),
-                                   self._client_timeout)
+        wide-48p), for bytes a Kafka fetch mostly never reads.
+
+        The client's time limit is one timeout per piece, pushed back after
+        each write: asyncio.wait_for around every write made a task per 128
+        KiB (about 10 us of the event loop each, 0.08 CPU-s per GiB served)."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self._client_timeout) as limit:
+            if not lazy:
+                await response.write(piece)
+                return
+            view = memoryview(piece)
+            for at in range(0, len(view), SEND_BUFFER_BYTES):
+                await response.write(view[at:at + SEND_BUFFER_BYTES])
+                limit.reschedule(loop.time() + self._client_timeout)
 
     @staticmethod
     def _abort(request: web.Request) -> None:
