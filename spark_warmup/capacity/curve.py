@@ -52,12 +52,11 @@ def sample_rate(requests: int, max_requests: int) -> float:
     return max_requests / requests
 
 
-def sampled(unit: str, rate: float) -> bool:
-    """Spatial sampling: whether `unit` (a partition) is in the sample at `rate`.
-    A stable hash, the same in every process (Python's hash() is salted)."""
-    if rate >= 1.0:
-        return True
-    return zlib.crc32(unit.encode("utf-8", "surrogatepass")) < rate * 2 ** 32
+def unit_hash(unit: str) -> float:
+    """Spatial sampling's hash of a unit (a partition), in [0, 1): a unit is in the
+    sample at rate R when its hash is below R. Stable in every process (Python's
+    hash() is salted per process)."""
+    return zlib.crc32(unit.encode("utf-8", "surrogatepass")) / 2 ** 32
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from spark_warmup.capacity.curve import (
     default_sizes,
     recommend,
     sample_rate,
-    sampled,
+    unit_hash,
 )
 from spark_warmup.capacity.report import render_html
 from spark_warmup.capacity.shipping import ship_capacity
@@ -73,6 +73,7 @@ LINE_SCHEMA = StructType([
     StructField("origin_prefetch", LongType(), True),
     StructField("origin_warm", LongType(), True),
     StructField("unit", StringType(), True),
+    StructField("unit_hash", DoubleType(), True),  # spatial sampling: keep when < rate
 ])
 _EMPTY = (None,) * (len(LINE_SCHEMA.fields) - 2)
 
@@ -104,12 +105,13 @@ def line_rows(split: Split, layout_prefix: str) -> Iterator[tuple[Any, ...]]:
             yield ("malformed", parsed.reason, *_EMPTY)
         elif isinstance(parsed, Request):
             tally = parsed.tallies()
+            unit = partition_prefix(parsed, layout_prefix)
             yield ("read", None, parsed.node, parsed.time_s, parsed.bucket, parsed.key,
                    parsed.etag, parsed.object_size, parsed.first_byte, parsed.bytes,
                    parsed.lazy, parsed.block_size, parsed.topic, parsed.partition,
                    parsed.cache_bytes, parsed.duration_s, tally.blocks, tally.hit_blocks,
                    tally.hit_bytes, tally.origin_foreground, tally.origin_prefetch,
-                   tally.origin_warm, partition_prefix(parsed, layout_prefix))
+                   tally.origin_warm, unit, unit_hash(unit))
         else:
             yield ("other", None, parsed.node, *_EMPTY[1:])
 
@@ -257,8 +259,6 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
 
     def keyed(row: Any) -> Iterable[tuple[int, Read]]:
         node = row["node"]
-        if not sampled(row["unit"], rates[node]):
-            return ()
         read = Read(row["time_s"], row["bucket"], row["key"], row["etag"],
                     row["object_size"], row["first_byte"], row["bytes"], row["lazy"])
         return ((index, read) for index in by_node[node])
@@ -272,7 +272,13 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
             node_reads.sort(key=lambda r: r.time_s)
             yield index, replay(settings, size, node_reads, rate)
 
-    columns = reads.select("node", "unit", "time_s", "bucket", "key", "etag", "object_size",
+    # Only the sampled reads leave the JVM for the replays.
+    kept = None
+    for node, rate in rates.items():
+        condition = (F.col("node") == node) & (F.col("unit_hash") < rate)
+        kept = condition if kept is None else kept | condition
+    assert kept is not None
+    columns = reads.where(kept).select("node", "time_s", "bucket", "key", "etag", "object_size",
                            "first_byte", "bytes", "lazy")
     results = dict(columns.rdd.flatMap(keyed)
                    .partitionBy(len(plans), lambda index: index)
