@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -56,7 +56,10 @@ def unit_hash(unit: str) -> float:
     """Spatial sampling's hash of a unit (a partition), in [0, 1): a unit is in the
     sample at rate R when its hash is below R. Stable in every process (Python's
     hash() is salted per process)."""
-    return zlib.crc32(unit.encode("utf-8", "surrogatepass")) / 2 ** 32
+    # CRC-32 would do for stability but not for spread: keys differing in one
+    # digit (partition 4, 5, ...) land close together.
+    digest = hashlib.blake2b(unit.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2 ** 64
 
 
 @dataclass(frozen=True)
