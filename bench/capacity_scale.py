@@ -290,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
                             "--conf", "spark.driver.bindAddress=127.0.0.1"])
         runs.append({"where": "standalone master + worker (2 cores)", **run})
         print(json.dumps(run), flush=True)
-    command = "python -m bench.capacity_scale " + " ".join(argv or sys.argv[1:])
+    shown = [a for a in (argv or sys.argv[1:]) if a != "--work" and a != str(args.work)]
+    command = "python -m bench.capacity_scale " + " ".join(shown)
     result = {"command": command.strip(),
               "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
               "machine": machine_info(ROOT), "requests": args.requests, "nodes": args.nodes,
