@@ -226,9 +226,10 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
                        window)
     spark.createDataFrame(_table_rows(curve_rows)).write.mode("overwrite").parquet(
         str(report / "curves.parquet"))
+    # 0: the log does not say (a column of nulls alone has no type to infer).
     spark.createDataFrame(_table_rows(
-        [{"node": n, **{k: v for k, v in r.items() if k != "node"}}
-         for n, r in node_rows.items()])).write.mode("overwrite").parquet(
+        [{**r, "current_cache_bytes": r["current_cache_bytes"] or 0}
+         for r in node_rows.values()])).write.mode("overwrite").parquet(
         str(report / "nodes.parquet"))
     spark.createDataFrame(_table_rows(
         [{**r, "byte_hit_ratio": ratio(r["hit_bytes"], r["served_bytes"])}

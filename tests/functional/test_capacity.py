@@ -275,6 +275,26 @@ async def test_the_report_draws_its_charts_in_chromium(
     assert NODE in state["text"] and "not JSON" in state["text"]
 
 
+def test_logs_in_the_object_store_are_read_on_the_executors(
+    analysed: Analysed, local_s3: LocalS3, origin_s3: Any, tmp_path: Path,
+) -> None:
+    bucket = "logs-" + os.urandom(4).hex()
+    origin_s3.create_bucket(Bucket=bucket)
+    origin_s3.put_object(Bucket=bucket, Key="sidecar/broker-a/access.log",
+                         Body=analysed.small.log.read_bytes())
+    report = tmp_path / "report"
+    result = run_capacity(
+        "--logs", f"s3://{bucket}/sidecar/", "--logs", f"s3://{bucket}/nothing-here/",
+        "--report", str(report), "--master", "local[2]",
+        "--sizes", f"{SMALL_CACHE},{LARGE_CACHE},{2 * LARGE_CACHE}",
+        "--sidecar-config", str(analysed.config), "--conf", "spark.ui.enabled=false",
+        env={"AWS_ENDPOINT_URL": local_s3.endpoint})
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["nodes"] == analysed.summary["nodes"]
+    assert any(f"s3://{bucket}/nothing-here/" in p["reason"] for p in summary["problems"])
+
+
 def test_bad_arguments_exit_2_naming_them(tmp_path: Path) -> None:
     log = tmp_path / "access.log"
     log.write_text("{not json\n")
