@@ -142,8 +142,9 @@ def bar_chart(name: str, bars: Sequence[tuple[str, float]], value_text: Any) -> 
     return "".join(parts)
 
 
-def _time_text(value: float) -> str:
-    return datetime.fromtimestamp(value, UTC).strftime("%m-%d %H:%M")
+def _time_text(window_s: int) -> Any:
+    shown = "%H:%M:%S" if window_s < 60 else "%m-%d %H:%M"
+    return lambda value: datetime.fromtimestamp(value, UTC).strftime(shown)
 
 
 def render_html(summary: Mapping[str, Any], over_time: Sequence[Mapping[str, Any]],
@@ -159,7 +160,7 @@ def render_html(summary: Mapping[str, Any], over_time: Sequence[Mapping[str, Any
            f"{percent(target)}. Curves are predicted by replaying each node's reads through "
            "the sidecar's own eviction policy and read-ahead at each size.</p>",
            "<h2>Nodes</h2><table><tr><th>node</th><th>requests</th><th>served</th>"
-           "<th>byte hit ratio</th><th>origin</th><th>cache now</th>"
+           "<th>byte hit ratio</th><th>origin (logged)</th><th>cache now</th>"
            "<th>recommended</th><th>best predicted</th></tr>"]
     for node, facts in nodes.items():
         out.append(
@@ -193,7 +194,8 @@ def render_html(summary: Mapping[str, Any], over_time: Sequence[Mapping[str, Any
             series.setdefault(str(row["node"]), []).append(
                 (float(row["window_start"]), row["hit_bytes"] / row["served_bytes"]))
     out.append(line_chart("hit-ratio-over-time", series, x_label="time (UTC)",
-                          y_label="byte hit ratio", x_text=_time_text, target=target))
+                          y_label="byte hit ratio", x_text=_time_text(window_s),
+                          target=target))
     misses: dict[str, float] = {}
     for row in topic_rows:
         misses[str(row["topic"])] = misses.get(str(row["topic"]), 0.0) + \
