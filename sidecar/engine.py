@@ -46,7 +46,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable
+from contextlib import aclosing
 from dataclasses import astuple, dataclass
 from typing import Any, Protocol
 
@@ -171,14 +172,16 @@ class Engine:
         `tally`, if given, is told how each block was found (the access log's)."""
         self._streams += 1
         try:
-            async for piece in self._stream(info, start, end, lazy, tally or ReadTally()):
-                yield piece
+            async with aclosing(self._stream(info, start, end, lazy,
+                                             tally or ReadTally())) as pieces:
+                async for piece in pieces:
+                    yield piece
         finally:
             self._streams -= 1
 
     async def _stream(
         self, info: ObjectInfo, start: int, end: int, lazy: bool, tally: ReadTally
-    ) -> AsyncIterator[tuple[Piece, Source]]:
+    ) -> AsyncGenerator[tuple[Piece, Source], None]:
         planner = self._planner if self._modes.read_ahead else None
         stream = planner.on_request(info, start) if planner is not None else None
         if stream is not None:
@@ -191,13 +194,15 @@ class Engine:
             lo = max(start, block_start) - block_start
             hi = min(end + 1, block_end) - block_start
             ahead = range(block, block + 1) if lazy else range(block, blocks.stop)
-            async for piece in self._block_pieces(info, block, lo, hi, ahead, started, tally):
-                yield piece
-                # Back here only once the client took the piece: heads follow
-                # delivered bytes, not the range asked for.
-                position += piece_length(piece[0])
-                if stream is not None:
-                    self._read_ahead(stream, info, position)
+            async with aclosing(self._block_pieces(info, block, lo, hi, ahead, started,
+                                                   tally)) as pieces:
+                async for piece in pieces:
+                    yield piece
+                    # Back here only once the client took the piece: heads follow
+                    # delivered bytes, not the range asked for.
+                    position += piece_length(piece[0])
+                    if stream is not None:
+                        self._read_ahead(stream, info, position)
             if block_start + hi == block_end:
                 # The reader went past the block: its pages may leave the page cache.
                 self._store.release_pages(BlockIdent(info.bucket, info.key, info.etag, block))
@@ -205,11 +210,12 @@ class Engine:
     async def _block_pieces(
         self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range,
         started: set[BlockIdent], tally: ReadTally,
-    ) -> AsyncIterator[tuple[Piece, Source]]:
+    ) -> AsyncGenerator[tuple[Piece, Source], None]:
         if not self._modes.caching:
             tally.add(block, FETCHED)
-            async for passed in self._bypass(info, block, lo, hi):
-                yield passed
+            async with aclosing(self._bypass(info, block, lo, hi)) as passing:
+                async for passed in passing:
+                    yield passed
             return
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
         record = self._store.lookup(ident)
@@ -237,15 +243,17 @@ class Engine:
         source = Source.CACHE if joined else Source.ORIGIN
         in_flight = self._fetching(info, ident, ahead, started)
         try:
-            async for piece in self._landed(in_flight, lo, hi):
-                lo += piece_length(piece)
-                yield piece, source
+            async with aclosing(self._landed(in_flight, lo, hi)) as landing:
+                async for piece in landing:
+                    lo += piece_length(piece)
+                    yield piece, source
         except (Unslotted, ChecksumMismatch):
             # No slot to land in, its disk failed, or did not keep the bytes:
             # this reader's bytes come straight from the origin, uncached.
             self._mind_disk_reads()
-            async for passed in self._bypass(info, block, lo, hi):
-                yield passed
+            async with aclosing(self._bypass(info, block, lo, hi)) as passing:
+                async for passed in passing:
+                    yield passed
 
     def _tell(self, tally: ReadTally, ident: BlockIdent, cached: bool, joined: bool) -> None:
         if cached:
@@ -255,7 +263,9 @@ class Engine:
         else:
             tally.add(ident.block, FETCHED)
 
-    async def _landed(self, in_flight: InFlightBlock, lo: int, hi: int) -> AsyncIterator[Piece]:
+    async def _landed(
+        self, in_flight: InFlightBlock, lo: int, hi: int
+    ) -> AsyncGenerator[Piece, None]:
         """Bytes [lo, hi) of an in-flight block, each chunk as soon as it lands."""
         self._attach(in_flight)
         try:
@@ -290,12 +300,15 @@ class Engine:
 
     async def _bypass(
         self, info: ObjectInfo, block: int, lo: int, hi: int
-    ) -> AsyncIterator[tuple[Piece, Source]]:
+    ) -> AsyncGenerator[tuple[Piece, Source], None]:
         """The bytes straight from the origin, not cached, not shared (bypass mode,
         or a block that could not land in the cache)."""
         start = block_span(block, self._block_size, info.size)[0]
-        async for chunk in self._origin.read_range(info, start + lo, start + hi, FOREGROUND):
-            yield chunk, Source.ORIGIN
+        async with aclosing(
+            self._origin.read_range(info, start + lo, start + hi, FOREGROUND)
+        ) as chunks:
+            async for chunk in chunks:
+                yield chunk, Source.ORIGIN
 
     def _fetching(
         self, info: ObjectInfo, ident: BlockIdent, ahead: range, started: set[BlockIdent]

@@ -1,10 +1,11 @@
 """`python -m spark_warmup PLAN.json [--master URL] [--report DIR] [--dry-run] [--conf K=V ...]`.
 
 Also runs under spark-submit (`spark-submit --master URL spark_warmup/__main__.py
-PLAN.json`, with the package importable). The plan is validated before Spark
-starts, so a bad plan costs no JVM. Exit status: 0 when every planned segment
-was warmed, 1 when any failed, 2 for a plan that cannot run (the message names
-the field).
+PLAN.json`, with the package importable). The plan is validated, and the Kafka
+cluster it names is read, before Spark starts, so a bad plan (or an unreachable
+cluster, an unknown group or topic) costs no JVM. Exit status: 0 when every
+planned segment was warmed, 1 when any failed, 2 for a plan that cannot run
+(the message names the field).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from spark_warmup.cluster import read_cluster
 from spark_warmup.job import run
 from spark_warmup.plan import PlanError, load_plan
 
@@ -83,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         plan = load_plan(args.plan, os.environ)
+        cluster = read_cluster(plan)
     except PlanError as exc:
         print(f"{PROG}: error: {args.plan}: {exc}", file=sys.stderr)
         return 2
@@ -94,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = build_session(args.master, session_settings(args.master, settings, os.environ))
     try:
         result = run(spark, plan, report_dir=args.report, dry_run=args.dry_run,
-                     progress_s=args.progress)
+                     progress_s=args.progress, cluster=cluster)
     except PlanError as exc:
         print(f"{PROG}: error: {args.plan}: {exc}", file=sys.stderr)
         return 2

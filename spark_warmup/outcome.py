@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from spark_warmup.groups import GroupLag
 from spark_warmup.units import format_bytes
 
 
@@ -59,6 +60,9 @@ class Summary:
     # What the plan's warm-lane rates predicted (the slowest node's bytes over
     # its rate); 0.0 when no rates were given. Beside `seconds` after a real run.
     estimated_seconds: float = 0.0
+    # Partitions placed by hashing (no cluster, no assignment entry): their sidecar
+    # is probably not the broker that serves them.
+    hashed_partitions: int = 0
 
     @property
     def mb_per_s(self) -> float:
@@ -158,6 +162,40 @@ def format_summary(summary: Summary, rates: Mapping[str, float] | None = None,
     if len(failures) > SHOWN_FAILURES:
         lines.append(f"  ... and {len(failures) - SHOWN_FAILURES} more failed segments "
                      "(--report DIR lists every one in report.jsonl)")
+    return "\n".join(lines)
+
+
+# Partitions named in the hashing warning; the count says how many there are.
+SHOWN_HASHED = 5
+
+
+def hashing_warning(hashed: Sequence[str], sidecars: int) -> str:
+    """The warning for partitions routed by hashing their names over the plan's sidecars."""
+    names = ", ".join(hashed[:SHOWN_HASHED]) + (", ..." if len(hashed) > SHOWN_HASHED else "")
+    return (f"warning: {_count(len(hashed), 'partition')} ({names}) placed by hashing "
+            f"topic-partition over {_count(sidecars, 'sidecar')}: neither the plan's "
+            "\"kafka\" cluster nor its assignment says which broker serves them, so the "
+            "warmed bytes may sit on a node that never reads them")
+
+
+def format_groups(lags: Iterable[GroupLag], dry_run: bool = False) -> str:
+    """One line per group replay: its lag in records, and in bytes as far as it is in
+    remote storage (the segments of its next reads, which the run warms)."""
+    lines = []
+    for lag in lags:
+        partitions = len(lag.behind) + len(lag.caught_up)
+        line = (f"group {lag.group} on {lag.topic} ({lag.where}): lag "
+                f"{lag.lag_records:,} records on {_count(len(lag.behind), 'partition')}"
+                f" of {partitions}")
+        if lag.uncommitted:
+            shown = ", ".join(map(str, lag.uncommitted[:SHOWN_HASHED]))
+            more = ", ..." if len(lag.uncommitted) > SHOWN_HASHED else ""
+            line += f"; no committed offset in partition(s) {shown}{more} (not warmed)"
+        # The bytes of lag are known only where they are remote: the selected
+        # segments, whole (the first holds some records before the commit).
+        line += (f"; in remote storage: {_count(lag.segments, 'segment')}, "
+                 f"{format_bytes(lag.bytes)} ({'would warm' if dry_run else 'to warm'})")
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -14,6 +14,29 @@
       "ttl_s": 7200
     }
 
+Instead of (or besides) `sidecars` and `assignment`, a plan may name the
+Kafka cluster, whose metadata then routes every partition to the sidecar of
+the broker that serves it (`spark_warmup.cluster` reads it, `routing` decides):
+
+    "kafka": {"bootstrap_servers": "b1:9092,b2:9092",
+              "sidecar_url": "http://{host}:9331",
+              "sidecars": {"1": "http://10.0.0.1:9331"},
+              "replica": "leader",
+              "security": {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
+                           "sasl_plain_username": "warmup", "sasl_plain_password": "..."},
+              "timeout_s": 30}
+
+`sidecar_url` is a template (`{host}`, `{id}`, `{rack}` of the broker);
+`sidecars` maps broker ids to sidecar URLs and wins over the template; one of
+the two is required. `replica`: `leader` (default), `rack:RACK` (the in-sync
+replica in that rack, as fetch-from-follower reads, else the leader) or `all`
+(every replica's sidecar). `security` holds kafka-python's own client settings
+(SASL/SSL). An `assignment` entry still wins for its partition.
+
+A replay may name a consumer group instead of a start: `{"group": "billing",
+"topic": "orders"}` (partitions optional) reads from the group's committed
+offset of each partition to the partition's end (or `to_offset` / `to_time`).
+
 Optional keys beyond the contract's example: `admin_token` (else the
 SIDECAR_ADMIN_TOKEN env var), `warm_rate` (`"200MiB/s"`, or one per sidecar
 name; default 100MiB/s; only for the dry run's estimate), `block_size` (the
@@ -33,7 +56,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -47,10 +70,25 @@ DEFAULT_BLOCK_SIZE = 8 * 1024 * 1024
 DEFAULT_CONCURRENCY = 4
 DEFAULT_RETRIES = 3
 
-_TOP = ("origin", "layout", "sidecars", "assignment", "replays", "ttl_s", "warm_rate",
+_TOP = ("origin", "layout", "sidecars", "assignment", "kafka", "replays", "ttl_s", "warm_rate",
         "admin_token", "block_size", "concurrency", "retries")
+_KAFKA = ("bootstrap_servers", "sidecar_url", "sidecars", "replica", "security", "timeout_s")
+# kafka-python's client settings for SASL and SSL (KafkaAdminClient's names) that a
+# JSON plan can carry; objects (ssl_context, token providers) cannot be written in one.
+_SECURITY_STRINGS = (
+    "security_protocol", "sasl_mechanism", "sasl_plain_username", "sasl_plain_password",
+    "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "ssl_cafile", "ssl_certfile",
+    "ssl_keyfile", "ssl_password", "ssl_crlfile",
+)
+_SECURITY_BOOLS = ("ssl_check_hostname",)
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN", "GSSAPI", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_TEMPLATE_FIELDS = ("host", "id", "rack")
+DEFAULT_KAFKA_TIMEOUT_S = 30.0
 _ORIGIN = ("endpoint", "bucket", "prefix", "region")
-_REPLAY = ("topic", "partitions", "from_offset", "to_offset", "from_time", "to_time")
+_REPLAY = ("topic", "partitions", "from_offset", "to_offset", "from_time", "to_time", "group")
+# Kafka's group.id may be any non-empty string; a bound keeps error messages short.
+_MAX_GROUP = 255
 # Kafka's legal topic names (Topic.validate): at most 249 of these characters.
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _TOPIC_PARTITION = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]{0,9})")
@@ -84,6 +122,22 @@ class Replay:
     partitions: tuple[int, ...] | None  # None = every partition in the bucket
     offsets: Span | None = None
     times_ms: Span | None = None
+    # A consumer group's next reads: offsets start at its committed offsets, and
+    # `offsets.last` / `times_ms.last` (if given) bound the end; see `groups`.
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class KafkaSpec:
+    """The cluster whose metadata routes partitions (and holds the groups' offsets)."""
+
+    bootstrap_servers: tuple[str, ...]
+    sidecar_url: str | None = None  # template: {host}, {id}, {rack}
+    broker_sidecars: Mapping[int, str] = field(default_factory=dict)  # broker id -> URL
+    replica: str = "leader"  # "leader", "all" or "rack"
+    rack: str | None = None  # for replica "rack"
+    security: Mapping[str, str | bool] = field(default_factory=dict)
+    timeout_s: float = DEFAULT_KAFKA_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -99,9 +153,13 @@ class Plan:
     concurrency: int = DEFAULT_CONCURRENCY
     retries: int = DEFAULT_RETRIES
     layout: str = "aiven"
+    kafka: KafkaSpec | None = None
+    # The rate of a node the plan does not name (a broker's sidecar found in the
+    # cluster's metadata): a single `warm_rate`, else the default.
+    default_warm_rate: float = DEFAULT_WARM_RATE
 
     def warm_rate(self, node: str) -> float:
-        return (self.warm_rates or {}).get(node, DEFAULT_WARM_RATE)
+        return (self.warm_rates or {}).get(node, self.default_warm_rate)
 
 
 def load_plan(path: Path, env: Mapping[str, str]) -> Plan:
@@ -128,24 +186,36 @@ def parse_plan(document: object, env: Mapping[str, str]) -> Plan:
             "layout: only 'aiven' can be planned (its keys carry the start offsets), "
             f"got {layout!r}"
         )
-    sidecars = _sidecars(_required(top, "sidecars", "plan"))
+    kafka = _kafka(top["kafka"]) if "kafka" in top else None
+    if kafka is None:
+        sidecars = _sidecars(_required(top, "sidecars", "plan"))
+    else:
+        sidecars = _sidecars(top["sidecars"]) if "sidecars" in top else {}
     assignment = _assignment(top.get("assignment", {}), sidecars)
     replays_value = _required(top, "replays", "plan")
     if not isinstance(replays_value, list) or not replays_value:
         raise PlanError("replays: must be a non-empty list of replays")
     replays = tuple(_replay(item, f"replays[{i}]") for i, item in enumerate(replays_value))
+    for replay in replays:
+        if replay.group is not None and kafka is None:
+            raise PlanError(f"{replay.where}.group: needs the plan's \"kafka\" cluster, "
+                            "where the group's committed offsets are read")
+    warm_rate = top.get("warm_rate")
     token = top.get("admin_token", env.get("SIDECAR_ADMIN_TOKEN") or None)
     if token is not None and (not isinstance(token, str) or not token):
         raise PlanError("admin_token: must be a non-empty string")
     return Plan(
         origin=origin, sidecars=sidecars, assignment=assignment, replays=replays,
         ttl_s=_ttl(top.get("ttl_s", DEFAULT_TTL_S)),
-        warm_rates=_warm_rates(top.get("warm_rate"), sidecars),
+        warm_rates=_warm_rates(warm_rate, sidecars, kafka is not None),
+        default_warm_rate=(_rate(warm_rate, "warm_rate") if isinstance(warm_rate, str)
+                           else DEFAULT_WARM_RATE),
         admin_token=token,
         block_size=_block_size(top.get("block_size", DEFAULT_BLOCK_SIZE)),
         concurrency=_bounded_int(top.get("concurrency", DEFAULT_CONCURRENCY), "concurrency", 1, 64),
         retries=_bounded_int(top.get("retries", DEFAULT_RETRIES), "retries", 0, 10),
         layout=layout,
+        kafka=kafka,
     )
 
 
@@ -180,6 +250,91 @@ def _sidecars(value: object) -> dict[str, str]:
     return result
 
 
+def _kafka(value: object) -> KafkaSpec:
+    kafka = _mapping(value, "kafka")
+    _known(kafka, _KAFKA, "kafka")
+    servers = _bootstrap_servers(_required(kafka, "bootstrap_servers", "kafka"))
+    template = kafka.get("sidecar_url")
+    if template is not None:
+        template = _template(template, "kafka.sidecar_url")
+    broker_sidecars: dict[int, str] = {}
+    for key, url in _mapping(kafka.get("sidecars", {}), "kafka.sidecars").items():
+        if not key.isdigit() or str(int(key)) != key:
+            raise PlanError(f"kafka.sidecars.{key}: a key must be a broker id, e.g. \"1\"")
+        broker_sidecars[int(key)] = _url(url, f"kafka.sidecars.{key}").rstrip("/")
+    if template is None and not broker_sidecars:
+        raise PlanError("kafka.sidecar_url: missing; give a template such as "
+                        "\"http://{host}:9331\", or kafka.sidecars (broker id -> sidecar URL)")
+    replica = kafka.get("replica", "leader")
+    rack = None
+    if isinstance(replica, str) and replica.startswith("rack:") and len(replica) > 5:
+        replica, rack = "rack", replica[5:]
+    elif replica not in ("leader", "all"):
+        raise PlanError(f"kafka.replica: must be \"leader\", \"rack:RACK\" or \"all\", "
+                        f"got {replica!r}")
+    assert isinstance(replica, str)
+    timeout = kafka.get("timeout_s", DEFAULT_KAFKA_TIMEOUT_S)
+    if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout) or not 0 < timeout <= 600):
+        raise PlanError(f"kafka.timeout_s: must be a number of seconds, > 0 and at most 600, "
+                        f"got {timeout!r}")
+    return KafkaSpec(servers, template, broker_sidecars, replica, rack,
+                     _security(kafka.get("security", {})), float(timeout))
+
+
+def _bootstrap_servers(value: object) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise PlanError("kafka.bootstrap_servers: must be \"host:port,host:port\" or a list "
+                        f"of \"host:port\", got {value!r}")
+    servers = []
+    for item in items:
+        server = item.strip() if isinstance(item, str) else ""
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise PlanError(f"kafka.bootstrap_servers: {item!r} is not host:port")
+        servers.append(server)
+    return tuple(servers)
+
+
+def _template(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise PlanError(f"{where}: must be a URL template such as \"http://{{host}}:9331\", "
+                        f"got {value!r}")
+    try:
+        sample = value.format(host="broker.example", id=1, rack="rack")
+    except (KeyError, IndexError, ValueError):
+        raise PlanError(f"{where}: only {{host}}, {{id}} and {{rack}} may be filled in, "
+                        f"got {value!r}") from None
+    _url(sample, where)
+    return value.rstrip("/")
+
+
+def _security(value: object) -> dict[str, str | bool]:
+    security = _mapping(value, "kafka.security")
+    _known(security, _SECURITY_STRINGS + _SECURITY_BOOLS, "kafka.security")
+    result: dict[str, str | bool] = {}
+    for name, setting in security.items():
+        where = f"kafka.security.{name}"
+        if name in _SECURITY_BOOLS:
+            if not isinstance(setting, bool):
+                raise PlanError(f"{where}: must be true or false, got {setting!r}")
+        elif not isinstance(setting, str) or not setting:
+            raise PlanError(f"{where}: must be a non-empty string")
+        result[name] = setting
+    protocol = result.get("security_protocol", "PLAINTEXT")
+    if protocol not in _PROTOCOLS:
+        raise PlanError(f"kafka.security.security_protocol: one of {', '.join(_PROTOCOLS)}, "
+                        f"got {protocol!r}")
+    mechanism = result.get("sasl_mechanism")
+    if mechanism is not None and mechanism not in _MECHANISMS:
+        raise PlanError(f"kafka.security.sasl_mechanism: one of {', '.join(_MECHANISMS)}, "
+                        f"got {mechanism!r}")
+    if str(protocol).startswith("SASL_") and mechanism is None:
+        raise PlanError(f"kafka.security.sasl_mechanism: missing (needed for {protocol})")
+    return result
+
+
 def _assignment(value: object, sidecars: Mapping[str, str]) -> dict[str, str]:
     assignment = _mapping(value, "assignment")
     for key, node in assignment.items():
@@ -199,6 +354,14 @@ def _replay(value: object, where: str) -> Replay:
     if not isinstance(topic, str) or _TOPIC.fullmatch(topic) is None:
         raise PlanError(f"{where}.topic: not a Kafka topic name: {topic!r}")
     partitions = _partitions(replay.get("partitions", "all"), f"{where}.partitions")
+    group = replay.get("group")
+    if group is not None:
+        if not isinstance(group, str) or not 0 < len(group) <= _MAX_GROUP:
+            raise PlanError(f"{where}.group: must be a consumer group id, got {group!r}")
+        for start in ("from_offset", "from_time"):
+            if start in replay:
+                raise PlanError(f"{where}.{start}: a group's replay starts at its committed "
+                                "offsets; give only to_offset or to_time")
     has_offsets = "from_offset" in replay or "to_offset" in replay
     has_times = "from_time" in replay or "to_time" in replay
     if has_offsets and has_times:
@@ -216,7 +379,7 @@ def _replay(value: object, where: str) -> Replay:
             _optional(_time, replay.get("to_time"), f"{where}.to_time"),
             f"{where}.to_time",
         )
-    return Replay(where, topic, partitions, offsets, times)
+    return Replay(where, topic, partitions, offsets, times, group)
 
 
 def _partitions(value: object, where: str) -> tuple[int, ...] | None:
@@ -273,13 +436,15 @@ def _ttl(value: object) -> float:
     return float(value)
 
 
-def _warm_rates(value: object, sidecars: Mapping[str, str]) -> dict[str, float] | None:
+def _warm_rates(value: object, sidecars: Mapping[str, str],
+                cluster: bool) -> dict[str, float] | None:
     if value is None:
         return None
     if isinstance(value, dict):
         rates = {}
         for node, rate in value.items():
-            if node not in sidecars:
+            # A cluster's nodes ("broker-ID") are known only once its metadata is read.
+            if node not in sidecars and not (cluster and node.startswith("broker-")):
                 raise PlanError(
                     f"warm_rate.{node}: not one of the sidecars ({', '.join(sidecars)})")
             rates[node] = _rate(rate, f"warm_rate.{node}")

@@ -1,20 +1,38 @@
-"""Which node's sidecar warms a partition: the plan's assignment, else rendezvous hashing.
+"""Which node's sidecar warms a partition: the plan's assignment, else the broker that
+will serve the partition (from the cluster's metadata), else rendezvous hashing.
 
-Rendezvous (highest-random-weight) hashing scores every node for a partition
-and takes the highest: all planners agree without coordination, and adding or
-removing a node moves only the partitions that go to or came from that node.
-The score is SHA-256 of `node|topic-partition`, stable across processes and
-Python versions (unlike `hash()`, which is salted per process).
+A replay is read through the broker that serves the partition: its leader, or
+with fetch-from-follower (KIP-392) a replica in the consumer's rack. Warming any
+other node's sidecar fills a cache nobody reads, so with a cluster in the plan
+every partition goes to the sidecar of its serving broker(s), found by the
+plan's broker-id map or its URL template. Each broker becomes the node
+`broker-ID` in the report.
+
+Hashing remains only for plans with neither a cluster nor an assignment entry
+for the partition. Rendezvous (highest-random-weight) hashing scores every node
+for a partition and takes the highest: all planners agree without coordination,
+and adding or removing a node moves only the partitions that go to or came from
+that node. The score is SHA-256 of `node|topic-partition`, stable across
+processes and Python versions (unlike `hash()`, which is salted per process).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from spark_warmup.metadata import NO_LEADER, Broker, ClusterFacts, PartitionReplicas
+from spark_warmup.plan import KafkaSpec, Plan, PlanError
 
 
 def partition_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
+
+
+def broker_node(node_id: int) -> str:
+    """The node name of a broker's sidecar, in reports and per-node rates."""
+    return f"broker-{node_id}"
 
 
 def rendezvous_score(node: str, item: str) -> int:
@@ -34,3 +52,97 @@ def route(topic: str, partition: int, nodes: Iterable[str], assignment: Mapping[
     name = partition_name(topic, partition)
     assigned = assignment.get(name)
     return assigned if assigned is not None else rendezvous_node(name, nodes)
+
+
+def serving_brokers(replicas: PartitionReplicas, replica: str, rack: str | None,
+                    brokers: Mapping[int, Broker]) -> tuple[int, ...]:
+    """The brokers that will serve reads of a partition, for the plan's `replica` choice.
+
+    `rack`: as Kafka's RackAwareReplicaSelector picks for a consumer in `rack`, the
+    leader if it is there, else an in-sync replica there, else the leader.
+    `all`: every replica the cluster knows a broker for (one may be down).
+    """
+    leader = () if replicas.leader == NO_LEADER else (replicas.leader,)
+    if replica == "all":
+        return tuple(node for node in replicas.replicas if node in brokers) or leader
+    if replica == "rack" and leader and _rack(brokers, replicas.leader) != rack:
+        in_rack = [node for node in replicas.isr if _rack(brokers, node) == rack]
+        if in_rack:
+            return (in_rack[0],)
+    return leader
+
+
+def sidecar_url(broker: Broker, spec: KafkaSpec) -> str | None:
+    """The admin URL of the sidecar on `broker`: the plan's map, else its template."""
+    explicit = spec.broker_sidecars.get(broker.node_id)
+    if explicit is not None:
+        return explicit
+    if spec.sidecar_url is None:
+        return None
+    # An IPv6 literal goes in brackets in a URL (RFC 3986, section 3.2.2).
+    host = f"[{broker.host}]" if ":" in broker.host else broker.host
+    return spec.sidecar_url.format(host=host, id=broker.node_id, rack=broker.rack or "")
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where each partition is warmed, and the URL of every node that warms."""
+
+    nodes: Mapping[str, str]  # node -> sidecar admin URL
+    targets: Mapping[tuple[str, int], tuple[str, ...]]  # (topic, partition) -> nodes
+    hashed: tuple[str, ...] = ()  # "topic-partition" placed by hashing, for the warning
+
+
+def route_partitions(partitions: Iterable[tuple[str, int, str]], plan: Plan,
+                     cluster: ClusterFacts | None) -> Routes:
+    """Route every (topic, partition, replay field) to its node(s): assignment first,
+    then the cluster's serving broker(s), then (no cluster) rendezvous hashing."""
+    nodes = dict(plan.sidecars)
+    targets: dict[tuple[str, int], tuple[str, ...]] = {}
+    hashed: list[str] = []
+    for topic, partition, where in sorted(set(partitions)):
+        name = partition_name(topic, partition)
+        assigned = plan.assignment.get(name)
+        if assigned is not None:
+            targets[(topic, partition)] = (assigned,)
+        elif cluster is not None and plan.kafka is not None:
+            targets[(topic, partition)] = _from_cluster(
+                topic, partition, where, plan.kafka, cluster, nodes)
+        else:
+            targets[(topic, partition)] = (rendezvous_node(name, sorted(plan.sidecars)),)
+            hashed.append(name)
+    return Routes(nodes, targets, tuple(hashed))
+
+
+def _from_cluster(topic: str, partition: int, where: str, spec: KafkaSpec,
+                  cluster: ClusterFacts, nodes: dict[str, str]) -> tuple[str, ...]:
+    name = partition_name(topic, partition)
+    replicas = cluster.partitions.get((topic, partition))
+    if replicas is None:
+        raise PlanError(f"{where}.partitions: partition {partition} of {topic!r} has remote "
+                        f"segments but is not in the cluster at {cluster.bootstrap}")
+    chosen = serving_brokers(replicas, spec.replica, spec.rack, cluster.brokers)
+    if not chosen or any(node_id not in cluster.brokers for node_id in chosen):
+        raise PlanError(f"{where}: partition {name} has no leader the cluster at "
+                        f"{cluster.bootstrap} knows (leader {replicas.leader}); it cannot "
+                        "be read now")
+    names = []
+    for node_id in chosen:
+        broker = cluster.brokers[node_id]
+        url = sidecar_url(broker, spec)
+        if url is None:
+            raise PlanError(
+                f"kafka.sidecars: broker {node_id} ({broker.host}:{broker.port}), which serves "
+                f"{name}, has no sidecar; add kafka.sidecars.\"{node_id}\" or a "
+                "kafka.sidecar_url template")
+        node = broker_node(node_id)
+        if nodes.setdefault(node, url) != url:
+            raise PlanError(f"sidecars.{node}: {nodes[node]} is not the sidecar the cluster "
+                            f"gives broker {node_id} ({url})")
+        names.append(node)
+    return tuple(names)
+
+
+def _rack(brokers: Mapping[int, Broker], node_id: int) -> str | None:
+    broker = brokers.get(node_id)
+    return broker.rack if broker is not None else None

@@ -102,6 +102,7 @@ _URGENCY = {FOREGROUND: Urgency.FOREGROUND, PREFETCH: Urgency.PREFETCH, WARM: Ur
 _OWN_KEY_REFRESH_S = 60.0
 # How long a presigned block GET stays valid: one fetch, with its retries, at most.
 _PRESIGN_SECONDS = 900
+_PRESIGNED_REUSE_S = 60.0
 
 
 # Headers of an object's HEAD that describe the object itself and that S3
@@ -291,6 +292,15 @@ class Origin:
         self._listings: TTLCache[tuple[str, str], list[str]] = TTLCache(
             maxsize=4096, ttl=config.listing_ttl_s, timer=clock
         )
+        # Presigned GET URLs, one per object, reused by its block fetches for a
+        # minute of their 15: presigning (botocore's canonical request and HMACs
+        # on the event loop) cost about as much as reading a block's worth of
+        # chunks from the cache. A minute keeps every URL far from its expiry
+        # and from the expiry of the temporary credentials it was signed with
+        # (botocore refreshes those at least 10 minutes before they lapse).
+        self._urls: TTLCache[tuple[str, str], str] = TTLCache(
+            maxsize=1024, ttl=_PRESIGNED_REUSE_S, timer=clock
+        )
         # The longest one attempt may wait for its answer or for the next byte
         # of its body: a stall is given up on (and the body resumed) while the
         # deadline still leaves time for another attempt.
@@ -405,6 +415,7 @@ class Origin:
         """A write or delete of the key went through: drop what is known of it
         (a HEAD still in flight is handed to its waiters, never remembered)."""
         self._heads.forget(bucket, key)
+        self._urls.pop((bucket, key), None)
 
     async def head(self, bucket: str, key: str) -> ObjectInfo:
         """Size and ETag of an object (sidecar.origin.heads: remembered for
@@ -523,6 +534,11 @@ class Origin:
                             self._reader.read, url, end, info.etag, info.size, counted,
                             progress, chunk_size, pace,
                         )))
+                    except BaseException:
+                        # Whatever went wrong (a 403 for a revoked key among it),
+                        # the next attempt signs afresh.
+                        self._urls.pop((info.bucket, info.key), None)
+                        raise
                     finally:
                         if progress.received > before:
                             attempt.progressed()
@@ -531,10 +547,16 @@ class Origin:
                 raise
 
     async def _presign(self, info: ObjectInfo) -> str:
-        url: str = await self._client.generate_presigned_url(
-            "get_object", Params={"Bucket": info.bucket, "Key": info.key},
-            ExpiresIn=_PRESIGN_SECONDS,
-        )
+        """A presigned GET of the object (its Range and If-Match headers are
+        not signed, so one URL serves every block of it)."""
+        where = (info.bucket, info.key)
+        url = self._urls.get(where)
+        if url is None:
+            url = str(await self._client.generate_presigned_url(
+                "get_object", Params={"Bucket": info.bucket, "Key": info.key},
+                ExpiresIn=_PRESIGN_SECONDS,
+            ))
+            self._urls[where] = url
         return url
 
     def _counting_sink(self, sink: Sink, lane: str) -> Sink:

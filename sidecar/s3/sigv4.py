@@ -49,6 +49,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from urllib.parse import quote, unquote_to_bytes
 
@@ -60,7 +61,7 @@ MAX_SKEW_S = 15 * 60
 MAX_PRESIGN_EXPIRES_S = 7 * 24 * 3600
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-_TIMESTAMP_RE = re.compile(r"^\d{8}T\d{6}Z$")
+_TIMESTAMP_RE = re.compile(r"^[0-9]{8}T[0-9]{6}Z$")
 _DATE_RE = re.compile(r"^\d{8}$")
 _SIGNATURE_RE = re.compile(r"^[0-9a-f]{64}$")
 _PAYLOAD_HASH_RE = re.compile(r"^([0-9a-f]{64}|UNSIGNED-PAYLOAD|STREAMING-[A-Z0-9-]{1,64})$")
@@ -328,8 +329,12 @@ def _claims(raw_path: str, headers: dict[str, list[str]]) -> _Signed:
 
 
 def _epoch(timestamp: str) -> float:
+    """`timestamp` has passed _TIMESTAMP_RE (YYYYMMDDTHHMMSSZ): its fields are
+    read by position (time.strptime took about 15 us of every request)."""
     try:
-        return float(calendar.timegm(time.strptime(timestamp, "%Y%m%dT%H%M%SZ")))
+        return datetime(int(timestamp[0:4]), int(timestamp[4:6]), int(timestamp[6:8]),
+                        int(timestamp[9:11]), int(timestamp[11:13]), int(timestamp[13:15]),
+                        tzinfo=UTC).timestamp()
     except ValueError:
         raise SignatureRejected(Reason.MALFORMED, "X-Amz-Date is not a valid time.") from None
 

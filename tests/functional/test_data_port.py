@@ -6,6 +6,7 @@ import http.client
 import random
 import secrets
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from sidecar.engine import FOREGROUND_PARTS
 from tests.functional.conftest import BLOCK, s3_client
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
+from tests.support.waiting import eventually
 
 SLOT = BLOCK + 4096  # a slot is a 4 KiB header plus one block (sidecar/cache/slab.py)
 
@@ -334,3 +336,41 @@ def test_admin_endpoints_report_hits(sidecar: SidecarProcess, origin_s3: Any, bu
     assert raw_request(sidecar.admin_url, "GET", "/healthz")[0] == 200
     assert raw_request(sidecar.admin_url, "GET", "/readyz")[0] == 200
     assert sidecar.metric("sidecar_requests_total", op="GetObject", code="200") == 2
+
+
+def test_block_fetches_of_an_object_share_one_presigned_url_until_it_changes(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, proxy: RecordingProxy
+) -> None:
+    """Presigning is paid once per object (a minute at most), not once per GET;
+    a write through the sidecar makes the next fetch sign afresh.
+
+    A signature names its second (X-Amz-Date), so each read waits for the next
+    second: URLs signed anew would differ."""
+    (key, data), = put_objects(origin_s3, bucket, [6 * BLOCK]).items()
+    client = s3_client(sidecar.data_url)
+    for block in (0, 2, 4):
+        next_second()
+        first = block * BLOCK
+        assert get(client, bucket, key, f"bytes={first}-{first + 10}")[1] \
+            == data[first:first + 11]
+    signatures = {signature_of(request.path) for request in proxy.gets(key)}
+    assert len(proxy.gets(key)) == 3 and len(signatures) == 1, proxy.gets(key)
+
+    rewritten = random.Random(7).randbytes(6 * BLOCK)
+    client.put_object(Bucket=bucket, Key=key, Body=rewritten)
+    proxy.clear()
+    next_second()
+    assert get(client, bucket, key, f"bytes={BLOCK}-{BLOCK + 10}")[1] \
+        == rewritten[BLOCK:BLOCK + 11]
+    fresh = {signature_of(request.path) for request in proxy.gets(key)}
+    assert len(fresh) == 1 and not fresh & signatures, proxy.gets(key)
+
+
+def next_second() -> None:
+    now = int(time.time())
+    eventually(lambda: int(time.time()) > now, "the next second", timeout=3)
+
+
+def signature_of(path: str) -> str:
+    query = dict(part.partition("=")[::2] for part in urlsplit(path).query.split("&"))
+    return query["X-Amz-Signature"]

@@ -1,5 +1,8 @@
 """The Spark warm-up job against moto, two sidecar processes and Spark (local[2] and standalone).
 
+Plans that name a Kafka cluster read it from a Kafka-protocol stand-in
+(tests/support/kafka_broker.py): no broker can run on these machines.
+
 One bucket of genuine Kafka segments for the module (1.5 MiB segments, two 1 MiB
 blocks each) and one local[2] session; every test gets two fresh sidecars.
 """
@@ -34,7 +37,15 @@ from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from spark_warmup.job import RunResult, run
 from spark_warmup.plan import PlanError, parse_plan
 from spark_warmup.routing import rendezvous_node
+from spark_warmup.units import format_bytes
 from tests.functional.test_replay import replay_json
+from tests.support.kafka_broker import (
+    FakeKafkaCluster,
+    FixtureBroker,
+    FixtureCluster,
+    FixturePartition,
+    running_cluster,
+)
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
 
@@ -263,6 +274,9 @@ def test_dry_run_estimates_and_warms_nothing(
     assert result.summary.seconds == max(n.estimated_seconds for n in nodes.values())
     assert all(row.blocks == blocks(row.bytes) and row.fetched == 0 for row in result.rows)
     assert result.problems == ()
+    # clicks has no assignment and the plan no cluster: hashed, and said so.
+    assert result.hashed == ("clicks-0", "clicks-1")
+    assert result.summary.hashed_partitions == 2
     for process in sidecars.values():
         assert process.metric("sidecar_origin_bytes_total", lane="warm") == 0
         assert process.metric("sidecar_cache_blocks") == 0
@@ -278,6 +292,8 @@ def test_a_dry_run_against_a_sidecar_that_is_down_says_so_and_fails(
     assert result.exit_code == 1
     assert len(result.problems) == 1 and result.problems[0].startswith("sidecar b at http://")
     assert "dry run: sidecar b at " in out.getvalue() and "unreachable" in out.getvalue()
+    assert "warning: 2 partitions (clicks-0, clicks-1) placed by hashing topic-partition " \
+        "over 2 sidecars" in out.getvalue()
     assert sidecars["a"].metric("sidecar_cache_blocks") == 0  # a dry run warms nothing
 
 
@@ -348,6 +364,212 @@ def test_a_bad_plan_exits_2_before_spark_starts(tmp_path: Path) -> None:
         "range (10)"
     )
     assert time.monotonic() - started < 15  # no JVM was started for it
+
+
+# -- plans that name the Kafka cluster ------------------------------------------
+# A Kafka-protocol stand-in (tests/support/kafka_broker.py) answers for brokers 1
+# and 2; the sidecars "a" and "b" are theirs. orders-0 is led by broker 2 and
+# orders-1 by broker 1, so a leader's sidecar is never the one hashing picks
+# for both. Each partition's log goes on 500 records past its last remote
+# segment: the local tail, which no warm-up can fetch. orders-2 has nothing in
+# remote storage yet.
+LOCAL_TAIL = 500
+ORDERS_2_END = 300
+BROKER_OF = {"a": 1, "b": 2}
+
+
+def kafka_fixture(data: Data, groups: dict[str, dict[tuple[str, int], int]]) -> FixtureCluster:
+    def partition(topic: str, number: int, leader: int) -> FixturePartition:
+        return FixturePartition(
+            leader=leader, replicas=(leader, 3 - leader),
+            end_offset=data.of(topic, number)[-1].end_offset + 1 + LOCAL_TAIL,
+            first_timestamp_ms=START_TIME_MS)
+
+    return FixtureCluster(
+        brokers=(FixtureBroker(1, "rack-1"), FixtureBroker(2, "rack-2")),
+        topics={"orders": (partition("orders", 0, 2), partition("orders", 1, 1),
+                           FixturePartition(leader=2, replicas=(2, 1), end_offset=ORDERS_2_END)),
+                "clicks": (partition("clicks", 0, 1), partition("clicks", 1, 2))},
+        groups=groups,
+    )
+
+
+def billing_commits(data: Data) -> dict[tuple[str, int], int]:
+    """Group billing is inside segment 2 of orders-0, inside segment 1 of orders-1, and
+    behind in orders-2, which has no remote segments."""
+    return {("orders", 0): data.of("orders", 0)[2].start_offset + 7,
+            ("orders", 1): data.of("orders", 1)[1].start_offset + 3,
+            ("orders", 2): 100}
+
+
+@pytest.fixture()
+def kafka(data: Data) -> Iterator[FakeKafkaCluster]:
+    with running_cluster(kafka_fixture(data, {"billing": billing_commits(data)})) as cluster:
+        yield cluster
+
+
+def cluster_plan(local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+                 kafka: FakeKafkaCluster, replays: list[dict[str, Any]],
+                 **extra: object) -> dict[str, Any]:
+    return {
+        "origin": {"endpoint": local_s3.endpoint, "bucket": data.bucket},
+        "kafka": {"bootstrap_servers": kafka.bootstrap_servers, "timeout_s": 10,
+                  "sidecars": {str(BROKER_OF[node]): process.admin_url
+                               for node, process in sidecars.items()}},
+        "replays": replays,
+        "block_size": "1MiB",
+        **extra,
+    }
+
+
+def group_reads(data: Data) -> dict[str, str]:
+    """Key -> node of the remote segments group billing reads next, worked out by hand."""
+    return {**{s.key: "broker-2" for s in data.of("orders", 0)[2:]},
+            **{s.key: "broker-1" for s in data.of("orders", 1)[1:]}}
+
+
+def test_a_groups_next_reads_are_warmed_on_the_leaders_sidecar_and_then_hit(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    kafka: FakeKafkaCluster,
+) -> None:
+    document = cluster_plan(local_s3, data, sidecars, kafka,
+                            [{"group": "billing", "topic": "orders"}])
+    out = io.StringIO()
+    result = run(spark, parse_plan(document, env={}), out=out)
+    print(out.getvalue())
+    assert result.exit_code == 0
+    expected = group_reads(data)
+    assert {row.key: row.node for row in result.rows} == expected
+    assert all(row.ok and row.fetched == row.blocks for row in result.rows)
+    # Each sidecar holds exactly its broker's partitions, fetched on the warm lane.
+    by_sidecar = {key: next(n for n, b in BROKER_OF.items() if f"broker-{b}" == node)
+                  for key, node in expected.items()}
+    assert_warmed_exactly(data, sidecars, by_sidecar)
+    commits = billing_commits(data)
+    lag = sum(data.of("orders", p)[-1].end_offset + 1 + LOCAL_TAIL - commits[("orders", p)]
+              for p in (0, 1)) + ORDERS_2_END - commits[("orders", 2)]
+    sizes = {s.key: len(s.data) for s in data.segments}
+    assert result.groups[0].lag_records == lag
+    assert result.groups[0].bytes == sum(sizes[key] for key in expected)
+    assert result.groups[0].behind == (0, 1, 2)
+    assert f"group billing on orders (replays[0]): lag {lag:,} records on 3 partitions" \
+        in out.getvalue()
+    assert result.hashed == () and "placed by hashing" not in out.getvalue()
+    assert kafka.apis_seen(), "the cluster was asked"
+
+    # The group's next reads of orders-0, through its leader's sidecar (b): all hits.
+    b = sidecars["b"]
+    replay = replay_json("--endpoint", b.data_url, "--list-endpoint", local_s3.endpoint,
+                         "--bucket", data.bucket, "--admin", b.admin_url, "--topic", "orders",
+                         "--partitions", "0", "--from-offset", str(commits[("orders", 0)]))
+    assert replay["crc_errors"] == 0 and replay["segments"] == 2
+    assert replay["block_hit_ratio"] == 1.0
+    for lane in ("foreground", "prefetch"):
+        assert b.metric("sidecar_origin_bytes_total", lane=lane) == 0, lane
+
+
+def test_a_dry_run_of_a_cluster_plan_gives_each_groups_lag_and_warms_nothing(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    kafka: FakeKafkaCluster,
+) -> None:
+    orders1 = data.of("orders", 1)
+    # to_time inside segment 2 of orders-1: the cluster turns it into an end offset.
+    to_time = START_TIME_MS + orders1[2].start_offset + 20
+    document = cluster_plan(local_s3, data, sidecars, kafka, [
+        {"group": "billing", "topic": "orders", "partitions": [1], "to_time": to_time},
+        {"topic": "clicks", "partitions": [1], "from_offset": 0},
+    ], warm_rate="10MiB/s")
+    out = io.StringIO()
+    result = run(spark, parse_plan(document, env={}), out=out, dry_run=True)
+    print(out.getvalue())
+    assert result.exit_code == 0
+    expected = {**{s.key: "broker-1" for s in orders1[1:3]},
+                **{s.key: "broker-2" for s in data.of("clicks", 1)}}
+    assert {row.key: row.node for row in result.rows} == expected
+    (lag,) = result.groups
+    warmed = sum(len(s.data) for s in orders1[1:3])
+    assert lag.behind == (1,) and lag.segments == 2 and lag.bytes == warmed
+    assert lag.lag_records == orders1[-1].end_offset + 1 + LOCAL_TAIL \
+        - billing_commits(data)[("orders", 1)]
+    assert (f"group billing on orders (replays[0]): lag {lag.lag_records:,} records on "
+            f"1 partition of 1; in remote storage: 2 segments, {format_bytes(warmed)} "
+            "(would warm)") \
+        in out.getvalue()
+    assert result.summary.nodes["broker-1"].estimated_seconds == pytest.approx(
+        warmed / (10 * MIB))
+    for process in sidecars.values():
+        assert process.metric("sidecar_origin_bytes_total", lane="warm") == 0
+        assert process.metric("sidecar_cache_blocks") == 0
+
+
+@pytest.mark.parametrize(
+    ("replica", "nodes"),
+    [
+        # clicks-0 is led by broker 1, clicks-1 by broker 2 (kafka_fixture).
+        ("leader", {0: ("broker-1",), 1: ("broker-2",)}),
+        # Consumers in rack-1 fetch from broker 1, the in-sync replica there.
+        ("rack:rack-1", {0: ("broker-1",), 1: ("broker-1",)}),
+        ("all", {0: ("broker-1", "broker-2"), 1: ("broker-1", "broker-2")}),
+    ],
+)
+def test_the_replica_choice_picks_whose_sidecar_warms(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    kafka: FakeKafkaCluster, replica: str, nodes: dict[int, tuple[str, ...]],
+) -> None:
+    document = cluster_plan(local_s3, data, sidecars, kafka,
+                            [{"topic": "clicks", "partitions": "all", "from_offset": 0}])
+    document["kafka"]["replica"] = replica
+    result = run(spark, parse_plan(document, env={}), out=io.StringIO(), dry_run=True)
+    assert result.exit_code == 0
+    expected = sorted((s.key, node) for partition, owners in nodes.items()
+                      for s in data.of("clicks", partition) for node in owners)
+    assert sorted((row.key, row.node) for row in result.rows) == expected
+
+
+def test_a_broker_without_a_sidecar_is_refused_before_warming(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    kafka: FakeKafkaCluster,
+) -> None:
+    document = cluster_plan(local_s3, data, sidecars, kafka,
+                            [{"group": "billing", "topic": "orders"}])
+    del document["kafka"]["sidecars"]["2"]  # broker 2 leads orders-0
+    with pytest.raises(PlanError) as caught:
+        run(spark, parse_plan(document, env={}), out=io.StringIO())
+    assert str(caught.value).startswith(
+        "kafka.sidecars: broker 2 (127.0.0.1:") and "which serves orders-0" in str(caught.value)
+    for process in sidecars.values():
+        assert process.metric("sidecar_origin_bytes_total", lane="warm") == 0
+
+
+@pytest.mark.parametrize(
+    ("replays", "bootstrap", "message"),
+    [
+        ([{"group": "billing", "topic": "orders"}], "127.0.0.1:9",  # nothing on the discard port
+         "kafka.bootstrap_servers: cannot reach the cluster at 127.0.0.1:9 within 3 s"),
+        ([{"group": "payroll", "topic": "orders"}], None,
+         "replays[0].group: group 'payroll' has no committed offsets for topic 'orders'"),
+        ([{"topic": "orders"}, {"group": "billing", "topic": "payments"}], None,
+         "replays[1].topic: no topic 'payments' in the cluster at "),
+        ([{"topic": "clicks", "partitions": [0, 5]}], None,
+         "replays[0].partitions: topic 'clicks' has no partition 5 in the cluster"),
+    ],
+)
+def test_cluster_plans_that_cannot_run_exit_2_before_spark_starts(
+    tmp_path: Path, data: Data, kafka: FakeKafkaCluster,
+    replays: list[dict[str, Any]], bootstrap: str | None, message: str,
+) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({
+        "origin": {"bucket": data.bucket, "endpoint": "http://127.0.0.1:9"},
+        "kafka": {"bootstrap_servers": bootstrap or kafka.bootstrap_servers, "timeout_s": 3,
+                  "sidecar_url": "http://{host}:9331"},
+        "replays": replays,
+    }))
+    result = run_cli(str(plan), "--master", "local[1]", timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().startswith(f"spark_warmup: error: {plan}: {message}"), \
+        result.stderr
+    assert "Spark" not in result.stderr  # no JVM was started for it
 
 
 def free_port() -> int:

@@ -297,6 +297,35 @@ async def test_a_miss_streams_its_first_chunk_before_the_block_lands(make_rig: M
     assert (await collect(rig.engine, rig.info, 0, big - 1))[1] == {Source.CACHE}
 
 
+async def test_a_reader_dropped_mid_block_lets_go_of_it_at_once(make_rig: MakeRig) -> None:
+    """A Kafka fetch hangs up mid-block: closing its stream closes every
+    generator under it there and then (none is left for the event loop to
+    finalize in a task of its own later), so the block's reader count and its
+    slot's pin are back before the next loop iteration."""
+    big = 2 * 1024 * 1024  # two 1 MiB chunks a block
+    data = random.Random(11).randbytes(2 * big)
+    rig = await make_rig(data, slots=4, block=big)
+    gate = asyncio.Event()
+    real = rig.origin.fetch_into
+
+    async def slow_tail(info: ObjectInfo, start: int, end: int, lane: str, sink: Sink,
+                        chunk_size: int, waited_for: bool = False) -> None:
+        await real(info, start, start + chunk_size, lane, sink, chunk_size)
+        await gate.wait()
+        await real(info, start + chunk_size, end, lane, sink, chunk_size)
+
+    rig.origin.fetch_into = slow_tail  # type: ignore[method-assign]
+    stream = rig.engine.stream(rig.info, 0, len(data) - 1, lazy=True)
+    piece, _ = await asyncio.wait_for(anext(stream), timeout=5)
+    assert as_bytes(piece) == data[:len(piece)]
+    in_flight, = rig.engine._in_flight.values()
+    assert in_flight.readers == 1
+    await stream.aclose()
+    assert in_flight.readers == 0
+    gate.set()
+    await rig.engine.idle()
+
+
 async def test_hits_and_misses_count_who_started_the_origin_read(make_rig: MakeRig) -> None:
     data = random.Random(10).randbytes(6 * BLOCK)
     rig = await make_rig(data)

@@ -1,0 +1,312 @@
+"""Plans that name the Kafka cluster: their validation, routing partitions to the sidecar
+of the broker that serves them, and consumer groups' next reads as offset ranges."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_warmup.groups import GroupLag, next_reads, resolve_groups
+from spark_warmup.metadata import NO_LEADER, Broker, ClusterFacts, GroupPosition, PartitionReplicas
+from spark_warmup.outcome import format_groups, hashing_warning
+from spark_warmup.plan import KafkaSpec, PlanError, Replay, Span, parse_plan
+from spark_warmup.routing import broker_node, route_partitions, serving_brokers, sidecar_url
+
+CLUSTER_PLAN: dict[str, Any] = {
+    "origin": {"bucket": "tiered"},
+    "kafka": {"bootstrap_servers": "b1:9092,b2:9092", "sidecar_url": "http://{host}:9331"},
+    "replays": [{"group": "billing", "topic": "orders"},
+                {"topic": "clicks", "from_offset": 10}],
+}
+BROKERS = {
+    1: Broker(1, "b1.example", 9092, "eu-1a"),
+    2: Broker(2, "b2.example", 9092, "eu-1b"),
+    3: Broker(3, "b3.example", 9092, "eu-1c"),
+}
+
+
+def cluster_plan(**kafka: object) -> dict[str, Any]:
+    document = copy.deepcopy(CLUSTER_PLAN)
+    document["kafka"].update(kafka)
+    return document
+
+
+def facts(partitions: dict[tuple[str, int], PartitionReplicas]) -> ClusterFacts:
+    return ClusterFacts("b1:9092", BROKERS, partitions)
+
+
+def test_a_cluster_plan_needs_no_sidecars_and_parses_its_kafka_block() -> None:
+    plan = parse_plan(cluster_plan(
+        replica="rack:eu-1b", sidecars={"3": "http://10.0.0.3:9331/"}, timeout_s=5,
+        security={"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+                  "sasl_plain_username": "warmup", "sasl_plain_password": "secret",
+                  "ssl_check_hostname": False},
+    ), env={})
+    assert plan.sidecars == {} and plan.assignment == {}
+    assert plan.kafka == KafkaSpec(
+        ("b1:9092", "b2:9092"), "http://{host}:9331", {3: "http://10.0.0.3:9331"}, "rack",
+        "eu-1b", {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+                  "sasl_plain_username": "warmup", "sasl_plain_password": "secret",
+                  "ssl_check_hostname": False}, 5.0)
+    group, clicks = plan.replays
+    assert (group.group, group.topic, group.partitions, group.offsets) == (
+        "billing", "orders", None, None)
+    assert clicks.group is None and clicks.offsets == Span(10, None)
+
+
+def test_a_group_replay_may_bound_its_end() -> None:
+    document = cluster_plan()
+    document["replays"] = [{"group": "g", "topic": "orders", "partitions": [1],
+                            "to_offset": 99},
+                           {"group": "g", "topic": "orders", "to_time": 1_790_000_000_000}]
+    by_offset, by_time = parse_plan(document, env={}).replays
+    assert by_offset.offsets == Span(0, 99) and by_offset.partitions == (1,)
+    assert by_time.times_ms == Span(0, 1_790_000_000_000)
+
+
+def test_a_single_warm_rate_applies_to_the_brokers_found_later() -> None:
+    plan = parse_plan({**cluster_plan(), "warm_rate": "50MiB/s"}, env={})
+    assert plan.warm_rate("broker-7") == 50 * 1024 * 1024
+    plan = parse_plan({**cluster_plan(), "warm_rate": {"broker-7": "10MiB/s"}}, env={})
+    assert plan.warm_rate("broker-7") == 10 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"bootstrap_servers": ""}, "kafka.bootstrap_servers: '' is not host:port"),
+        ({"bootstrap_servers": "b1"}, "kafka.bootstrap_servers: 'b1' is not host:port"),
+        ({"bootstrap_servers": 9092}, "kafka.bootstrap_servers: must be"),
+        ({"sidecar_url": None}, "kafka.sidecar_url: missing"),
+        ({"sidecar_url": "http://{hostname}:9331"}, "kafka.sidecar_url: only {host}"),
+        ({"sidecar_url": "{host}:9331"}, "kafka.sidecar_url: must be an http(s) URL"),
+        ({"sidecars": {"one": "http://a:1"}}, "kafka.sidecars.one: a key must be a broker id"),
+        ({"sidecars": {"1": "a:1"}}, "kafka.sidecars.1: must be an http(s) URL"),
+        ({"replica": "follower"}, "kafka.replica: must be \"leader\", \"rack:RACK\" or \"all\""),
+        ({"replica": "rack:"}, "kafka.replica: must be"),
+        ({"timeout_s": 0}, "kafka.timeout_s: must be a number of seconds"),
+        ({"security": {"sasl_mechanism": "MAGIC", "security_protocol": "SASL_SSL"}},
+         "kafka.security.sasl_mechanism: one of PLAIN"),
+        ({"security": {"security_protocol": "SASL_SSL"}},
+         "kafka.security.sasl_mechanism: missing (needed for SASL_SSL)"),
+        ({"security": {"security_protocol": "TLS"}}, "kafka.security.security_protocol: one of"),
+        ({"security": {"ssl_context": "x"}}, "kafka.security.ssl_context: unknown field"),
+        ({"security": {"ssl_check_hostname": "no"}},
+         "kafka.security.ssl_check_hostname: must be true or false"),
+        ({"bootstrap": "b1:9092"}, "kafka.bootstrap: unknown field"),
+    ],
+)
+def test_bad_kafka_blocks_name_the_field(change: dict[str, object], message: str) -> None:
+    document = cluster_plan(**change)
+    if change.get("sidecar_url", "") is None:
+        del document["kafka"]["sidecar_url"]
+    with pytest.raises(PlanError) as caught:
+        parse_plan(document, env={})
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("replay", "message"),
+    [
+        ({"group": "", "topic": "orders"}, "replays[0].group: must be a consumer group id"),
+        ({"group": "g", "topic": "orders", "from_offset": 5},
+         "replays[0].from_offset: a group's replay starts at its committed offsets"),
+        ({"group": "g", "topic": "orders", "from_time": 5}, "replays[0].from_time: a group's"),
+    ],
+)
+def test_bad_group_replays_name_the_field(replay: dict[str, object], message: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        parse_plan({**cluster_plan(), "replays": [replay]}, env={})
+    assert str(caught.value).startswith(message)
+
+
+def test_a_group_needs_the_cluster_and_a_plan_needs_sidecars_or_a_cluster() -> None:
+    document = copy.deepcopy(CLUSTER_PLAN)
+    del document["kafka"]
+    document["sidecars"] = {"a": "http://127.0.0.1:9331"}
+    with pytest.raises(PlanError, match=r"^replays\[0\]\.group: needs the plan's \"kafka\""):
+        parse_plan(document, env={})
+    del document["sidecars"]
+    with pytest.raises(PlanError, match=r"^sidecars: missing"):
+        parse_plan(document, env={})
+
+
+# -- which broker serves a partition ----------------------------------------
+
+
+def test_the_leader_serves_by_default() -> None:
+    replicas = PartitionReplicas(leader=2, replicas=(2, 3, 1), isr=(2, 3, 1))
+    assert serving_brokers(replicas, "leader", None, BROKERS) == (2,)
+
+
+def test_a_rack_reads_from_its_in_sync_replica_else_the_leader() -> None:
+    replicas = PartitionReplicas(leader=2, replicas=(2, 3, 1), isr=(2, 3, 1))
+    assert serving_brokers(replicas, "rack", "eu-1c", BROKERS) == (3,)
+    assert serving_brokers(replicas, "rack", "eu-1b", BROKERS) == (2,)  # the leader is there
+    # Broker 3 is in the rack but out of sync: it does not serve; the leader does.
+    lagging = PartitionReplicas(leader=2, replicas=(2, 3, 1), isr=(2, 1))
+    assert serving_brokers(lagging, "rack", "eu-1c", BROKERS) == (2,)
+    assert serving_brokers(replicas, "rack", "us-2a", BROKERS) == (2,)
+
+
+def test_all_means_every_replica_the_cluster_knows() -> None:
+    replicas = PartitionReplicas(leader=1, replicas=(1, 3, 9), isr=(1, 3))
+    assert serving_brokers(replicas, "all", None, BROKERS) == (1, 3)  # broker 9 is gone
+
+
+def test_an_offline_partition_has_no_server() -> None:
+    offline = PartitionReplicas(leader=NO_LEADER, replicas=(1, 2), isr=())
+    assert serving_brokers(offline, "leader", None, BROKERS) == ()
+
+
+def test_sidecar_urls_come_from_the_map_else_the_template() -> None:
+    spec = KafkaSpec(("b1:9092",), "http://{host}:9331/{rack}/{id}", {2: "http://10.0.0.2:1"})
+    assert sidecar_url(BROKERS[1], spec) == "http://b1.example:9331/eu-1a/1"
+    assert sidecar_url(BROKERS[2], spec) == "http://10.0.0.2:1"
+    assert sidecar_url(BROKERS[1], KafkaSpec(("b1:9092",), None, {2: "http://x:1"})) is None
+    assert sidecar_url(Broker(4, "fd00::4", 9092), spec) == "http://[fd00::4]:9331//4"
+
+
+# -- routing a plan's partitions --------------------------------------------
+
+
+def test_partitions_go_to_their_leaders_sidecars_and_an_assignment_entry_wins() -> None:
+    document = cluster_plan()
+    document["sidecars"] = {"spare": "http://10.9.9.9:9331"}
+    document["assignment"] = {"orders-2": "spare"}
+    plan = parse_plan(document, env={})
+    cluster = facts({
+        ("orders", 0): PartitionReplicas(1, (1, 2), (1, 2)),
+        ("orders", 1): PartitionReplicas(3, (3, 1), (3, 1)),
+        ("orders", 2): PartitionReplicas(2, (2, 3), (2, 3)),
+    })
+    routes = route_partitions(
+        [("orders", 0, "replays[0]"), ("orders", 1, "replays[0]"), ("orders", 2, "replays[0]")],
+        plan, cluster)
+    assert dict(routes.targets) == {("orders", 0): ("broker-1",), ("orders", 1): ("broker-3",),
+                                    ("orders", 2): ("spare",)}
+    assert dict(routes.nodes) == {"spare": "http://10.9.9.9:9331",
+                                  "broker-1": "http://b1.example:9331",
+                                  "broker-3": "http://b3.example:9331"}
+    assert routes.hashed == ()
+
+
+def test_with_replica_all_a_partition_goes_to_every_replica() -> None:
+    plan = parse_plan(cluster_plan(replica="all"), env={})
+    routes = route_partitions([("orders", 0, "replays[0]")], plan,
+                              facts({("orders", 0): PartitionReplicas(1, (1, 2, 3), (1, 2))}))
+    assert routes.targets[("orders", 0)] == ("broker-1", "broker-2", "broker-3")
+
+
+def test_a_plan_without_a_cluster_hashes_what_it_does_not_assign() -> None:
+    plan = parse_plan({"origin": {"bucket": "tiered"},
+                       "sidecars": {"a": "http://a:1", "b": "http://b:1"},
+                       "assignment": {"orders-0": "b"},
+                       "replays": [{"topic": "orders"}]}, env={})
+    routes = route_partitions([("orders", 0, "replays[0]"), ("orders", 1, "replays[0]")],
+                              plan, None)
+    assert routes.targets[("orders", 0)] == ("b",)
+    assert routes.hashed == ("orders-1",)
+    warning = hashing_warning(routes.hashed, len(plan.sidecars))
+    assert warning.startswith("warning: 1 partition (orders-1) placed by hashing topic-partition "
+                              "over 2 sidecars")
+
+
+@pytest.mark.parametrize(
+    ("cluster", "kafka", "message"),
+    [
+        (facts({}), {}, "replays[0].partitions: partition 0 of 'orders' has remote segments "
+                        "but is not in the cluster at b1:9092"),
+        (facts({("orders", 0): PartitionReplicas(NO_LEADER, (1,), ())}), {},
+         "replays[0]: partition orders-0 has no leader"),
+        (facts({("orders", 0): PartitionReplicas(3, (3,), (3,))}),
+         {"sidecar_url": None, "sidecars": {"1": "http://a:1"}},
+         "kafka.sidecars: broker 3 (b3.example:9092), which serves orders-0, has no sidecar"),
+    ],
+)
+def test_partitions_that_cannot_be_routed_name_the_field(
+    cluster: ClusterFacts, kafka: dict[str, object], message: str,
+) -> None:
+    document = cluster_plan(**kafka)
+    if kafka.get("sidecar_url", "") is None:
+        del document["kafka"]["sidecar_url"]
+    plan = parse_plan(document, env={})
+    with pytest.raises(PlanError) as caught:
+        route_partitions([("orders", 0, "replays[0]")], plan, cluster)
+    assert str(caught.value).startswith(message)
+
+
+def test_a_named_sidecar_must_agree_with_the_cluster() -> None:
+    document = cluster_plan()
+    document["sidecars"] = {"broker-1": "http://elsewhere:9331"}
+    plan = parse_plan(document, env={})
+    with pytest.raises(PlanError, match=r"^sidecars\.broker-1: http://elsewhere:9331 is not"):
+        route_partitions([("orders", 0, "replays[0]")], plan,
+                         facts({("orders", 0): PartitionReplicas(1, (1,), (1,))}))
+
+
+def test_broker_nodes_are_named_by_id() -> None:
+    assert broker_node(7) == "broker-7"
+
+
+# -- consumer groups ----------------------------------------------------------
+
+
+def test_next_reads_run_from_the_committed_offset_to_the_end() -> None:
+    assert next_reads(GroupPosition(100, 1000), None) == Span(100, 999)
+    assert next_reads(GroupPosition(100, 1000), 499) == Span(100, 499)
+    assert next_reads(GroupPosition(1000, 1000), None) is None  # caught up
+    assert next_reads(GroupPosition(100, 1000), 50) is None  # bound before the commit
+    assert next_reads(GroupPosition(None, 1000), None) is None
+    # to_time: the first offset after it stops the reads (the lag is still to the end).
+    assert next_reads(GroupPosition(100, 1000, stop=300), None) == Span(100, 299)
+    assert next_reads(GroupPosition(100, 1000, stop=300), 200) == Span(100, 200)
+    assert next_reads(GroupPosition(100, 1000, stop=100), None) is None
+
+
+def test_groups_become_one_offset_replay_per_partition_behind() -> None:
+    replays = (
+        Replay("replays[0]", "clicks", None, Span(5, None)),
+        Replay("replays[1]", "orders", None, group="billing"),
+    )
+    positions = {1: {0: GroupPosition(100, 1000), 1: GroupPosition(2000, 2000),
+                     2: GroupPosition(None, 50), 3: GroupPosition(10, 20, stop=15)}}
+    resolved, lags = resolve_groups(replays, positions)
+    assert resolved == (
+        replays[0],
+        Replay("replays[1]", "orders", (0,), Span(100, 999), group="billing"),
+        Replay("replays[1]", "orders", (3,), Span(10, 14), group="billing"),
+    )
+    assert lags == (GroupLag("replays[1]", "billing", "orders", lag_records=900 + 10,
+                             behind=(0, 3), caught_up=(1,), uncommitted=(2,),
+                             ranges={0: Span(100, 999), 3: Span(10, 14)}),)
+
+
+def test_the_group_line_gives_lag_and_what_is_warmed() -> None:
+    lag = GroupLag("replays[1]", "billing", "orders", lag_records=12_345, behind=(0, 3),
+                   caught_up=(1,), uncommitted=(2,), segments=3, bytes=3 * 1024 * 1024)
+    assert format_groups([lag], dry_run=True) == (
+        "group billing on orders (replays[1]): lag 12,345 records on 2 partitions of 3; "
+        "no committed offset in partition(s) 2 (not warmed); in remote storage: 3 segments, "
+        "3.0 MiB (would warm)"
+    )
+    assert format_groups([lag]).endswith("; in remote storage: 3 segments, 3.0 MiB (to warm)")
+
+
+def json_blocks(path: str, after: str) -> list[Any]:
+    text = (Path(__file__).resolve().parents[2] / path).read_text(encoding="utf-8")
+    section = text.split(after, 1)[1].split("\n## ", 1)[0]
+    return [json.loads(block.split("```", 1)[0]) for block in section.split("```json")[1:]]
+
+
+def test_the_documented_plans_parse_and_the_readme_shows_the_cluster_form_first() -> None:
+    readme = json_blocks("README.md", "## Warm-up ahead of a planned replay")
+    assert "kafka" in readme[0] and "sidecars" not in readme[0]
+    architecture = json_blocks("docs/ARCHITECTURE.md", "### Warm-up plan")
+    for document in (*readme, *architecture):
+        parse_plan(document, env={})
+    assert any(d.get("kafka", {}).get("security") for d in architecture)
