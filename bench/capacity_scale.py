@@ -251,8 +251,10 @@ def render(result: dict[str, Any]) -> str:
         f"{result['nodes']} nodes, generated in {result['generate_s']:.0f} s) analysed by "
         "`python -m spark_warmup.capacity`; each node's curve replays at most "
         f"{result['max_trace']:,} reads (partitions sampled by hash). Peak memory: the "
-        "summed RSS of the job's driver, JVMs and Python workers (the standalone row adds "
-        "the master's and worker's JVMs, which run beside it).\n",
+        "summed RSS of the process tree the command starts, sampled from /proc every "
+        "0.5 s: with `local[2]` the driver, its JVM and the Python workers doing all the "
+        "work; on the standalone cluster the driver and its JVM only (the executors run "
+        "under the worker's JVM, a tree of their own, not counted).\n",
         "| where | wall time | peak memory | reads parsed | sample rate | curve points | "
         "result |",
         "|---|---|---|---|---|---|---|",
