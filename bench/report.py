@@ -494,6 +494,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     out += _cost_sections(results)
     out += _isolation_sections(results)
     out += _warmup_section(results)
+    out += _fragments()
 
     errors = results.get("errors") or []
     if errors:
@@ -696,6 +697,17 @@ def _isolation_sections(results: dict[str, Any]) -> list[str]:
                     sorted(by_lane.items())) + ". With so few requests p99 is the "
         "slowest one or two.\n")
     return out
+
+
+# Sections measured by scripts of their own (bench/capacity_*.py), each written
+# as a markdown fragment beside the results; spliced in as they are.
+FRAGMENTS = ("capacity-accuracy.md", "capacity-scale.md")
+
+
+def _fragments() -> list[str]:
+    results = Path(__file__).with_name("results")
+    return [(results / name).read_text().rstrip() + "\n" for name in FRAGMENTS
+            if (results / name).exists()]
 
 
 def _warmup_section(results: dict[str, Any]) -> list[str]:

@@ -60,6 +60,7 @@ from sidecar.isolation.modes import ModeState
 from sidecar.model import FOREGROUND, PREFETCH, WARM, ObjectInfo
 from sidecar.prefetch.planner import NextSegment, ReadAheadPlanner
 from sidecar.prefetch.streams import Stream
+from sidecar.tally import CACHED, FETCHED, JOINED, ReadTally
 from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -164,19 +165,22 @@ class Engine:
         return self._block_size
 
     async def stream(
-        self, info: ObjectInfo, start: int, end: int, *, lazy: bool
+        self, info: ObjectInfo, start: int, end: int, *, lazy: bool,
+        tally: ReadTally | None = None,
     ) -> AsyncGenerator[tuple[Piece, Source], None]:
-        """Yield the bytes of [start, end] (inclusive) in order, with their source."""
+        """Yield the bytes of [start, end] (inclusive) in order, with their source.
+        `tally`, if given, is told how each block was found (the access log's)."""
         self._streams += 1
         try:
-            async with aclosing(self._stream(info, start, end, lazy)) as pieces:
+            async with aclosing(self._stream(info, start, end, lazy,
+                                             tally or ReadTally())) as pieces:
                 async for piece in pieces:
                     yield piece
         finally:
             self._streams -= 1
 
     async def _stream(
-        self, info: ObjectInfo, start: int, end: int, lazy: bool
+        self, info: ObjectInfo, start: int, end: int, lazy: bool, tally: ReadTally
     ) -> AsyncGenerator[tuple[Piece, Source], None]:
         planner = self._planner if self._modes.read_ahead else None
         stream = planner.on_request(info, start) if planner is not None else None
@@ -190,7 +194,8 @@ class Engine:
             lo = max(start, block_start) - block_start
             hi = min(end + 1, block_end) - block_start
             ahead = range(block, block + 1) if lazy else range(block, blocks.stop)
-            async with aclosing(self._block_pieces(info, block, lo, hi, ahead, started)) as pieces:
+            async with aclosing(self._block_pieces(info, block, lo, hi, ahead, started,
+                                                   tally)) as pieces:
                 async for piece in pieces:
                     yield piece
                     # Back here only once the client took the piece: heads follow
@@ -204,9 +209,10 @@ class Engine:
 
     async def _block_pieces(
         self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range,
-        started: set[BlockIdent],
+        started: set[BlockIdent], tally: ReadTally,
     ) -> AsyncGenerator[tuple[Piece, Source], None]:
         if not self._modes.caching:
+            tally.add(block, FETCHED)
             async with aclosing(self._bypass(info, block, lo, hi)) as passing:
                 async for passed in passing:
                     yield passed
@@ -215,6 +221,7 @@ class Engine:
         record = self._store.lookup(ident)
         joined = ident in self._in_flight and ident not in started
         anticipated = record is not None or joined
+        self._tell(tally, ident, record is not None, joined)
         self._metrics.cache_lookups.labels("hit" if anticipated else "miss").inc()
         if not anticipated:
             log.debug("miss %s block %d", info.key, block)
@@ -227,6 +234,7 @@ class Engine:
             if data is None:  # evicted meanwhile, or failed its checksum: refetch
                 self._forget_evicted((ident,))
                 self._mind_disk_reads()
+                self._tell(tally, ident, False, ident in self._in_flight)
                 break
             lo = upto
             yield data, Source.CACHE
@@ -246,6 +254,14 @@ class Engine:
             async with aclosing(self._bypass(info, block, lo, hi)) as passing:
                 async for passed in passing:
                     yield passed
+
+    def _tell(self, tally: ReadTally, ident: BlockIdent, cached: bool, joined: bool) -> None:
+        if cached:
+            tally.add(ident.block, CACHED)
+        elif joined:
+            tally.add(ident.block, JOINED, self._in_flight[ident].lane)
+        else:
+            tally.add(ident.block, FETCHED)
 
     async def _landed(
         self, in_flight: InFlightBlock, lo: int, hi: int

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -38,7 +39,7 @@ from sidecar.prefetch.streams import StreamTable
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
 from sidecar.s3.passthrough import PassThrough
-from sidecar.telemetry.access_log import AccessLog
+from sidecar.telemetry.access_log import AccessLog, NodeFacts
 from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,12 @@ class Sidecar:
         )
         if server.access_log is not None:
             try:
-                self._access_log = AccessLog(server.access_log)
+                self._access_log = AccessLog(
+                    server.access_log,
+                    NodeFacts(server.node_name or socket.gethostname(), cache.block_size,
+                              cache.size_bytes),
+                    max_bytes=server.access_log_max_bytes, backups=server.access_log_backups,
+                    dropped=self._access_log_dropped)
             except OSError as exc:
                 raise ConfigError(f"cannot open the access log {server.access_log}: "
                                   f"{exc.strerror}") from None
@@ -180,6 +186,11 @@ class Sidecar:
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
         self._ready = True
+
+    def _access_log_dropped(self, reason: str, lines: int) -> None:
+        # Called from the log's writer thread: prometheus_client counters are
+        # thread-safe.
+        self.metrics.access_log_dropped.labels(reason).inc(lines)
 
     def _lanes(self, config: Config) -> LaneLimiter:
         return LaneLimiter(

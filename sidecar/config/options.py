@@ -206,6 +206,19 @@ OPTIONS: tuple[Option, ...] = (
            "JSON-lines access log, one line per request: a file path, or - for stdout",
            "PATH|-",
            field="server.access_log"),
+    Option("access_log_max_size", parse_size, "256MiB",
+           "rotate the access log file when it reaches this size, keeping "
+           "access_log_backups old files beside it (PATH.1 the newest); 0: never rotate",
+           "SIZE", flag=False, group="server",
+           field="server.access_log_max_bytes"),
+    Option("access_log_backups", non_negative_int, 4,
+           "rotated access log files kept (PATH.1 .. PATH.N); 0: the file is emptied "
+           "when full", "N", flag=False, group="server",
+           field="server.access_log_backups"),
+    Option("node_name", optional_str, "",
+           "this node's name in the access log (capacity analysis groups by it); "
+           "empty: the host name", "NAME", flag=False, group="server",
+           field="server.node_name"),
     Option("log_format", parse_log_format, "auto",
            "stderr log lines: json (one object per line), text, or auto (text on a terminal, "
            "else json)", "auto|json|text",

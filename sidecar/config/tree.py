@@ -28,6 +28,9 @@ class ServerConfig:
     max_buffered_bytes: int
     client_timeout_s: float
     access_log: str | None  # a path, "-" for stdout, None: no access log
+    access_log_max_bytes: int  # rotate the access log file at this size; 0: never
+    access_log_backups: int  # rotated files kept
+    node_name: str | None  # the access log's `node`; None: the host name
     log_format: str  # auto | json | text (cli.py sets logging up with it)
     stats_interval_s: float  # the admin port samples its counters this often
 

@@ -37,7 +37,8 @@ from sidecar.s3.passthrough import PassThrough
 from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
 from sidecar.s3.ranges import unsatisfied_content_range
 from sidecar.s3.sigv4 import Reason, SignatureRejected
-from sidecar.telemetry.access_log import BODY_BYTES, AccessLog, entry
+from sidecar.tally import ReadTally
+from sidecar.telemetry.access_log import BODY_BYTES, AccessLog, ReadFacts, entry
 from sidecar.telemetry.logs import CURRENT_REQUEST
 from sidecar.telemetry.metrics import Metrics
 
@@ -97,6 +98,7 @@ class DataPort:
         op = {"GET": "GetObject", "HEAD": "HeadObject"}.get(request.method, request.method)
         resource = request.raw_path.partition("?")[0]
         cache_label = "none"
+        facts = ReadFacts()  # what the access log says of the object read, if any
         self._active += 1
         # Every log line of this request, and of the fetches it starts, names it.
         context = CURRENT_REQUEST.set(request_id)
@@ -123,7 +125,8 @@ class DataPort:
             if not operation.cached:
                 response = await self._pass_through(request, operation, bucket, key)
             else:
-                response, cache_label = await self._read(request, bucket, key, request_id)
+                response, cache_label = await self._read(request, bucket, key, request_id,
+                                                         facts)
         except Overloaded:
             response = self._error_response(request, slow_down(), resource, request_id)
         except DownloadsPaused:
@@ -156,7 +159,8 @@ class DataPort:
                 now=time.time(), request_id=request_id, method=request.method,
                 raw_path=request.raw_path, range_header=request.headers.get("Range"),
                 status=response.status, body_bytes=request.get(BODY_BYTES, 0),
-                cache=cache_label, duration_s=elapsed,
+                cache=cache_label, duration_s=elapsed, node=self._access_log.node,
+                read=facts,
             ))
         return response
 
@@ -206,7 +210,7 @@ class DataPort:
             raise error_for(exc) from exc
 
     async def _read(
-        self, request: web.Request, bucket: str, key: str, request_id: str
+        self, request: web.Request, bucket: str, key: str, request_id: str, facts: ReadFacts,
     ) -> tuple[web.StreamResponse, str]:
         """HEAD (remembered) then answer; once more if the object changed meanwhile.
 
@@ -218,7 +222,7 @@ class DataPort:
         for attempt in (1, 2):
             try:
                 info = await self._origin.head(bucket, key)
-                return await self._answer(request, info, request_id)
+                return await self._answer(request, info, request_id, facts)
             except OriginObjectChanged as exc:
                 if attempt == 2:
                     raise error_for(exc) from exc
@@ -229,9 +233,10 @@ class DataPort:
         raise AssertionError("unreachable")
 
     async def _answer(
-        self, request: web.Request, info: ObjectInfo, request_id: str
+        self, request: web.Request, info: ObjectInfo, request_id: str, facts: ReadFacts,
     ) -> tuple[web.StreamResponse, str]:
         headers = request.headers
+        facts.etag, facts.object_size = info.etag, info.size
         decision = decide_read(
             RequestHeaders(
                 range=headers.get("Range"),
@@ -275,12 +280,16 @@ class DataPort:
         common["x-sidecar-cache"] = "hit" if self._engine.will_hit(info, start) else "miss"
         response = web.StreamResponse(status=status, headers=common)
         response.content_length = end - start + 1
+        if end >= start:
+            facts.first_byte, facts.last_byte = start, end
         if request.method == "HEAD" or end < start:
             await response.prepare(request)
             return response, "none"
         # An open-ended range or a whole-object GET is read as the client reads.
         lazy = status == 200 or (request.headers.get("Range", "").rstrip().endswith("-"))
-        return response, await self._stream(request, response, info, start, end, lazy)
+        facts.tally = ReadTally()
+        return response, await self._stream(request, response, info, start, end, lazy,
+                                            facts.tally)
 
     async def _stream(
         self,
@@ -290,6 +299,7 @@ class DataPort:
         start: int,
         end: int,
         lazy: bool,
+        tally: ReadTally,
     ) -> str:
         sources: set[Source] = set()
         prepared = False
@@ -299,7 +309,8 @@ class DataPort:
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         try:
-            async with aclosing(self._engine.stream(info, start, end, lazy=lazy)) as pieces:
+            async with aclosing(self._engine.stream(info, start, end, lazy=lazy,
+                                                                 tally=tally)) as pieces:
                 async for piece, source in pieces:
                     if not prepared:
                         await response.prepare(request)

@@ -1,68 +1,142 @@
 """The optional JSON-lines access log of the data port (`access_log = PATH | "-"`).
 
-One line per request, for offline analysis (hit rates per topic, hot keys,
-read patterns) that the metrics cannot carry because their labels must stay
-bounded:
+One line per request, for offline analysis that the metrics cannot carry
+because their labels must stay bounded: hit rates per node, topic and
+partition, and the cache sizing of `python -m spark_warmup.capacity`, which
+replays the `blocks` of these lines through the cache's own eviction policy.
 
-    {"time": "2026-11-01T06:00:00.123Z", "request_id": "9F3C...", "method": "GET",
-     "bucket": "tiered", "key": "orders-Ab3/0/00000000000000000000-x.log",
-     "range": "bytes=0-", "status": 206, "bytes": 1048576, "cache": "hit",
-     "duration_s": 0.0012}
+    {"node": "broker-1", "time": "2026-11-01T06:00:00.123Z", "request_id": "9F3C...",
+     "method": "GET", "bucket": "tiered", "key": "orders-Ab3/0/00000000000000000000-x.log",
+     "etag": "\\"5d41...\\"", "object_size": 104857600, "range": "bytes=0-",
+     "first_byte": 0, "last_byte": 104857599, "status": 206, "bytes": 1048576,
+     "block_size": 4194304, "blocks": {"first": 0, "found": "f"}, "lane": "foreground",
+     "cache": "miss", "duration_s": 0.0312, "cache_bytes": 68719476736}
 
-`range` is the Range header as the client sent it (null without one); `bytes` the
-object bytes sent (0 for HEAD and errors); `cache` is hit, partial or miss for a
-body served from the cache, from both, or from the origin, and none for answers
-without object data. A line is built on the event loop and written by a
-background thread (logging's QueueListener), so a slow log disk never stalls
-serving; lines are appended, so logrotate's copytruncate is the way to rotate.
+Fields (docs/ARCHITECTURE.md "Access log" has the same list):
+  node         the sidecar's `node_name` (default: the host name)
+  time         when the answer was complete (UTC, milliseconds)
+  request_id   the x-amz-request-id the client was given
+  method, bucket, key   as asked (key percent-decoded)
+  etag, object_size     the object version answered (null without one: errors,
+               requests that are not object reads)
+  range        the Range header as sent (null without one)
+  first_byte, last_byte the byte range the answer covers, inclusive (null without
+               object data); `bytes` says how much of it was delivered
+  status       the HTTP status (499: the client left before the answer)
+  bytes        object bytes delivered (0 for HEAD and errors)
+  block_size   the cache's block size
+  blocks       the blocks the request touched, {"first": N, "found": "ccjf"}: one
+               letter a block from block N on, c cached, j joined a fetch already on
+               its way, f fetched by this request (sidecar.tally); null when it read none
+  lane         the lane whose origin reads brought the uncached blocks (foreground,
+               prefetch, warm), null when all were cached
+  cache        hit, partial, miss or none, as the request duration metric's label
+  duration_s   from the request's arrival to its last byte
+  cache_bytes  the cache's configured size (what the capacity report calls current)
+
+Writing never happens on the event loop: a line is formatted there and queued
+(bounded); a thread writes it. A writer that falls behind or a log disk that
+fails or fills drops lines, counted in sidecar_access_log_dropped_lines_total,
+and service goes on. The file rotates at `access_log_max_size` (PATH.1 the
+newest old file, up to `access_log_backups`); "-" writes to stdout for an
+orchestrator to collect.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import logging.handlers
+import os
 import queue
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from typing import IO
 from urllib.parse import unquote
 
 from sidecar.s3.http_fields import as_sent
+from sidecar.tally import ReadTally
 
 # The key a request's handler adds the object bytes it sent to (request[BODY_BYTES]).
 BODY_BYTES = "sidecar_body_bytes"
+# Lines queued for the writer thread at most: about 30 MB, a few seconds of a
+# busy node's requests; past it lines are dropped rather than memory grown.
+QUEUE_LINES = 65536
+# Lines the writer takes from the queue per write() call.
+BATCH_LINES = 512
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What every line of one sidecar's log carries."""
+
+    name: str
+    block_size: int
+    cache_bytes: int
+
+
+@dataclass
+class ReadFacts:
+    """What the data port knew of an object read, filled as it answers."""
+
+    etag: str | None = None
+    object_size: int | None = None
+    first_byte: int | None = None
+    last_byte: int | None = None
+    tally: ReadTally | None = None
 
 
 @dataclass(frozen=True)
 class AccessEntry:
+    node: str
     time: str
     request_id: str
     method: str
     bucket: str
     key: str
+    etag: str | None
+    object_size: int | None
     range: str | None
+    first_byte: int | None
+    last_byte: int | None
     status: int
     bytes: int
+    block_size: int
+    blocks: dict[str, int | str] | None
+    lane: str | None
     cache: str
     duration_s: float
+    cache_bytes: int
 
 
 def entry(
     *, now: float, request_id: str, method: str, raw_path: str, range_header: str | None,
     status: int, body_bytes: int, cache: str, duration_s: float,
+    node: NodeFacts | None = None, read: ReadFacts | None = None,
 ) -> AccessEntry:
     """What one request did. Pure: the caller hands in the clock and the request's facts."""
+    node = node or NodeFacts("", 0, 0)
     path = raw_path.partition("?")[0]
     bucket, _, key = path.lstrip("/").partition("/")
     stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
+    tally = read.tally if read is not None else None
+    blocks: dict[str, int | str] | None = None
+    if tally is not None and tally.first_block is not None:
+        blocks = {"first": tally.first_block, "found": tally.letters}
     return AccessEntry(
-        time=stamp.replace("+00:00", "Z"), request_id=request_id, method=method,
+        node=node.name, time=stamp.replace("+00:00", "Z"), request_id=request_id,
+        method=method,
         # A malformed escape is logged as sent rather than dropped.
         bucket=unquote(bucket, errors="replace"), key=unquote(key, errors="replace"),
+        etag=read.etag if read else None,
+        object_size=read.object_size if read else None,
         range=None if range_header is None else as_sent(range_header),
-        status=status, bytes=body_bytes, cache=cache,
-        duration_s=round(duration_s, 6),
+        first_byte=read.first_byte if read else None,
+        last_byte=read.last_byte if read else None,
+        status=status, bytes=body_bytes, block_size=node.block_size, blocks=blocks,
+        lane=tally.lane if tally is not None else None, cache=cache,
+        duration_s=round(duration_s, 6), cache_bytes=node.cache_bytes,
     )
 
 
@@ -71,26 +145,124 @@ def format_entry(item: AccessEntry) -> str:
     return json.dumps(asdict(item), separators=(",", ":"), ensure_ascii=False)
 
 
-class AccessLog:
-    """Writes entries to `target` ("-" for stdout, else a file appended to)."""
+class RotatingFile:
+    """Appends to PATH; at `max_bytes` PATH becomes PATH.1 (PATH.1 PATH.2 ...) and
+    a new PATH starts. Used by the writer thread only."""
 
-    def __init__(self, target: str) -> None:
-        handler: logging.Handler = (
-            logging.StreamHandler(sys.stdout) if target == "-"
-            else logging.FileHandler(target, encoding="utf-8", delay=False)
-        )
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        self._handler = handler
-        self._queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-        self._listener = logging.handlers.QueueListener(self._queue, handler)
-        self._logger = logging.Logger("sidecar.access")  # not in the tree: never propagates
-        self._logger.addHandler(logging.handlers.QueueHandler(self._queue))
-        self._listener.start()
+    def __init__(self, path: str, max_bytes: int, backups: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._file: IO[bytes] | None = None
+        self._size = 0
+        self.open()
 
-    def write(self, item: AccessEntry) -> None:
-        self._logger.info(format_entry(item))
+    def open(self) -> None:
+        self._file = open(self.path, "ab")  # noqa: SIM115 (held open between writes)
+        self._size = self._file.tell()
+
+    def write(self, lines: list[bytes]) -> None:
+        """Append whole lines, rotating between two lines when the next would
+        take the file past max_bytes (a line is never split across files)."""
+        if self._file is None:
+            self.open()
+        batch: list[bytes] = []
+        size = self._size
+        for line in lines:
+            if self.max_bytes and size and size + len(line) > self.max_bytes:
+                self._append(batch)
+                batch = []
+                self._rotate()
+                size = self._size
+            batch.append(line)
+            size += len(line)
+        self._append(batch)
+
+    def _append(self, batch: list[bytes]) -> None:
+        assert self._file is not None
+        data = b"".join(batch)
+        self._file.write(data)
+        self._file.flush()
+        self._size += len(data)
+
+    def _rotate(self) -> None:
+        self.close()
+        if self.backups:
+            for number in range(self.backups - 1, 0, -1):
+                older = f"{self.path}.{number}"
+                if os.path.exists(older):
+                    os.replace(older, f"{self.path}.{number + 1}")
+            os.replace(self.path, f"{self.path}.1")
+            self.open()
+        else:
+            self._file = open(self.path, "wb")  # noqa: SIM115
+            self._size = 0
 
     def close(self) -> None:
-        """Flush what is queued and close the file."""
-        self._listener.stop()
-        self._handler.close()
+        if self._file is not None:
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError:
+                pass
+
+
+class AccessLog:
+    """Writes entries to `target` ("-" for stdout, else a file appended to and rotated)."""
+
+    def __init__(
+        self, target: str, node: NodeFacts | None = None, *, max_bytes: int = 0,
+        backups: int = 0, dropped: Callable[[str, int], None] | None = None,
+        queue_lines: int = QUEUE_LINES,
+    ) -> None:
+        self.node = node or NodeFacts("", 0, 0)
+        self._file = None if target == "-" else RotatingFile(target, max_bytes, backups)
+        self._dropped = dropped or (lambda reason, lines: None)
+        self._queue: queue.Queue[str | None] = queue.Queue(maxsize=queue_lines)
+        self._thread = threading.Thread(target=self._run, name="sidecar-access-log",
+                                        daemon=True)
+        self._thread.start()
+
+    def write(self, item: AccessEntry) -> None:
+        """Queue one line (never blocks: a full queue drops it, counted)."""
+        try:
+            self._queue.put_nowait(format_entry(item) + "\n")
+        except queue.Full:
+            self._dropped("queue", 1)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            lines = [first]
+            while len(lines) < BATCH_LINES:
+                try:
+                    lines.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            done = None in lines
+            batch = [line for line in lines if line is not None]
+            if batch:
+                self._emit(batch)
+            if done:
+                return
+
+    def _emit(self, lines: list[str]) -> None:
+        try:
+            if self._file is None:
+                sys.stdout.write("".join(lines))
+                sys.stdout.flush()
+            else:
+                self._file.write([line.encode("utf-8") for line in lines])
+        except (OSError, ValueError):
+            # A full or failing disk (or a closed stdout): these lines are lost,
+            # counted; the file is opened afresh for the next ones.
+            self._dropped("disk", len(lines))
+            if self._file is not None:
+                self._file.close()
+
+    def close(self) -> None:
+        """Write what is queued and close the file."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._file is not None:
+            self._file.close()

@@ -106,6 +106,12 @@ class Metrics:
             "Cached blocks whose data did not match their checksum (dropped and refetched)",
             registry=registry,
         )
+        self.access_log_dropped = Counter(
+            "sidecar_access_log_dropped_lines",
+            "Access log lines not written: the writer fell behind (queue) or the log's "
+            "disk failed or is full (disk); serving goes on either way",
+            ["reason"], registry=registry,
+        )
         self.client_disconnects = Counter(
             "sidecar_client_disconnects",
             "Answers a client stopped reading by closing its connection, before the "
@@ -156,6 +162,8 @@ class Metrics:
             self.cache_lookups.labels(result)
         for source in ("cache", "origin"):
             self.served_bytes.labels(source)
+        for reason in ("queue", "disk"):
+            self.access_log_dropped.labels(reason)
         for lane in LANES:
             self.ratelimit_wait.labels(lane)
             self.origin_bytes.labels(lane)

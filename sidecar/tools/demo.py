@@ -65,15 +65,16 @@ def seed_bucket(endpoint: str, topics: tuple[DemoTopic, ...] = DEMO_TOPICS) -> l
 
 
 def demo_config(
-    endpoint: str, cache_dir: Path, listen: str, admin_listen: str
+    endpoint: str, cache_dir: Path, listen: str, admin_listen: str,
+    access_log: Path | None = None,
 ) -> Config:
-    return load_config(
-        {
-            "origin_endpoint": endpoint, "cache_dir": str(cache_dir), "cache_size": "256MiB",
-            "listen": listen, "admin_listen": admin_listen,
-        },
-        env={}, file_values={},
-    )
+    flags = {
+        "origin_endpoint": endpoint, "cache_dir": str(cache_dir), "cache_size": "256MiB",
+        "listen": listen, "admin_listen": admin_listen,
+    }
+    if access_log is not None:
+        flags |= {"access_log": str(access_log), "node_name": "demo"}
+    return load_config(flags, env={}, file_values={})
 
 
 def _banner(sidecar: Sidecar, keys: list[str], run_dir: Path, warm_up: str) -> str:
@@ -105,6 +106,12 @@ def _banner(sidecar: Sidecar, keys: list[str], run_dir: Path, warm_up: str) -> s
         "Hit rates, origin traffic and the cache in the terminal:",
         f"  sidecar stats --admin {sidecar.admin_url}",
         "",
+        "Hit ratios per topic and the cache size for 99% hits, from this demo's access "
+        "log (Spark):",
+        f"  python -m spark_warmup.capacity --logs {sidecar.config.server.access_log} "
+        f"--report {run_dir / 'capacity-report'}",
+        f"  (then open {run_dir / 'capacity-report' / 'report.html'})",
+        "",
         warm_up,
         "",
         f"Demo files (cache, warm-up plan), removed when the demo stops: {run_dir}",
@@ -124,7 +131,9 @@ async def run_demo(listen: str, admin_listen: str, seconds: float | None) -> Non
         loop = asyncio.get_running_loop()
         keys = await loop.run_in_executor(None, seed_bucket, origin.endpoint)
         sidecar = Sidecar(
-            demo_config(origin.endpoint, cache, listen, admin_listen), CollectorRegistry()
+            demo_config(origin.endpoint, cache, listen, admin_listen,
+                        access_log=run_dir / "access.log"),
+            CollectorRegistry()
         )
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -22,6 +22,7 @@ from typing import Any
 from sidecar.layout import parse_aiven_key
 from sidecar.tools.kafka_segments import BatchHeader, iter_segment_batches
 from tests.functional.conftest import s3_client
+from tests.support.waiting import eventually
 
 BANNER_END = "Press Ctrl-C to stop."
 
@@ -122,6 +123,22 @@ def test_demo_serves_genuine_segments_through_the_sidecar() -> None:
         assert run_dir.resolve() != Path(tempfile.gettempdir()).resolve()
         assert plan.parent == run_dir and json.loads(plan.read_text())["replays"]
         assert f"--report {run_dir}/" in banner
+
+        # The capacity analysis of the demo's own access log runs as printed.
+        analysis = found(r"^\s+(python -m spark_warmup.capacity --logs \S+ --report \S+)$",
+                         banner).split()
+        log = Path(analysis[analysis.index("--logs") + 1])
+        assert log.parent == run_dir
+        eventually(lambda: key in log.read_text() if log.exists() else None,
+                   "the reads in the demo's access log", timeout=10)
+        report = Path(analysis[analysis.index("--report") + 1])
+        analysed = subprocess.run([sys.executable, *analysis[1:], "--conf",
+                                   "spark.ui.enabled=false"], capture_output=True, text=True,
+                                  timeout=600, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+        assert analysed.returncode == 0, analysed.stderr[-3000:]
+        summary = json.loads((report / "summary.json").read_text())
+        assert summary["nodes"]["demo"]["served_bytes"] >= len(body) + 1048576
+        assert (report / "report.html").exists()
     finally:
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0

@@ -18,7 +18,7 @@ PACKAGE = ROOT / "sidecar"
 
 # Decisions without I/O: no sockets, files, clocks of their own, threads or logs.
 PURE = (
-    "sidecar.model", "sidecar.blocks", "sidecar.layout", "sidecar.errors",
+    "sidecar.model", "sidecar.blocks", "sidecar.layout", "sidecar.errors", "sidecar.tally",
     "sidecar.prefetch.streams", "sidecar.prefetch.planner",
     "sidecar.s3.ranges", "sidecar.s3.preconditions", "sidecar.s3.sigv4",
     "sidecar.s3.addressing", "sidecar.s3.errors",

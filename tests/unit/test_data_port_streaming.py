@@ -43,7 +43,8 @@ class _FailingEngine:
     def will_hit(self, info: ObjectInfo, offset: int) -> bool:
         return False
 
-    async def stream(self, info: ObjectInfo, start: int, end: int, *, lazy: bool
+    async def stream(self, info: ObjectInfo, start: int, end: int, *, lazy: bool,
+                     tally: object = None
                      ) -> AsyncGenerator[tuple[Piece, Source], None]:
         yield b"a" * 1000, Source.ORIGIN
         raise self.failure

@@ -31,6 +31,7 @@ from sidecar.layout import Layout
 from sidecar.model import FOREGROUND, PREFETCH, ObjectInfo
 from sidecar.prefetch.planner import ReadAheadPlanner
 from sidecar.prefetch.streams import StreamTable
+from sidecar.tally import ReadTally
 from sidecar.telemetry.metrics import Metrics
 from tests.support.clock import FakeClock
 from tests.support.waiting import eventually_async
@@ -519,3 +520,27 @@ async def test_invalidate_drops_the_blocks_and_forgets_their_read_ahead(
     assert rig.engine.invalidate("b", "k") == cached > 0
     assert rig.store.block_count() == 0 and rig.engine.activity()["prefetch_pending"] == 0
     assert rig.store.lookup(BlockIdent("b", "k", rig.info.etag, 0), touch=False) is None
+
+
+async def test_the_tally_says_how_each_block_was_found(make_rig: MakeRig) -> None:
+    """What the access log's `blocks` and `lane` come from (sidecar/tally.py)."""
+    data = random.Random(18).randbytes(4 * BLOCK)
+    rig = await make_rig(data)
+
+    async def read(start: int, end: int) -> ReadTally:
+        tally = ReadTally()
+        async for _ in rig.engine.stream(rig.info, start, end, lazy=False, tally=tally):
+            pass
+        return tally
+
+    first = await read(BLOCK // 2, 2 * BLOCK - 1)  # a miss: blocks 0 and 1, one fetch
+    assert (first.first_block, first.letters, first.lane) == (0, "ff", "foreground")
+    await rig.engine.idle()
+    rig.origin.delay = 0.05
+    fetching, joining = await asyncio.gather(read(BLOCK, 4 * BLOCK - 1),
+                                             read(2 * BLOCK, 4 * BLOCK - 1))
+    assert fetching.letters == "cff" and fetching.first_block == 1
+    assert joining.letters == "jj" and joining.lane == "foreground"
+    await rig.engine.idle()
+    cached = await read(0, 4 * BLOCK - 1)
+    assert (cached.letters, cached.lane) == ("cccc", None)

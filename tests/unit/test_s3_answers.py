@@ -158,7 +158,8 @@ class _Engine:
     def will_hit(self, info: ObjectInfo, offset: int) -> bool:
         return True
 
-    async def stream(self, info: ObjectInfo, start: int, end: int, *, lazy: bool
+    async def stream(self, info: ObjectInfo, start: int, end: int, *, lazy: bool,
+                     tally: object = None
                      ) -> AsyncGenerator[tuple[Piece, Source], None]:
         yield b"a" * (end - start + 1), Source.CACHE
 

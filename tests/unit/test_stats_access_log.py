@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.telemetry.access_log import AccessLog, entry, format_entry
+from sidecar.model import PREFETCH
+from sidecar.tally import CACHED, FETCHED, JOINED, ReadTally
+from sidecar.telemetry.access_log import AccessLog, NodeFacts, ReadFacts, entry, format_entry
+
+NODE = NodeFacts("broker-1", 4 * 1024 * 1024, 64 * 1024 ** 3)
 
 
 def sample(**changes: object) -> dict[str, object]:
@@ -22,14 +26,66 @@ def sample(**changes: object) -> dict[str, object]:
 
 
 def test_one_line_per_request_with_the_facts() -> None:
-    line = format_entry(entry(**sample()))  # type: ignore[arg-type]
+    tally = ReadTally()
+    for block, how in ((3, CACHED), (4, JOINED), (5, FETCHED)):
+        tally.add(block, how, PREFETCH)
+    read = ReadFacts('"abc"', 100 << 20, first_byte=3 << 22, last_byte=(100 << 20) - 1,
+                     tally=tally)
+    line = format_entry(entry(**sample(), node=NODE, read=read))  # type: ignore[arg-type]
     assert "\n" not in line
     assert json.loads(line) == {
-        "time": "2026-09-21T14:13:20.500Z", "request_id": "ABC", "method": "GET",
-        "bucket": "tiered", "key": "orders-x/0/00000000000000000000-a.log",
-        "range": "bytes=0-", "status": 206, "bytes": 1048576, "cache": "hit",
-        "duration_s": 0.001235,
+        "node": "broker-1", "time": "2026-09-21T14:13:20.500Z", "request_id": "ABC",
+        "method": "GET", "bucket": "tiered", "key": "orders-x/0/00000000000000000000-a.log",
+        "etag": '"abc"', "object_size": 100 << 20, "range": "bytes=0-",
+        "first_byte": 3 << 22, "last_byte": (100 << 20) - 1, "status": 206,
+        "bytes": 1048576, "block_size": 4 << 20, "blocks": {"first": 3, "found": "cjf"},
+        "lane": "foreground", "cache": "hit", "duration_s": 0.001235,
+        "cache_bytes": 64 * 1024 ** 3,
     }
+
+
+def test_without_an_object_read_the_object_fields_are_null() -> None:
+    item = entry(**sample(status=403, body_bytes=0, cache="none"), node=NODE)  # type: ignore[arg-type]
+    assert (item.etag, item.object_size, item.first_byte, item.blocks, item.lane) == \
+        (None, None, None, None, None)
+    assert item.node == "broker-1" and item.block_size == 4 << 20
+
+
+def test_the_lane_is_of_the_fetch_that_brought_the_bytes() -> None:
+    joined = ReadTally()
+    joined.add(0, CACHED)
+    joined.add(1, JOINED, PREFETCH)
+    assert joined.lane == PREFETCH and joined.letters == "cj"
+    joined.add(1, FETCHED)  # the joined fetch failed: this request fetched it after all
+    assert joined.lane == "foreground" and joined.letters == "cf"
+    cached = ReadTally()
+    cached.add(7, CACHED)
+    assert cached.lane is None
+
+
+def test_the_file_rotates_at_its_size_keeping_the_backups(tmp_path: Path) -> None:
+    target = tmp_path / "access.jsonl"
+    line_bytes = len(format_entry(entry(**sample(), node=NODE))) + 1  # type: ignore[arg-type]
+    log = AccessLog(str(target), NODE, max_bytes=3 * line_bytes, backups=2)
+    for number in range(10):
+        log.write(entry(**sample(request_id=f"R{number}"), node=NODE))  # type: ignore[arg-type]
+    log.close()
+    kept = [[json.loads(line)["request_id"] for line in path.read_text().splitlines()]
+            for path in (tmp_path / "access.jsonl.2", tmp_path / "access.jsonl.1", target)]
+    assert kept == [["R3", "R4", "R5"], ["R6", "R7", "R8"], ["R9"]]
+    assert not (tmp_path / "access.jsonl.3").exists()
+
+
+def test_a_full_disk_drops_lines_and_counts_them() -> None:
+    dropped: list[tuple[str, int]] = []
+    # /dev/full: every write fails with ENOSPC, as on a full log disk.
+    log = AccessLog("/dev/full", NODE, dropped=lambda reason, lines: dropped.append(
+        (reason, lines)))
+    for _ in range(3):
+        log.write(entry(**sample(), node=NODE))  # type: ignore[arg-type]
+    log.close()
+    assert {reason for reason, _ in dropped} == {"disk"}
+    assert sum(lines for _, lines in dropped) == 3
 
 
 def test_keys_are_decoded_and_a_newline_cannot_split_a_line() -> None:

@@ -1,0 +1,311 @@
+"""How long the capacity analysis takes on a large access log, and its peak memory.
+
+    python -m bench.capacity_scale --requests 20000000 [--nodes 4] [--skip-standalone]
+
+Writes a synthetic access log (the sidecar's line format, sidecar/telemetry/
+access_log.py) of REQUESTS object reads: Kafka consumers reading partitions'
+segments front to back in 1 MiB fetches (`bytes=pos-`), some groups re-reading
+what others read earlier, spread over NODES nodes. Then times
+`python -m spark_warmup.capacity` on it with `--master local[2]` and on a
+standalone master and worker started from the pyspark package, and records the
+wall time and the peak resident memory of the driver and of every JVM and
+Python worker it started (sampled from /proc). Results go to
+bench/results/capacity-scale.json and bench/results/capacity-scale.md, the
+section BENCHMARKS.md includes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.machine import machine_info
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+MiB = 1024 * 1024
+BLOCK = 8 * MiB
+SEGMENT = 512 * MiB
+FETCH = MiB
+CACHE = 256 * 1024 ** 3
+
+
+def uuid22(rng: random.Random) -> str:
+    return base64.urlsafe_b64encode(rng.randbytes(16)).decode()[:22]
+
+
+def _lines(requests: int, nodes: int, seed: int) -> Iterator[str]:
+    """Kafka consumers on each node, 48 at a time, read partitions' segments front
+    to back, one 1 MiB fetch (`bytes=pos-`) per request; a consumer that is done
+    gives way to one starting at a random segment, so later consumers re-read what
+    earlier ones read, as a replaying group or a lagging consumer does."""
+    rng = random.Random(seed)
+    start = 1_790_000_000.0
+    span = 6 * 3600.0
+    # Aiven's layout: {topic}-{topicId}/{partition}/{offset:020d}-{segmentId}.log, ids
+    # as 22 characters of URL-safe base64.
+    topics = [f"topic{t:02d}-{uuid22(rng)}" for t in range(24)]
+    segment_ids = [uuid22(rng) for _ in range(64)]
+    fetches = SEGMENT // FETCH
+
+    def new_consumer() -> list[Any]:
+        topic = topics[int(rng.paretovariate(1.2)) % len(topics)]
+        # topic, partition, segment, fetch number, fetches left
+        return [topic, rng.randrange(12), rng.randrange(40), 0, rng.randrange(64, 4096)]
+
+    consumers = [[new_consumer() for _ in range(48)] for _ in range(nodes)]
+    for number in range(requests):
+        node = number % nodes
+        consumer = rng.choice(consumers[node])
+        topic, partition, segment, fetch, _ = consumer
+        key = (f"{topic}/{partition}/{segment * 1_000_000:020d}-"
+               f"{segment_ids[(segment + partition) % len(segment_ids)]}.log")
+        position = fetch * FETCH
+        first = position // BLOCK
+        found = "c" if rng.random() < 0.8 else "f"
+        now = start + span * number / requests
+        stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
+        yield (
+            f'{{"node":"broker-{node}","time":"{stamp[:-6]}Z","request_id":"{number:016X}",'
+            f'"method":"GET","bucket":"tiered","key":"{key}","etag":"\\"e{segment}\\"",'
+            f'"object_size":{SEGMENT},"range":"bytes={position}-","first_byte":{position},'
+            f'"last_byte":{SEGMENT - 1},"status":206,"bytes":{FETCH},"block_size":{BLOCK},'
+            f'"blocks":{{"first":{first},"found":"{found}"}},'
+            f'"lane":{"null" if found == "c" else chr(34) + "foreground" + chr(34)},'
+            f'"cache":"{"hit" if found == "c" else "miss"}","duration_s":0.002,'
+            f'"cache_bytes":{CACHE}}}\n'
+        )
+        consumer[3] += 1
+        consumer[4] -= 1
+        if consumer[3] == fetches:
+            consumer[2], consumer[3] = consumer[2] + 1, 0
+        if consumer[4] <= 0:
+            consumers[node][consumers[node].index(consumer)] = new_consumer()
+
+
+def generate(path: Path, requests: int, nodes: int, seed: int = 7) -> int:
+    """Write the log; returns its size in bytes."""
+    with open(path, "w", encoding="utf-8", buffering=8 * MiB) as out:
+        batch: list[str] = []
+        for line in _lines(requests, nodes, seed):
+            batch.append(line)
+            if len(batch) >= 10000:
+                out.write("".join(batch))
+                batch.clear()
+        out.write("".join(batch))
+    return path.stat().st_size
+
+
+class PeakMemory:
+    """Peak summed RSS of a process and all its descendants, sampled from /proc."""
+
+    def __init__(self, pid: int, interval_s: float = 0.5) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.peak_bytes = max(self.peak_bytes, self._tree_rss())
+
+    def _tree_rss(self) -> int:
+        children: dict[int, list[int]] = {}
+        rss: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                status = Path(f"/proc/{entry}/status").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rpartition(")")[2].split()[1])
+            children.setdefault(parent, []).append(int(entry))
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    rss[int(entry)] = int(line.split()[1]) * 1024
+        total, stack = 0, [self.pid]
+        while stack:
+            pid = stack.pop()
+            total += rss.get(pid, 0)
+            stack.extend(children.get(pid, ()))
+        return total
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Standalone:
+    """A Spark master and one worker from the pyspark package, on loopback."""
+
+    def __init__(self, work: Path, cores: int = 2, memory: str = "4g") -> None:
+        import pyspark
+
+        self.home = Path(pyspark.__file__).parent
+        self.port, self.ui = free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.work, self.cores, self.memory = work, cores, memory
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Standalone:
+        env = {**os.environ, "SPARK_HOME": str(self.home), "SPARK_LOCAL_IP": "127.0.0.1",
+               "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+        spark_class = str(self.home / "bin" / "spark-class")
+        for name, args in (
+            ("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                        "--port", str(self.port), "--webui-port", str(self.ui)]),
+            ("worker", ["org.apache.spark.deploy.worker.Worker", self.url, "--host",
+                        "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
+                        "--webui-port", str(free_port()), "--work-dir",
+                        str(self.work / "worker")]),
+        ):
+            with open(self.work / f"{name}.log", "wb") as log:
+                self.processes.append(subprocess.Popen([spark_class, *args], env=env,
+                                                       stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/",
+                                            timeout=2) as answer:
+                    if json.load(answer).get("aliveworkers", 0) >= 1:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.__exit__()
+        raise RuntimeError(f"the standalone worker did not register; logs in {self.work}")
+
+    def __exit__(self, *exc: object) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def time_job(log: Path, report: Path, master: str, extra: list[str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", "spark_warmup.capacity", "--logs", str(log), "--report",
+               str(report), "--master", master, "--conf", "spark.ui.enabled=false", *extra]
+    started = time.monotonic()
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    with open(report.parent / f"{report.name}.log", "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                   env=env)
+        with PeakMemory(process.pid) as memory:
+            code = process.wait()
+    seconds = time.monotonic() - started
+    summary = json.loads((report / "summary.json").read_text()) if code == 0 else {}
+    return {"master": master, "exit_code": code, "seconds": round(seconds, 1),
+            "peak_rss_bytes": memory.peak_bytes,
+            "reads": (summary.get("lines") or {}).get("reads"),
+            "nodes": len(summary.get("nodes") or {}),
+            "sample_rate": min((n["sample_rate"] for n in (summary.get("nodes") or {}).values()),
+                               default=None),
+            "curve_points": sum(len(n["curve"]) for n in (summary.get("nodes") or {}).values())}
+
+
+def render(result: dict[str, Any]) -> str:
+    machine = result["machine"]
+    rows = [f"| {run['where']} | {run['seconds']:.0f} s | "
+            f"{run['peak_rss_bytes'] / 1024 ** 3:.2f} GiB | {run['reads']} | "
+            f"{run['sample_rate']:.4f} | {run['curve_points']} | "
+            f"{'ok' if run['exit_code'] == 0 else 'exit ' + str(run['exit_code'])} |"
+            for run in result["runs"]]
+    return "\n".join([
+        "## Capacity analysis at scale\n",
+        f"`{result['command']}`, {result['date']} (UTC), on {machine.get('cpu_model', '?')}, "
+        f"{machine.get('cores', '?')} cores, {machine.get('ram_gib', '?')} GiB RAM (shared "
+        "with other work). A synthetic access log of "
+        f"{result['requests']:,} object reads ({result['log_bytes'] / 1024 ** 3:.1f} GiB, "
+        f"{result['nodes']} nodes, generated in {result['generate_s']:.0f} s) analysed by "
+        "`python -m spark_warmup.capacity`; each node's curve replays at most "
+        f"{result['max_trace']:,} reads (partitions sampled by hash). Peak memory: the "
+        "summed RSS of the process tree the command starts, sampled from /proc every "
+        "0.5 s: with `local[2]` the driver, its JVM and the Python workers doing all the "
+        "work; on the standalone cluster the driver and its JVM only (the executors run "
+        "under the worker's JVM, a tree of their own, not counted).\n",
+        "| where | wall time | peak memory | reads parsed | sample rate | curve points | "
+        "result |",
+        "|---|---|---|---|---|---|---|",
+        *rows, "",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.capacity_scale")
+    parser.add_argument("--requests", type=int, default=20_000_000)
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--max-trace", type=int, default=500_000)
+    parser.add_argument("--skip-standalone", action="store_true")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="where the log and reports go (default: a temporary directory)")
+    args = parser.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="capacity-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "access.log"
+    started = time.monotonic()
+    log_bytes = generate(log, args.requests, args.nodes)
+    generate_s = time.monotonic() - started
+    print(f"generated {args.requests} lines, {log_bytes} bytes in {generate_s:.0f} s",
+          flush=True)
+    extra = ["--max-trace", str(args.max_trace), "--conf", "spark.driver.memory=2g"]
+    runs = []
+    run = time_job(log, work / "report-local", "local[2]", extra)
+    runs.append({"where": "`--master local[2]`", **run})
+    print(json.dumps(run), flush=True)
+    if not args.skip_standalone:
+        with Standalone(work) as cluster:
+            run = time_job(log, work / "report-standalone", cluster.url,
+                           [*extra, "--conf", "spark.executor.memory=2g",
+                            "--conf", "spark.driver.host=127.0.0.1",
+                            "--conf", "spark.driver.bindAddress=127.0.0.1"])
+        runs.append({"where": "standalone master + worker (2 cores)", **run})
+        print(json.dumps(run), flush=True)
+    shown = [a for a in (argv or sys.argv[1:]) if a != "--work" and a != str(args.work)]
+    command = "python -m bench.capacity_scale " + " ".join(shown)
+    result = {"command": command.strip(),
+              "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+              "machine": machine_info(ROOT), "requests": args.requests, "nodes": args.nodes,
+              "max_trace": args.max_trace, "log_bytes": log_bytes,
+              "generate_s": generate_s, "runs": runs}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "capacity-scale.json").write_text(json.dumps(result, indent=1) + "\n")
+    (RESULTS / "capacity-scale.md").write_text(render(result))
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(r["exit_code"] == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""`python -m spark_warmup.capacity --logs PATH [--logs PATH ...] --report DIR
+[--target-hit-ratio 0.99] [--sizes LIST] [--master URL]`.
+
+PATH: a file, a directory (every file under it), a glob, or s3://bucket/prefix
+(read on the executors with boto3; AWS_ENDPOINT_URL names another store).
+Writes DIR/summary.json, DIR/*.parquet and DIR/report.html. Exit status: 0
+when analysed (malformed or unreadable lines are counted in the report), 2 for
+arguments that cannot run or logs with no object read at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sidecar.config.loading import load_config, read_toml
+from sidecar.config.options import OPTIONS
+from sidecar.errors import ConfigError
+from spark_warmup.__main__ import build_session, session_settings
+from spark_warmup.capacity.curve import SizeError, parse_sizes
+from spark_warmup.capacity.job import MAX_TRACE_REQUESTS, InputError, Options, run
+from spark_warmup.capacity.simulate import Settings
+
+PROG = "spark_warmup.capacity"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {PROG}",
+        description="Hit ratios per node, topic and partition from the sidecars' access "
+        "logs, and the cache size each node needs for a target byte hit ratio.")
+    parser.add_argument("--logs", action="append", required=True, metavar="PATH",
+                        help="access log file, directory, glob or s3://bucket/prefix "
+                        "(repeatable)")
+    parser.add_argument("--report", type=Path, required=True, metavar="DIR",
+                        help="write summary.json, Parquet tables and report.html here")
+    parser.add_argument("--target-hit-ratio", type=float, default=0.99, metavar="RATIO",
+                        help="byte hit ratio the recommended size reaches (default 0.99)")
+    parser.add_argument("--sizes", default=None, metavar="LIST",
+                        help="cache sizes of the curve, e.g. 64GiB,128GiB (default: "
+                        "fractions of each node's footprint and its current size)")
+    parser.add_argument("--master", default=None, metavar="URL",
+                        help="Spark master (default: spark-submit's, else local[*])")
+    parser.add_argument("--max-trace", type=int, default=MAX_TRACE_REQUESTS, metavar="N",
+                        help="reads replayed per node at most; a larger trace is sampled "
+                        f"by partition (default {MAX_TRACE_REQUESTS})")
+    parser.add_argument("--sidecar-config", type=Path, default=None, metavar="FILE",
+                        help="the sidecars' TOML configuration: the replay follows its "
+                        "read-ahead and coalescing settings (default: the sidecar's defaults)")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra Spark setting (repeatable)")
+    return parser.parse_args(argv)
+
+
+def replay_settings(config_file: Path | None = None) -> Settings:
+    """The read-ahead and coalescing the replay follows: the sidecars' own
+    configuration file's (read by the sidecar's loader), else the option
+    table's defaults. The block size comes from each node's log lines."""
+    if config_file is None:
+        values = {option.name: option.parse(option.default) for option in OPTIONS}
+        return Settings(
+            block_size=int(values["block_size"]),
+            max_coalesce_bytes=int(values["max_coalesce"]),
+            read_ahead=bool(values["prefetch"]),
+            max_window_bytes=int(values["prefetch_max_window"]),
+            max_in_flight=int(values["prefetch_max_in_flight"]),
+            cache_share=float(values["prefetch_cache_share"]),
+            stream_idle_s=float(values["stream_idle"]),
+            layout=values["layout"], layout_prefix=str(values["layout_prefix"] or ""),
+        )
+    config = load_config({}, {}, read_toml(config_file))
+    prefetch, cache = config.prefetch, config.cache
+    return Settings(
+        block_size=cache.block_size, max_coalesce_bytes=cache.max_coalesce_bytes,
+        read_ahead=prefetch.enabled,
+        max_window_bytes=prefetch.max_window_blocks * cache.block_size,
+        max_in_flight=prefetch.max_in_flight, cache_share=prefetch.cache_share,
+        stream_idle_s=prefetch.stream_idle_s, layout=prefetch.layout,
+        layout_prefix=prefetch.layout_prefix,
+    )
+
+
+def fail(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            return fail(f"--conf wants KEY=VALUE, got {item!r}")
+        settings[key] = value
+    if not 0.0 < args.target_hit_ratio <= 1.0:
+        return fail(f"--target-hit-ratio must be in (0, 1], got {args.target_hit_ratio}")
+    if args.max_trace < 1:
+        return fail(f"--max-trace must be at least 1, got {args.max_trace}")
+    try:
+        sizes = parse_sizes(args.sizes) if args.sizes else None
+    except SizeError as exc:
+        return fail(str(exc))
+    try:
+        replay = replay_settings(args.sidecar_config)
+    except (ConfigError, OSError) as exc:
+        return fail(f"--sidecar-config {args.sidecar_config}: {exc}")
+    if args.master is None or args.master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = build_session(args.master, session_settings(args.master, settings, os.environ))
+    try:
+        summary = run(spark, Options(
+            logs=args.logs, report_dir=args.report, target_hit_ratio=args.target_hit_ratio,
+            sizes=sizes, max_trace_requests=args.max_trace, settings=replay))
+    except InputError as exc:
+        return fail(str(exc))
+    finally:
+        spark.stop()
+    for node, facts in summary["nodes"].items():
+        recommended = facts["recommended_cache_bytes"]
+        print(f"{node}: {facts['requests']} requests, byte hit ratio "
+              f"{facts['byte_hit_ratio']:.4f}; for {args.target_hit_ratio}: "
+              + (f"{recommended} bytes" if recommended else "not reached on the curve "
+                 f"(best {facts['best_predicted_byte_hit_ratio']})"))
+    print(f"report: {args.report / 'report.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

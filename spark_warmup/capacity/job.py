@@ -1,0 +1,343 @@
+"""The capacity analysis on Spark: read the logs, break them down, replay each
+node's trace at each cache size, write the report.
+
+Executors parse the lines (spark_warmup.capacity.trace) into one DataFrame,
+kept for the breakdowns (Spark SQL aggregates); the (node, size) replays
+(spark_warmup.capacity.simulate) are spread one per Spark partition, each
+replaying its node's sampled reads in time order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from spark_warmup.capacity.curve import (
+    Point,
+    default_sizes,
+    recommend,
+    sample_rate,
+    unit_hash,
+)
+from spark_warmup.capacity.report import render_html
+from spark_warmup.capacity.shipping import ship_capacity
+from spark_warmup.capacity.simulate import Outcome, Read, Settings, replay
+from spark_warmup.capacity.sources import Split, Unreadable, expand, read_split
+from spark_warmup.capacity.trace import Malformed, Request, parse_line, partition_prefix
+
+# Reads replayed per node at most; a larger trace is sampled down to this.
+MAX_TRACE_REQUESTS = 500_000
+# The hit-ratio-over-time charts and tables use windows that cut the log's span
+# into about this many.
+WINDOWS = 48
+_NICE_WINDOWS_S = (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 3600,
+                   12 * 3600, 86400)
+TOP_TOPICS = 10
+
+LINE_SCHEMA = StructType([
+    StructField("kind", StringType(), False),  # read | other | malformed | unreadable
+    StructField("reason", StringType(), True),
+    StructField("node", StringType(), True),
+    StructField("time_s", DoubleType(), True),
+    StructField("bucket", StringType(), True),
+    StructField("key", StringType(), True),
+    StructField("etag", StringType(), True),
+    StructField("object_size", LongType(), True),
+    StructField("first_byte", LongType(), True),
+    StructField("bytes", LongType(), True),
+    StructField("lazy", BooleanType(), True),
+    StructField("block_size", LongType(), True),
+    StructField("topic", StringType(), True),
+    StructField("partition", LongType(), True),
+    StructField("cache_bytes", LongType(), True),
+    StructField("duration_s", DoubleType(), True),
+    StructField("blocks", LongType(), True),
+    StructField("hit_blocks", LongType(), True),
+    StructField("hit_bytes", LongType(), True),
+    StructField("origin_foreground", LongType(), True),
+    StructField("origin_prefetch", LongType(), True),
+    StructField("origin_warm", LongType(), True),
+    StructField("unit", StringType(), True),
+    StructField("unit_hash", DoubleType(), True),  # spatial sampling: keep when < rate
+])
+_EMPTY = (None,) * (len(LINE_SCHEMA.fields) - 2)
+
+
+class InputError(Exception):
+    """The logs cannot be analysed at all (no readable line); the message says why."""
+
+
+@dataclass(frozen=True)
+class Options:
+    logs: Sequence[str]
+    report_dir: Path
+    target_hit_ratio: float = 0.99
+    sizes: Sequence[int] | None = None
+    max_trace_requests: int = MAX_TRACE_REQUESTS
+    settings: Settings = field(default_factory=lambda: Settings(block_size=4 * 1024 * 1024))
+
+
+def line_rows(split: Split, layout_prefix: str) -> Iterator[tuple[Any, ...]]:
+    """Executor side: one row per line of `split` (LINE_SCHEMA)."""
+    for line in read_split(split):
+        if isinstance(line, Unreadable):
+            yield ("unreadable", f"{line.source}: {line.reason}", *_EMPTY)
+            continue
+        if not line.strip():
+            continue
+        parsed = parse_line(line, layout_prefix)
+        if isinstance(parsed, Malformed):
+            yield ("malformed", parsed.reason, *_EMPTY)
+        elif isinstance(parsed, Request):
+            tally = parsed.tallies()
+            unit = partition_prefix(parsed, layout_prefix)
+            yield ("read", None, parsed.node, parsed.time_s, parsed.bucket, parsed.key,
+                   parsed.etag, parsed.object_size, parsed.first_byte, parsed.bytes,
+                   parsed.lazy, parsed.block_size, parsed.topic, parsed.partition,
+                   parsed.cache_bytes, parsed.duration_s, tally.blocks, tally.hit_blocks,
+                   tally.hit_bytes, tally.origin_foreground, tally.origin_prefetch,
+                   tally.origin_warm, unit, unit_hash(unit))
+        else:
+            yield ("other", None, parsed.node, *_EMPTY[1:])
+
+
+def window_seconds(span_s: float) -> int:
+    """A round window length that cuts `span_s` into about WINDOWS windows."""
+    wanted = span_s / WINDOWS
+    return next((w for w in _NICE_WINDOWS_S if w >= wanted), _NICE_WINDOWS_S[-1])
+
+
+def ratio(part: float, whole: float) -> float:
+    return part / whole if whole else 0.0
+
+
+def run(spark: SparkSession, options: Options) -> dict[str, Any]:
+    """Analyse the logs; writes the report directory and returns summary.json's document."""
+    ship_capacity(spark)
+    splits, unreadable_inputs = expand(options.logs)
+    if not splits:
+        raise InputError("nothing to read: " + "; ".join(
+            f"{u.source}: {u.reason}" for u in unreadable_inputs))
+    prefix = options.settings.layout_prefix
+    context = spark.sparkContext
+    rows = context.parallelize(splits, max(1, len(splits))).flatMap(
+        lambda split: line_rows(split, prefix))
+    lines = spark.createDataFrame(rows, LINE_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _analyse(spark, lines, options, unreadable_inputs)
+    finally:
+        lines.unpersist()
+
+
+def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
+             unreadable_inputs: list[Unreadable]) -> dict[str, Any]:
+    kinds = {row["kind"]: row["count"] for row in lines.groupBy("kind").count().collect()}
+    problems = [
+        {"kind": row["kind"], "reason": row["reason"], "lines": row["count"]}
+        for row in lines.where(F.col("kind").isin("malformed", "unreadable"))
+        .groupBy("kind", "reason").count().orderBy(F.desc("count")).limit(50).collect()
+    ]
+    problems += [{"kind": "unreadable", "reason": f"{u.source}: {u.reason}", "lines": 0}
+                 for u in unreadable_inputs]
+    reads = lines.where(F.col("kind") == "read")
+    if not kinds.get("read"):
+        raise InputError(f"no object read in the logs ({kinds.get('other', 0)} other lines, "
+                         f"{kinds.get('malformed', 0)} malformed, "
+                         f"{kinds.get('unreadable', 0)} unreadable)")
+    span = reads.agg(F.min("time_s").alias("lo"), F.max("time_s").alias("hi")).first()
+    assert span is not None
+    window = window_seconds(float(span["hi"] - span["lo"]))
+    origin = F.col("origin_foreground") + F.col("origin_prefetch") + F.col("origin_warm")
+    sums = [F.count(F.lit(1)).alias("requests"), F.sum("bytes").alias("served_bytes"),
+            F.sum("hit_bytes").alias("hit_bytes"), F.sum("blocks").alias("blocks"),
+            F.sum("hit_blocks").alias("hit_blocks"),
+            F.sum("origin_foreground").alias("origin_foreground_bytes"),
+            F.sum("origin_prefetch").alias("origin_prefetch_bytes"),
+            F.sum("origin_warm").alias("origin_warm_bytes"),
+            F.sum(origin).alias("origin_bytes")]
+    # Spark SQL's ANSI mode refuses x / 0: a ratio of nothing is 0.
+    ratios = [F.when(F.col("served_bytes") > 0, F.col("hit_bytes") / F.col("served_bytes"))
+              .otherwise(0.0).alias("byte_hit_ratio"),
+              F.when(F.col("blocks") > 0, F.col("hit_blocks") / F.col("blocks"))
+              .otherwise(0.0).alias("block_hit_ratio")]
+    breakdown = (reads.withColumn("window_start",
+                                  (F.floor(F.col("time_s") / window) * window).cast("long"))
+                 .groupBy("node", "topic", "partition", "window_start").agg(*sums)
+                 .select("*", *ratios))
+    report = options.report_dir
+    report.mkdir(parents=True, exist_ok=True)
+    breakdown.orderBy("node", "topic", "partition", "window_start").write.mode(
+        "overwrite").parquet(str(report / "breakdown.parquet"))
+    # Small enough to collect: per node and window, per node and topic.
+    over_time = [row.asDict() for row in breakdown.groupBy("node", "window_start").agg(
+        F.sum("served_bytes").alias("served_bytes"), F.sum("hit_bytes").alias("hit_bytes"),
+        F.sum("blocks").alias("blocks"), F.sum("hit_blocks").alias("hit_blocks"),
+        F.sum("origin_bytes").alias("origin_bytes"),
+    ).orderBy("node", "window_start").collect()]
+    topic_rows = [row.asDict() for row in reads.groupBy("node", "topic").agg(*sums).collect()]
+    node_rows = {row["node"]: row.asDict() for row in reads.groupBy("node").agg(
+        *sums, F.max("cache_bytes").alias("current_cache_bytes"),
+        F.max("block_size").alias("block_size")).collect()}
+    footprints = {row["node"]: int(row["footprint"]) for row in
+                  reads.groupBy("node", "bucket", "key", "etag")
+                  .agg(F.max("object_size").alias("size"))
+                  .groupBy("node").agg(F.sum("size").alias("footprint")).collect()}
+
+    # The replays: one Spark partition per (node, size).
+    plans: list[tuple[str, int, float, Settings]] = []
+    for node, row in sorted(node_rows.items()):
+        block_size = int(row["block_size"])
+        current = row["current_cache_bytes"]
+        sizes = list(options.sizes) if options.sizes else default_sizes(
+            footprints[node], block_size, current)
+        rate = sample_rate(int(row["requests"]), options.max_trace_requests)
+        settings = replace(options.settings, block_size=block_size)
+        plans.extend((node, size, rate, settings) for size in sizes)
+    outcomes = simulate(reads, plans)
+    curves: dict[str, list[Point]] = {}
+    curve_rows = []
+    for (node, size, rate, _), outcome in zip(plans, outcomes, strict=True):
+        point = Point(size, outcome.byte_hit_ratio, outcome.origin_per_served)
+        curves.setdefault(node, []).append(point)
+        curve_rows.append({
+            "node": node, "cache_bytes": size, "byte_hit_ratio": point.byte_hit_ratio,
+            "origin_bytes_per_served_byte": point.origin_bytes_per_served_byte,
+            "sample_rate": rate, "replayed_requests_share": rate,
+            "predicted_origin_bytes": int(outcome.origin_bytes / rate),
+            "predicted_origin_prefetch_bytes": int(outcome.origin_prefetch / rate),
+            "block_hit_ratio": ratio(outcome.hit_blocks, outcome.blocks)})
+
+    summary = _summary(options, node_rows, topic_rows, curves, plans, kinds, problems,
+                       window)
+    spark.createDataFrame(_table_rows(curve_rows)).write.mode("overwrite").parquet(
+        str(report / "curves.parquet"))
+    # 0: the log does not say (a column of nulls alone has no type to infer).
+    spark.createDataFrame(_table_rows(
+        [{**r, "current_cache_bytes": r["current_cache_bytes"] or 0}
+         for r in node_rows.values()])).write.mode("overwrite").parquet(
+        str(report / "nodes.parquet"))
+    spark.createDataFrame(_table_rows(
+        [{**r, "byte_hit_ratio": ratio(r["hit_bytes"], r["served_bytes"])}
+         for r in topic_rows])).write.mode("overwrite").parquet(
+        str(report / "topics.parquet"))
+    (report / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (report / "report.html").write_text(
+        render_html(summary, over_time, topic_rows, window), encoding="utf-8")
+    return summary
+
+
+def _table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Spark infers a column's type from its values: ints as floats where any is."""
+    return [{k: (float(v) if isinstance(v, int) and not isinstance(v, bool)
+                 and k.endswith("ratio") else v) for k, v in row.items()} for row in rows]
+
+
+def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
+             ) -> list[Outcome]:
+    """Replay each plan's (node, size) on its own Spark partition."""
+    if not plans:
+        return []
+    by_node: dict[str, list[int]] = {}
+    for index, (node, *_) in enumerate(plans):
+        by_node.setdefault(node, []).append(index)
+    rates = {node: plans[indices[0]][2] for node, indices in by_node.items()}
+    plan_list = list(plans)
+
+    def keyed(row: Any) -> Iterable[tuple[int, Read]]:
+        node = row["node"]
+        read = Read(row["time_s"], row["bucket"], row["key"], row["etag"],
+                    row["object_size"], row["first_byte"], row["bytes"], row["lazy"])
+        return ((index, read) for index in by_node[node])
+
+    def replayed(items: Iterable[tuple[int, Read]]) -> Iterator[tuple[int, Outcome]]:
+        grouped: dict[int, list[Read]] = {}
+        for index, read in items:
+            grouped.setdefault(index, []).append(read)
+        for index, node_reads in grouped.items():
+            _, size, rate, settings = plan_list[index]
+            node_reads.sort(key=lambda r: r.time_s)
+            yield index, replay(settings, size, node_reads, rate)
+
+    # Only the sampled reads leave the JVM for the replays.
+    kept = None
+    for node, rate in rates.items():
+        condition = (F.col("node") == node) & (F.col("unit_hash") < rate)
+        kept = condition if kept is None else kept | condition
+    assert kept is not None
+    columns = reads.where(kept).select("node", "time_s", "bucket", "key", "etag", "object_size",
+                           "first_byte", "bytes", "lazy")
+    results = dict(columns.rdd.flatMap(keyed)
+                   .partitionBy(len(plans), lambda index: index)
+                   .mapPartitions(replayed).collect())
+    empty = Outcome(0, 0, 0, 0, 0, 0, 0, 0)
+    return [replace(results[i], cache_bytes=plans[i][1]) if i in results
+            else replace(empty, cache_bytes=plans[i][1]) for i in range(len(plans))]
+
+
+def _summary(options: Options, node_rows: Mapping[str, dict[str, Any]],
+             topic_rows: list[dict[str, Any]], curves: Mapping[str, list[Point]],
+             plans: Sequence[tuple[str, int, float, Settings]], kinds: Mapping[str, int],
+             problems: list[dict[str, Any]], window: int) -> dict[str, Any]:
+    rates = {node: rate for node, _, rate, _ in plans}
+    nodes: dict[str, Any] = {}
+    for node, row in sorted(node_rows.items()):
+        curve = sorted(curves.get(node, []), key=lambda p: p.cache_bytes)
+        best = max(curve, key=lambda p: p.byte_hit_ratio, default=None)
+        nodes[node] = {
+            "requests": int(row["requests"]), "served_bytes": int(row["served_bytes"]),
+            "byte_hit_ratio": ratio(row["hit_bytes"], row["served_bytes"]),
+            "block_hit_ratio": ratio(row["hit_blocks"], row["blocks"]),
+            "origin_bytes": int(row["origin_bytes"]),
+            "origin_bytes_by_lane": {
+                "foreground": int(row["origin_foreground_bytes"]),
+                "prefetch": int(row["origin_prefetch_bytes"]),
+                "warm": int(row["origin_warm_bytes"])},
+            "current_cache_bytes": row["current_cache_bytes"],
+            "block_size": int(row["block_size"]),
+            "curve": [{"cache_bytes": p.cache_bytes,
+                       "byte_hit_ratio": round(p.byte_hit_ratio, 6),
+                       "origin_bytes_per_served_byte": round(p.origin_bytes_per_served_byte, 6)}
+                      for p in curve],
+            "recommended_cache_bytes": recommend(curve, options.target_hit_ratio),
+            "best_predicted_byte_hit_ratio": round(best.byte_hit_ratio, 6) if best else None,
+            "sample_rate": rates.get(node, 1.0),
+        }
+    topic_totals: dict[str, dict[str, int]] = {}
+    for row in topic_rows:
+        total = topic_totals.setdefault(row["topic"], {"served_bytes": 0, "hit_bytes": 0,
+                                                       "origin_bytes": 0})
+        for name in total:
+            total[name] += int(row[name])
+    topics = {
+        topic: {"served_bytes": t["served_bytes"],
+                "byte_hit_ratio": ratio(t["hit_bytes"], t["served_bytes"]),
+                "origin_bytes": t["origin_bytes"],
+                "miss_bytes": t["served_bytes"] - t["hit_bytes"]}
+        for topic, t in sorted(topic_totals.items(),
+                               key=lambda item: item[1]["hit_bytes"] - item[1]["served_bytes"])
+    }
+    return {
+        "target_hit_ratio": options.target_hit_ratio,
+        "nodes": nodes,
+        "topics": topics,
+        "window_s": window,
+        "lines": {"reads": kinds.get("read", 0), "other": kinds.get("other", 0),
+                  "malformed": kinds.get("malformed", 0),
+                  "unreadable": kinds.get("unreadable", 0)},
+        "problems": problems,
+    }

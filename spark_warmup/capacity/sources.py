@@ -1,0 +1,121 @@
+"""Where the access logs are: files, directories, globs, or s3://bucket/prefix.
+
+The driver expands the paths into splits (a file's byte ranges, an object);
+executors read the lines of a split (files from their own disk, which a
+cluster shares, objects with boto3). A split that cannot be read yields one
+`Unreadable` marker instead of failing the job.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SPLIT_BYTES = 64 * 1024 * 1024  # a task's share of a large log file
+
+
+@dataclass(frozen=True)
+class Split:
+    """Bytes [start, end) of `path` (a local file), or the whole object s3://bucket/key."""
+
+    path: str
+    start: int = 0
+    end: int = -1  # -1: to the end
+    bucket: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"s3://{self.bucket}/{self.path}" if self.bucket else self.path
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    source: str
+    reason: str
+
+
+def expand(paths: Sequence[str], s3: Any | None = None,
+           split_bytes: int = SPLIT_BYTES) -> tuple[list[Split], list[Unreadable]]:
+    """The splits of every PATH, and the PATHs that name nothing readable."""
+    splits: list[Split] = []
+    missing: list[Unreadable] = []
+    for path in paths:
+        if path.startswith("s3://"):
+            found = _objects(path, s3)
+            if isinstance(found, Unreadable):
+                missing.append(found)
+            else:
+                splits.extend(found)
+            continue
+        files = sorted(_files(path))
+        if not files:
+            missing.append(Unreadable(path, "no such file, directory or match"))
+        for file in files:
+            try:
+                size = os.path.getsize(file)
+            except OSError as exc:
+                missing.append(Unreadable(file, exc.strerror or str(exc)))
+                continue
+            splits.extend(Split(file, start, min(size, start + split_bytes))
+                          for start in range(0, max(size, 1), split_bytes))
+    return splits, missing
+
+
+def _files(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return [os.path.join(root, name) for root, _, names in os.walk(path)
+                for name in names if not name.startswith(".")]
+    if os.path.isfile(path):
+        return [path]
+    return [match for match in glob.glob(path, recursive=True) if os.path.isfile(match)]
+
+
+def _objects(url: str, s3: Any | None) -> list[Split] | Unreadable:
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    if not bucket:
+        return Unreadable(url, "no bucket in the s3:// URL")
+    try:
+        client = s3 if s3 is not None else s3_client()
+        keys: list[Split] = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket,
+                                                                     Prefix=prefix):
+            keys.extend(Split(item["Key"], bucket=bucket) for item in page.get("Contents", ()))
+    except Exception as exc:  # botocore's errors, a refused connection: named, not fatal
+        return Unreadable(url, f"cannot list: {exc}")
+    if not keys:
+        return Unreadable(url, "no object under this prefix")
+    return keys
+
+
+def s3_client() -> Any:
+    """A boto3 client from the environment (AWS_* variables, AWS_ENDPOINT_URL)."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
+
+
+def read_split(split: Split) -> Iterator[str | Unreadable]:
+    """The lines of one split (a line belongs to the split it starts in)."""
+    try:
+        if split.bucket is not None:
+            body = s3_client().get_object(Bucket=split.bucket, Key=split.path)["Body"]
+            for raw in body.iter_lines():
+                yield raw.decode("utf-8", "replace")
+            return
+        with open(split.path, "rb") as file:
+            position = split.start
+            if split.start:
+                file.seek(split.start - 1)
+                skipped = file.readline()  # the end of a line the previous split reads
+                position = split.start - 1 + len(skipped)
+            while split.end < 0 or position < split.end:
+                raw = file.readline()
+                if not raw:
+                    break
+                position += len(raw)
+                yield raw.decode("utf-8", "replace")
+    except Exception as exc:
+        yield Unreadable(split.name, str(exc))

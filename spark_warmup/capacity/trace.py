@@ -1,0 +1,180 @@
+"""Access log lines -> requests: parsing and the facts derived per request. Pure.
+
+A line is the sidecar's access log JSON (sidecar/telemetry/access_log.py,
+docs/ARCHITECTURE.md "Access log"). Only object reads that delivered bytes
+make a request of the trace; every other well-formed line (HEAD, errors,
+pass-through operations) is counted but not replayed. A line that is not JSON,
+or lacks a field the analysis needs, is `Malformed`, with the field named.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from sidecar.layout import parse_aiven_key
+
+# The letters of the log's blocks.found (sidecar/tally.py).
+CACHED, JOINED, FETCHED = "c", "j", "f"
+NO_TOPIC = "(other)"  # keys outside the tiered-storage layout
+
+
+@dataclass(frozen=True)
+class Request:
+    """One object read of the log, as the analysis needs it."""
+
+    node: str
+    time_s: float  # seconds since the epoch
+    bucket: str
+    key: str
+    etag: str
+    object_size: int
+    first_byte: int
+    bytes: int  # delivered
+    lazy: bool  # open-ended (read as the client reads), as the data port serves it
+    block_size: int
+    first_block: int | None
+    found: str
+    lane: str | None
+    topic: str
+    partition: int
+    cache_bytes: int | None
+    duration_s: float
+
+    def block_length(self, block: int) -> int:
+        start = block * self.block_size
+        return max(0, min(self.object_size, start + self.block_size) - start)
+
+    def delivered_in(self, block: int) -> int:
+        """Bytes of this request's delivery that lie in `block`."""
+        lo = max(self.first_byte, block * self.block_size)
+        hi = min(self.first_byte + self.bytes, (block + 1) * self.block_size)
+        return max(0, hi - lo)
+
+    def tallies(self) -> Tally:
+        """Bytes and blocks by how they were found, and origin bytes by lane."""
+        hit_bytes = hit_blocks = fetched_bytes = joined_bytes = 0
+        for offset, how in enumerate(self.found):
+            block = (self.first_block or 0) + offset
+            if how in (CACHED, JOINED):
+                hit_blocks += 1
+                hit_bytes += self.delivered_in(block)
+                if how == JOINED:
+                    joined_bytes += self.block_length(block)
+            elif how == FETCHED:
+                fetched_bytes += self.block_length(block)
+        # A block joined on the prefetch or warm lane was read from the origin for
+        # this request's sake; one joined on the foreground lane was counted by
+        # the request that fetched it.
+        joined_lane = self.lane if self.lane in ("prefetch", "warm") else None
+        return Tally(
+            blocks=len(self.found), hit_blocks=hit_blocks, hit_bytes=hit_bytes,
+            origin_foreground=fetched_bytes,
+            origin_prefetch=joined_bytes if joined_lane == "prefetch" else 0,
+            origin_warm=joined_bytes if joined_lane == "warm" else 0,
+        )
+
+
+@dataclass(frozen=True)
+class Tally:
+    blocks: int
+    hit_blocks: int
+    hit_bytes: int
+    origin_foreground: int
+    origin_prefetch: int
+    origin_warm: int
+
+
+@dataclass(frozen=True)
+class Other:
+    """A well-formed line that is not an object read with bytes (HEAD, an error...)."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class Malformed:
+    reason: str
+
+
+Parsed = Request | Other | Malformed
+
+
+def _field(doc: dict[str, object], name: str, kind: type | tuple[type, ...]) -> object:
+    value = doc.get(name)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ValueError(f"field {name!r} is missing or not {_kind_name(kind)}")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def parse_time(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def parse_line(line: str, layout_prefix: str = "") -> Parsed:
+    """One log line; never raises."""
+    try:
+        doc = json.loads(line)
+    except (ValueError, RecursionError):
+        return Malformed("not JSON")
+    if not isinstance(doc, dict):
+        return Malformed("not a JSON object")
+    try:
+        node = str(_field(doc, "node", str))
+        status = int(_field(doc, "status", int))  # type: ignore[call-overload]
+        delivered = int(_field(doc, "bytes", int))  # type: ignore[call-overload]
+        time_s = parse_time(str(_field(doc, "time", str)))
+        if doc.get("method") != "GET" or status not in (200, 206) or delivered <= 0 \
+                or doc.get("first_byte") is None:
+            return Other(node)
+        key = str(_field(doc, "key", str))
+        block_size = int(_field(doc, "block_size", int))  # type: ignore[call-overload]
+        if block_size <= 0:
+            raise ValueError("field 'block_size' is not positive")
+        blocks = doc.get("blocks")
+        first_block: int | None = None
+        found = ""
+        if blocks is not None:
+            if not isinstance(blocks, dict):
+                raise ValueError("field 'blocks' is not an object")
+            first_block = int(_field(blocks, "first", int))  # type: ignore[call-overload]
+            found = str(_field(blocks, "found", str))
+            if set(found) - {CACHED, JOINED, FETCHED}:
+                raise ValueError("field 'blocks.found' has letters other than c, j, f")
+        segment = parse_aiven_key(key, layout_prefix)
+        range_header = doc.get("range")
+        cache_bytes = doc.get("cache_bytes")
+        return Request(
+            node=node, time_s=time_s, bucket=str(_field(doc, "bucket", str)), key=key,
+            etag=str(_field(doc, "etag", str)),
+            object_size=int(_field(doc, "object_size", int)),  # type: ignore[call-overload]
+            first_byte=int(_field(doc, "first_byte", int)),  # type: ignore[call-overload]
+            bytes=delivered,
+            lazy=status == 200 or (isinstance(range_header, str)
+                                   and range_header.rstrip().endswith("-")),
+            block_size=block_size, first_block=first_block, found=found,
+            lane=doc["lane"] if isinstance(doc.get("lane"), str) else None,
+            topic=segment.topic if segment is not None else NO_TOPIC,
+            partition=segment.partition if segment is not None else -1,
+            cache_bytes=cache_bytes if isinstance(cache_bytes, int) and cache_bytes > 0
+            else None,
+            duration_s=float(doc["duration_s"]) if isinstance(doc.get("duration_s"),
+                                                              (int, float)) else 0.0,
+        )
+    except ValueError as exc:
+        return Malformed(str(exc))
+
+
+def partition_prefix(request: Request, layout_prefix: str = "") -> str:
+    """What spatial sampling hashes: the partition (all its segments, so read-ahead
+    across segment boundaries keeps what it needs), else the object."""
+    segment = parse_aiven_key(request.key, layout_prefix)
+    if segment is not None:
+        return f"{request.bucket}/{segment.partition_prefix}"
+    return f"{request.bucket}/{request.key}"

@@ -1,0 +1,333 @@
+"""The capacity analysis against real sidecars, real Spark and headless Chromium.
+
+One workload with re-reads (a consumer group reading every partition, a second
+group replaying an overlapping range later, a lagging consumer catching up
+from the start) is served by a real sidecar twice: with a small cache, then a
+larger one. `python -m spark_warmup.capacity` on the first run's access log
+predicts the second run's byte hit ratio and origin bytes, as measured by the
+second sidecar's own counters. The report it writes is loaded in Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from sidecar.tools.kafka_segments import SegmentObject, generate_topic_segments
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from tests.functional.test_observability import Chromium, Page, ensure, save_artifact
+from tests.functional.test_warm_spark import StandaloneCluster, executor_python
+from tests.support.processes import SidecarProcess
+from tests.support.waiting import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK = 64 * 1024
+SEGMENT_BYTES = 1024 * 1024
+FETCH = 160 * 1024  # not block-aligned: fetches straddle blocks as Kafka's do
+SMALL_BLOCKS, LARGE_BLOCKS = 40, 112
+SMALL_CACHE = SMALL_BLOCKS * (BLOCK + 4096)
+LARGE_CACHE = LARGE_BLOCKS * (BLOCK + 4096)
+NODE = "broker-a"
+
+
+@dataclass(frozen=True)
+class Measured:
+    log: Path
+    served_cache: float
+    served_origin: float
+    origin_bytes: float
+
+    @property
+    def byte_hit_ratio(self) -> float:
+        return self.served_cache / (self.served_cache + self.served_origin)
+
+
+def workload(segments: list[SegmentObject]) -> list[tuple[str, int, int]]:
+    """(key, first byte, last byte) of each fetch, in order."""
+    by_partition: dict[int, list[SegmentObject]] = {}
+    for segment in segments:
+        by_partition.setdefault(segment.partition, []).append(segment)
+    for chain in by_partition.values():
+        chain.sort(key=lambda s: s.start_offset)
+
+    def consumer(partition: int, first_segment: int) -> Iterator[tuple[str, int, int]]:
+        for segment in by_partition[partition][first_segment:]:
+            size = len(segment.data)
+            for start in range(0, size, FETCH):
+                yield segment.key, start, min(size, start + FETCH) - 1
+
+    def interleaved(*consumers: Iterator[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+        out: list[tuple[str, int, int]] = []
+        live = list(consumers)
+        while live:
+            for reader in list(live):
+                fetch = next(reader, None)
+                if fetch is None:
+                    live.remove(reader)
+                else:
+                    out.append(fetch)
+        return out
+
+    partitions = sorted(by_partition)
+    group_a = interleaved(*(consumer(p, 0) for p in partitions))
+    # A second group replays an overlapping range later: the last two segments
+    # of the first two partitions.
+    group_b = interleaved(*(consumer(p, 1) for p in partitions[:2]))
+    # A consumer that lagged catches up from the start of one partition.
+    lagging = list(consumer(partitions[-1], 0))
+    return group_a + group_b + lagging + group_b[: len(group_b) // 2]
+
+
+def sidecar_config(path: Path) -> Path:
+    """The configuration both runs share, and the analysis replays with: a
+    read-ahead window of a few blocks, as for a cache of a few hundred blocks
+    (sidecar.example.toml: the default window fills a share of large caches)."""
+    path.write_text(f'cache_dir = "{path.parent / "unused"}"\n'
+                    f'block_size = "{BLOCK // 1024}KiB"\n'
+                    'prefetch_max_window = "256KiB"\n')
+    return path
+
+
+def serve(local_s3: LocalS3, bucket: str, fetches: list[tuple[str, int, int]],
+          cache_bytes: int, config: Path, work: Path) -> Measured:
+    cache = work / "cache"
+    cache.mkdir(parents=True)
+    log = work / "access.log"
+    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                        "--cache-size", str(cache_bytes), "--access-log", str(log),
+                        env={"SIDECAR_NODE_NAME": NODE}) as sidecar:
+        for key, first, last in fetches:
+            request = urllib.request.Request(f"{sidecar.data_url}/{bucket}/{key}",
+                                             headers={"Range": f"bytes={first}-{last}"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                assert len(response.read()) == last - first + 1
+            # One fetch at a time, its read-ahead landed before the next: the
+            # same order of events in both runs.
+            sidecar.wait_idle()
+        measured = Measured(
+            log, sidecar.metric("sidecar_served_bytes_total", source="cache"),
+            sidecar.metric("sidecar_served_bytes_total", source="origin"),
+            sidecar.metric("sidecar_origin_bytes_total"))
+    eventually(lambda: log.exists() and log.read_text().count("\n") >= len(fetches),
+               "every request in the access log", timeout=10)
+    return measured
+
+
+def run_capacity(*args: str, env: dict[str, str] | None = None,
+                 cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "spark_warmup.capacity", *args],
+        capture_output=True, text=True, timeout=600, cwd=cwd,
+        env={**os.environ, **CREDENTIALS, "SPARK_LOCAL_IP": "127.0.0.1", **(env or {})})
+
+
+@dataclass(frozen=True)
+class Analysed:
+    small: Measured
+    large: Measured
+    summary: dict[str, Any]
+    report: Path
+    config: Path
+
+
+@pytest.fixture(scope="module")
+def analysed(local_s3: LocalS3, origin_s3: Any, tmp_path_factory: pytest.TempPathFactory
+             ) -> Analysed:
+    work = tmp_path_factory.mktemp("capacity")
+    bucket = "capacity-" + os.urandom(4).hex()
+    origin_s3.create_bucket(Bucket=bucket)
+    segments = list(generate_topic_segments(
+        topic="orders", partitions=3, segments_per_partition=3, segment_bytes=SEGMENT_BYTES,
+        value_size=1024, seed=18))
+    for segment in segments:
+        origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+    fetches = workload(segments)
+    config = sidecar_config(work / "sidecar.toml")
+    small = serve(local_s3, bucket, fetches, SMALL_CACHE, config, work / "small")
+    large = serve(local_s3, bucket, fetches, LARGE_CACHE, config, work / "large")
+    # Lines the analysis must count and skip, not die of.
+    with small.log.open("a") as log:
+        log.write("{not json\n")
+        log.write(json.dumps({"node": NODE, "time": "yesterday"}) + "\n")
+    report = work / "report"
+    result = run_capacity("--logs", str(small.log), "--logs", str(work / "missing-*.log"),
+                          "--report", str(report), "--master", "local[2]",
+                          "--sizes", f"{SMALL_CACHE},{LARGE_CACHE},{2 * LARGE_CACHE}",
+                          "--sidecar-config", str(config), "--conf", "spark.ui.enabled=false")
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert f"report: {report / 'report.html'}" in result.stdout
+    summary: dict[str, Any] = json.loads((report / "summary.json").read_text())
+    return Analysed(small, large, summary, report, config)
+
+
+def point_at(summary: dict[str, Any], size: int) -> dict[str, Any]:
+    curve = summary["nodes"][NODE]["curve"]
+    found: dict[str, Any] = next(p for p in curve if p["cache_bytes"] == size)
+    return found
+
+
+def test_the_curve_from_one_run_predicts_another_cache_size(analysed: Analysed) -> None:
+    large = analysed.large
+    predicted = point_at(analysed.summary, LARGE_CACHE)
+    assert abs(predicted["byte_hit_ratio"] - large.byte_hit_ratio) <= 0.02, \
+        (predicted, large.byte_hit_ratio)
+    served = large.served_cache + large.served_origin
+    predicted_origin = predicted["origin_bytes_per_served_byte"] * served
+    assert abs(predicted_origin - large.origin_bytes) <= 0.10 * large.origin_bytes, \
+        (predicted_origin, large.origin_bytes)
+    # The same replay at the first run's own size agrees with what it measured.
+    own = point_at(analysed.summary, SMALL_CACHE)
+    assert abs(own["byte_hit_ratio"] - analysed.small.byte_hit_ratio) <= 0.02
+    # The sizes differ enough for the curve to mean something: the small cache
+    # misses more and reads far more from the origin (read-ahead evicted unread).
+    assert large.byte_hit_ratio - analysed.small.byte_hit_ratio > 0.02
+    assert analysed.small.origin_bytes > 1.3 * large.origin_bytes
+
+
+def test_the_summary_keeps_its_contract_and_the_logs_figures(analysed: Analysed) -> None:
+    summary = analysed.summary
+    assert summary["target_hit_ratio"] == 0.99
+    node = summary["nodes"][NODE]
+    small = analysed.small
+    assert node["served_bytes"] == small.served_cache + small.served_origin
+    # The access log says of each block how it was found; the counters agree.
+    assert node["byte_hit_ratio"] == pytest.approx(small.byte_hit_ratio, abs=1e-9)
+    assert node["current_cache_bytes"] == SMALL_CACHE
+    assert [p["cache_bytes"] for p in node["curve"]] == \
+        [SMALL_CACHE, LARGE_CACHE, 2 * LARGE_CACHE]
+    ratios = [p["byte_hit_ratio"] for p in node["curve"]]
+    assert ratios == sorted(ratios)
+    recommended = node["recommended_cache_bytes"]
+    assert recommended is None or recommended <= 2 * LARGE_CACHE
+    assert node["origin_bytes"] > 0 and node["requests"] > 0
+    assert set(summary["topics"]) == {"orders"}
+    orders = summary["topics"]["orders"]
+    assert orders["served_bytes"] == node["served_bytes"]
+    assert set(orders) >= {"served_bytes", "byte_hit_ratio", "origin_bytes"}
+    assert summary["lines"]["malformed"] == 2
+    reasons = [p["reason"] for p in summary["problems"]]
+    assert "not JSON" in reasons and any("missing-*.log" in r for r in reasons)
+    for table in ("breakdown", "curves", "nodes", "topics"):
+        assert list((analysed.report / f"{table}.parquet").glob("*.parquet")), table
+
+
+@pytest.fixture(scope="session")
+def chromium_installed() -> None:
+    ensure("ensure-chromium.sh")
+
+
+# What the report draws, read from its stable hooks (spark_warmup/capacity/report.py):
+# every chart and the laid-out size of its series.
+CHARTS = """(() => {
+  const charts = {};
+  for (const svg of document.querySelectorAll("svg.chart")) {
+    const drawn = [...svg.querySelectorAll(".series, .bar")].map((el) => {
+      const box = el.getBBox();
+      return {series: el.dataset.series, width: box.width, height: box.height};
+    });
+    charts[svg.dataset.chart] = {points: Number(svg.dataset.points), drawn,
+                                 width: svg.getBoundingClientRect().width};
+  }
+  return {charts, scripts: document.scripts.length,
+          external: [...document.querySelectorAll("[src], link[href]")].length,
+          text: document.body.innerText};
+})()"""
+
+
+async def test_the_report_draws_its_charts_in_chromium(
+    analysed: Analysed, chromium_installed: None, tmp_path: Path,
+) -> None:
+    with Chromium(tmp_path / "profile") as browser:
+        async with aiohttp.ClientSession() as http_session:
+            async with http_session.get(f"http://127.0.0.1:{browser.port}/json/list") as answer:
+                tabs = await answer.json()
+            tab = next(t for t in tabs if t["type"] == "page")
+            async with http_session.ws_connect(tab["webSocketDebuggerUrl"],
+                                               max_msg_size=0) as ws:
+                page = Page(ws)
+                await page.call("Page.enable")
+                await page.call("Runtime.enable")
+                await page.load((analysed.report / "report.html").as_uri())
+                save_artifact("capacity-report.png", await page.screenshot())
+                state = await page.evaluate(CHARTS)
+                assert page.exceptions() == []
+    charts = state["charts"]
+    assert state["scripts"] == 0 and state["external"] == 0, "self-contained, nothing fetched"
+    curve = charts[f"curve:{NODE}"]
+    assert curve["points"] == 6  # 3 sizes x (hit ratio, origin per served byte)
+    assert {d["series"] for d in curve["drawn"]} == {"byte hit ratio",
+                                                     "origin bytes per served byte"}
+    assert all(d["width"] > 100 for d in curve["drawn"]), curve
+    over_time = charts["hit-ratio-over-time"]
+    assert [d["series"] for d in over_time["drawn"]] == [NODE] and over_time["points"] >= 1
+    bars = charts["top-missing-topics"]["drawn"]
+    assert [d["series"] for d in bars] == ["orders"] and bars[0]["width"] > 10
+    assert NODE in state["text"] and "not JSON" in state["text"]
+
+
+def test_logs_in_the_object_store_are_read_on_the_executors(
+    analysed: Analysed, local_s3: LocalS3, origin_s3: Any, tmp_path: Path,
+) -> None:
+    bucket = "logs-" + os.urandom(4).hex()
+    origin_s3.create_bucket(Bucket=bucket)
+    origin_s3.put_object(Bucket=bucket, Key="sidecar/broker-a/access.log",
+                         Body=analysed.small.log.read_bytes())
+    report = tmp_path / "report"
+    result = run_capacity(
+        "--logs", f"s3://{bucket}/sidecar/", "--logs", f"s3://{bucket}/nothing-here/",
+        "--report", str(report), "--master", "local[2]",
+        "--sizes", f"{SMALL_CACHE},{LARGE_CACHE},{2 * LARGE_CACHE}",
+        "--sidecar-config", str(analysed.config), "--conf", "spark.ui.enabled=false",
+        env={"AWS_ENDPOINT_URL": local_s3.endpoint})
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["nodes"] == analysed.summary["nodes"]
+    assert any(f"s3://{bucket}/nothing-here/" in p["reason"] for p in summary["problems"])
+
+
+def test_bad_arguments_exit_2_naming_them(tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    log.write_text("{not json\n")
+    for args, named in (
+        (["--sizes", "12 parsecs"], "--sizes"),
+        (["--target-hit-ratio", "1.5"], "--target-hit-ratio"),
+    ):
+        result = run_capacity("--logs", str(log), "--report", str(tmp_path / "r"), *args)
+        assert result.returncode == 2 and named in result.stderr, result.stderr
+    # Logs without a single object read: nothing to analyse, said so.
+    result = run_capacity("--logs", str(log), "--report", str(tmp_path / "r"),
+                          "--master", "local[1]", "--conf", "spark.ui.enabled=false")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "no object read in the logs" in result.stderr and "1 malformed" in result.stderr
+
+
+def test_the_analysis_on_a_standalone_cluster(analysed: Analysed, tmp_path: Path) -> None:
+    """Executors without the project installed: the job ships what the replay imports."""
+    python = executor_python(tmp_path)
+    cluster = StandaloneCluster(tmp_path)
+    try:
+        cluster.start()
+        report = tmp_path / "report"
+        result = run_capacity(
+            "--logs", str(analysed.small.log), "--report", str(report),
+            "--master", cluster.url, "--sizes", f"{SMALL_CACHE},{LARGE_CACHE},{2 * LARGE_CACHE}",
+            "--sidecar-config", str(analysed.config),
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
+            "--conf", "spark.driver.host=127.0.0.1",
+            "--conf", "spark.driver.bindAddress=127.0.0.1",
+            env={"PYSPARK_PYTHON": str(python)})
+    finally:
+        cluster.stop()
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["nodes"][NODE]["curve"] == analysed.summary["nodes"][NODE]["curve"]

@@ -1,0 +1,186 @@
+"""The capacity analysis's pure parts: log lines, splits, the replay, the curve, the page."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sidecar.cache.slab import SLOT_HEADER_SIZE
+from sidecar.layout import Layout
+from sidecar.model import PREFETCH
+from sidecar.tally import CACHED, FETCHED, JOINED, ReadTally
+from sidecar.telemetry.access_log import NodeFacts, ReadFacts, entry, format_entry
+from spark_warmup.capacity.curve import (
+    Point,
+    SizeError,
+    default_sizes,
+    parse_sizes,
+    recommend,
+    sample_rate,
+    unit_hash,
+)
+from spark_warmup.capacity.report import render_html
+from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
+from spark_warmup.capacity.simulate import Read, Settings, replay
+from spark_warmup.capacity.sources import Split, Unreadable, expand, read_split
+from spark_warmup.capacity.trace import Malformed, Other, Request, parse_line
+
+MiB = 1024 * 1024
+BLOCK = MiB
+KEY = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
+
+
+def logged(**changes: object) -> str:
+    """A line as the sidecar writes it (its own formatter)."""
+    tally = ReadTally()
+    for block, how in ((2, CACHED), (3, JOINED), (4, FETCHED)):
+        tally.add(block, how, PREFETCH)
+    facts: dict[str, object] = dict(
+        now=1_790_000_000.0, request_id="R", method="GET", raw_path=f"/tiered/{KEY}",
+        range_header="bytes=2621440-", status=206, body_bytes=2 * MiB + MiB // 2,
+        cache="partial", duration_s=0.01, node=NodeFacts("b1", BLOCK, 64 * MiB),
+        read=ReadFacts('"e"', 8 * MiB, 2621440, 8 * MiB - 1, tally))
+    facts.update(changes)
+    return format_entry(entry(**facts))  # type: ignore[arg-type]
+
+
+def test_a_line_the_sidecar_wrote_parses_into_its_facts() -> None:
+    request = parse_line(logged())
+    assert isinstance(request, Request)
+    assert (request.node, request.topic, request.partition, request.lazy) == \
+        ("b1", "orders", 0, True)
+    assert (request.first_block, request.found, request.cache_bytes) == (2, "cjf", 64 * MiB)
+    tally = request.tallies()
+    # 2.5 MiB from 2.5 MiB: half of block 2 and all of block 3 were hits; block 4
+    # (fetched, whole) and the joined block 3 (a prefetch) came from the origin.
+    assert (tally.blocks, tally.hit_blocks, tally.hit_bytes) == (3, 2, MiB + MiB // 2)
+    assert (tally.origin_foreground, tally.origin_prefetch) == (MiB, 0)
+
+
+@pytest.mark.parametrize(("line", "reason"), [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "not a JSON object"),
+    (json.dumps({"node": "b1", "status": 206, "bytes": 5}), "field 'time' is missing"),
+    (json.dumps({"node": 3, "status": 206}), "field 'node' is missing or not str"),
+])
+def test_bad_lines_are_malformed_with_the_field_named(line: str, reason: str) -> None:
+    parsed = parse_line(line)
+    assert isinstance(parsed, Malformed) and parsed.reason.startswith(reason), parsed
+
+
+def test_lines_without_object_bytes_are_counted_not_replayed() -> None:
+    head = logged(method="HEAD", body_bytes=0)
+    assert parse_line(head) == Other("b1")
+    bad_letters = json.loads(logged())
+    bad_letters["blocks"]["found"] = "cx"
+    assert isinstance(parse_line(json.dumps(bad_letters)), Malformed)
+
+
+def test_splits_hand_every_line_to_exactly_one_reader(tmp_path: Path) -> None:
+    lines = [f'{{"n": {n}, "pad": "{"x" * (n % 37)}"}}' for n in range(500)]
+    log = tmp_path / "access.log"
+    log.write_text("\n".join(lines) + "\n")
+    splits, missing = expand([str(tmp_path), str(tmp_path / "nope*")], split_bytes=997)
+    assert len(splits) > 10 and [m.source for m in missing] == [str(tmp_path / "nope*")]
+    read = [line.rstrip("\n") for split in splits for line in read_split(split)]
+    assert read == lines
+
+
+def test_an_unreadable_split_says_so_instead_of_failing(tmp_path: Path) -> None:
+    (gone,) = read_split(Split(str(tmp_path / "gone.log"), 0, 10))
+    assert isinstance(gone, Unreadable) and "gone.log" in gone.source
+
+
+def test_the_replay_counts_the_slot_header_as_the_slab_does() -> None:
+    assert REPLAYED_HEADER == SLOT_HEADER_SIZE
+
+
+def reads_of(passes: list[tuple[float, int]], size: int = 16 * MiB, fetch: int = MiB,
+             key: str = KEY) -> list[Read]:
+    """Consumers reading `size` bytes front to back from each (time, start)."""
+    out = []
+    for when, start in passes:
+        for number, first in enumerate(range(start, size, fetch)):
+            out.append(Read(when + number * 0.01, "tiered", key, '"e"', size, first,
+                            min(fetch, size - first), True))
+    return out
+
+
+SETTINGS = Settings(block_size=BLOCK, max_window_bytes=4 * MiB, layout=Layout.PLAIN)
+
+
+def test_a_reread_within_the_cache_is_all_hits_and_a_cache_too_small_misses() -> None:
+    reads = reads_of([(0.0, 0), (100.0, 0)])
+    no_read_ahead = replace(SETTINGS, read_ahead=False)
+    roomy = replay(no_read_ahead, 32 * (BLOCK + 4096), reads)
+    assert roomy.served_bytes == 32 * MiB and roomy.byte_hit_ratio == 0.5
+    assert roomy.origin_bytes == 16 * MiB
+    tight = replay(no_read_ahead, 8 * (BLOCK + 4096), reads)
+    assert tight.byte_hit_ratio == 0.0 and tight.origin_bytes == 32 * MiB
+
+
+def test_read_ahead_turns_a_sequential_reader_s_misses_into_hits() -> None:
+    reads = reads_of([(0.0, 0)])
+    ahead = replay(SETTINGS, 32 * (BLOCK + 4096), reads)
+    assert ahead.byte_hit_ratio > 0.8 and ahead.origin_prefetch > 0
+    assert ahead.origin_bytes == 16 * MiB  # every block once, whichever lane
+
+
+def test_the_curve_rises_with_the_cache_size() -> None:
+    # Without read-ahead: with it, a point can dip (the read-ahead bound is a share
+    # of the cache, and S3-FIFO is not a stack algorithm), as the sidecar's would.
+    reads = reads_of([(0.0, 0), (50.0, 4 * MiB), (120.0, 0)], size=24 * MiB)
+    settings = replace(SETTINGS, read_ahead=False)
+    ratios = [replay(settings, blocks * (BLOCK + 4096), reads).byte_hit_ratio
+              for blocks in (4, 12, 16, 24, 32)]
+    assert ratios == sorted(ratios) and ratios[-1] > ratios[0] + 0.5
+
+
+def test_sampling_keeps_whole_partitions_and_stays_close() -> None:
+    keys = [f"t-AAAAAAAAAAAAAAAAAAAAAA/{p}/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
+            for p in range(200)]
+    rate = 0.25
+    kept = [k for k in keys if unit_hash(f"tiered/{k.rsplit('/', 1)[0]}/") < rate]
+    assert 25 < len(kept) < 75
+    assert sample_rate(1000, 250) == 0.25 and sample_rate(10, 250) == 1.0
+
+
+def test_sizes_parse_and_bad_ones_name_the_option() -> None:
+    assert parse_sizes("64GiB, 1.5MiB,64GiB,100") == [100, int(1.5 * MiB), 64 * 1024 ** 3]
+    for bad in ("12 parsecs", "0", ""):
+        with pytest.raises(SizeError, match="--sizes"):
+            parse_sizes(bad)
+    assert default_sizes(64 * MiB, MiB, 3 * MiB)[:2] == [MiB, 2 * MiB]
+    assert 3 * MiB in default_sizes(64 * MiB, MiB, 3 * MiB)
+
+
+def test_the_recommendation_is_the_smallest_size_reaching_the_target() -> None:
+    curve = [Point(100, 0.5, 0.5), Point(200, 0.9, 0.1), Point(400, 0.995, 0.01)]
+    assert recommend(curve, 0.5) == 100
+    assert recommend(curve, 0.99) == 200 + int(0.09 / 0.095 * 200)
+    assert recommend(curve, 0.999) is None
+
+
+def test_the_page_draws_what_it_is_given() -> None:
+    summary = {
+        "target_hit_ratio": 0.99, "lines": {"reads": 3, "malformed": 1, "unreadable": 0},
+        "nodes": {"b<1>": {"requests": 3, "served_bytes": 10, "byte_hit_ratio": 0.5,
+                           "origin_bytes": 5, "current_cache_bytes": 100,
+                           "recommended_cache_bytes": None,
+                           "best_predicted_byte_hit_ratio": 0.9,
+                           "curve": [{"cache_bytes": 100, "byte_hit_ratio": 0.5,
+                                      "origin_bytes_per_served_byte": 0.5},
+                                     {"cache_bytes": 200, "byte_hit_ratio": 0.9,
+                                      "origin_bytes_per_served_byte": 0.1}]}},
+        "topics": {"orders": {"served_bytes": 10, "byte_hit_ratio": 0.5, "origin_bytes": 5}},
+        "problems": [{"kind": "malformed", "reason": "not JSON", "lines": 1}],
+    }
+    page = render_html(summary, [{"node": "b<1>", "window_start": 0, "served_bytes": 10,
+                                  "hit_bytes": 5}],
+                       [{"topic": "orders", "served_bytes": 10, "hit_bytes": 5}], 60)
+    assert 'data-chart="curve:b&lt;1&gt;" data-points="4"' in page
+    assert 'data-chart="top-missing-topics" data-points="1"' in page
+    assert "<script" not in page and "b<1>" not in page  # escaped, nothing to run
