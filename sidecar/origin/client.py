@@ -563,8 +563,11 @@ class Origin:
         counter = self._metrics.origin_bytes.labels(lane)
 
         def count(offset: int, data: memoryview) -> None:
+            # Counted before the sink takes the chunk: from then on a reader may
+            # have its bytes, and the counter already says they came from the
+            # origin (prometheus counters are thread safe).
+            counter.inc(len(data))
             sink(offset, data)
-            counter.inc(len(data))  # prometheus counters are thread safe
 
         return count
 

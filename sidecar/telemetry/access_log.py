@@ -55,11 +55,14 @@ from datetime import UTC, datetime
 from typing import IO
 from urllib.parse import unquote
 
+from aiohttp import web
+
 from sidecar.s3.http_fields import as_sent
 from sidecar.tally import ReadTally
 
-# The key a request's handler adds the object bytes it sent to (request[BODY_BYTES]).
-BODY_BYTES = "sidecar_body_bytes"
+# The key a request's handler adds the object bytes it sent to (request[BODY_BYTES]);
+# a typed key, as aiohttp asks (a plain string warns, NotAppKeyWarning).
+BODY_BYTES = web.RequestKey("sidecar_body_bytes", int)
 # Lines queued for the writer thread at most: about 30 MB, a few seconds of a
 # busy node's requests; past it lines are dropped rather than memory grown.
 QUEUE_LINES = 65536
