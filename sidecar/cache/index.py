@@ -78,6 +78,11 @@ def ident_hash(ident: BlockIdent) -> bytes:
                       ident.etag.encode(), ident.block)
 
 
+def table_size(slot_count: int) -> int:
+    """Entries of the table of an index of ``slot_count`` slots (load <= 0.8)."""
+    return slot_count + slot_count // 4 + 1
+
+
 def fingerprint(digest: bytes) -> int:
     """A 64-bit number of an identity hash (the table's and the ghost's)."""
     return int.from_bytes(digest[_TAG_BYTES:HASH_BYTES], "little")
@@ -90,13 +95,14 @@ class SlotIndex:
         if slot_count < 1 or not 0 < chunk_size <= block_size:
             raise ValueError("an index needs at least one slot, and chunks within blocks")
         self._slots = slot_count
+        self._block_size = block_size
         self._chunk_size = chunk_size
         self._chunks = -(-block_size // chunk_size)
         self.hashes = bytearray(HASH_BYTES * slot_count)
         self.lengths = array("I", [NO_BLOCK]) * slot_count
         self.generations = array("I", [0]) * slot_count
         self.checksums = array("Q", [0]) * (self._chunks * slot_count)
-        self._table_size = slot_count + slot_count // 4 + 1
+        self._table_size = table_size(slot_count)
         self._table = array("i", [_EMPTY]) * self._table_size
         self._count = 0
         self._used_bytes = 0
@@ -104,6 +110,14 @@ class SlotIndex:
     @property
     def slot_count(self) -> int:
         return self._slots
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    @property
+    def chunk_size(self) -> int:
+        return self._chunk_size
 
     @property
     def chunks_per_block(self) -> int:
@@ -122,6 +136,15 @@ class SlotIndex:
                 + self.generations.itemsize * len(self.generations)
                 + self.checksums.itemsize * len(self.checksums)
                 + self._table.itemsize * len(self._table))
+
+    def buffers(self) -> list[array[int] | bytearray]:
+        """The arrays of the index, in the index snapshot's order; a snapshot is
+        read straight into them (then ``restored``). The table stays valid as
+        saved: its positions depend only on the hashes and its size."""
+        return [self.hashes, self.lengths, self.generations, self.checksums, self._table]
+
+    def restored(self, count: int, used_bytes: int) -> None:
+        self._count, self._used_bytes = count, used_bytes
 
     def fingerprint_of(self, slot: int) -> int:
         """``fingerprint`` of the block in ``slot`` (the eviction policy's ghost)."""

@@ -45,6 +45,9 @@ class RecoveryReport:
     duplicates: int  # dropped: an older copy of a block recovered from another slot
     next_generation: int  # where the write counter resumes
     seconds: float
+    # "snapshot": the index saved at the last clean stop was taken over (no
+    # header read); "scan": every kept slot header was read.
+    index: str = "scan"
 
     @property
     def recreated(self) -> bool:
@@ -67,6 +70,7 @@ class RecoveryReport:
             "corrupt_headers": self.corrupt_headers,
             "duplicates": self.duplicates,
             "dropped": self.dropped,
+            "index": self.index,
             "seconds": round(self.seconds, 6),
         }
 

@@ -225,14 +225,23 @@ class SlotFifo:
     def frequency(self, slot: int) -> int:
         return self._state[slot] & _FREQ
 
-    def restore(self, small: Iterable[int], main: Iterable[int],
-                frequency: Callable[[int], int]) -> None:
-        """Rebuild the FIFOs of an empty policy from ``queue`` lists (a snapshot)."""
-        if len(self):
-            raise ValueError("restore() needs an empty policy")
-        for queue, tag, slots in ((self._small, _SMALL, small), (self._main, _MAIN, main)):
-            for slot in slots:
-                self._push(queue, tag, slot, min(_MAX_FREQ, frequency(slot)))
+    def buffers(self) -> list[array[int] | bytearray]:
+        """The arrays of the policy, in the index snapshot's order; a snapshot is
+        read straight into them (then ``restored``)."""
+        return [self._prev, self._next, self._state]
+
+    def queues(self) -> tuple[int, int, int, int, int, int]:
+        """(tail, head, length) of small, then of main."""
+        return (self._small.tail, self._small.head, self._small.length,
+                self._main.tail, self._main.head, self._main.length)
+
+    def restored(self, queues: tuple[int, ...]) -> None:
+        """The buffers were filled from a snapshot: take its ``queues`` (the ghost
+        starts empty)."""
+        if len(queues) != 6:
+            raise ValueError("six queue values expected")
+        (self._small.tail, self._small.head, self._small.length,
+         self._main.tail, self._main.head, self._main.length) = queues
 
     def _push(self, queue: _Queue, tag: int, slot: int, freq: int) -> None:
         self._state[slot] = tag | freq

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from sidecar.cache import snapshot
 from sidecar.cache.errors import CacheDiskError, CacheFullError, ChecksumMismatch
 from sidecar.cache.faults import ReadFaults
 from sidecar.cache.ident import BlockIdent, SlotRecord
@@ -215,8 +216,8 @@ class BlockStore:
         self._unread = SlotBits(slab.slot_count)
         self._names: dict[int, BlockIdent] = {}
         self._max_names = max(1024, slab.slot_count // 64)
-        # Recovered slots the scrub has yet to verify (cleared when a slot's
-        # block leaves the cache).
+        # Slots the scrub has yet to verify (cleared when a slot's block leaves
+        # the cache).
         self._unscrubbed = SlotBits(slab.slot_count)
         self._drop_written_pages = drop_written_pages
         self._disabled: set[int] = set()  # slots whose space was given back to the disk
@@ -236,9 +237,6 @@ class BlockStore:
         self._index = recovered.index
         self._policy = recovered.policy
         self._free = recovered.free
-        for slot in range(self._index.slot_count):
-            if self._index.holds(slot):
-                self._unscrubbed.add(slot)
         self._generation = recovered.next_generation - 1
         for _ in range(recovered.corrupt_headers + recovered.duplicates):
             self._metrics.on_eviction(REASON_RECOVERY)
@@ -289,6 +287,7 @@ class BlockStore:
             duplicates=recovered.duplicates,
             next_generation=recovered.next_generation,
             seconds=time.perf_counter() - started,
+            index="snapshot" if recovered.from_snapshot else "scan",
         )
         if opening.damaged:
             log.warning("cache file %s: %s", slab.path, opening.reason)
@@ -300,10 +299,11 @@ class BlockStore:
                 report.dropped, report.corrupt_headers, report.duplicates,
             )
         log.info(
-            "cache recovery: %s file, %d of %d slots scanned, %d blocks (%d bytes) recovered, "
-            "%d corrupt headers and %d duplicates dropped, in %.3f s",
-            report.file, report.slots_scanned, report.slots, report.blocks_recovered,
-            report.bytes_recovered, report.corrupt_headers, report.duplicates, report.seconds,
+            "cache recovery: %s file, index from the %s, %d of %d slots kept, %d blocks "
+            "(%d bytes) recovered, %d corrupt headers and %d duplicates dropped, in %.3f s",
+            report.file, report.index, report.slots_scanned, report.slots,
+            report.blocks_recovered, report.bytes_recovered, report.corrupt_headers,
+            report.duplicates, report.seconds,
         )
         store = cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
                     recent_chunk_bytes=recent_chunk_bytes,
@@ -332,6 +332,9 @@ class BlockStore:
             raise ValueError(f"scrub rate must be positive, got {rate}")
         if self._closed or self.scrub is not None:
             return
+        for slot in range(self._index.slot_count):
+            if self._index.holds(slot):
+                self._unscrubbed.add(slot)
         self.scrub = ScrubProgress(rate=rate, blocks=len(self._unscrubbed))
         self._track(self._loop.create_task(self._scrub(self.scrub)))
 
@@ -732,7 +735,23 @@ class BlockStore:
         while self._tasks:
             # wait, not gather: cancelling close must not cancel the copies.
             await asyncio.wait(list(self._tasks))
-        await self._loop.run_in_executor(self._executor, self._slab.close)
+        try:
+            await self._loop.run_in_executor(self._executor, self._save_snapshot)
+        finally:
+            await self._loop.run_in_executor(self._executor, self._slab.close)
+
+    def _save_snapshot(self) -> None:
+        """The index for the next start (sidecar.cache.snapshot): no read or
+        write of a live slot is under way any more. Blocking."""
+        started = time.perf_counter()
+        try:
+            size = snapshot.save(self._slab.path.parent, self._slab.path, self._index,
+                                 self._policy, self._free, self._generation + 1)
+        except OSError as exc:  # the next start scans the slot headers instead
+            log.warning("could not save the cache index snapshot: %s", exc)
+            return
+        log.info("cache index snapshot saved: %d blocks, %d bytes, in %.3f s",
+                 len(self._index), size, time.perf_counter() - started)
 
     async def _scrub(self, progress: ScrubProgress) -> None:
         self._scrubbing = asyncio.current_task()
@@ -1021,13 +1040,26 @@ async def _recover(
     slab: Slab, executor: concurrent.futures.Executor, loop: asyncio.AbstractEventLoop,
     admit_to_main: Callable[[BlockIdent], bool] | None,
 ) -> RecoveredIndex:
-    """Scan the kept slots' headers, rebuild the index, erase the dropped headers:
-    all in the executor.
+    """Take the index snapshot of the last clean stop if there is a good one;
+    else scan the kept slots' headers, rebuild the index, erase the dropped
+    headers. All in the executor.
 
     One scan job, not several in parallel: ``Slab.scan`` already keeps a
     thousand header reads in flight, and decoding holds the GIL, so more
     threads only contend for it (measured with ``python -m bench.recovery``).
     """
+    taken = await loop.run_in_executor(
+        executor, snapshot.take, slab.path.parent, slab.path, slab.slot_count,
+        slab.block_size, slab.chunk_size)
+    if taken.reason is not None:
+        log.warning("cache file %s: %s", slab.path, taken.reason)
+    if taken.restored is not None:
+        if slab.opening.state == "reused":
+            return RecoveredIndex(
+                index=taken.restored.index, policy=taken.restored.policy,
+                free=taken.restored.free, erase=[], corrupt_headers=0, duplicates=0,
+                next_generation=taken.restored.next_generation, from_snapshot=True)
+        log.info("cache file %s was not reused whole: index snapshot not used", slab.path)
     scan = await loop.run_in_executor(executor, slab.scan, 0, slab.opening.kept_slots,
                                       admit_to_main)
     recovered = await loop.run_in_executor(
