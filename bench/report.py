@@ -494,6 +494,10 @@ def render_markdown(results: dict[str, Any]) -> str:
     out += _cost_sections(results)
     out += _isolation_sections(results)
     out += _warmup_section(results)
+    # Restart measurements keep their own results (python -m bench.recovery --record).
+    restart = Path(__file__).with_name("results") / "recovery.md"
+    if restart.exists():
+        out.append(restart.read_text().rstrip() + "\n")
 
     errors = results.get("errors") or []
     if errors:

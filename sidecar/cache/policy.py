@@ -24,6 +24,10 @@ small holds at least its share (or main is empty), otherwise from main.
 
 Pinned entries (being read right now) are never returned as victims: one that
 reaches the eviction point is moved to the head of main and skipped.
+
+The store runs the same algorithm over slot numbers, in arrays
+(``sidecar.cache.slot_fifo``); this one takes any hashable keys (simulations
+of other cache sizes, tests), and is the reference the other is tested against.
 """
 
 from __future__ import annotations

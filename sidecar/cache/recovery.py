@@ -1,4 +1,6 @@
-"""Rebuilding the cache index from the slot headers at start (warm restart).
+"""Rebuilding the cache index from the slot headers at start (warm restart
+after a crash; after a clean stop the index snapshot is taken over instead,
+see ``sidecar.cache.snapshot``).
 
 The slab's slot headers are the index: each names its block (bucket, key,
 ETag, block number), its length, the write generation and the checksums of its

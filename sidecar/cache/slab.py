@@ -126,11 +126,14 @@ In every case but the first the new file header is written last; a crash
 before it leaves a header that disagrees with the size, and the next open
 repeats the decision, keeping no more slots than this one did.
 
-The store then recovers its index from the kept slots (``scan``; see
-``sidecar.cache.recovery``): one 4 KiB header read per slot, a thousand asked
-of the disk at a time (``POSIX_FADV_WILLNEED``) while the previous thousand are
-decoded; zeros and clear flags are empty slots, valid headers come back as
-cached blocks, anything else that claims a block is corrupt and dropped.
+After a clean stop the store takes over the index it saved then
+(``sidecar.cache.snapshot``) and reads no slot header. Otherwise it recovers
+its index from the kept slots (``scan``; see ``sidecar.cache.recovery``): one
+4 KiB header read per slot, a thousand asked of the disk at a time
+(``POSIX_FADV_WILLNEED``) while the previous thousand are decoded; zeros and
+clear flags are empty slots, valid headers come back as cached blocks (into
+flat arrays, ``SlotScan``: identity hash, length, generation, checksums),
+anything else that claims a block is corrupt and dropped.
 Duplicates keep the higher generation, and the write counter resumes after the
 largest generation seen, so a block written after the restart always outranks
 older copies. Data is not read at start: every read verifies the chunks it

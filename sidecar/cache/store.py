@@ -18,9 +18,15 @@ ever chosen as eviction victims, and a dropped slot goes back to ``free`` only
 once nobody pins it, so a write never overwrites bytes that a reader is
 copying out.
 
-``BlockStore.open`` starts from what the slab holds: every valid slot header
-comes back as a live block (``sidecar.cache.recovery``; the crash analysis is
-in ``slab.py``), the rest are free, and ``recovery`` reports what was found.
+The index is flat arrays (``sidecar.cache.index``) and the eviction policy
+S3-FIFO over slot numbers (``sidecar.cache.slot_fifo``): no object per block.
+A ``SlotRecord`` is made when a lookup asks for one.
+
+``BlockStore.open`` starts from what the slab holds: after a clean stop the
+index saved by ``close`` (``sidecar.cache.snapshot``), else every valid slot
+header comes back as a live block (``sidecar.cache.recovery``; the crash
+analysis is in ``slab.py``); the rest are free, and ``recovery`` reports what
+was found.
 
 Executor work is run in a task of its own and awaited through ``shield``: a
 client that disconnects mid-read cancels its wait, not the copy, so a pin is
