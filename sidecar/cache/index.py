@@ -6,7 +6,8 @@ checksums, dict and set entries) cost about 680 bytes a slot: 1.4 GB for the
 a few arrays indexed by slot number instead, with no object per block:
 
     array        bytes a slot   content
-    hashes       12             the block's identity hash (below)
+    tags         4              bytes 0..3 of the block's identity hash (below)
+    hashes       8              bytes 4..11 of it
     lengths      4              data length, u32; 0xFFFFFFFF = no block
     generations  4              low 32 bits of the write's generation, u32
     checksums    8 * C          xxh3_64 of each checksum chunk (C = chunks a block)
@@ -27,7 +28,9 @@ gives them):
 
 (lengths and the block little-endian, names in UTF-8; the length prefixes make
 the encoding injective). The tag names the object, so that dropping an object
-(``slots_of_object``) is a search of the hashes for 4 bytes: another object
+(``slots_of_object``) is a search of the tags, 4 bytes a slot, kept apart
+from the rest so that the search reads 8 MB at 2 million slots (a few
+milliseconds) rather than the whole index: another object
 with the same tag loses its blocks too (a miss, never wrong bytes), with
 odds of 2**-32 a block. Bytes 4..11 cover every name: two different blocks
 share an identity only if those 64-bit digests collide, about 1e-7 for all
@@ -56,6 +59,7 @@ from sidecar.cache.ident import BlockIdent
 
 HASH_BYTES = 12
 _TAG_BYTES = 4
+_LONG_BYTES = HASH_BYTES - _TAG_BYTES
 NO_BLOCK = 0xFFFFFFFF
 _EMPTY = -1
 _NAME_LENGTHS = struct.Struct("<HH")
@@ -98,7 +102,8 @@ class SlotIndex:
         self._block_size = block_size
         self._chunk_size = chunk_size
         self._chunks = -(-block_size // chunk_size)
-        self.hashes = bytearray(HASH_BYTES * slot_count)
+        self.tags = bytearray(_TAG_BYTES * slot_count)
+        self.hashes = bytearray(_LONG_BYTES * slot_count)
         self.lengths = array("I", [NO_BLOCK]) * slot_count
         self.generations = array("I", [0]) * slot_count
         self.checksums = array("Q", [0]) * (self._chunks * slot_count)
@@ -132,7 +137,7 @@ class SlotIndex:
 
     def nbytes(self) -> int:
         """Bytes of the arrays (what the index costs in memory)."""
-        return (len(self.hashes) + self.lengths.itemsize * len(self.lengths)
+        return (len(self.tags) + len(self.hashes) + self.lengths.itemsize * len(self.lengths)
                 + self.generations.itemsize * len(self.generations)
                 + self.checksums.itemsize * len(self.checksums)
                 + self._table.itemsize * len(self._table))
@@ -141,21 +146,23 @@ class SlotIndex:
         """The arrays of the index, in the index snapshot's order; a snapshot is
         read straight into them (then ``restored``). The table stays valid as
         saved: its positions depend only on the hashes and its size."""
-        return [self.hashes, self.lengths, self.generations, self.checksums, self._table]
+        return [self.tags, self.hashes, self.lengths, self.generations, self.checksums,
+                self._table]
 
     def restored(self, count: int, used_bytes: int) -> None:
         self._count, self._used_bytes = count, used_bytes
 
     def fingerprint_of(self, slot: int) -> int:
         """``fingerprint`` of the block in ``slot`` (the eviction policy's ghost)."""
-        return int.from_bytes(
-            self.hashes[slot * HASH_BYTES + _TAG_BYTES:(slot + 1) * HASH_BYTES], "little")
+        return int.from_bytes(self.hashes[slot * _LONG_BYTES:(slot + 1) * _LONG_BYTES],
+                              "little")
 
     def holds(self, slot: int) -> bool:
         return self.lengths[slot] != NO_BLOCK
 
     def hash_of(self, slot: int) -> bytes:
-        return bytes(self.hashes[slot * HASH_BYTES:(slot + 1) * HASH_BYTES])
+        return bytes(self.tags[slot * _TAG_BYTES:(slot + 1) * _TAG_BYTES]
+                     + self.hashes[slot * _LONG_BYTES:(slot + 1) * _LONG_BYTES])
 
     def length(self, slot: int) -> int:
         return self.lengths[slot]
@@ -172,13 +179,15 @@ class SlotIndex:
 
     def find(self, digest: bytes) -> int:
         """The slot holding the block of this identity hash, or -1."""
-        table, size, hashes = self._table, self._table_size, self.hashes
+        table, size, hashes, tags = self._table, self._table_size, self.hashes, self.tags
+        tag, long = digest[:_TAG_BYTES], digest[_TAG_BYTES:]
         at = fingerprint(digest) % size
         while True:
             slot = table[at]
             if slot == _EMPTY:
                 return -1
-            if hashes[slot * HASH_BYTES:(slot + 1) * HASH_BYTES] == digest:
+            if hashes[slot * _LONG_BYTES:(slot + 1) * _LONG_BYTES] == long and \
+                    tags[slot * _TAG_BYTES:(slot + 1) * _TAG_BYTES] == tag:
                 return slot
             at = at + 1 if at + 1 < size else 0
 
@@ -197,7 +206,8 @@ class SlotIndex:
                 raise KeyError("that block is already in the index")
             at = at + 1 if at + 1 < size else 0
         table[at] = slot
-        self.hashes[slot * HASH_BYTES:(slot + 1) * HASH_BYTES] = digest
+        self.tags[slot * _TAG_BYTES:(slot + 1) * _TAG_BYTES] = digest[:_TAG_BYTES]
+        self.hashes[slot * _LONG_BYTES:(slot + 1) * _LONG_BYTES] = digest[_TAG_BYTES:]
         self.lengths[slot] = length
         self.generations[slot] = generation & 0xFFFFFFFF
         first = slot * self._chunks
@@ -234,14 +244,14 @@ class SlotIndex:
         """The slots holding blocks of the object ``object_digest`` (O) names, and
         of any other object with its tag."""
         found: list[int] = []
-        hashes, at, tag = self.hashes, 0, object_digest[:_TAG_BYTES]
+        tags, at, tag = self.tags, 0, object_digest[:_TAG_BYTES]
         while True:
-            at = hashes.find(tag, at)
+            at = tags.find(tag, at)
             if at < 0:
                 return found
-            if at % HASH_BYTES == 0 and self.lengths[at // HASH_BYTES] != NO_BLOCK:
-                found.append(at // HASH_BYTES)
-                at += HASH_BYTES
+            if at % _TAG_BYTES == 0 and self.lengths[at // _TAG_BYTES] != NO_BLOCK:
+                found.append(at // _TAG_BYTES)
+                at += _TAG_BYTES
             else:
                 at += 1
 

@@ -29,7 +29,8 @@ File ``index.snap`` in the cache directory (integers little-endian)::
     144     8     xxh3_64 (seed 0) of the body
     152     8     xxh3_64 (seed 0) of bytes 0..151
     160     body, the arrays in this order (T = N + N // 4 + 1):
-            12*N  identity hashes
+            4*N   identity hash tags (bytes 0..3 of each)
+            8*N   identity hashes (bytes 4..11 of each)
             4*N   lengths, u32 (0xFFFFFFFF: no block)
             4*N   generations, u32 (low 32 bits)
             8*C*N chunk checksums, u64
@@ -121,14 +122,18 @@ def save(directory: Path, slab_path: Path, index: SlotIndex, policy: SlotFifo,
     head = fields + struct.pack("<Q", xxhash.xxh3_64_intdigest(fields))
     path = directory / SNAPSHOT_FILE_NAME
     partial = path.with_name(SNAPSHOT_FILE_NAME + ".tmp")
-    with open(partial, "wb") as file:
-        file.write(head)
-        for part in parts:
-            file.write(memoryview(part).cast("B"))
-        file.flush()
-        os.fsync(file.fileno())
-        size = file.tell()
-    os.replace(partial, path)
+    try:
+        with open(partial, "wb") as file:
+            file.write(head)
+            for part in parts:
+                file.write(memoryview(part).cast("B"))
+            file.flush()
+            os.fsync(file.fileno())
+            size = file.tell()
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)  # a full disk must not keep half a snapshot
+        raise
     _sync_directory(directory)
     return size
 
