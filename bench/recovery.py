@@ -10,11 +10,13 @@ cache (posix_fadvise DONTNEED) so that the timed `BlockStore.open` reads from
 the disk rather than from memory.
 
 `--restart crash` (the default) times the start after a kill -9: no index
-snapshot, every slot header is scanned. `--restart clean` first opens and
-closes the store once (a clean stop, which saves the index snapshot), drops
-both files from the page cache, then times the start that takes the snapshot
-over. Each open runs in a process of its own, so that `peak_rss_bytes` is
-that start's alone (getrusage ru_maxrss). Prints one JSON line:
+snapshot, every slot header is scanned. `--restart clean` times the start
+after that one stopped cleanly (saving the index snapshot), both files
+dropped from the page cache again: it takes the snapshot over. `both`
+reports the two starts of one slab. The build and each start run in a
+process of their own, so that `peak_rss_bytes` is that start's alone
+(getrusage ru_maxrss, which Linux hands down from a process to those it
+starts). Prints one JSON line per start:
 {"slots", "recovered", "corrupt_headers", "seconds", "peak_rss_bytes",
 "index_bytes_per_slot", ...}; `index_bytes_per_slot` is what the store's
 index arrays take (`BlockStore.index_bytes`) over the slots, and
@@ -73,6 +75,9 @@ class _Counts:
 
     def on_checksum_failure(self) -> None:
         self.checksum_failures += 1
+
+    def on_disk_error(self, op: str) -> None:
+        raise AssertionError(f"the cache disk failed a {op}")
 
 
 def _segment(rng: random.Random, segment: int) -> tuple[str, str]:
@@ -169,51 +174,70 @@ def _open_in_child(directory: Path, slots: int, block_size: int,
     return result
 
 
+def _build_in_child(directory: Path, slots: int, block_size: int, fill: float, corrupt: int,
+                    seed: int) -> tuple[int, int]:
+    """``build`` in a process of its own: Linux hands a process's peak RSS down
+    to the processes it starts (ru_maxrss survives fork and execve), so this
+    one must stay small for the starts it times to measure their own."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.recovery", "--build-only", str(directory),
+         "--slots", str(slots), "--block-size", str(block_size), "--fill", str(fill),
+         "--corrupt", str(corrupt), "--seed", str(seed)],
+        capture_output=True, text=True, check=True, timeout=3600)
+    valid, damaged = json.loads(done.stdout.strip().splitlines()[-1])
+    return int(valid), int(damaged)
+
+
 def run(slots: int, block_size: int, fill: float, corrupt: int, io_threads: int,
-        directory: Path | None, seed: int, restart: str = "crash") -> dict[str, Any]:
+        directory: Path | None, seed: int, restart: str = "crash") -> list[dict[str, Any]]:
+    """One result per start timed: the crash start (a scan), and with ``restart``
+    "clean" or "both" the start after it stopped cleanly (the snapshot)."""
     with tempfile.TemporaryDirectory(prefix="bench-recovery-", dir=directory) as tmp:
         where = Path(tmp)
         started = time.perf_counter()
-        valid, damaged = build(where, slots, block_size, fill, corrupt, seed)
+        valid, damaged = _build_in_child(where, slots, block_size, fill, corrupt, seed)
         built = time.perf_counter() - started
-        first = None
-        if restart == "clean":
-            # The start after a kill -9, then a clean stop: that one leaves the
-            # index snapshot the timed start takes over.
-            first = _open_in_child(where, slots, block_size, io_threads)
+        # The start after a kill -9 (no snapshot: the slot headers are scanned).
+        opened = {"crash": _open_in_child(where, slots, block_size, io_threads)}
+        if restart != "crash":
+            # That start stopped cleanly, leaving the index snapshot the next
+            # start takes over, from the disk too.
             for name in (SLAB_FILE_NAME, SNAPSHOT_FILE_NAME):
                 _drop_from_page_cache(where / name)
-        result = _open_in_child(where, slots, block_size, io_threads)
-    recovery = result["recovery"]
-    # A clean restart finds what the first start kept: the corrupt headers
-    # were dropped (and erased) by that one.
-    expected_corrupt = 0 if restart == "clean" else damaged
-    return {
-        "slots": slots,
-        "block_size": block_size,
-        "restart": restart,
-        "index": recovery.get("index", "scan"),
-        "valid_headers_written": valid,
-        "corrupt_headers_written": damaged,
-        "recovered": recovery["blocks_recovered"],
-        "corrupt_headers": recovery["corrupt_headers"],
-        "seconds": result["seconds"],
-        "target_seconds": 2.0,
-        "peak_rss_bytes": result["peak_rss_bytes"],
-        "index_bytes_per_slot": round(result["index_bytes"] / slots, 1),
-        "rss_growth_per_slot": round(result["rss_growth_bytes"] / slots, 1),
-        "scan_seconds": first["seconds"] if first else None,
-        "snapshot_save_seconds": first["close_seconds"] if first else None,
-        "io_threads": io_threads,
-        "build_seconds": round(built, 3),
-        "ok": recovery["blocks_recovered"] == valid
-        and recovery["corrupt_headers"] == expected_corrupt,
-    }
+            opened["clean"] = _open_in_child(where, slots, block_size, io_threads)
+    results = []
+    for kind, result in opened.items():
+        if restart not in (kind, "both"):
+            continue
+        recovery = result["recovery"]
+        # The clean start finds what the crash start kept: the corrupt headers
+        # were dropped (and erased) by that one.
+        expected_corrupt = 0 if kind == "clean" else damaged
+        results.append({
+            "slots": slots,
+            "block_size": block_size,
+            "restart": kind,
+            "index": recovery.get("index", "scan"),
+            "valid_headers_written": valid,
+            "corrupt_headers_written": damaged,
+            "recovered": recovery["blocks_recovered"],
+            "corrupt_headers": recovery["corrupt_headers"],
+            "seconds": result["seconds"],
+            "target_seconds": 2.0,
+            "peak_rss_bytes": result["peak_rss_bytes"],
+            "index_bytes_per_slot": round(result["index_bytes"] / slots, 1),
+            "rss_growth_per_slot": round(result["rss_growth_bytes"] / slots, 1),
+            "stop_seconds": result["close_seconds"],
+            "io_threads": io_threads,
+            "build_seconds": round(built, 3),
+            "ok": recovery["blocks_recovered"] == valid
+            and recovery["corrupt_headers"] == expected_corrupt,
+        })
+    return results
 
 
 RESULTS = Path(__file__).with_name("results")
-COMMAND = ("python -m bench.recovery --slots N --block-size 8388608 --restart crash|clean "
-           "--record")
+COMMAND = "python -m bench.recovery --slots N --block-size 8388608 --restart both --record"
 
 
 def record(result: dict[str, Any], argv: list[str]) -> None:
@@ -272,26 +296,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fill", type=float, default=0.95)
     parser.add_argument("--corrupt", type=int, default=100)
     parser.add_argument("--io-threads", type=int, default=4, help="the sidecar's io_threads")
-    parser.add_argument("--restart", choices=["crash", "clean"], default="crash",
-                        help="time the start after a kill -9 (scan) or a clean stop (snapshot)")
+    parser.add_argument("--restart", choices=["crash", "clean", "both"], default="crash",
+                        help="time the start after a kill -9 (scan), after a clean stop "
+                             "(snapshot), or both on one slab")
     parser.add_argument("--record", action="store_true",
                         help="keep the result in bench/results/recovery.json and .md")
     parser.add_argument("--dir", type=Path, default=None,
                         help="where to build the slab (default: the temp dir)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--open-only", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--build-only", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.build_only is not None:
+        built = build(args.build_only, args.slots, args.block_size, args.fill, args.corrupt,
+                      args.seed)
+        print(json.dumps(built), flush=True)
+        return 0
     if args.open_only is not None:
         opened = asyncio.run(timed_open(args.open_only, args.slots, args.block_size,
                                         args.io_threads))
         print(json.dumps(opened), flush=True)
         return 0
-    result = run(args.slots, args.block_size, args.fill, args.corrupt, args.io_threads,
-                 args.dir, args.seed, args.restart)
-    print(json.dumps(result), flush=True)
-    if args.record:
-        record(result, sys.argv[1:] if argv is None else argv)
-    return 0 if result["ok"] else 1
+    results = run(args.slots, args.block_size, args.fill, args.corrupt, args.io_threads,
+                  args.dir, args.seed, args.restart)
+    for result in results:
+        print(json.dumps(result), flush=True)
+        if args.record:
+            record(result, sys.argv[1:] if argv is None else argv)
+    return 0 if all(result["ok"] for result in results) else 1
 
 
 if __name__ == "__main__":

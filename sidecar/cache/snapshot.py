@@ -143,11 +143,13 @@ def take(directory: Path, slab_path: Path, slot_count: int, block_size: int,
     """The snapshot in ``directory`` if it describes this slab, deleted from the
     disk before this returns either way. Blocking."""
     path = directory / SNAPSHOT_FILE_NAME
-    path.with_name(SNAPSHOT_FILE_NAME + ".tmp").unlink(missing_ok=True)
     try:
+        path.with_name(SNAPSHOT_FILE_NAME + ".tmp").unlink(missing_ok=True)
         file = open(path, "rb")  # noqa: SIM115 - closed below, before the unlink
     except FileNotFoundError:
         return Taken(None, None)
+    except OSError as exc:
+        return Taken(None, f"index snapshot not used: {exc}")
     try:
         with file:
             restored, reason = _read(file, slab_path, slot_count, block_size, chunk_size)

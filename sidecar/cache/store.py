@@ -192,11 +192,14 @@ class BlockStore:
         self._loop = loop
         # Which slot holds which block, as flat arrays (sidecar.cache.index):
         # no object per block, so that millions of slots cost ~100 bytes each.
-        self._index = SlotIndex(slab.slot_count, slab.block_size, slab.chunk_size)
-        self._policy = SlotFifo(slab.slot_count, self._index.fingerprint_of)
+        # A recovered index is taken over as it is: never two of them in memory.
+        if recovered is None:
+            recovered = _empty_index(slab)
+        self._index = recovered.index
+        self._policy = recovered.policy
         # A stack: the most recently freed slot is reused first, while its pages
         # may still be in the page cache.
-        self._free: array[int] = free_stack(self._index)
+        self._free: array[int] = recovered.free
         self._pins: dict[int, int] = {}
         self._writing: dict[int, BlockIdent] = {}
         self._cancelled: set[int] = set()  # writing slots whose object was invalidated
@@ -236,13 +239,9 @@ class BlockStore:
         self._admit_to_main = admit_to_main or _nothing_skips_probation
         self._recent = RecentChunks(recent_chunk_bytes, slab.chunk_size)
         self._read_faults = ReadFaults()
-        if recovered is not None:
-            self._adopt(recovered)
+        self._adopt(recovered)
 
     def _adopt(self, recovered: RecoveredIndex) -> None:
-        self._index = recovered.index
-        self._policy = recovered.policy
-        self._free = recovered.free
         self._generation = recovered.next_generation - 1
         for _ in range(recovered.corrupt_headers + recovered.duplicates):
             self._metrics.on_eviction(REASON_RECOVERY)
@@ -1074,6 +1073,13 @@ async def _recover(
     if recovered.erase:
         await loop.run_in_executor(executor, _erase_all, slab, recovered.erase)
     return recovered
+
+
+def _empty_index(slab: Slab) -> RecoveredIndex:
+    index = SlotIndex(slab.slot_count, slab.block_size, slab.chunk_size)
+    return RecoveredIndex(index=index, policy=SlotFifo(slab.slot_count, index.fingerprint_of),
+                          free=free_stack(index), erase=[], corrupt_headers=0, duplicates=0,
+                          next_generation=1)
 
 
 def _nothing_skips_probation(ident: BlockIdent) -> bool:

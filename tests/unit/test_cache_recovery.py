@@ -640,3 +640,22 @@ async def test_a_snapshot_that_does_not_fit_the_slab_is_not_used(
             assert record is not None and await store.read(record, 0, len(data)) == data
     finally:
         await store.close()
+
+
+async def test_a_snapshot_that_cannot_be_saved_costs_a_scan_not_the_stop(
+    tmp_path: Path, executor: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await open_store(tmp_path, executor, slots=8)
+    blocks = await fill(store, random.Random(SEED), 5)
+    (tmp_path / "index.snap.tmp").mkdir()  # where the snapshot is written first
+    caplog.set_level(logging.INFO, logger="sidecar.cache")
+    await store.close()
+    assert "could not save the cache index snapshot" in caplog.text
+    assert not (tmp_path / "index.snap").exists()
+    (tmp_path / "index.snap.tmp").rmdir()
+    store = await open_store(tmp_path, executor, slots=8, snapshot=True)
+    try:
+        assert store.recovery is not None and store.recovery.index == "scan"
+        assert all(store.lookup(b, touch=False) is not None for b in blocks)
+    finally:
+        await store.close()
