@@ -139,9 +139,10 @@ def save(directory: Path, slab_path: Path, index: SlotIndex, policy: SlotFifo,
 
 
 def take(directory: Path, slab_path: Path, slot_count: int, block_size: int,
-         chunk_size: int) -> Taken:
+         chunk_size: int, *, usable: bool = True) -> Taken:
     """The snapshot in ``directory`` if it describes this slab, deleted from the
-    disk before this returns either way. Blocking."""
+    disk before this returns either way. ``usable`` False: the slab was not
+    kept whole (resized, truncated, recreated), only delete it. Blocking."""
     path = directory / SNAPSHOT_FILE_NAME
     try:
         path.with_name(SNAPSHOT_FILE_NAME + ".tmp").unlink(missing_ok=True)
@@ -152,7 +153,9 @@ def take(directory: Path, slab_path: Path, slot_count: int, block_size: int,
         return Taken(None, f"index snapshot not used: {exc}")
     try:
         with file:
-            restored, reason = _read(file, slab_path, slot_count, block_size, chunk_size)
+            restored, reason = (
+                _read(file, slab_path, slot_count, block_size, chunk_size) if usable else
+                (None, "index snapshot not used: the slab file was not kept whole"))
         path.unlink()
         _sync_directory(directory)
     except OSError as exc:

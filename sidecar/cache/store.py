@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import functools
 import logging
 import time
 from array import array
@@ -1054,17 +1055,16 @@ async def _recover(
     threads only contend for it (measured with ``python -m bench.recovery``).
     """
     taken = await loop.run_in_executor(
-        executor, snapshot.take, slab.path.parent, slab.path, slab.slot_count,
-        slab.block_size, slab.chunk_size)
+        executor, functools.partial(
+            snapshot.take, slab.path.parent, slab.path, slab.slot_count, slab.block_size,
+            slab.chunk_size, usable=slab.opening.state == "reused"))
     if taken.reason is not None:
         log.warning("cache file %s: %s", slab.path, taken.reason)
     if taken.restored is not None:
-        if slab.opening.state == "reused":
-            return RecoveredIndex(
-                index=taken.restored.index, policy=taken.restored.policy,
-                free=taken.restored.free, erase=[], corrupt_headers=0, duplicates=0,
-                next_generation=taken.restored.next_generation, from_snapshot=True)
-        log.info("cache file %s was not reused whole: index snapshot not used", slab.path)
+        return RecoveredIndex(
+            index=taken.restored.index, policy=taken.restored.policy,
+            free=taken.restored.free, erase=[], corrupt_headers=0, duplicates=0,
+            next_generation=taken.restored.next_generation, from_snapshot=True)
     scan = await loop.run_in_executor(executor, slab.scan, 0, slab.opening.kept_slots,
                                       admit_to_main)
     recovered = await loop.run_in_executor(
