@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -189,9 +190,14 @@ def _build_in_child(directory: Path, slots: int, block_size: int, fill: float, c
 
 
 def run(slots: int, block_size: int, fill: float, corrupt: int, io_threads: int,
-        directory: Path | None, seed: int, restart: str = "crash") -> list[dict[str, Any]]:
+        directory: Path | None, seed: int, restart: str = "crash",
+        report: Callable[[list[dict[str, Any]]], None] | None = None,
+        ) -> list[dict[str, Any]]:
     """One result per start timed: the crash start (a scan), and with ``restart``
-    "clean" or "both" the start after it stopped cleanly (the snapshot)."""
+    "clean" or "both" the start after it stopped cleanly (the snapshot).
+    ``report`` gets them before the slab is deleted: deleting a sparse file of
+    terabytes can take many minutes (a file system mounted with discard
+    discards every extent)."""
     with tempfile.TemporaryDirectory(prefix="bench-recovery-", dir=directory) as tmp:
         where = Path(tmp)
         started = time.perf_counter()
@@ -205,6 +211,15 @@ def run(slots: int, block_size: int, fill: float, corrupt: int, io_threads: int,
             for name in (SLAB_FILE_NAME, SNAPSHOT_FILE_NAME):
                 _drop_from_page_cache(where / name)
             opened["clean"] = _open_in_child(where, slots, block_size, io_threads)
+        results = _results(opened, restart, slots, block_size, valid, damaged, io_threads,
+                           built)
+        if report is not None:
+            report(results)
+    return results
+
+
+def _results(opened: dict[str, dict[str, Any]], restart: str, slots: int, block_size: int,
+             valid: int, damaged: int, io_threads: int, built: float) -> list[dict[str, Any]]:
     results = []
     for kind, result in opened.items():
         if restart not in (kind, "both"):
@@ -317,12 +332,14 @@ def main(argv: list[str] | None = None) -> int:
                                         args.io_threads))
         print(json.dumps(opened), flush=True)
         return 0
+    def report(results: list[dict[str, Any]]) -> None:
+        for result in results:
+            print(json.dumps(result), flush=True)
+            if args.record:
+                record(result, sys.argv[1:] if argv is None else argv)
+
     results = run(args.slots, args.block_size, args.fill, args.corrupt, args.io_threads,
-                  args.dir, args.seed, args.restart)
-    for result in results:
-        print(json.dumps(result), flush=True)
-        if args.record:
-            record(result, sys.argv[1:] if argv is None else argv)
+                  args.dir, args.seed, args.restart, report)
     return 0 if all(result["ok"] for result in results) else 1
 
 
