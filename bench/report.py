@@ -699,9 +699,10 @@ def _isolation_sections(results: dict[str, Any]) -> list[str]:
     return out
 
 
-# Sections measured by scripts of their own (bench/capacity_*.py), each written
-# as a markdown fragment beside the results; spliced in as they are.
-FRAGMENTS = ("capacity-accuracy.md", "capacity-scale.md")
+# Sections measured by scripts of their own (python -m bench.recovery --record,
+# bench.capacity_accuracy, bench.capacity_scale), each written as a markdown
+# fragment beside the results; spliced in as they are.
+FRAGMENTS = ("recovery.md", "capacity-accuracy.md", "capacity-scale.md")
 
 
 def _fragments() -> list[str]:

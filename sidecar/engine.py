@@ -643,9 +643,9 @@ class Engine:
 
     def invalidate(self, bucket: str, key: str) -> int:
         """Drop every cached block of the object; how many were dropped."""
-        dropped = self._store.invalidate_object(bucket, key)
-        self._forget_evicted(dropped)
-        return len(dropped)
+        purged = self._store.invalidate_object(bucket, key)
+        self._forget_evicted(purged.unread)
+        return purged.blocks
 
     def shrink_cache(self, nbytes: int) -> int:
         """Give about `nbytes` of the cache's disk space back; the bytes released."""

@@ -12,11 +12,12 @@ from sidecar.cache.store import (
     BlockStore,
     BlockWrite,
     CacheMetrics,
+    Purged,
     Shrunk,
     Written,
 )
 
 __all__ = [
-    "BlockIdent", "BlockStore", "BlockWrite", "CacheDiskError", "CacheMetrics", "Shrunk",
+    "BlockIdent", "BlockStore", "BlockWrite", "CacheDiskError", "CacheMetrics", "Purged", "Shrunk",
     "SlotRecord", "Written",
 ]

@@ -27,8 +27,10 @@ class SlotRecord(NamedTuple):
 
     ``checksums`` are the xxh3_64 of each checksum chunk of the data, kept in
     memory so that a read verifies without touching the slot header on disk.
-    ``generation`` is the slab-wide write counter value of the write that made it.
-    Compared by identity where it matters (is this still the slot's record?).
+    ``generation`` is the slab-wide write counter value of the write that made it
+    (its low 32 bits in a record the store's index made: see
+    ``sidecar.cache.index``). The store makes records on demand; whether one
+    is still the slot's is a comparison of its fields with the index.
     """
 
     ident: BlockIdent

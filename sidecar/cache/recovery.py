@@ -1,4 +1,6 @@
-"""Rebuilding the cache index from the slot headers at start (warm restart).
+"""Rebuilding the cache index from the slot headers at start (warm restart
+after a crash; after a clean stop the index snapshot is taken over instead,
+see ``sidecar.cache.snapshot``).
 
 The slab's slot headers are the index: each names its block (bucket, key,
 ETag, block number), its length, the write generation and the checksums of its
@@ -16,18 +18,19 @@ Recovery reads every header once, keeps the valid ones and drops the rest:
   whose data was torn by the crash becomes a miss and a refetch, never bytes.
 
 This module is the pure half: what the headers found mean for the index
-(records, per-object sets, the eviction queue, free slots).
+(``SlotIndex``, the eviction queue, free slots), built in flat arrays.
 ``BlockStore.open`` does the reading (``Slab.scan`` in the executor).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.cache.ident import BlockIdent, SlotRecord
-from sidecar.cache.policy import EvictionPolicy
+from sidecar.cache.index import HASH_BYTES, NO_BLOCK, SlotIndex
+from sidecar.cache.slab import SlotScan
+from sidecar.cache.slot_fifo import SlotFifo
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ class RecoveryReport:
     duplicates: int  # dropped: an older copy of a block recovered from another slot
     next_generation: int  # where the write counter resumes
     seconds: float
+    # "snapshot": the index saved at the last clean stop was taken over (no
+    # header read); "scan": every kept slot header was read.
+    index: str = "scan"
 
     @property
     def recreated(self) -> bool:
@@ -66,6 +72,7 @@ class RecoveryReport:
             "corrupt_headers": self.corrupt_headers,
             "duplicates": self.duplicates,
             "dropped": self.dropped,
+            "index": self.index,
             "seconds": round(self.seconds, 6),
         }
 
@@ -100,67 +107,78 @@ class ScrubProgress:
 class RecoveredIndex:
     """The index to start from: what the store adopts in place of an empty one.
 
-    Built whole in the executor (100k blocks take a good part of a second of
-    CPU), so that the store only has to take the containers over.
+    Built whole in the executor, so that the store only has to take it over.
     """
 
-    records: dict[BlockIdent, SlotRecord]  # oldest generation first
-    objects: dict[tuple[str, str], set[BlockIdent]]  # (bucket, key) -> its blocks
-    policy: EvictionPolicy[BlockIdent]  # holding the records, oldest first in line
-    used_bytes: int
-    free: list[int]  # free slots, as a stack (the last one is used first)
+    index: SlotIndex
+    policy: SlotFifo  # holding the slots, oldest first in line
+    free: array[int]  # free slots, as a stack (the last one is used first)
     erase: list[int]  # slots whose header must be erased on disk before reuse
     corrupt_headers: int
     duplicates: int
     next_generation: int  # larger than every generation on disk
+    from_snapshot: bool = False
+
+    @property
+    def used_bytes(self) -> int:
+        return self.index.used_bytes
+
+
+def free_stack(index: SlotIndex) -> array[int]:
+    """The slots that hold no block, as a stack handing out the lowest first
+    (as a new store does)."""
+    lengths = index.lengths
+    return array("i", (slot for slot in range(index.slot_count - 1, -1, -1)
+                       if lengths[slot] == NO_BLOCK))
 
 
 def rebuild_index(
-    slot_count: int, records: Iterable[SlotRecord], corrupt: Iterable[int],
-    admit_to_main: Callable[[BlockIdent], bool] = lambda ident: False,
+    slot_count: int, block_size: int, chunk_size: int, scan: SlotScan,
 ) -> RecoveredIndex:
     """The index the valid headers describe, duplicates resolved by generation."""
-    best: dict[BlockIdent, SlotRecord] = {}
+    index = SlotIndex(slot_count, block_size, chunk_size)
+    # Per slot while rebuilding only: the generation (duplicates, order) and
+    # whether the block skips probation.
+    generations = array("Q", [0]) * slot_count
+    main = bytearray(slot_count)
+    chunks = index.chunks_per_block
     losers: list[int] = []
     top = 0
-    for record in records:
-        top = max(top, record.generation)
-        held = best.get(record.ident)
-        if held is None:
-            best[record.ident] = record
-        elif (record.generation, record.slot) > (held.generation, held.slot):
+    hashes, slots, lengths = scan.hashes, scan.slots, scan.lengths
+    for entry in range(len(scan)):
+        slot, generation = slots[entry], scan.generations[entry]
+        top = max(top, generation)
+        digest = bytes(hashes[HASH_BYTES * entry:HASH_BYTES * (entry + 1)])
+        held = index.find(digest)
+        if held >= 0:
             # Equal generations cannot come from one slab's counter; the slot
             # number only makes the choice deterministic if a disk invents one.
-            best[record.ident] = record
-            losers.append(held.slot)
-        else:
-            losers.append(record.slot)
-    erase = sorted(set(corrupt)) + sorted(losers)
-    kept = sorted(best.values(), key=_generation)
-    ordered = {record.ident: record for record in kept}
-    objects: dict[tuple[str, str], set[BlockIdent]] = {}
-    for ident in ordered:
-        objects.setdefault((ident.bucket, ident.key), set()).add(ident)
+            if (generation, slot) < (generations[held], held):
+                losers.append(slot)
+                continue
+            index.remove(held)
+            losers.append(held)
+        length = lengths[entry]
+        first = chunks * entry
+        index.add(slot, digest, length, generation,
+                  scan.checksums[first:first - (-length // chunk_size)])
+        generations[slot] = generation
+        main[slot] = scan.main[entry]
+    erase = sorted(set(scan.corrupt)) + sorted(losers)
     # Oldest generation first: recovered blocks queue for eviction in the order
-    # they were written, as they would have without the restart.
-    policy: EvictionPolicy[BlockIdent] = EvictionPolicy(slot_count)
-    policy.adopt(ordered, admit_to_main)
-    used = {record.slot for record in kept}
-    # Free slots as a stack that hands out the lowest slot first, as a new
-    # store does.
-    free = [slot for slot in range(slot_count - 1, -1, -1) if slot not in used]
+    # they were written, as they would have without the restart. One list of
+    # ints (generation and slot packed), not a tuple per block.
+    order = [generations[slot] << 32 | slot for slot in range(slot_count)
+             if index.holds(slot)]
+    order.sort()
+    policy = SlotFifo(slot_count, index.fingerprint_of)
+    policy.adopt((packed & 0xFFFFFFFF for packed in order), lambda slot: bool(main[slot]))
     return RecoveredIndex(
-        records=ordered,
-        objects=objects,
+        index=index,
         policy=policy,
-        used_bytes=sum(record.length for record in kept),
-        free=free,
+        free=free_stack(index),
         erase=erase,
-        corrupt_headers=len(set(corrupt)),
+        corrupt_headers=len(set(scan.corrupt)),
         duplicates=len(losers),
         next_generation=top + 1,
     )
-
-
-def _generation(record: SlotRecord) -> int:
-    return record.generation

@@ -126,11 +126,14 @@ In every case but the first the new file header is written last; a crash
 before it leaves a header that disagrees with the size, and the next open
 repeats the decision, keeping no more slots than this one did.
 
-The store then recovers its index from the kept slots (``scan``; see
-``sidecar.cache.recovery``): one 4 KiB header read per slot, a thousand asked
-of the disk at a time (``POSIX_FADV_WILLNEED``) while the previous thousand are
-decoded; zeros and clear flags are empty slots, valid headers come back as
-cached blocks, anything else that claims a block is corrupt and dropped.
+After a clean stop the store takes over the index it saved then
+(``sidecar.cache.snapshot``) and reads no slot header. Otherwise it recovers
+its index from the kept slots (``scan``; see ``sidecar.cache.recovery``): one
+4 KiB header read per slot, a thousand asked of the disk at a time
+(``POSIX_FADV_WILLNEED``) while the previous thousand are decoded; zeros and
+clear flags are empty slots, valid headers come back as cached blocks (into
+flat arrays, ``SlotScan``: identity hash, length, generation, checksums),
+anything else that claims a block is corrupt and dropped.
 Duplicates keep the higher generation, and the write counter resumes after the
 largest generation seen, so a block written after the restart always outranks
 older copies. Data is not read at start: every read verifies the chunks it
@@ -172,6 +175,9 @@ import errno
 import functools
 import os
 import struct
+import sys
+from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from io import FileIO
 from pathlib import Path
@@ -181,6 +187,7 @@ import xxhash
 from sidecar.blocks import MAX_BLOCK_SIZE
 from sidecar.cache.errors import ChecksumMismatch
 from sidecar.cache.ident import BlockIdent, SlotRecord
+from sidecar.cache.index import block_hash, object_hash
 
 SLAB_FILE_NAME = "slab.dat"
 FILE_MAGIC = b"KCSLAB01"
@@ -205,6 +212,9 @@ _NAME_LENGTHS_OFFSET = 34
 _NOT_VALID = struct.pack("<H", 0)
 _ZEROS_8 = bytes(8)
 _SCAN_BATCH = 1024  # slot headers asked of the disk at once by Slab.scan
+# Slab.scan copies the little-endian checksums of a header straight into an
+# array of native u64.
+assert sys.byteorder == "little", "the slab's scan reads little-endian u64s natively"
 
 assert _FILE_HEADER.size == 32 and _SLOT_FIXED.size == 40
 # The largest possible header (see the module docstring) must fit its page.
@@ -293,17 +303,23 @@ def inspect_slot_header(
     header: bytes, slot: int, block_size: int
 ) -> SlotRecord | HeaderState:
     """The block a slot header describes, or why it describes none."""
-    return _inspect(header, slot, block_size, chunk_size_for(block_size), {})
+    parsed = _parse(header, block_size, chunk_size_for(block_size))
+    if isinstance(parsed, HeaderState):
+        return parsed
+    length, block, generation, chunk_count, bucket, key, etag, names_end = parsed
+    return SlotRecord(
+        BlockIdent(bucket.decode(), key.decode(), etag.decode(), block), slot, length,
+        generation, _checksums_struct(chunk_count).unpack_from(header, names_end),
+    )
 
 
-def _inspect(
-    header: bytes, slot: int, block_size: int, expected_chunk_size: int,
-    names_seen: dict[bytes, tuple[str, str, str]],
-) -> SlotRecord | HeaderState:
+def _parse(
+    header: bytes, block_size: int, expected_chunk_size: int,
+) -> tuple[int, int, int, int, bytes, bytes, bytes, int] | HeaderState:
+    """(length, block, generation, chunk_count, bucket, key, etag, names_end) of
+    a valid header, names checked to be UTF-8; or why it is not one."""
     # The cheap checks come first: only a header that passes magic, version
-    # and lengths is hashed. ``names_seen`` shares the strings of the blocks of
-    # one object (recovery decodes each name once, and 100k records then hold
-    # a few hundred names, not 100k copies).
+    # and lengths is hashed.
     if header[:4] != SLOT_MAGIC:
         # Zeros are a slot never written (or a punched hole); anything else in
         # the magic is damage (a stray write, a torn page after a power loss).
@@ -335,24 +351,15 @@ def _inspect(
         return HeaderState.CORRUPT
     if xxhash.xxh3_64_intdigest(header[:body_end]) != _U64.unpack_from(header, body_end)[0]:
         return HeaderState.CORRUPT
-    # The three lengths (bytes 34..39) and the names: the same bytes cannot
-    # split into other names.
-    raw = header[_NAME_LENGTHS_OFFSET:names_end]
-    names = names_seen.get(raw)
-    if names is None:
-        try:
-            names = (
-                header[_SLOT_FIXED.size:_SLOT_FIXED.size + bucket_len].decode(),
-                header[_SLOT_FIXED.size + bucket_len:names_end - etag_len].decode(),
-                header[names_end - etag_len:names_end].decode(),
-            )
-        except UnicodeDecodeError:
-            return HeaderState.CORRUPT
-        names_seen[raw] = names
-    return SlotRecord(
-        BlockIdent(names[0], names[1], names[2], block), slot, length, generation,
-        _checksums_struct(chunk_count).unpack_from(header, names_end),
-    )
+    names = header[_SLOT_FIXED.size:names_end]
+    bucket = names[:bucket_len]
+    key = names[bucket_len:bucket_len + key_len]
+    etag = names[bucket_len + key_len:]
+    try:
+        bucket.decode(), key.decode(), etag.decode()
+    except UnicodeDecodeError:
+        return HeaderState.CORRUPT
+    return length, block, generation, chunk_count, bucket, key, etag, names_end
 
 
 @functools.cache
@@ -362,10 +369,22 @@ def _checksums_struct(count: int) -> struct.Struct:
 
 @dataclass(frozen=True)
 class SlotScan:
-    """The slot headers of a run of slots, as ``Slab.scan`` found them."""
+    """The valid slot headers of a run of slots, as ``Slab.scan`` found them:
+    entry i is slot ``slots[i]``, its identity hash (``sidecar.cache.index``)
+    is ``hashes[12*i:12*i+12]``, its checksums ``checksums[C*i:C*i+n]`` (C the
+    chunks of a whole block, n those of ``lengths[i]`` bytes). Flat arrays:
+    no object per block, even for millions of slots."""
 
-    records: list[SlotRecord]
+    slots: array[int]
+    generations: array[int]
+    lengths: array[int]
+    hashes: bytearray
+    checksums: array[int]
+    main: bytearray  # 1 for the blocks the scan's ``admit_to_main`` picked
     corrupt: list[int]  # slots whose header claims a block but fails a check
+
+    def __len__(self) -> int:
+        return len(self.slots)
 
 
 @dataclass(frozen=True)
@@ -627,23 +646,28 @@ class Slab:
             self._block_size,
         )
 
-    def scan(self, first: int, stop: int) -> SlotScan:
+    def scan(
+        self, first: int, stop: int,
+        admit_to_main: Callable[[BlockIdent], bool] | None = None,
+    ) -> SlotScan:
         """The slot headers of slots ``first..stop-1`` (recovery). Blocking.
 
         One ``pread`` of a header page per slot rather than the mapping: a read
         releases the GIL while the disk works, so a few threads scanning
         disjoint runs keep the disk busy, and no page fault stalls a thread
         that holds the GIL. Data pages are never read here.
+        ``admit_to_main`` marks the blocks the policy keeps out of probation.
         """
         if self._closed:
             raise ValueError("slab is closed")
         if not 0 <= first <= stop <= self._slot_count:
             raise IndexError(f"slots {first}..{stop} outside 0..{self._slot_count}")
-        records: list[SlotRecord] = []
-        corrupt: list[int] = []
+        found = SlotScan(array("I"), array("Q"), array("I"), bytearray(), array("Q"),
+                         bytearray(), [])
         fd, pread, stride = self._fd, os.pread, SLOT_HEADER_SIZE + self._block_size
         block_size, chunk_size = self._block_size, self._chunk_size
-        names_seen: dict[bytes, tuple[str, str, str]] = {}
+        chunks = -(-block_size // chunk_size)
+        padding = [array("Q", [0]) * n for n in range(chunks + 1)]
         self._advise_headers(first, min(stop, first + _SCAN_BATCH))
         for batch in range(first, stop, _SCAN_BATCH):
             # Ask for the next batch before decoding this one: the kernel reads
@@ -655,12 +679,21 @@ class Slab:
                 offset += stride
                 if header[:8] == _ZEROS_8:  # the common empty slot, without decoding
                     continue
-                result = _inspect(header, slot, block_size, chunk_size, names_seen)
-                if isinstance(result, SlotRecord):
-                    records.append(result)
-                elif result is HeaderState.CORRUPT:
-                    corrupt.append(slot)
-        return SlotScan(records, corrupt)
+                parsed = _parse(header, block_size, chunk_size)
+                if parsed is HeaderState.CORRUPT:
+                    found.corrupt.append(slot)
+                if isinstance(parsed, HeaderState):
+                    continue
+                length, block, generation, count, bucket, key, etag, names_end = parsed
+                found.slots.append(slot)
+                found.generations.append(generation)
+                found.lengths.append(length)
+                found.hashes.extend(block_hash(object_hash(bucket, key), etag, block))
+                found.checksums.frombytes(header[names_end:names_end + 8 * count])
+                found.checksums.extend(padding[chunks - count])
+                found.main.append(admit_to_main is not None and admit_to_main(BlockIdent(
+                    bucket.decode(), key.decode(), etag.decode(), block)))
+        return found
 
     def _advise_headers(self, first: int, stop: int) -> None:
         """Start reading the header pages of slots ``first..stop-1`` (readahead(2)

@@ -9,7 +9,7 @@ A slot is in exactly one of these states:
 
     free       in ``_free``, ready for a write
     writing    in ``_writing``: a write is copying into it in the executor
-    live       holds the block of a ``SlotRecord`` in ``_records``
+    live       holds a block in the index (``SlotIndex``) and the policy
     retiring   in ``_retiring``: its block was dropped, but readers still pin it
                or its on-disk valid flag is being cleared; free afterwards
 
@@ -18,9 +18,15 @@ ever chosen as eviction victims, and a dropped slot goes back to ``free`` only
 once nobody pins it, so a write never overwrites bytes that a reader is
 copying out.
 
-``BlockStore.open`` starts from what the slab holds: every valid slot header
-comes back as a live block (``sidecar.cache.recovery``; the crash analysis is
-in ``slab.py``), the rest are free, and ``recovery`` reports what was found.
+The index is flat arrays (``sidecar.cache.index``) and the eviction policy
+S3-FIFO over slot numbers (``sidecar.cache.slot_fifo``): no object per block.
+A ``SlotRecord`` is made when a lookup asks for one.
+
+``BlockStore.open`` starts from what the slab holds: after a clean stop the
+index saved by ``close`` (``sidecar.cache.snapshot``), else every valid slot
+header comes back as a live block (``sidecar.cache.recovery``; the crash
+analysis is in ``slab.py``); the rest are free, and ``recovery`` reports what
+was found.
 
 Executor work is run in a task of its own and awaited through ``shield``: a
 client that disconnects mid-read cancels its wait, not the copy, so a pin is
@@ -37,25 +43,30 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
+import functools
 import logging
 import time
+from array import array
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from sidecar.cache import snapshot
 from sidecar.cache.errors import CacheDiskError, CacheFullError, ChecksumMismatch
 from sidecar.cache.faults import ReadFaults
 from sidecar.cache.ident import BlockIdent, SlotRecord
-from sidecar.cache.policy import EvictionPolicy
+from sidecar.cache.index import SlotBits, SlotIndex, fingerprint, ident_hash, object_hash
 from sidecar.cache.recent import RecentChunks
 from sidecar.cache.recovery import (
     RecoveredIndex,
     RecoveryReport,
     ScrubProgress,
+    free_stack,
     rebuild_index,
 )
 from sidecar.cache.slab import SLOT_HEADER_SIZE, NotResident, Slab
+from sidecar.cache.slot_fifo import SlotFifo
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +77,9 @@ REASON_CHECKSUM = "checksum"
 REASON_INVALIDATED = "invalidated"
 REASON_SHRINK = "shrink"
 REASON_RECOVERY = "recovery"
+# The name of a block the scrub verifies: recovered blocks are known by slot
+# and identity hash only (their names are in their slot headers).
+_NAMELESS = BlockIdent("", "", "", -1)
 # Memory for verified chunks kept for the next reader (sidecar.cache.recent).
 RECENT_CHUNK_BYTES = 64 * 1024 * 1024
 
@@ -90,7 +104,10 @@ class Written:
 
     ``record``: the block as cached, or None when nothing was cached (every
     slot pinned or being written, the object invalidated meanwhile, the store
-    closed, or the disk failed). ``evicted``: blocks pushed out to make room.
+    closed, or the disk failed). ``evicted``: blocks pushed out to make room
+    that no reader had had (cached ahead of their readers): the index keeps
+    no names, only the names of such blocks (``_names``), which is what the
+    engine needs (read-ahead wasted). The others are counted in the metrics.
     ``disk_error``: why the disk refused the write (``ENOSPC: No space left on
     device``), for the caller to decide whether to keep using the cache.
     """
@@ -102,10 +119,20 @@ class Written:
 
 @dataclass(frozen=True)
 class Shrunk:
-    """What ``BlockStore.shrink`` gave back to the disk, and the blocks it evicted."""
+    """What ``BlockStore.shrink`` gave back to the disk, and the unread blocks it
+    evicted (as ``Written.evicted``)."""
 
     released_bytes: int
     evicted: tuple[BlockIdent, ...] = ()
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What ``BlockStore.invalidate_object`` dropped: how many blocks, and which
+    of them no reader had had (as ``Written.evicted``)."""
+
+    blocks: int
+    unread: tuple[BlockIdent, ...] = ()
 
 
 @dataclass(eq=False)
@@ -164,12 +191,16 @@ class BlockStore:
         self._executor = executor
         self._metrics = metrics
         self._loop = loop
-        self._records: dict[BlockIdent, SlotRecord] = {}
-        self._objects: dict[tuple[str, str], set[BlockIdent]] = {}
-        self._policy: EvictionPolicy[BlockIdent] = EvictionPolicy(slab.slot_count)
+        # Which slot holds which block, as flat arrays (sidecar.cache.index):
+        # no object per block, so that millions of slots cost ~100 bytes each.
+        # A recovered index is taken over as it is: never two of them in memory.
+        if recovered is None:
+            recovered = _empty_index(slab)
+        self._index = recovered.index
+        self._policy = recovered.policy
         # A stack: the most recently freed slot is reused first, while its pages
         # may still be in the page cache.
-        self._free: list[int] = list(range(slab.slot_count - 1, -1, -1))
+        self._free: array[int] = recovered.free
         self._pins: dict[int, int] = {}
         self._writing: dict[int, BlockIdent] = {}
         self._cancelled: set[int] = set()  # writing slots whose object was invalidated
@@ -180,7 +211,6 @@ class BlockStore:
         # The last generation given out; a recovered index resumes after the
         # largest one on disk, so that a newer copy always has the larger one.
         self._generation = 0
-        self._used_bytes = 0
         self._closed = False
         self.recovery = report
         self.scrub: ScrubProgress | None = None
@@ -188,30 +218,31 @@ class BlockStore:
         # never more than a share of the slots, so a warm-up cannot evict
         # itself or flush the live hot set.
         self._clock = clock
-        self._protected: dict[BlockIdent, float] = {}
+        self._protected: dict[int, float] = {}  # slot -> until
         self._max_protected = int(slab.slot_count * protected_share)
-        # Cached blocks no reader has had yet (see lookup); at most one per slot.
-        self._unread: set[BlockIdent] = set()
+        # Slots of cached blocks no reader has had yet (see lookup), and the
+        # names of at most _max_names of them: the engine is told when such a
+        # block leaves unread (read ahead in vain), and the index has no names.
+        self._unread = SlotBits(slab.slot_count)
+        self._names: dict[int, BlockIdent] = {}
+        self._max_names = max(1024, slab.slot_count // 64)
+        # Slots the scrub has yet to verify (cleared when a slot's block leaves
+        # the cache).
+        self._unscrubbed = SlotBits(slab.slot_count)
         self._drop_written_pages = drop_written_pages
         self._disabled: set[int] = set()  # slots whose space was given back to the disk
         # Slots whose pages were dropped from the page cache: read in the executor
         # straight away. A read that only may not wait (RWF_NOWAIT) still starts
         # the kernel's read-ahead for what it misses, on the event loop.
-        self._paged_out: set[int] = set()
+        self._paged_out = SlotBits(slab.slot_count)
         # Blocks that skip the policy's probation (small objects read whole and
         # often: a segment's manifest and indexes), so scans cannot evict them.
         self._admit_to_main = admit_to_main or _nothing_skips_probation
         self._recent = RecentChunks(recent_chunk_bytes, slab.chunk_size)
         self._read_faults = ReadFaults()
-        if recovered is not None:
-            self._adopt(recovered)
+        self._adopt(recovered)
 
     def _adopt(self, recovered: RecoveredIndex) -> None:
-        self._records = recovered.records
-        self._objects = recovered.objects
-        self._policy = recovered.policy
-        self._used_bytes = recovered.used_bytes
-        self._free = recovered.free
         self._generation = recovered.next_generation - 1
         for _ in range(recovered.corrupt_headers + recovered.duplicates):
             self._metrics.on_eviction(REASON_RECOVERY)
@@ -256,12 +287,13 @@ class BlockStore:
             reason=opening.reason,
             slots=slot_count,
             slots_scanned=opening.kept_slots,
-            blocks_recovered=len(recovered.records),
+            blocks_recovered=len(recovered.index),
             bytes_recovered=recovered.used_bytes,
             corrupt_headers=recovered.corrupt_headers,
             duplicates=recovered.duplicates,
             next_generation=recovered.next_generation,
             seconds=time.perf_counter() - started,
+            index="snapshot" if recovered.from_snapshot else "scan",
         )
         if opening.damaged:
             log.warning("cache file %s: %s", slab.path, opening.reason)
@@ -273,10 +305,11 @@ class BlockStore:
                 report.dropped, report.corrupt_headers, report.duplicates,
             )
         log.info(
-            "cache recovery: %s file, %d of %d slots scanned, %d blocks (%d bytes) recovered, "
-            "%d corrupt headers and %d duplicates dropped, in %.3f s",
-            report.file, report.slots_scanned, report.slots, report.blocks_recovered,
-            report.bytes_recovered, report.corrupt_headers, report.duplicates, report.seconds,
+            "cache recovery: %s file, index from the %s, %d of %d slots kept, %d blocks "
+            "(%d bytes) recovered, %d corrupt headers and %d duplicates dropped, in %.3f s",
+            report.file, report.index, report.slots_scanned, report.slots,
+            report.blocks_recovered, report.bytes_recovered, report.corrupt_headers,
+            report.duplicates, report.seconds,
         )
         store = cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
                     recent_chunk_bytes=recent_chunk_bytes,
@@ -305,9 +338,11 @@ class BlockStore:
             raise ValueError(f"scrub rate must be positive, got {rate}")
         if self._closed or self.scrub is not None:
             return
-        records = sorted(self._records.values(), key=_slot_of)
-        self.scrub = ScrubProgress(rate=rate, blocks=len(records))
-        self._track(self._loop.create_task(self._scrub(records, self.scrub)))
+        for slot in range(self._index.slot_count):
+            if self._index.holds(slot):
+                self._unscrubbed.add(slot)
+        self.scrub = ScrubProgress(rate=rate, blocks=len(self._unscrubbed))
+        self._track(self._loop.create_task(self._scrub(self.scrub)))
 
     @property
     def block_size(self) -> int:
@@ -329,29 +364,48 @@ class BlockStore:
         """
         if self._closed:
             return None
-        record = self._records.get(ident)
-        if record is not None and touch:
-            if ident in self._unread:
-                self._unread.discard(ident)
+        slot = self._index.find(ident_hash(ident))
+        if slot < 0:
+            return None
+        if touch:
+            if slot in self._unread:
+                self._unread.discard(slot)
+                self._names.pop(slot, None)
             else:
-                self._policy.touch(ident)
-            self._protected.pop(ident, None)  # warmed "until read": it was read
-        return record
+                self._policy.touch(slot)
+            self._protected.pop(slot, None)  # warmed "until read": it was read
+        return self._record(ident, slot)
+
+    def _record(self, ident: BlockIdent, slot: int) -> SlotRecord:
+        # Made on demand: the index holds no object per block (the generation
+        # is its low 32 bits, see sidecar.cache.index).
+        return SlotRecord(ident, slot, self._index.length(slot), self._index.generation(slot),
+                          self._index.checksums_of(slot))
+
+    def _current(self, record: SlotRecord) -> bool:
+        """Whether ``record``'s slot still holds that block with those checksums."""
+        slot, index = record.slot, self._index
+        if not index.holds(slot) or index.length(slot) != record.length \
+                or index.generation(slot) != record.generation & 0xFFFFFFFF \
+                or index.checksums_of(slot) != record.checksums:
+            return False
+        return record.ident is _NAMELESS or index.hash_of(slot) == ident_hash(record.ident)
 
     def protect(self, ident: BlockIdent, ttl_s: float) -> bool:
         """Keep a cached block from eviction until it is read or ttl_s passes.
 
         False when the block is not cached or the protected share is full.
         """
-        if ident not in self._records:
+        slot = self._index.find(ident_hash(ident))
+        if slot < 0:
             return False
-        if ident not in self._protected and len(self._protected) >= self._max_protected:
+        if slot not in self._protected and len(self._protected) >= self._max_protected:
             now = self._clock()
-            for expired in [i for i, until in self._protected.items() if until <= now]:
+            for expired in [s for s, until in self._protected.items() if until <= now]:
                 del self._protected[expired]
             if len(self._protected) >= self._max_protected:
                 return False
-        self._protected[ident] = max(self._protected.get(ident, 0.0), self._clock() + ttl_s)
+        self._protected[slot] = max(self._protected.get(slot, 0.0), self._clock() + ttl_s)
         return True
 
     def protected_blocks(self) -> int:
@@ -412,7 +466,7 @@ class BlockStore:
         in one step: from here on the slot cannot be handed to a writer)."""
         if not 0 <= start <= end <= record.length:
             raise ValueError(f"range {start}..{end} outside the block's {record.length} bytes")
-        if self._closed or self._records.get(record.ident) is not record:
+        if self._closed or not self._current(record):
             return False
         self._pin(record.slot)
         return True
@@ -580,10 +634,10 @@ class BlockStore:
     def release_pages(self, ident: BlockIdent) -> None:
         """A reader went past this block: write its pages back and drop them from
         the page cache, unless someone is reading it now (with drop_written_pages)."""
-        record = self._records.get(ident)
-        if record is None or not self._drop_written_pages or record.slot in self._pins:
+        slot = self._index.find(ident_hash(ident))
+        if slot < 0 or not self._drop_written_pages or slot in self._pins:
             return
-        self._track(self._loop.create_task(self._write_back(record.slot)))
+        self._track(self._loop.create_task(self._write_back(slot)))
 
     def _check_landed(self, write: BlockWrite, start: int, end: int) -> None:
         first, last = start // write.chunk_size, (end - 1) // write.chunk_size
@@ -602,20 +656,28 @@ class BlockStore:
         else:
             self._paged_out.add(slot)
 
-    def invalidate_object(self, bucket: str, key: str) -> tuple[BlockIdent, ...]:
-        """Drop every cached block of the object, whatever its ETag; the blocks dropped."""
-        idents = tuple(self._objects.pop((bucket, key), ()))
+    def invalidate_object(self, bucket: str, key: str) -> Purged:
+        """Drop every cached block of the object, whatever its ETag."""
+        slots = self._index.slots_of_object(object_hash(bucket.encode(), key.encode()))
         self._recent.forget_object(bucket, key)
-        for ident in idents:
-            self._drop(self._records[ident], REASON_INVALIDATED)
+        unread = [name for slot in slots if (name := self._names.get(slot)) is not None]
+        for slot in slots:
+            self._drop(slot, REASON_INVALIDATED)
         # A write still copying would otherwise bring the object back.
         for slot, ident in self._writing.items():
             if (ident.bucket, ident.key) == (bucket, key):
                 self._cancelled.add(slot)
-        return idents
+        return Purged(len(slots), tuple(unread))
 
     def used_bytes(self) -> int:
-        return self._used_bytes
+        return self._index.used_bytes
+
+    def index_bytes(self) -> int:
+        """Memory the index of the slots takes (arrays of the index, the policy,
+        the free stack and the per-slot bits), for the benchmark."""
+        return (self._index.nbytes() + self._policy.nbytes()
+                + self._free.itemsize * self._free.buffer_info()[1]
+                + self._unread.nbytes() + self._unscrubbed.nbytes() + self._paged_out.nbytes())
 
     def capacity_bytes(self) -> int:
         """Bytes of block data the usable slots can hold (slot headers not included)."""
@@ -629,11 +691,11 @@ class BlockStore:
         evicted: list[BlockIdent] = []
         if want > len(self._free):
             for victim in self._policy.choose_victims(want - len(self._free), self._is_pinned):
-                record = self._records[victim]
-                self._forget(record)
-                self._evicted(record, REASON_SHRINK)
-                self._retire(record.slot, clear_on_disk=False)
-                evicted.append(victim)
+                name = self._forget(victim)
+                self._evicted(victim, REASON_SHRINK)
+                self._retire(victim, clear_on_disk=False)
+                if name is not None:
+                    evicted.append(name)
         slots = [self._free.pop() for _ in range(min(want, len(self._free)))]
         self._disabled.update(slots)
         for slot in slots:
@@ -644,7 +706,7 @@ class BlockStore:
         """Take back every slot given to the disk; returns how many."""
         slots = sorted(self._disabled, reverse=True)
         self._disabled.clear()
-        self._free.extend(slots)
+        self._free.extend(array("i", slots))
         return len(slots)
 
     async def _release_space(self, slot: int) -> None:
@@ -654,7 +716,7 @@ class BlockStore:
             log.warning("could not give back the space of cache slot %d: %s", slot, exc)
 
     def block_count(self) -> int:
-        return len(self._records)
+        return len(self._index)
 
     @property
     def busy(self) -> bool:
@@ -679,17 +741,41 @@ class BlockStore:
         while self._tasks:
             # wait, not gather: cancelling close must not cancel the copies.
             await asyncio.wait(list(self._tasks))
-        await self._loop.run_in_executor(self._executor, self._slab.close)
+        try:
+            await self._loop.run_in_executor(self._executor, self._save_snapshot)
+        finally:
+            await self._loop.run_in_executor(self._executor, self._slab.close)
 
-    async def _scrub(self, records: list[SlotRecord], progress: ScrubProgress) -> None:
+    def _save_snapshot(self) -> None:
+        """The index for the next start (sidecar.cache.snapshot): no read or
+        write of a live slot is under way any more. Blocking."""
+        started = time.perf_counter()
+        try:
+            size = snapshot.save(self._slab.path.parent, self._slab.path, self._index,
+                                 self._policy, self._free, self._generation + 1)
+        except OSError as exc:  # the next start scans the slot headers instead
+            log.warning("could not save the cache index snapshot: %s", exc)
+            return
+        log.info("cache index snapshot saved: %d blocks, %d bytes, in %.3f s",
+                 len(self._index), size, time.perf_counter() - started)
+
+    async def _scrub(self, progress: ScrubProgress) -> None:
         self._scrubbing = asyncio.current_task()
         due = self._loop.time()
-        for record in records:
+        for slot in range(self._index.slot_count):
             if self._closed:
                 return
-            if not self._pin_if_current(record, 0, record.length):
+            if slot not in self._unscrubbed:
+                continue
+            self._unscrubbed.discard(slot)
+            if not self._index.holds(slot):
                 progress.skipped += 1
                 continue
+            # The slot still holds the block recovered into it (a block leaving
+            # clears its bit): verify it by slot, its name is on disk only.
+            record = SlotRecord(_NAMELESS, slot, self._index.length(slot),
+                                self._index.generation(slot), self._index.checksums_of(slot))
+            self._pin(slot)
             try:
                 intact = await self._in_task(self._scrub_pinned(record))
             except Exception as exc:  # the scrub is advice; reads still verify
@@ -735,11 +821,13 @@ class BlockStore:
             self._unpin(record.slot)
 
     def _checksum_failed(self, record: SlotRecord, exc: ChecksumMismatch | OSError) -> None:
-        log.warning("dropping cached block %s: %s", record.ident, exc)
+        log.warning("dropping cached block %s of slot %d: %s",
+                    "(recovered)" if record.ident is _NAMELESS else record.ident,
+                    record.slot, exc)
         self._metrics.on_checksum_failure()
         self._read_failed(exc)
-        if self._records.get(record.ident) is record:
-            self._drop(record, REASON_CHECKSUM)
+        if self._current(record):
+            self._drop(record.slot, REASON_CHECKSUM)
 
     def _read_failed(self, exc: ChecksumMismatch | OSError) -> None:
         if isinstance(exc, OSError):
@@ -792,31 +880,35 @@ class BlockStore:
             self._retire(slot, clear_on_disk=True)
             return Written(None)
         evicted: list[BlockIdent] = []
-        previous = self._records.get(ident)
-        if previous is not None:
-            # Replaced while we wrote (or before): the ident stays in the policy.
+        digest = ident_hash(ident)
+        previous = self._index.find(digest)
+        if previous >= 0:
+            # Replaced while we wrote (or before): the new slot takes the old
+            # one's place in the policy.
             self._forget(previous)
-            self._retire(previous.slot, clear_on_disk=True)
+            self._policy.replace(previous, slot)
+            self._retire(previous, clear_on_disk=True)
         else:
             try:
-                victims = self._policy.insert(ident, self._is_pinned,
-                                              main=self._admit_to_main(ident))
+                victims = self._policy.insert(
+                    slot, fingerprint(digest), self._is_pinned,
+                    main=self._admit_to_main(ident))
             except CacheFullError:
                 # Cannot happen while the reserved slot is outside the policy
                 # (it has fewer entries than slots); kept correct regardless.
                 self._retire(slot, clear_on_disk=True)
                 return Written(None)
             for victim in victims:
-                gone = self._records[victim]
-                self._forget(gone)
-                self._evicted(gone, REASON_CAPACITY)
-                self._retire(gone.slot, clear_on_disk=False)
-                evicted.append(victim)
-        self._records[ident] = record
+                name = self._forget(victim)
+                self._evicted(victim, REASON_CAPACITY)
+                self._retire(victim, clear_on_disk=False)
+                if name is not None:
+                    evicted.append(name)
+        self._index.add(slot, digest, record.length, record.generation, record.checksums)
         if not read:
-            self._unread.add(ident)
-        self._objects.setdefault((ident.bucket, ident.key), set()).add(ident)
-        self._used_bytes += record.length
+            self._unread.add(slot)
+            if len(self._names) < self._max_names:
+                self._names[slot] = ident
         return Written(record, tuple(evicted))
 
     def _end_write(self, slot: int) -> bool:
@@ -853,50 +945,46 @@ class BlockStore:
             if not joining_probation or self._closed:
                 return None, None
             await self._landed.wait()
-        record = self._records[victims[0]]
-        self._forget(record)
-        self._evicted(record, REASON_CAPACITY)
+        victim = victims[0]
+        name = self._forget(victim)
+        self._evicted(victim, REASON_CAPACITY)
         # Unpinned by construction, so the writer may take the slot at once;
         # the write itself clears the old header's valid flag first.
-        return record.slot, record.ident
+        return victim, name
 
-    def _is_pinned(self, ident: BlockIdent) -> bool:
-        if self._records[ident].slot in self._pins:
+    def _is_pinned(self, slot: int) -> bool:
+        if slot in self._pins:
             return True
-        until = self._protected.get(ident)
+        until = self._protected.get(slot)
         if until is None:
             return False
         if until > self._clock():
             return True
-        del self._protected[ident]
+        del self._protected[slot]
         return False
 
-    def _forget(self, record: SlotRecord) -> None:
-        """Remove a record from the index (not from the policy)."""
-        del self._records[record.ident]
-        self._protected.pop(record.ident, None)
-        self._unread.discard(record.ident)
-        object_key = (record.ident.bucket, record.ident.key)
-        idents = self._objects.get(object_key)
-        if idents is not None:
-            idents.discard(record.ident)
-            if not idents:
-                del self._objects[object_key]
-        self._used_bytes -= record.length
+    def _forget(self, slot: int) -> BlockIdent | None:
+        """Remove the slot's block from the index (not from the policy); its name
+        if it was unread and named."""
+        self._index.remove(slot)
+        self._protected.pop(slot, None)
+        self._unread.discard(slot)
+        self._unscrubbed.discard(slot)
+        return self._names.pop(slot, None)
 
-    def _drop(self, record: SlotRecord, reason: str) -> None:
-        self._forget(record)
-        self._policy.remove(record.ident)
-        self._evicted(record, reason)
+    def _drop(self, slot: int, reason: str) -> None:
+        self._forget(slot)
+        self._policy.remove(slot)
+        self._evicted(slot, reason)
         # Cleared on disk so that a future recovery of the index cannot bring
         # back an invalidated or corrupt block.
-        self._retire(record.slot, clear_on_disk=True)
+        self._retire(slot, clear_on_disk=True)
 
-    def _evicted(self, record: SlotRecord, reason: str) -> None:
+    def _evicted(self, slot: int, reason: str) -> None:
         self._metrics.on_eviction(reason)
         # Evicted data is of no use in the page cache: say so now rather than
         # let it push out the broker's pages.
-        self._track(self._loop.create_task(self._drop_pages(record.slot)))
+        self._track(self._loop.create_task(self._drop_pages(slot)))
 
     async def _drop_pages(self, slot: int) -> None:
         try:
@@ -958,21 +1046,40 @@ async def _recover(
     slab: Slab, executor: concurrent.futures.Executor, loop: asyncio.AbstractEventLoop,
     admit_to_main: Callable[[BlockIdent], bool] | None,
 ) -> RecoveredIndex:
-    """Scan the kept slots' headers, rebuild the index, erase the dropped headers:
-    all in the executor.
+    """Take the index snapshot of the last clean stop if there is a good one;
+    else scan the kept slots' headers, rebuild the index, erase the dropped
+    headers. All in the executor.
 
     One scan job, not several in parallel: ``Slab.scan`` already keeps a
     thousand header reads in flight, and decoding holds the GIL, so more
     threads only contend for it (measured with ``python -m bench.recovery``).
     """
-    scan = await loop.run_in_executor(executor, slab.scan, 0, slab.opening.kept_slots)
+    taken = await loop.run_in_executor(
+        executor, functools.partial(
+            snapshot.take, slab.path.parent, slab.path, slab.slot_count, slab.block_size,
+            slab.chunk_size, usable=slab.opening.state == "reused"))
+    if taken.reason is not None:
+        log.warning("cache file %s: %s", slab.path, taken.reason)
+    if taken.restored is not None:
+        return RecoveredIndex(
+            index=taken.restored.index, policy=taken.restored.policy,
+            free=taken.restored.free, erase=[], corrupt_headers=0, duplicates=0,
+            next_generation=taken.restored.next_generation, from_snapshot=True)
+    scan = await loop.run_in_executor(executor, slab.scan, 0, slab.opening.kept_slots,
+                                      admit_to_main)
     recovered = await loop.run_in_executor(
-        executor, rebuild_index, slab.slot_count, scan.records, scan.corrupt,
-        admit_to_main or (lambda ident: False),
-    )
+        executor, rebuild_index, slab.slot_count, slab.block_size, slab.chunk_size, scan)
+    del scan
     if recovered.erase:
         await loop.run_in_executor(executor, _erase_all, slab, recovered.erase)
     return recovered
+
+
+def _empty_index(slab: Slab) -> RecoveredIndex:
+    index = SlotIndex(slab.slot_count, slab.block_size, slab.chunk_size)
+    return RecoveredIndex(index=index, policy=SlotFifo(slab.slot_count, index.fingerprint_of),
+                          free=free_stack(index), erase=[], corrupt_headers=0, duplicates=0,
+                          next_generation=1)
 
 
 def _nothing_skips_probation(ident: BlockIdent) -> bool:
@@ -981,10 +1088,6 @@ def _nothing_skips_probation(ident: BlockIdent) -> bool:
 
 def _describe_disk_error(exc: OSError) -> str:
     return f"{errno.errorcode.get(exc.errno or 0, 'error')}: {exc.strerror or exc}"
-
-
-def _slot_of(record: SlotRecord) -> int:
-    return record.slot
 
 
 def _erase_all(slab: Slab, slots: list[int]) -> None:

@@ -2,7 +2,7 @@
 
 As the warm-up job's zip (spark_warmup.shipping), built at run time from the
 files this process imported: `spark_warmup/` with this package, and the pure
-sidecar modules the replay imports (the eviction policy, the read-ahead
+sidecar modules the replay imports (the store's eviction policy, the read-ahead
 planner and what they import) under bare package `__init__` files, so
 executors need only PySpark and boto3, not the sidecar's own dependencies.
 """
@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 import sidecar.blocks
 import sidecar.cache.errors
 import sidecar.cache.ident
-import sidecar.cache.policy
+import sidecar.cache.slot_fifo
 import sidecar.layout
 import sidecar.model
 import sidecar.prefetch.planner
@@ -29,7 +29,7 @@ import spark_warmup
 
 ZIP_NAME = "spark_warmup_capacity.zip"
 PURE_MODULES = (sidecar.blocks, sidecar.layout, sidecar.model, sidecar.cache.errors,
-                sidecar.cache.ident, sidecar.cache.policy, sidecar.prefetch.planner,
+                sidecar.cache.ident, sidecar.cache.slot_fifo, sidecar.prefetch.planner,
                 sidecar.prefetch.streams)
 _INIT = '"""The pure sidecar modules the capacity analysis replays with (shipped)."""\n'
 _shipped: dict[str, str] = {}  # application id -> zip path

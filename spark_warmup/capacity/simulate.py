@@ -1,7 +1,9 @@
 """Replay one node's reads through the sidecar's own cache policy and read-ahead. Pure.
 
 The simulation drives the very classes the sidecar serves with:
-`sidecar.cache.policy.EvictionPolicy` (S3-FIFO) through its public methods, and
+`sidecar.cache.slot_fifo.SlotFifo` (S3-FIFO over slot numbers, as the store
+keeps it) through its public methods, over slots taken and freed as the store
+takes and frees them, and
 `sidecar.prefetch.planner.ReadAheadPlanner` with its `StreamTable`, told what
 the engine tells them (sidecar/engine.py): a request starts, bytes were
 delivered (per 1 MiB piece), a reader took a block, a block left the cache.
@@ -27,13 +29,14 @@ cache R times smaller, so the caller replays it at capacity * R.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 from sidecar.cache.ident import BlockIdent
-from sidecar.cache.policy import EvictionPolicy
+from sidecar.cache.slot_fifo import SlotFifo
 from sidecar.layout import Layout, is_small_object
 from sidecar.model import ObjectInfo
 from sidecar.prefetch.planner import NextSegment, ReadAheadPlanner
@@ -124,11 +127,16 @@ class Replay:
         self.cache_bytes = cache_bytes
         self.slots = slots_for(int(cache_bytes * sample_rate), settings.block_size)
         self.now = 0.0
-        self.policy: EvictionPolicy[BlockIdent] = EvictionPolicy(self.slots)
+        # Slots as the store has them: free, being written, or resident (in the
+        # policy, which names them by number; the maps say which block is where).
+        self._free = list(range(self.slots - 1, -1, -1))
+        self._slot_of: dict[BlockIdent, int] = {}
+        self._ident_at: dict[int, BlockIdent] = {}
+        self.policy = SlotFifo(self.slots, self._fingerprint_at)
         self.unread: set[BlockIdent] = set()
         # Blocks being fetched: a slot reserved, not yet in the policy (-> whether
-        # a reader read them as they landed).
-        self._writing: dict[BlockIdent, bool] = {}
+        # a reader read them as they landed, and the slot).
+        self._writing: dict[BlockIdent, tuple[bool, int]] = {}
         self._reading_ahead: set[BlockIdent] = set()  # of those, read-ahead fetches
         self.planner: ReadAheadPlanner | None = None
         if settings.read_ahead:
@@ -187,13 +195,13 @@ class Replay:
                 self.hit_blocks += 1
                 self.hit_bytes += delivered
                 self._land(ident)
-            elif ident in self.policy:
+            elif ident in self._slot_of:
                 self.hit_blocks += 1
                 self.hit_bytes += delivered
                 if ident in self.unread:
                     self.unread.discard(ident)
                 else:
-                    self.policy.touch(ident)
+                    self.policy.touch(self._slot_of[ident])
             else:
                 started.update(self._fetch_foreground(
                     info, block, last_block if not read.lazy else block))
@@ -207,7 +215,10 @@ class Replay:
                     self._read_ahead(stream, info, position)
 
     def _present(self, ident: BlockIdent) -> bool:
-        return ident in self.policy or ident in self._writing
+        return ident in self._slot_of or ident in self._writing
+
+    def _fingerprint_at(self, slot: int) -> int:
+        return _fingerprint(self._ident_at[slot])
 
     def _fetch_foreground(self, info: ObjectInfo, block: int, last_wanted: int) -> range:
         """A miss: the block and the missing ones after it in the range, one run.
@@ -241,10 +252,13 @@ class Replay:
             if not joining:
                 return False
             self._land(next(iter(self._writing)), read=None)
-        self._writing[ident] = read
+        self._writing[ident] = (read, self._free.pop())
         return True
 
-    def _evicted(self, victim: BlockIdent) -> None:
+    def _evicted(self, slot: int) -> None:
+        victim = self._ident_at.pop(slot)
+        del self._slot_of[victim]
+        self._free.append(slot)
         self.unread.discard(victim)
         if self.planner is not None:
             self.planner.on_evicted(victim)
@@ -260,9 +274,11 @@ class Replay:
             return
         if ident not in self._writing:
             return
-        landed_read = self._writing.pop(ident)
+        landed_read, slot = self._writing.pop(ident)
         read = landed_read if read is None else read or landed_read
-        for victim in self.policy.insert(ident, main=self._main(ident)):
+        self._slot_of[ident] = slot
+        self._ident_at[slot] = ident
+        for victim in self.policy.insert(slot, _fingerprint(ident), main=self._main(ident)):
             self._evicted(victim)  # not with a slot per block: kept correct regardless
         if not read:
             self.unread.add(ident)
@@ -309,6 +325,14 @@ class Replay:
         next_info = ObjectInfo(bucket, next_key, size, etag, _EPOCH)
         self._fetch_ahead(wanted.stream, next_info,
                           self.planner.continue_into(wanted, next_info))
+
+
+def _fingerprint(ident: BlockIdent) -> int:
+    """A 64-bit name of a block for the policy's ghost. The store uses its
+    index's identity hash; any stable 64-bit hash remembers the same blocks
+    (the executors need no xxhash for it)."""
+    name = f"{ident.bucket}\0{ident.key}\0{ident.etag}\0{ident.block}".encode()
+    return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "little")
 
 
 def replay(settings: Settings, cache_bytes: int, reads: Iterable[Read],

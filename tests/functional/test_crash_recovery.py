@@ -185,6 +185,9 @@ def test_kill_9_during_heavy_writes_loses_no_byte_and_reuses_the_cache(
                     file=report["file"],
                 )
                 assert report["file"] == "reused"
+                # The index snapshot was taken by the start before: a kill -9
+                # leaves none, the headers are scanned.
+                assert report["index"] == "scan"
                 assert report["corrupt_headers"] == 0
                 assert report["blocks_recovered"] >= previous["blocks_before_kill"] // 2 > 0
                 before = process.stats()
@@ -267,7 +270,41 @@ def filled_cache(local_s3: LocalS3, objects: dict[str, bytes], bucket: str, cach
         eventually(lambda: process.metric("sidecar_cache_blocks") >= every_block,
                    f"all {every_block} blocks in the cache", timeout=10.0)
         blocks = int(process.metric("sidecar_cache_blocks"))
+    assert (cache / "index.snap").exists()  # a clean stop saves the index
     return blocks
+
+
+def test_a_clean_stop_and_start_takes_the_index_over_and_serves_from_it(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    rng = random.Random("clean")
+    objects = put_objects(origin_s3, bucket, rng, 3)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    blocks = filled_cache(local_s3, objects, bucket, cache)
+    with SidecarProcess(local_s3.endpoint, cache, *FLAGS, env=ENV) as process:
+        report = recovery(process)
+        assert report["index"] == "snapshot" and report["file"] == "reused"
+        assert report["blocks_recovered"] == blocks and report["corrupt_headers"] == 0
+        # Taken and deleted before the first write: a kill -9 from here on
+        # cannot leave a snapshot older than the slab.
+        assert not (cache / "index.snap").exists()
+        tally = Tally()
+        for key, data in objects.items():
+            status, body = get(process.data_url, bucket, key, 0, None)
+            assert status == 206
+            compare(tally, data, body)
+        assert tally.wrong_bytes == 0 and tally.errors == []
+        # Every byte came from the cache: no block read from the origin again.
+        served = process.stats()["served_bytes"]
+        assert isinstance(served, dict)
+        assert served["cache"] == sum(map(len, objects.values())) and served["origin"] == 0
+        assert process.metric("sidecar_cache_checksum_failures_total") == 0
+        os.kill(process.pid, signal.SIGKILL)
+        process.stop()
+    with SidecarProcess(local_s3.endpoint, cache, *FLAGS, env=ENV) as process:
+        report = recovery(process)
+        assert report["index"] == "scan" and report["blocks_recovered"] == blocks
 
 
 @pytest.mark.parametrize("damage", ["flipped", "truncated", "file-header", "garbage-index"])
@@ -280,6 +317,10 @@ def test_a_damaged_slab_is_survived_and_reported(
     cache = tmp_path / "cache"
     cache.mkdir()
     blocks = filled_cache(local_s3, objects, bucket, cache)
+    # Damage is what the headers' scan must find: as after a kill -9, no index
+    # snapshot (one older than the damage would not be used either, see
+    # tests/unit/test_cache_recovery.py).
+    (cache / "index.snap").unlink()
     slab = cache / "slab.dat"
     size = slab.stat().st_size
     used = [slot for slot in range(SLOTS) if _header_valid(slab, slot)]

