@@ -1,11 +1,12 @@
-"""Ship the job's code to the executors: one zip, handed to SparkContext.addPyFile.
+"""Ship a job's code to the executors: one zip, handed to SparkContext.addPyFile.
 
-The zip holds `spark_warmup/` and the pure sidecar modules it imports
-(`sidecar/layout.py`, `sidecar/blocks.py`) under a bare `sidecar/__init__.py`,
-so executors need only PySpark, boto3 and the standard library, not the
-sidecar's own dependencies. It is built at run time from the files this
-process imported (so it always matches the driver's code), once per Spark
-application.
+The zip holds `spark_warmup/` and the pure sidecar modules the job's executor
+side imports (the warm-up job: `sidecar/layout.py`, `sidecar/blocks.py`; the
+capacity analysis: the eviction policy and the read-ahead planner too) under
+bare package `__init__` files, so executors need only PySpark, boto3 and the
+standard library, not the sidecar's own dependencies. It is built at run time
+from the files this process imported (so it always matches the driver's
+code), once per Spark application.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import atexit
 import shutil
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from pyspark.sql import SparkSession
 
@@ -22,36 +25,62 @@ import sidecar.blocks
 import sidecar.layout
 import spark_warmup
 
-ZIP_NAME = "spark_warmup_job.zip"
-_SIDECAR_INIT = '"""The pure sidecar modules the warm-up job uses (shipped by spark_warmup)."""\n'
-_shipped: dict[str, str] = {}  # application id -> zip path
+
+@dataclass(frozen=True)
+class Shipment:
+    """What one job sends its executors."""
+
+    zip_name: str
+    sidecar_modules: tuple[ModuleType, ...]  # pure ones only: shipped without their deps
+    what: str  # for the docstring of the bare package files
+
+    def package_inits(self) -> list[str]:
+        """The `__init__.py` of every package above the shipped sidecar modules."""
+        packages = {".".join(module.__name__.split(".")[:depth])
+                    for module in self.sidecar_modules
+                    for depth in range(1, module.__name__.count(".") + 1)}
+        return sorted(package.replace(".", "/") + "/__init__.py" for package in packages)
 
 
-def build_zip(directory: Path) -> Path:
+WARMUP = Shipment("spark_warmup_job.zip", (sidecar.layout, sidecar.blocks),
+                  "the warm-up job")
+ZIP_NAME = WARMUP.zip_name
+_shipped: dict[tuple[str, str], str] = {}  # (application id, zip name) -> zip path
+
+
+def build_zip(directory: Path, shipment: Shipment = WARMUP) -> Path:
     """Write the job's zip into `directory`; returns its path."""
     package = Path(spark_warmup.__file__).parent
-    target = directory / ZIP_NAME
+    root = package.parent
+    target = directory / shipment.zip_name
+    docstring = f'"""The pure sidecar modules {shipment.what} uses (shipped by spark_warmup)."""\n'
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for source in sorted(package.glob("*.py")):
-            archive.write(source, f"spark_warmup/{source.name}")
-        archive.writestr("sidecar/__init__.py", _SIDECAR_INIT)
-        for module in (sidecar.layout, sidecar.blocks):
+        for source in sorted(package.rglob("*.py")):
+            archive.write(source, str(source.relative_to(root)))
+        for init in shipment.package_inits():
+            archive.writestr(init, docstring)
+        for module in shipment.sidecar_modules:
             source = Path(module.__file__ or "")
-            archive.write(source, f"sidecar/{source.name}")
+            archive.write(source, str(source.relative_to(root)))
     return target
 
 
-def ship_package(spark: SparkSession) -> str:
+def ship(spark: SparkSession, shipment: Shipment = WARMUP) -> str:
     """Add the job's zip to the session's executors (once per application); its path."""
     context = spark.sparkContext
-    application = context.applicationId
-    if application in _shipped:
-        return _shipped[application]
+    shipped = (context.applicationId, shipment.zip_name)
+    if shipped in _shipped:
+        return _shipped[shipped]
     directory = Path(tempfile.mkdtemp(prefix="spark-warmup-"))
     # Spark serves the file from this path for as long as the application
     # runs; the directory goes when the driver process does.
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    path = str(build_zip(directory))
+    path = str(build_zip(directory, shipment))
     context.addPyFile(path)
-    _shipped[application] = path
+    _shipped[shipped] = path
     return path
+
+
+def ship_package(spark: SparkSession) -> str:
+    """The warm-up job's zip on the session's executors; its path."""
+    return ship(spark, WARMUP)

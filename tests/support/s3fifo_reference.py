@@ -1,29 +1,6 @@
-"""S3-FIFO eviction (Yang et al., "FIFO queues are all you need for cache
-eviction", SOSP'23): pure bookkeeping, no I/O.
-
-Why not LRU: Kafka consumers catching up from tiered storage read whole
-segments once, front to back. Under LRU one such scan larger than the cache
-flushes everything, including the blocks that many consumers share (recent
-segments, index files). S3-FIFO is scan resistant because a new block first
-lands in a *small* FIFO (~10% of the capacity) and only blocks that are hit
-again while there are promoted into the *main* FIFO; one-hit wonders leave
-from the small FIFO without ever displacing the main one.
-
-    small FIFO   new ids (not seen recently). Evicting from it: an entry that
-                 was hit while in small (freq > 0) moves to main, otherwise it
-                 leaves the cache and its id goes to the ghost FIFO.
-    main FIFO    ids that proved reuse. Each carries a 2-bit hit counter
-                 (capped at 3). Evicting from it: freq > 0 -> decrement and
-                 reinsert at the head (a "second chance"), else evict.
-    ghost FIFO   ids only (no data) of entries recently evicted from small,
-                 as many as the main FIFO holds. An id inserted again while in
-                 ghost was reused just too late for small: it goes to main.
-
-Capacity counts slots: every entry takes one. Eviction takes from small while
-small holds at least its share (or main is empty), otherwise from main.
-
-Pinned entries (being read right now) are never returned as victims: one that
-reaches the eviction point is moved to the head of main and skipped.
+"""S3-FIFO eviction (Yang et al., SOSP'23) over any hashable keys: pure
+bookkeeping, no I/O. The algorithm and the why of each rule are in
+``sidecar.cache.slot_fifo``'s docstring.
 
 This is the reference model of the algorithm, over any hashable keys, kept
 plain for reading: the store runs it over slot numbers, in arrays

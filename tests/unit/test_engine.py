@@ -152,6 +152,22 @@ def read_ahead_planner(max_in_flight: int = 16, max_pending: int = 100,
                             layout=layout)
 
 
+def hold_back_after_first_chunk(rig: Rig) -> asyncio.Event:
+    """Each origin fetch delivers its first chunk, then holds the rest back
+    until the returned event is set."""
+    gate = asyncio.Event()
+    real = rig.origin.fetch_into
+
+    async def slow_tail(info: ObjectInfo, start: int, end: int, lane: str, sink: Sink,
+                        chunk_size: int, waited_for: bool = False) -> None:
+        await real(info, start, start + chunk_size, lane, sink, chunk_size)
+        await gate.wait()
+        await real(info, start + chunk_size, end, lane, sink, chunk_size)
+
+    rig.origin.fetch_into = slow_tail  # type: ignore[method-assign]
+    return gate
+
+
 async def read_like_a_broker(rig: Rig, info: ObjectInfo, fetch: int) -> bytes:
     """Open-ended requests (`bytes=pos-`), each dropped after `fetch` bytes, the
     next one starting where the last one's bytes ended, as Kafka's remote reader."""
@@ -276,16 +292,7 @@ async def test_a_miss_streams_its_first_chunk_before_the_block_lands(make_rig: M
     big = 2 * 1024 * 1024  # two 1 MiB chunks a block
     data = random.Random(9).randbytes(2 * big)
     rig = await make_rig(data, slots=4, block=big)
-    gate = asyncio.Event()
-    real = rig.origin.fetch_into
-
-    async def slow_tail(info: ObjectInfo, start: int, end: int, lane: str, sink: Sink,
-                        chunk_size: int, waited_for: bool = False) -> None:
-        await real(info, start, start + chunk_size, lane, sink, chunk_size)
-        await gate.wait()  # the rest of the block is held back
-        await real(info, start + chunk_size, end, lane, sink, chunk_size)
-
-    rig.origin.fetch_into = slow_tail  # type: ignore[method-assign]
+    gate = hold_back_after_first_chunk(rig)
     stream = rig.engine.stream(rig.info, 0, 499, lazy=False)
     piece, source = await asyncio.wait_for(anext(stream), timeout=5)
     assert as_bytes(piece) == data[:500] and source is Source.ORIGIN
@@ -305,16 +312,7 @@ async def test_a_reader_dropped_mid_block_lets_go_of_it_at_once(make_rig: MakeRi
     big = 2 * 1024 * 1024  # two 1 MiB chunks a block
     data = random.Random(11).randbytes(2 * big)
     rig = await make_rig(data, slots=4, block=big)
-    gate = asyncio.Event()
-    real = rig.origin.fetch_into
-
-    async def slow_tail(info: ObjectInfo, start: int, end: int, lane: str, sink: Sink,
-                        chunk_size: int, waited_for: bool = False) -> None:
-        await real(info, start, start + chunk_size, lane, sink, chunk_size)
-        await gate.wait()
-        await real(info, start + chunk_size, end, lane, sink, chunk_size)
-
-    rig.origin.fetch_into = slow_tail  # type: ignore[method-assign]
+    gate = hold_back_after_first_chunk(rig)
     stream = rig.engine.stream(rig.info, 0, len(data) - 1, lazy=True)
     piece, _ = await asyncio.wait_for(anext(stream), timeout=5)
     assert as_bytes(piece) == data[:len(piece)]

@@ -12,6 +12,7 @@ import pytest
 
 from sidecar.tools.kafka_segments import build_segment, iter_segment_batches
 from sidecar.tools.warmup_example import example_instructions, example_plan
+from spark_warmup.capacity.shipping import CAPACITY
 from spark_warmup.listing import BATCH_HEADER_SIZE, batch_times
 from spark_warmup.plan import parse_plan
 from spark_warmup.shipping import ZIP_NAME, build_zip
@@ -61,6 +62,26 @@ def test_the_zip_runs_without_the_project_or_site_packages(tmp_path: Path) -> No
     where, modules = result.stdout.splitlines()
     assert where.startswith(str(path))
     assert modules == "['sidecar', 'sidecar.blocks', 'sidecar.layout']"
+
+
+def test_the_capacity_zip_replays_without_the_project_or_site_packages(tmp_path: Path) -> None:
+    """The executors of the capacity analysis replay reads through the store's
+    policy and the planner from the zip alone (no xxhash, no aiohttp there)."""
+    path = build_zip(tmp_path, CAPACITY)
+    names = set(zipfile.ZipFile(path).namelist())
+    assert {"sidecar/__init__.py", "sidecar/cache/__init__.py", "sidecar/prefetch/__init__.py",
+            "sidecar/cache/slot_fifo.py", "spark_warmup/capacity/simulate.py"} <= names
+    script = (
+        f"import sys; sys.path.insert(0, {str(path)!r}); "
+        "from spark_warmup.capacity.simulate import Read, Settings, replay; "
+        "reads = [Read(float(t), 'b', 'orders-x/0/%020d-s.log' % 0, 'e', 4 << 20, "
+        "(t % 4) << 20, 1 << 20, True) for t in range(8)]; "
+        "print(replay(Settings(block_size=1 << 20), 8 << 20, reads).hit_blocks)"
+    )
+    result = subprocess.run([sys.executable, "-I", "-S", "-c", script], capture_output=True,
+                            text=True, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) > 0  # the second pass over the four blocks hits
 
 
 def test_the_demo_example_is_a_valid_plan() -> None:
