@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from sidecar.tools.kafka_segments import SegmentObject, generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
-from tests.functional.test_observability import Chromium, Page, ensure, save_artifact
+from tests.functional.test_observability import Chromium, ensure, save_artifact
 from tests.functional.test_warm_spark import StandaloneCluster, executor_python
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
@@ -248,19 +247,11 @@ async def test_the_report_draws_its_charts_in_chromium(
     analysed: Analysed, chromium_installed: None, tmp_path: Path,
 ) -> None:
     with Chromium(tmp_path / "profile") as browser:
-        async with aiohttp.ClientSession() as http_session:
-            async with http_session.get(f"http://127.0.0.1:{browser.port}/json/list") as answer:
-                tabs = await answer.json()
-            tab = next(t for t in tabs if t["type"] == "page")
-            async with http_session.ws_connect(tab["webSocketDebuggerUrl"],
-                                               max_msg_size=0) as ws:
-                page = Page(ws)
-                await page.call("Page.enable")
-                await page.call("Runtime.enable")
-                await page.load((analysed.report / "report.html").as_uri())
-                save_artifact("capacity-report.png", await page.screenshot())
-                state = await page.evaluate(CHARTS)
-                assert page.exceptions() == []
+        async with browser.page() as page:
+            await page.load((analysed.report / "report.html").as_uri())
+            save_artifact("capacity-report.png", await page.screenshot())
+            state = await page.evaluate(CHARTS)
+            assert page.exceptions() == []
     charts = state["charts"]
     assert state["scripts"] == 0 and state["external"] == 0, "self-contained, nothing fetched"
     curve = charts[f"curve:{NODE}"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import http.client
 import json
 import os
@@ -22,7 +23,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -551,6 +552,20 @@ class Chromium:
                  traceback: TracebackType | None) -> None:
         self.stop()
 
+    @contextlib.asynccontextmanager
+    async def page(self) -> AsyncIterator[Page]:
+        """The browser's tab over its DevTools websocket, page and script events on."""
+        async with aiohttp.ClientSession() as http_session:
+            async with http_session.get(f"http://127.0.0.1:{self.port}/json/list") as answer:
+                tabs = await answer.json()
+            tab = next(t for t in tabs if t["type"] == "page")
+            async with http_session.ws_connect(tab["webSocketDebuggerUrl"],
+                                               max_msg_size=0) as ws:
+                page = Page(ws)
+                await page.call("Page.enable")
+                await page.call("Runtime.enable")
+                yield page
+
 
 class Page:
     """One tab, driven by DevTools protocol commands over aiohttp's websocket client."""
@@ -777,69 +792,60 @@ async def test_ui_first_paint_has_the_figures_and_polls_keep_them_current(
         stats: dict[str, Any] = sidecar.stats()
         assert stats["hits"] and stats["misses"]
 
-        async with aiohttp.ClientSession() as http_session:
-            async with http_session.get(f"http://127.0.0.1:{browser.port}/json/list") as response:
-                tabs = await response.json()
-            tab = next(t for t in tabs if t["type"] == "page")
-            async with http_session.ws_connect(tab["webSocketDebuggerUrl"],
-                                               max_msg_size=0) as ws:
-                page = Page(ws)
-                await page.call("Page.enable")
-                await page.call("Runtime.enable")
+        async with browser.page() as page:
+            # The first paint: no poll for a minute, so all it shows came in the page.
+            await page.load(sidecar.admin_url + "/ui?interval_ms=60000")
+            save_artifact("ui-first-paint.png", await page.screenshot())
+            first = await page.evaluate(PAGE_STATE)
+            assert first["samples"] == 1 and first["polls"] == 0, first
+            assert_page_shows_traffic(first, warm_key, warmed)
+            assert first["figures"]["byte-hit-ratio"]["text"] \
+                == shown(stats["byte_hit_ratio"])
+            # Nothing was painted before the figures were in place.
+            paints = await eventually_awaited(
+                lambda: page.evaluate(FIRST_PAINT), "the first paint's timing", WAIT_S, 0.1)
+            assert paints["firstPaint"] >= paints["shownAt"], paints
 
-                # The first paint: no poll for a minute, so all it shows came in the page.
-                await page.load(sidecar.admin_url + "/ui?interval_ms=60000")
-                save_artifact("ui-first-paint.png", await page.screenshot())
-                first = await page.evaluate(PAGE_STATE)
-                assert first["samples"] == 1 and first["polls"] == 0, first
-                assert_page_shows_traffic(first, warm_key, warmed)
-                assert first["figures"]["byte-hit-ratio"]["text"] \
-                    == shown(stats["byte_hit_ratio"])
-                # Nothing was painted before the figures were in place.
-                paints = await eventually_awaited(
-                    lambda: page.evaluate(FIRST_PAINT), "the first paint's timing", WAIT_S, 0.1)
-                assert paints["firstPaint"] >= paints["shownAt"], paints
+            # Polling: the page follows a second replay (all hits now) as it runs.
+            await page.load(sidecar.admin_url + "/ui?interval_ms=200")
+            before = await page.evaluate(PAGE_STATE)
+            replay = await asyncio.create_subprocess_exec(
+                *replay_args(sidecar, local_s3.endpoint, seeded),
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env=replay_env())
+            out, err = await replay.communicate()
+            assert replay.returncode == 0, err
+            assert json.loads(out)["crc_errors"] == 0
+            sidecar.wait_idle()
+            settled: dict[str, Any] = sidecar.stats()
 
-                # Polling: the page follows a second replay (all hits now) as it runs.
-                await page.load(sidecar.admin_url + "/ui?interval_ms=200")
-                before = await page.evaluate(PAGE_STATE)
-                replay = await asyncio.create_subprocess_exec(
-                    *replay_args(sidecar, local_s3.endpoint, seeded),
-                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                    env=replay_env())
-                out, err = await replay.communicate()
-                assert replay.returncode == 0, err
-                assert json.loads(out)["crc_errors"] == 0
-                sidecar.wait_idle()
-                settled: dict[str, Any] = sidecar.stats()
+            # The page polls until it shows the sidecar's own figures, with new
+            # points on its charts.
+            grown = before["charts"]["chart-throughput"]["points"] + 4
+            state = await page_state_when(
+                page, lambda s: s["polls"] >= 3
+                and s["charts"]["chart-throughput"]["points"] >= grown
+                and s["figures"]["byte-hit-ratio"]["value"]
+                == str(settled["byte_hit_ratio"])
+                and s["figures"]["block-hit-ratio"]["value"]
+                == str(settled["block_hit_ratio"]),
+                "the page to poll the second replay's figures")
+            assert_page_shows_traffic(state, warm_key, warmed)
+            assert state["figures"]["byte-hit-ratio"]["text"] \
+                == shown(settled["byte_hit_ratio"])
+            assert state["figures"]["block-hit-ratio"]["text"] \
+                == shown(settled["block_hit_ratio"])
+            save_artifact("ui.png", await page.screenshot())
 
-                # The page polls until it shows the sidecar's own figures, with new
-                # points on its charts.
-                grown = before["charts"]["chart-throughput"]["points"] + 4
-                state = await page_state_when(
-                    page, lambda s: s["polls"] >= 3
-                    and s["charts"]["chart-throughput"]["points"] >= grown
-                    and s["figures"]["byte-hit-ratio"]["value"]
-                    == str(settled["byte_hit_ratio"])
-                    and s["figures"]["block-hit-ratio"]["value"]
-                    == str(settled["block_hit_ratio"]),
-                    "the page to poll the second replay's figures")
-                assert_page_shows_traffic(state, warm_key, warmed)
-                assert state["figures"]["byte-hit-ratio"]["text"] \
-                    == shown(settled["byte_hit_ratio"])
-                assert state["figures"]["block-hit-ratio"]["text"] \
-                    == shown(settled["block_hit_ratio"])
-                save_artifact("ui.png", await page.screenshot())
-
-                # Pointing at a chart redraws it with the values of that moment.
-                box = await page.evaluate(
-                    "(() => { const r = document.getElementById('chart-origin')"
-                    ".getBoundingClientRect();"
-                    " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
-                await page.call("Input.dispatchMouseEvent", type="mouseMoved", x=box[0], y=box[1])
-                await page_state_when(page, lambda s: s["charts"]["chart-origin"]["hover"] != "",
-                                      "the chart to show the moment pointed at")
-                assert page.exceptions() == []
+            # Pointing at a chart redraws it with the values of that moment.
+            box = await page.evaluate(
+                "(() => { const r = document.getElementById('chart-origin')"
+                ".getBoundingClientRect();"
+                " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+            await page.call("Input.dispatchMouseEvent", type="mouseMoved", x=box[0], y=box[1])
+            await page_state_when(page, lambda s: s["charts"]["chart-origin"]["hover"] != "",
+                                  "the chart to show the moment pointed at")
+            assert page.exceptions() == []
 
 
 def admin_post(url: str, body: dict[str, Any]) -> dict[str, Any]:
