@@ -22,19 +22,18 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench.machine import machine_info
+from tests.support.spark_cluster import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -157,63 +156,6 @@ class PeakMemory:
         return total
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Standalone:
-    """A Spark master and one worker from the pyspark package, on loopback."""
-
-    def __init__(self, work: Path, cores: int = 2, memory: str = "4g") -> None:
-        import pyspark
-
-        self.home = Path(pyspark.__file__).parent
-        self.port, self.ui = free_port(), free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.work, self.cores, self.memory = work, cores, memory
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    def __enter__(self) -> Standalone:
-        env = {**os.environ, "SPARK_HOME": str(self.home), "SPARK_LOCAL_IP": "127.0.0.1",
-               "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
-        spark_class = str(self.home / "bin" / "spark-class")
-        for name, args in (
-            ("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                        "--port", str(self.port), "--webui-port", str(self.ui)]),
-            ("worker", ["org.apache.spark.deploy.worker.Worker", self.url, "--host",
-                        "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
-                        "--webui-port", str(free_port()), "--work-dir",
-                        str(self.work / "worker")]),
-        ):
-            with open(self.work / f"{name}.log", "wb") as log:
-                self.processes.append(subprocess.Popen([spark_class, *args], env=env,
-                                                       stdout=log, stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/",
-                                            timeout=2) as answer:
-                    if json.load(answer).get("aliveworkers", 0) >= 1:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.5)
-        self.__exit__()
-        raise RuntimeError(f"the standalone worker did not register; logs in {self.work}")
-
-    def __exit__(self, *exc: object) -> None:
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-
-
 def time_job(log: Path, report: Path, master: str, extra: list[str]) -> dict[str, Any]:
     command = [sys.executable, "-m", "spark_warmup.capacity", "--logs", str(log), "--report",
                str(report), "--master", master, "--conf", "spark.ui.enabled=false", *extra]
@@ -285,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     runs.append({"where": "`--master local[2]`", **run})
     print(json.dumps(run), flush=True)
     if not args.skip_standalone:
-        with Standalone(work) as cluster:
+        with StandaloneCluster(work, cores=2, memory="4g") as cluster:
             run = time_job(log, work / "report-standalone", cluster.url,
                            [*extra, "--conf", "spark.executor.memory=2g",
                             "--conf", "spark.driver.host=127.0.0.1",

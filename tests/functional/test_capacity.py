@@ -25,8 +25,9 @@ import pytest
 from sidecar.tools.kafka_segments import SegmentObject, generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from tests.functional.test_observability import Chromium, ensure, save_artifact
-from tests.functional.test_warm_spark import StandaloneCluster, executor_python
+from tests.functional.test_warm_spark import executor_python
 from tests.support.processes import SidecarProcess
+from tests.support.spark_cluster import StandaloneCluster
 from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -305,7 +306,7 @@ def test_bad_arguments_exit_2_naming_them(tmp_path: Path) -> None:
 def test_the_analysis_on_a_standalone_cluster(analysed: Analysed, tmp_path: Path) -> None:
     """Executors without the project installed: the job ships what the replay imports."""
     python = executor_python(tmp_path)
-    cluster = StandaloneCluster(tmp_path)
+    cluster = StandaloneCluster(tmp_path, env=CREDENTIALS)
     try:
         cluster.start()
         report = tmp_path / "report"

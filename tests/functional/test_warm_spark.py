@@ -13,18 +13,15 @@ import io
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
@@ -47,14 +44,13 @@ from tests.support.kafka_broker import (
     running_cluster,
 )
 from tests.support.processes import SidecarProcess
-from tests.support.waiting import eventually
+from tests.support.spark_cluster import StandaloneCluster
 
 MIB = 1024 * 1024
 SEGMENT_BYTES = 1536 * 1024
 START_TIME_MS = 1_790_000_000_000  # generate_topic_segments' default; a record's ts = this + offset
 TOPICS = {"orders": (2, 4), "clicks": (2, 3), "audit": (1, 2)}  # partitions, segments each
 NODES = ("a", "b")
-SPARK_HOME = Path(pyspark.__file__ or "").parent
 
 
 @dataclass(frozen=True)
@@ -572,64 +568,6 @@ def test_cluster_plans_that_cannot_run_exit_2_before_spark_starts(
     assert "Spark" not in result.stderr  # no JVM was started for it
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class StandaloneCluster:
-    """A Spark master and one worker (1 core) from the pyspark package, on loopback."""
-
-    def __init__(self, work: Path) -> None:
-        self.port, self.ui_port, self.worker_ui_port = free_port(), free_port(), free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.work = work
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    def start(self) -> None:
-        env = {**os.environ, **CREDENTIALS, "SPARK_HOME": str(SPARK_HOME),
-               "SPARK_LOCAL_IP": "127.0.0.1",
-               # No REST submission server (it would want the fixed port 6066).
-               "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
-        spark_class = str(SPARK_HOME / "bin" / "spark-class")
-        self._spawn([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                     "--port", str(self.port), "--webui-port", str(self.ui_port)], env, "master")
-        self._spawn([spark_class, "org.apache.spark.deploy.worker.Worker", self.url,
-                     "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
-                     "--webui-port", str(self.worker_ui_port),
-                     "--work-dir", str(self.work / "worker")], env, "worker")
-        eventually(self._worker_registered,
-                   f"a worker to register with the master; logs in {self.work}",
-                   timeout=90, interval=0.5)
-
-    def _worker_registered(self) -> bool:
-        if any(p.poll() is not None for p in self.processes):
-            raise RuntimeError(f"a Spark daemon exited; logs in {self.work}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/",
-                                        timeout=2) as response:
-                return bool(json.load(response).get("aliveworkers", 0) >= 1)
-        except OSError:
-            return False
-
-    def _spawn(self, args: list[str], env: dict[str, str], name: str) -> None:
-        with (self.work / f"{name}.log").open("wb") as log:
-            self.processes.append(subprocess.Popen(args, env=env, stdout=log,
-                                                   stderr=subprocess.STDOUT))
-
-    def stop(self) -> None:
-        for process in reversed(self.processes):  # the worker first: it stops its executors
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-
-
 def executor_python(tmp_path: Path) -> Path:
     """An interpreter with this venv's libraries but not this project.
 
@@ -662,7 +600,7 @@ def test_the_same_plan_on_a_standalone_cluster(
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(plan_document(local_s3, data, sidecars)))
     python = executor_python(tmp_path)
-    cluster = StandaloneCluster(tmp_path)
+    cluster = StandaloneCluster(tmp_path, env=CREDENTIALS)
     try:
         cluster.start()
         result = run_cli(

@@ -1,0 +1,97 @@
+"""A Spark standalone master and one worker from the pyspark package, on loopback.
+
+What the warm-up and capacity tests run their jobs on, and what
+`python -m bench.capacity_scale` times the analysis on: the daemons run from
+the installed pyspark (`bin/spark-class`), bound to 127.0.0.1 on free ports,
+with their logs in `work`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+import pyspark
+
+from tests.support.waiting import eventually
+
+SPARK_HOME = Path(pyspark.__file__ or "").parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class StandaloneCluster:
+    """`start()` and `stop()`, or a context manager. `env` is added to the
+    daemons' environment (an executor's credentials, say)."""
+
+    def __init__(self, work: Path, cores: int = 1, memory: str = "1g",
+                 env: Mapping[str, str] | None = None) -> None:
+        self.port, self.ui_port, self.worker_ui_port = free_port(), free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.work, self.cores, self.memory = work, cores, memory
+        self.env = dict(env or {})
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        env = {**os.environ, **self.env, "SPARK_HOME": str(SPARK_HOME),
+               "SPARK_LOCAL_IP": "127.0.0.1",
+               # No REST submission server (it would want the fixed port 6066).
+               "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+        spark_class = str(SPARK_HOME / "bin" / "spark-class")
+        self._spawn([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                     "--port", str(self.port), "--webui-port", str(self.ui_port)], env, "master")
+        self._spawn([spark_class, "org.apache.spark.deploy.worker.Worker", self.url,
+                     "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
+                     "--webui-port", str(self.worker_ui_port),
+                     "--work-dir", str(self.work / "worker")], env, "worker")
+        try:
+            eventually(self._worker_registered,
+                       f"a worker to register with the master; logs in {self.work}",
+                       timeout=120, interval=0.5)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _worker_registered(self) -> bool:
+        if any(p.poll() is not None for p in self.processes):
+            raise RuntimeError(f"a Spark daemon exited; logs in {self.work}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/",
+                                        timeout=2) as response:
+                return bool(json.load(response).get("aliveworkers", 0) >= 1)
+        except OSError:
+            return False
+
+    def _spawn(self, args: list[str], env: dict[str, str], name: str) -> None:
+        with (self.work / f"{name}.log").open("wb") as log:
+            self.processes.append(subprocess.Popen(args, env=env, stdout=log,
+                                                   stderr=subprocess.STDOUT))
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):  # the worker first: it stops its executors
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+    def __enter__(self) -> StandaloneCluster:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
