@@ -9,7 +9,10 @@ around every replay (bench/cpu.py):
             cold then warm (the same replay again), nginx slice cold then
             warm, and the origin direct; `rounds` times over, fresh servers
             and caches each round, so the figures near a target come with
-            their spread
+            their spread. Each round also replays through three servers that
+            do nothing but serve the data set's files (bench/floor_server.py:
+            aiohttp, a bare asyncio protocol, asyncio's sendfile), the floor
+            under a Python server's warm replay
   wide-48p  48 partitions x one 24 MiB segment each, all at once (a consumer
             group catching up on many partitions): the sidecar cold against
             nginx slice cold; fetch p99, when the first and the last
@@ -19,9 +22,12 @@ around every replay (bench/cpu.py):
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -30,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from bench import cpu
 from bench.clients import ClientFailed, run_bounded
 from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
+from bench.floor_server import MODES as FLOOR_MODES
 from bench.nginx import NginxServer, origin_config, origin_traffic
 from bench.sidecar_server import SidecarServer, client_env, stats_delta
 
@@ -55,17 +62,18 @@ def segments_by_partition(dataset: Dataset) -> dict[str, list[dict[str, object]]
 
 def light_replay(
     bench: Bench, label: str, dataset: Dataset, endpoint: str, server_pid: int | None,
-    origin: NginxServer, sidecar: SidecarServer | None = None,
+    origin: NginxServer | None, sidecar: SidecarServer | None = None,
 ) -> dict[str, Any]:
     """One light-client replay of every partition at once, with the server's
-    CPU over it (user, system, minor faults; per GiB delivered)."""
+    CPU over it (user, system, minor faults; per GiB delivered). `origin` None:
+    the server reads no origin (a floor server)."""
     segments = bench.work / f"segments-{dataset.spec.name}.json"
     if not segments.exists():
         segments.write_text(json.dumps({"partitions": segments_by_partition(dataset)}))
     args = [sys.executable, "-m", "bench.light_client", "--endpoint", endpoint,
             "--bucket", dataset.spec.bucket, "--segments", str(segments),
             *(["--sign"] if sidecar is not None else [])]
-    _, offset = origin_traffic(origin.access_log)
+    offset = origin_traffic(origin.access_log)[1] if origin is not None else 0
     before_stats = sidecar.stats() if sidecar else None
     before = cpu.usage(server_pid) if server_pid else None
     print(f"  {label}: light client, {dataset.total_bytes / MiB:.0f} MiB from {endpoint} ...",
@@ -80,11 +88,12 @@ def light_replay(
     report["exit_code"] = finished.returncode
     report["command"] = "python " + " ".join(args[1:])
     report["listed_via"] = "none (the segments are the data set's)"
-    time.sleep(0.2)  # let nginx write the access-log lines of closed connections
-    traffic, _ = origin_traffic(origin.access_log, offset)
-    report["origin_traffic"] = asdict(traffic)
-    report["origin_body_bytes_per_replayed_byte"] = (
-        traffic.body_bytes / report["bytes"] if report.get("bytes") else None)
+    if origin is not None:
+        time.sleep(0.2)  # let nginx write the access-log lines of closed connections
+        traffic, _ = origin_traffic(origin.access_log, offset)
+        report["origin_traffic"] = asdict(traffic)
+        report["origin_body_bytes_per_replayed_byte"] = (
+            traffic.body_bytes / report["bytes"] if report.get("bytes") else None)
     if used is not None:
         report["server_cpu_seconds"] = {"user": round(used.user_s, 3),
                                         "system": round(used.system_s, 3),
@@ -134,6 +143,42 @@ def _direct(bench: Bench, number: int) -> dict[str, Any]:
                             origin.pid, origin)
 
 
+@contextmanager
+def floor_server(bench: Bench, mode: str) -> Iterator[tuple[str, int]]:
+    """A `bench.floor_server` over the data set's files: (endpoint, pid)."""
+    log = bench.work / "logs" / f"floor-{mode}.stderr"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as errors:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench.floor_server", "--root", str(bench.dataset.root),
+             "--mode", mode], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
+            env=client_env(), text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # the ready line, or "" if it died
+        if not line:
+            raise ClientFailed(f"floor server {mode} did not start: "
+                               f"{log.read_text(errors='replace')[-2000:]}")
+        yield f"http://127.0.0.1:{json.loads(line)['port']}", process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def _floor(bench: Bench, mode: str, number: int) -> dict[str, Any]:
+    """The data set replayed twice through a floor server: the first fills the
+    page cache, the second (kept) is the floor."""
+    with floor_server(bench, mode) as (endpoint, pid):
+        light_replay(bench, f"cost-4p-floor-{mode}-first-{number}", bench.dataset, endpoint,
+                     pid, None)
+        return light_replay(bench, f"cost-4p-floor-{mode}-{number}", bench.dataset, endpoint,
+                            pid, None)
+
+
 def run_cost_4p(bench: Bench) -> None:
     scenario = "cost-4p"
     rounds = bench.settings.cost_rounds
@@ -149,6 +194,8 @@ def run_cost_4p(bench: Bench) -> None:
             both = runs.pop(f"{name}_pair_{number}", None)
             runs[f"{name}_cold_{number}"] = both["cold"] if both else None
             runs[f"{name}_warm_{number}"] = both["warm"] if both else None
+        for mode in FLOOR_MODES:
+            bench.attempt(scenario, f"floor_{mode}_{number}", partial(_floor, bench, mode, number))
         if number == 1:
             bench.attempt(scenario, "origin_1", partial(_direct, bench, number))
 

@@ -19,10 +19,13 @@ per-partition completion, errors, the client's own CPU).
 from __future__ import annotations
 
 import argparse
+import array
+import fcntl
 import json
 import resource
 import socket
 import sys
+import termios
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,6 +48,7 @@ class PartitionResult:
     partition: str
     bytes: int = 0
     fetches: int = 0
+    unread: int = 0  # body bytes the server had pushed past what the fetches used
     latencies_s: list[float] = field(default_factory=list)
     done_s: float | None = None
     error: str | None = None
@@ -65,8 +69,10 @@ def whole_batches(buffer: memoryview, have: int) -> int:
 
 
 def fetch(host: str, port: int, netloc: str, path: str, position: int, size: int,
-          fetch_bytes: int, buffer: memoryview, timeout_s: float) -> int:
-    """One fetch from `position`; the bytes of whole batches it got."""
+          fetch_bytes: int, buffer: memoryview, timeout_s: float) -> tuple[int, int]:
+    """One fetch from `position`: the bytes of whole batches it got, and the
+    body bytes it received or found queued on its socket beyond those (what the
+    server sent for nothing: a dropped connection discards them)."""
     with socket.create_connection((host, port), timeout=timeout_s) as sock:
         sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {netloc}\r\nRange: bytes={position}-\r\n"
                      f"User-Agent: bench-light-client\r\n\r\n".encode())
@@ -97,11 +103,18 @@ def fetch(host: str, port: int, netloc: str, path: str, position: int, size: int
             if whole or have >= remaining:
                 if not whole:
                     raise FetchFailed(f"segment ends inside a batch at {position}")
-                return whole
+                return whole, have - whole + _queued(sock)
             # Not even one batch whole: Kafka returns at least one, read on.
             want = min(remaining, have + fetch_bytes, len(buffer))
             if want == have:
                 raise FetchFailed(f"a batch larger than {len(buffer)} bytes at {position}")
+
+
+def _queued(sock: socket.socket) -> int:
+    """Bytes waiting unread in the socket's receive queue (FIONREAD)."""
+    count = array.array("i", [0])
+    fcntl.ioctl(sock.fileno(), termios.FIONREAD, count)
+    return count[0]
 
 
 def read_partition(endpoint: str, bucket: str, segments: list[dict[str, object]],
@@ -120,8 +133,9 @@ def read_partition(endpoint: str, bucket: str, segments: list[dict[str, object]]
             position = 0
             while position < size:
                 fetch_started = time.perf_counter()
-                got = fetch(host, port, parts.netloc, path, position, size, fetch_bytes,
-                            buffer, timeout_s)
+                got, unread = fetch(host, port, parts.netloc, path, position, size,
+                                    fetch_bytes, buffer, timeout_s)
+                result.unread += unread
                 result.latencies_s.append(time.perf_counter() - fetch_started)
                 result.fetches += 1
                 result.bytes += got
@@ -169,6 +183,9 @@ def run(endpoint: str, bucket: str, partitions: dict[str, list[dict[str, object]
         "seconds": round(seconds, 3),
         "mb_per_s": round(total / 1e6 / seconds, 2) if seconds else None,
         "fetches": sum(result.fetches for result in results),
+        # Body bytes that reached the client for nothing: past the last whole
+        # batch of a fetch, or still queued when it hung up (FIONREAD).
+        "overshoot_bytes": sum(result.unread for result in results),
         "fetch_latency_ms": {
             "p50": ms(percentile(latencies, 0.5)), "p90": ms(percentile(latencies, 0.9)),
             "p99": ms(percentile(latencies, 0.99)), "max": ms(max(latencies, default=None)),

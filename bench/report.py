@@ -513,7 +513,10 @@ _COST_ROWS = {
                 ("nginx_slice_cold", "nginx slice 8m + proxy_cache, cold"),
                 ("nginx_slice_warm", "nginx slice 8m + proxy_cache, warm (same replay again)"),
                 ("sidecar_cold", "**sidecar, cold**"),
-                ("sidecar_warm", "**sidecar, warm** (same replay again)")],
+                ("sidecar_warm", "**sidecar, warm** (same replay again)"),
+                ("floor_aiohttp", "floor: aiohttp serving the files (preads, 128 KiB writes)"),
+                ("floor_protocol", "floor: bare asyncio protocol (preads, 128 KiB writes)"),
+                ("floor_sendfile", "floor: bare asyncio protocol, sendfile")],
     "wide-48p": [("nginx_slice_cold", "nginx slice 8m + proxy_cache, cold"),
                  ("sidecar_cold", "**sidecar, cold**")],
 }
@@ -546,6 +549,7 @@ def _cost_rows(results: dict[str, Any], scenario: str) -> list[list[str]]:
             "-" if not any(v is not None for v in hit) else _spread(hit, _pct, False),
             _spread([(r or {}).get("origin_body_bytes_per_replayed_byte") for r in runs],
                     _times, False),
+            _spread([_overshoot(r) for r in runs], _pct, False),
         ])
         if scenario == "wide-48p":
             rows[-1].append(
@@ -554,12 +558,18 @@ def _cost_rows(results: dict[str, Any], scenario: str) -> list[list[str]]:
     return rows
 
 
+def _overshoot(run: dict[str, Any] | None) -> float | None:
+    """Body bytes the client got past what its fetches used, over those used."""
+    sent, used = (run or {}).get("overshoot_bytes"), (run or {}).get("bytes")
+    return sent / used if isinstance(sent, int) and isinstance(used, int) and used else None
+
+
 def _cost_sections(results: dict[str, Any]) -> list[str]:
     scenarios = results.get("scenarios") or {}
     out: list[str] = []
     header = ["server", "MB/s", "CPU-s/GiB", "user", "system", "minor faults/GiB",
               "fetch p50 ms", "fetch p99 ms", "peak RSS MiB", "byte hit ratio",
-              "origin bytes / replayed"]
+              "origin bytes / replayed", "sent past the fetches"]
     if "cost-4p" in scenarios:
         info = scenarios["cost-4p"]
         out.append("## What a replay costs the server (light client)\n")
@@ -570,7 +580,13 @@ def _cost_sections(results: dict[str, Any]) -> list[str]:
             "so the client is not the bound. CPU is the server's own, every thread and child "
             "process, from /proc around each replay (`bench/cpu.py`), per GiB delivered; peak "
             "RSS is VmHWM since the server started. Fresh servers and caches each round; the "
-            "warm rows replay again through the server the cold row filled. Each cell: median "
+            "warm rows replay again through the server the cold row filled. The floor rows "
+            "replay (a second time, the files in the page cache) through a Python server that "
+            "does nothing but answer the ranges from the data set's files "
+            "(`bench/floor_server.py`): no cache, checksums, signatures, metrics or logs; what "
+            "the HTTP layer and the copies alone cost. *Sent past the fetches*: body bytes "
+            "that reached the client beyond the whole batches its fetches used (the "
+            "connection is dropped with them queued). Each cell: median "
             f"(min-max) over {info.get('rounds', '?')} rounds.\n")
         out.append(_table(header, _cost_rows(results, "cost-4p")))
         out.append("")

@@ -1,0 +1,239 @@
+"""`python -m bench.floor_server`: what serving a Kafka replay costs a Python
+server that does nothing else, the floor under the sidecar's warm replay.
+
+It answers `GET /BUCKET/KEY` with `Range: bytes=POS-` (or `bytes=A-B`) from the
+files under `--root` (the data set, in the page cache after its first read),
+206 with Content-Length and Content-Range, and nothing more: no cache index, no
+checksums, no signatures, no metrics, no access log. Three ways, `--mode`:
+
+- `aiohttp`: a `web.StreamResponse`, the body read from the file 1 MiB at a
+  time into a buffer taken from a pool (`os.preadv`: no allocation and no
+  page faults per read) and written 128 KiB at a time, the socket's send
+  buffer set to 128 KiB: the data port's way with an open-ended read;
+- `protocol`: the same preads and writes from a bare `asyncio.Protocol` (the
+  request head split by hand, the transport's flow control awaited);
+- `sendfile`: a bare `asyncio.Protocol` that hands the range to
+  `loop.sendfile` (sendfile(2): the page cache's pages go to the socket, no
+  copy in the process).
+
+Each answer ends the connection, as the light client drops it. Binds
+127.0.0.1 on a free port and prints `{"event": "ready", "port": N}`; runs
+until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from aiohttp import web
+
+MODES = ("aiohttp", "protocol", "sendfile")
+SEND_PIECE = 128 * 1024  # the data port's SEND_BUFFER_BYTES for an open-ended read
+READ_CHUNK = 1024 * 1024  # the cache's chunk
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
+# Read buffers in use give the transport what it could not send at once as a
+# copy (asyncio's write buffer), so one is free again once its writes return.
+_POOL: list[bytearray] = []
+
+
+def read_pieces(fd: int, first: int, last: int) -> Iterator[memoryview]:
+    """Bytes first..last of the file, READ_CHUNK at a time into a pooled buffer,
+    as SEND_PIECE views; the buffer is reused once the caller asks for more."""
+    buffer = _POOL.pop() if _POOL else bytearray(READ_CHUNK)
+    try:
+        position = first
+        while position <= last:
+            view = memoryview(buffer)[:min(READ_CHUNK, last + 1 - position)]
+            got = os.preadv(fd, [view], position)
+            if got <= 0:
+                raise ConnectionAbortedError(f"the file ended at {position}")
+            for at in range(0, got, SEND_PIECE):
+                yield view[at:min(got, at + SEND_PIECE)]
+            position += got
+    finally:
+        _POOL.append(buffer)
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def resolve(root: Path, target: str, range_value: str | None) -> tuple[Path, int, int, int]:
+    """The file, first and last byte, and size of a `GET /BUCKET/KEY` with a Range."""
+    path = (root / unquote(urlsplit(target).path).lstrip("/")).resolve()
+    if root not in path.parents or not path.is_file():
+        raise BadRequest(f"no such object: {target}")
+    size = path.stat().st_size
+    match = _RANGE.match(range_value or "")
+    if match is None:
+        raise BadRequest(f"not a single byte range: {range_value!r}")
+    first = int(match.group(1))
+    last = min(int(match.group(2)), size - 1) if match.group(2) else size - 1
+    if first > last:
+        raise BadRequest(f"range {range_value} outside {size} bytes")
+    return path, first, last, size
+
+
+def _prepare_socket(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_PIECE)
+    if isinstance(transport, asyncio.WriteTransport):
+        transport.set_write_buffer_limits(high=SEND_PIECE // 2)
+
+
+def aiohttp_app(root: Path) -> web.Application:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        try:
+            path, first, last, size = resolve(root, request.path_qs,
+                                              request.headers.get("Range"))
+        except BadRequest as exc:
+            return web.Response(status=416, text=str(exc))
+        response = web.StreamResponse(status=206, headers={
+            "Content-Length": str(last - first + 1),
+            "Content-Range": f"bytes {first}-{last}/{size}"})
+        if request.transport is not None:
+            _prepare_socket(request.transport)
+        await response.prepare(request)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for piece in read_pieces(fd, first, last):
+                await response.write(piece)
+        except ConnectionError:
+            if request.transport is not None:
+                request.transport.abort()
+        finally:
+            os.close(fd)
+        return response
+
+    app = web.Application()
+    app.router.add_get("/{tail:.+}", answer)
+    return app
+
+
+class BareAnswer(asyncio.Protocol):
+    """One request per connection, answered by `sendfile` or by preads and writes."""
+
+    def __init__(self, root: Path, use_sendfile: bool) -> None:
+        self._root = root
+        self._sendfile = use_sendfile
+        self._head = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self._writable: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        _prepare_socket(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._head += data
+        if self._task is None and b"\r\n\r\n" in self._head:
+            self._task = asyncio.get_running_loop().create_task(self._answer(bytes(self._head)))
+
+    def pause_writing(self) -> None:
+        self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_exception(ConnectionResetError())
+
+    async def _answer(self, head: bytes) -> None:
+        transport = self._transport
+        assert transport is not None
+        lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+        target = lines[0].split(" ")[1] if lines[0].count(" ") == 2 else ""
+        fields = {name.strip().lower(): value.strip()
+                  for name, _, value in (line.partition(":") for line in lines[1:])}
+        try:
+            path, first, last, size = resolve(self._root, target, fields.get("range"))
+        except BadRequest as exc:
+            text = str(exc).encode()
+            transport.write(b"HTTP/1.1 416 Range Not Satisfiable\r\nConnection: close\r\n"
+                            b"Content-Length: %d\r\n\r\n%s" % (len(text), text))
+            transport.close()
+            return
+        transport.write(f"HTTP/1.1 206 Partial Content\r\nContent-Length: {last - first + 1}\r\n"
+                        f"Content-Range: bytes {first}-{last}/{size}\r\n"
+                        "Connection: close\r\n\r\n".encode("latin-1"))
+        try:
+            # Opened on the loop: the files are in the page cache, and the floor
+            # is what serving costs with nothing in between.
+            with open(path, "rb") as file:  # noqa: ASYNC230
+                if self._sendfile:
+                    await asyncio.get_running_loop().sendfile(transport, file, first,
+                                                              last + 1 - first)
+                else:
+                    await self._write_from(file.fileno(), first, last)
+        except (ConnectionError, OSError):
+            transport.abort()
+            return
+        transport.close()
+
+    async def _write_from(self, fd: int, first: int, last: int) -> None:
+        transport = self._transport
+        assert transport is not None
+        for piece in read_pieces(fd, first, last):
+            if transport.is_closing():
+                raise ConnectionResetError()
+            transport.write(piece)
+            if self._writable is not None:
+                await self._writable
+
+
+async def serve(root: Path, mode: str) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    if mode == "aiohttp":
+        runner = web.AppRunner(aiohttp_app(root), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            print(json.dumps({"event": "ready", "port": port}), flush=True)
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+        return
+    server = await loop.create_server(lambda: BareAnswer(root, mode == "sendfile"),
+                                      "127.0.0.1", 0)
+    try:
+        print(json.dumps({"event": "ready", "port": server.sockets[0].getsockname()[1]}),
+              flush=True)
+        await stop.wait()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.floor_server",
+                                     description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--root", type=Path, required=True,
+                        help="directory holding BUCKET/KEY files")
+    parser.add_argument("--mode", choices=MODES, required=True)
+    args = parser.parse_args(argv)
+    asyncio.run(serve(args.root.resolve(), args.mode))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
