@@ -8,8 +8,10 @@ wrk are installed by bench/install-deps.sh (a no-op when they are present).
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -246,3 +248,68 @@ def test_cost_targets_take_the_median_of_the_rounds() -> None:
     assert wide["value"] == 2.4 and wide["met"] is True
     assert targets["48 partitions at once, cold: sidecar fetch p99"]["met"] is False
     assert "## What a replay costs the server (light client)" in render_markdown(results)
+
+
+@pytest.fixture(params=["aiohttp", "protocol", "sendfile"])
+def floor_url(request: pytest.FixtureRequest, dataset: Dataset) -> Iterator[str]:
+    """A bench.floor_server over the data set's files, in each of its modes."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.floor_server", "--root", str(dataset.root), "--mode",
+         request.param], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line, process.stderr.read() if process.stderr else "no ready line"
+        yield f"http://127.0.0.1:{json.loads(line)['port']}"
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)  # and closes the pipes
+
+
+def test_a_floor_server_answers_a_range_with_the_files_bytes(
+    floor_url: str, dataset: Dataset
+) -> None:
+    item = dataset.objects[1]
+    expected = dataset.path(item.key).read_bytes()
+    parts = urlsplit(floor_url)
+    for wanted, first, last in (("bytes=10-19", 10, 19), (f"bytes={item.size - 5}-",
+                                                          item.size - 5, item.size - 1)):
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        try:
+            connection.request("GET", f"/{dataset.spec.bucket}/{item.key}",
+                               headers={"Range": wanted})
+            answer = connection.getresponse()
+            body = answer.read()
+        finally:
+            connection.close()
+        assert answer.status == 206
+        assert answer.getheader("Content-Range") == f"bytes {first}-{last}/{item.size}"
+        assert body == expected[first:last + 1]
+
+
+def test_a_floor_server_refuses_what_it_cannot_answer(floor_url: str, dataset: Dataset) -> None:
+    parts = urlsplit(floor_url)
+    item = dataset.objects[0]
+    for path, wanted in ((f"/{dataset.spec.bucket}/{item.key}", f"bytes={item.size}-"),
+                         (f"/{dataset.spec.bucket}/no-such-key", "bytes=0-"),
+                         (f"/{dataset.spec.bucket}/../../etc/passwd", "bytes=0-")):
+        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        try:
+            connection.request("GET", path, headers={"Range": wanted})
+            answer = connection.getresponse()
+            answer.read()
+        finally:
+            connection.close()
+        assert answer.status == 416, path
+
+
+def test_the_light_client_replays_through_a_floor_server_and_counts_what_it_did_not_use(
+    floor_url: str, dataset: Dataset
+) -> None:
+    report = light_client.run(floor_url, dataset.spec.bucket, segments_by_partition(dataset),
+                              256 * 1024, 30.0)
+    assert report["errors"] == 0, report["error_messages"]
+    assert report["bytes"] == dataset.total_bytes
+    # Each fetch stops at its last whole batch: the bytes of the batch it cut
+    # into arrived for nothing, and so may more that were queued.
+    assert report["overshoot_bytes"] > 0
