@@ -14,7 +14,11 @@ checksums, no signatures, no metrics, no access log. Three ways, `--mode`:
   request head split by hand, the transport's flow control awaited);
 - `sendfile`: a bare `asyncio.Protocol` that hands the range to
   `loop.sendfile` (sendfile(2): the page cache's pages go to the socket, no
-  copy in the process).
+  copy in the process);
+- `protocol-verified` and `sendfile-verified`: the same two, with what a cache
+  that checks every byte against its checksum before serving it must do at
+  least: read each 1 MiB chunk the range touches whole and hash it (xxh3, as
+  the sidecar's chunk checksums), then write it, or sendfile the same range.
 
 Each answer ends the connection, as the light client drops it. Binds
 127.0.0.1 on a free port and prints `{"event": "ready", "port": N}`; runs
@@ -34,9 +38,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import xxhash
 from aiohttp import web
 
-MODES = ("aiohttp", "protocol", "sendfile")
+MODES = ("aiohttp", "protocol", "sendfile", "protocol-verified", "sendfile-verified")
 SEND_PIECE = 128 * 1024  # the data port's SEND_BUFFER_BYTES for an open-ended read
 READ_CHUNK = 1024 * 1024  # the cache's chunk
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
@@ -45,20 +50,46 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 _POOL: list[bytearray] = []
 
 
-def read_pieces(fd: int, first: int, last: int) -> Iterator[memoryview]:
+def read_pieces(fd: int, first: int, last: int, verify: bool = False) -> Iterator[memoryview]:
     """Bytes first..last of the file, READ_CHUNK at a time into a pooled buffer,
-    as SEND_PIECE views; the buffer is reused once the caller asks for more."""
+    as SEND_PIECE views; the buffer is reused once the caller asks for more.
+    `verify`: each READ_CHUNK-aligned chunk the range touches is read whole and
+    hashed first, as a cache checks a chunk's checksum before serving from it."""
     buffer = _POOL.pop() if _POOL else bytearray(READ_CHUNK)
     try:
         position = first
         while position <= last:
-            view = memoryview(buffer)[:min(READ_CHUNK, last + 1 - position)]
-            got = os.preadv(fd, [view], position)
-            if got <= 0:
+            lo = position - position % READ_CHUNK if verify else position
+            view = memoryview(buffer)[:min(READ_CHUNK, last + 1 - lo) if not verify
+                                      else READ_CHUNK]
+            got = os.preadv(fd, [view], lo)
+            if got <= position - lo:
                 raise ConnectionAbortedError(f"the file ended at {position}")
-            for at in range(0, got, SEND_PIECE):
-                yield view[at:min(got, at + SEND_PIECE)]
-            position += got
+            if verify:
+                xxhash.xxh3_64_intdigest(view[:got])
+            stop = min(got, last + 1 - lo)
+            for at in range(position - lo, stop, SEND_PIECE):
+                yield view[at:min(stop, at + SEND_PIECE)]
+            position = lo + stop
+    finally:
+        _POOL.append(buffer)
+
+
+def verified_runs(fd: int, first: int, last: int) -> Iterator[tuple[int, int]]:
+    """(offset, count) runs of first..last, one a READ_CHUNK-aligned chunk, each
+    once its whole chunk was read and hashed (for sendfile of the same bytes)."""
+    position = first
+    buffer = _POOL.pop() if _POOL else bytearray(READ_CHUNK)
+    try:
+        while position <= last:
+            lo = position - position % READ_CHUNK
+            got = os.preadv(fd, [buffer], lo)
+            if got <= position - lo:
+                raise ConnectionAbortedError(f"the file ended at {position}")
+            xxhash.xxh3_64_intdigest(memoryview(buffer)[:got])
+            stop = min(got, last + 1 - lo)
+            yield position, lo + stop - position
+            position = lo + stop
     finally:
         _POOL.append(buffer)
 
@@ -123,9 +154,10 @@ def aiohttp_app(root: Path) -> web.Application:
 class BareAnswer(asyncio.Protocol):
     """One request per connection, answered by `sendfile` or by preads and writes."""
 
-    def __init__(self, root: Path, use_sendfile: bool) -> None:
+    def __init__(self, root: Path, mode: str) -> None:
         self._root = root
-        self._sendfile = use_sendfile
+        self._sendfile = mode.startswith("sendfile")
+        self._verify = mode.endswith("-verified")
         self._head = bytearray()
         self._transport: asyncio.Transport | None = None
         self._writable: asyncio.Future[None] | None = None
@@ -175,7 +207,10 @@ class BareAnswer(asyncio.Protocol):
             # Opened on the loop: the files are in the page cache, and the floor
             # is what serving costs with nothing in between.
             with open(path, "rb") as file:  # noqa: ASYNC230
-                if self._sendfile:
+                if self._sendfile and self._verify:
+                    for offset, count in verified_runs(file.fileno(), first, last):
+                        await asyncio.get_running_loop().sendfile(transport, file, offset, count)
+                elif self._sendfile:
                     await asyncio.get_running_loop().sendfile(transport, file, first,
                                                               last + 1 - first)
                 else:
@@ -188,7 +223,7 @@ class BareAnswer(asyncio.Protocol):
     async def _write_from(self, fd: int, first: int, last: int) -> None:
         transport = self._transport
         assert transport is not None
-        for piece in read_pieces(fd, first, last):
+        for piece in read_pieces(fd, first, last, self._verify):
             if transport.is_closing():
                 raise ConnectionResetError()
             transport.write(piece)
@@ -213,8 +248,7 @@ async def serve(root: Path, mode: str) -> None:
         finally:
             await runner.cleanup()
         return
-    server = await loop.create_server(lambda: BareAnswer(root, mode == "sendfile"),
-                                      "127.0.0.1", 0)
+    server = await loop.create_server(lambda: BareAnswer(root, mode), "127.0.0.1", 0)
     try:
         print(json.dumps({"event": "ready", "port": server.sockets[0].getsockname()[1]}),
               flush=True)

@@ -516,7 +516,11 @@ _COST_ROWS = {
                 ("sidecar_warm", "**sidecar, warm** (same replay again)"),
                 ("floor_aiohttp", "floor: aiohttp serving the files (preads, 128 KiB writes)"),
                 ("floor_protocol", "floor: bare asyncio protocol (preads, 128 KiB writes)"),
-                ("floor_sendfile", "floor: bare asyncio protocol, sendfile")],
+                ("floor_sendfile", "floor: bare asyncio protocol, sendfile"),
+                ("floor_protocol-verified",
+                 "floor: bare protocol, each chunk read whole and hashed, then written"),
+                ("floor_sendfile-verified",
+                 "floor: bare protocol, each chunk read whole and hashed, then sendfile")],
     "wide-48p": [("nginx_slice_cold", "nginx slice 8m + proxy_cache, cold"),
                  ("sidecar_cold", "**sidecar, cold**")],
 }

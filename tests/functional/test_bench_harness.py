@@ -250,7 +250,8 @@ def test_cost_targets_take_the_median_of_the_rounds() -> None:
     assert "## What a replay costs the server (light client)" in render_markdown(results)
 
 
-@pytest.fixture(params=["aiohttp", "protocol", "sendfile"])
+@pytest.fixture(params=["aiohttp", "protocol", "sendfile", "protocol-verified",
+                        "sendfile-verified"])
 def floor_url(request: pytest.FixtureRequest, dataset: Dataset) -> Iterator[str]:
     """A bench.floor_server over the data set's files, in each of its modes."""
     process = subprocess.Popen(
