@@ -720,9 +720,9 @@ def _isolation_sections(results: dict[str, Any]) -> list[str]:
 
 
 # Sections measured by scripts of their own (python -m bench.recovery --record,
-# bench.capacity_accuracy, bench.capacity_scale), each written as a markdown
+# bench.disk_io, bench.capacity_accuracy, bench.capacity_scale), each written as a markdown
 # fragment beside the results; spliced in as they are.
-FRAGMENTS = ("recovery.md", "capacity-accuracy.md", "capacity-scale.md")
+FRAGMENTS = ("recovery.md", "disk-io.md", "capacity-accuracy.md", "capacity-scale.md")
 
 
 def _fragments() -> list[str]:

@@ -23,7 +23,7 @@ import pytest
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
-from bench import cpu, light_client
+from bench import cpu, disk_io, light_client
 from bench.cost import segments_by_partition
 from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
 from bench.nginx import NginxServer, OriginTraffic, origin_config, origin_traffic
@@ -314,3 +314,30 @@ def test_the_light_client_replays_through_a_floor_server_and_counts_what_it_did_
     # Each fetch stops at its last whole batch: the bytes of the batch it cut
     # into arrived for nothing, and so may more that were queued.
     assert report["overshoot_bytes"] > 0
+
+
+def test_the_disk_io_benchmark_times_every_way_and_renders_its_table(tmp_path: Path) -> None:
+    finished = subprocess.run(
+        [sys.executable, "-m", "bench.disk_io", "--dir", str(tmp_path),
+         "--size", str(8 * 1024 * 1024), "--rounds", "2"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    rounds = [json.loads(line) for line in finished.stdout.splitlines()]
+    assert [r["round"] for r in rounds] == [1, 2]
+    for measured in rounds:
+        assert set(measured) - {"round"} == set(disk_io.WAYS)
+        assert all(way["cpu_s_per_gib"] >= 0 and way["mb_per_s"] > 0
+                   for name, way in measured.items() if name != "round")
+    assert list(tmp_path.iterdir()) == []  # its file is gone
+    table = disk_io.render({"size": 8 * 1024 * 1024, "rounds": [
+        {way: {"cpu_s_per_gib": 0.1 * n, "mb_per_s": 100.0 * n} for way in disk_io.WAYS}
+        for n in (1, 2, 3)]})
+    assert "| write, O_DIRECT | 0.200 (0.100-0.300) | 200 (100-300) |" in table
+
+
+def test_the_disk_io_benchmark_refuses_a_size_it_cannot_use(tmp_path: Path) -> None:
+    finished = subprocess.run(
+        [sys.executable, "-m", "bench.disk_io", "--dir", str(tmp_path), "--size", "1000"],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 2
+    assert "--size must be a positive multiple of 8 MiB" in finished.stderr
