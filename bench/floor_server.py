@@ -18,7 +18,10 @@ checksums, no signatures, no metrics, no access log. Three ways, `--mode`:
 - `protocol-verified` and `sendfile-verified`: the same two, with what a cache
   that checks every byte against its checksum before serving it must do at
   least: read each 1 MiB chunk the range touches whole and hash it (xxh3, as
-  the sidecar's chunk checksums), then write it, or sendfile the same range.
+  the sidecar's chunk checksums), then write it, or sendfile the same range;
+- `direct-verified`: as `protocol-verified`, the chunk read past the page
+  cache (O_DIRECT, into a page-aligned pooled buffer) and hashed in a worker
+  thread, as a read that may wait for the disk must be.
 
 Each answer ends the connection, as the light client drops it. Binds
 127.0.0.1 on a free port and prints `{"event": "ready", "port": N}`; runs
@@ -30,24 +33,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import mmap
 import os
 import re
 import signal
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import xxhash
 from aiohttp import web
 
-MODES = ("aiohttp", "protocol", "sendfile", "protocol-verified", "sendfile-verified")
+MODES = ("aiohttp", "protocol", "sendfile", "protocol-verified", "sendfile-verified",
+         "direct-verified")
+# Worker threads of the direct-verified floor: the sidecar's io_threads default.
+DIRECT_THREADS = 4
 SEND_PIECE = 128 * 1024  # the data port's SEND_BUFFER_BYTES for an open-ended read
 READ_CHUNK = 1024 * 1024  # the cache's chunk
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 # Read buffers in use give the transport what it could not send at once as a
 # copy (asyncio's write buffer), so one is free again once its writes return.
 _POOL: list[bytearray] = []
+_ALIGNED_POOL: list[mmap.mmap] = []
 
 
 def read_pieces(fd: int, first: int, last: int, verify: bool = False) -> Iterator[memoryview]:
@@ -154,10 +163,12 @@ def aiohttp_app(root: Path) -> web.Application:
 class BareAnswer(asyncio.Protocol):
     """One request per connection, answered by `sendfile` or by preads and writes."""
 
-    def __init__(self, root: Path, mode: str) -> None:
+    def __init__(self, root: Path, mode: str, threads: ThreadPoolExecutor) -> None:
         self._root = root
         self._sendfile = mode.startswith("sendfile")
         self._verify = mode.endswith("-verified")
+        self._direct = mode == "direct-verified"
+        self._threads = threads
         self._head = bytearray()
         self._transport: asyncio.Transport | None = None
         self._writable: asyncio.Future[None] | None = None
@@ -207,7 +218,9 @@ class BareAnswer(asyncio.Protocol):
             # Opened on the loop: the files are in the page cache, and the floor
             # is what serving costs with nothing in between.
             with open(path, "rb") as file:  # noqa: ASYNC230
-                if self._sendfile and self._verify:
+                if self._direct:
+                    await self._write_direct(path, first, last)
+                elif self._sendfile and self._verify:
                     for offset, count in verified_runs(file.fileno(), first, last):
                         await asyncio.get_running_loop().sendfile(transport, file, offset, count)
                 elif self._sendfile:
@@ -219,6 +232,38 @@ class BareAnswer(asyncio.Protocol):
             transport.abort()
             return
         transport.close()
+
+    async def _write_direct(self, path: Path, first: int, last: int) -> None:
+        transport = self._transport
+        assert transport is not None
+        loop = asyncio.get_running_loop()
+        buffer = _ALIGNED_POOL.pop() if _ALIGNED_POOL else mmap.mmap(-1, READ_CHUNK)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+
+        def read_and_hash(lo: int) -> int:
+            got = os.preadv(fd, [buffer], lo)
+            xxhash.xxh3_64_intdigest(memoryview(buffer)[:got])
+            return got
+
+        try:
+            position = first
+            while position <= last:
+                lo = position - position % READ_CHUNK
+                got = await loop.run_in_executor(self._threads, read_and_hash, lo)
+                if got <= position - lo:
+                    raise ConnectionAbortedError(f"the file ended at {position}")
+                stop = min(got, last + 1 - lo)
+                with memoryview(buffer) as view:
+                    for at in range(position - lo, stop, SEND_PIECE):
+                        if transport.is_closing():
+                            raise ConnectionResetError()
+                        transport.write(view[at:min(stop, at + SEND_PIECE)])
+                        if self._writable is not None:
+                            await self._writable
+                position = lo + stop
+        finally:
+            os.close(fd)
+            _ALIGNED_POOL.append(buffer)
 
     async def _write_from(self, fd: int, first: int, last: int) -> None:
         transport = self._transport
@@ -248,7 +293,8 @@ async def serve(root: Path, mode: str) -> None:
         finally:
             await runner.cleanup()
         return
-    server = await loop.create_server(lambda: BareAnswer(root, mode), "127.0.0.1", 0)
+    threads = ThreadPoolExecutor(DIRECT_THREADS, thread_name_prefix="floor-io")
+    server = await loop.create_server(lambda: BareAnswer(root, mode, threads), "127.0.0.1", 0)
     try:
         print(json.dumps({"event": "ready", "port": server.sockets[0].getsockname()[1]}),
               flush=True)
@@ -256,6 +302,7 @@ async def serve(root: Path, mode: str) -> None:
     finally:
         server.close()
         await server.wait_closed()
+        threads.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:

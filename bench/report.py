@@ -520,7 +520,10 @@ _COST_ROWS = {
                 ("floor_protocol-verified",
                  "floor: bare protocol, each chunk read whole and hashed, then written"),
                 ("floor_sendfile-verified",
-                 "floor: bare protocol, each chunk read whole and hashed, then sendfile")],
+                 "floor: bare protocol, each chunk read whole and hashed, then sendfile"),
+                ("floor_direct-verified",
+                 "floor: bare protocol, each chunk read with O_DIRECT and hashed in a "
+                 "thread, then written")],
     "wide-48p": [("nginx_slice_cold", "nginx slice 8m + proxy_cache, cold"),
                  ("sidecar_cold", "**sidecar, cold**")],
 }

@@ -251,7 +251,7 @@ def test_cost_targets_take_the_median_of_the_rounds() -> None:
 
 
 @pytest.fixture(params=["aiohttp", "protocol", "sendfile", "protocol-verified",
-                        "sendfile-verified"])
+                        "sendfile-verified", "direct-verified"])
 def floor_url(request: pytest.FixtureRequest, dataset: Dataset) -> Iterator[str]:
     """A bench.floor_server over the data set's files, in each of its modes."""
     process = subprocess.Popen(
