@@ -38,7 +38,6 @@ import os
 import re
 import signal
 import socket
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -59,48 +58,21 @@ _POOL: list[bytearray] = []
 _ALIGNED_POOL: list[mmap.mmap] = []
 
 
-def read_pieces(fd: int, first: int, last: int, verify: bool = False) -> Iterator[memoryview]:
-    """Bytes first..last of the file, READ_CHUNK at a time into a pooled buffer,
-    as SEND_PIECE views; the buffer is reused once the caller asks for more.
-    `verify`: each READ_CHUNK-aligned chunk the range touches is read whole and
-    hashed first, as a cache checks a chunk's checksum before serving from it."""
-    buffer = _POOL.pop() if _POOL else bytearray(READ_CHUNK)
-    try:
-        position = first
-        while position <= last:
-            lo = position - position % READ_CHUNK if verify else position
-            view = memoryview(buffer)[:min(READ_CHUNK, last + 1 - lo) if not verify
-                                      else READ_CHUNK]
-            got = os.preadv(fd, [view], lo)
-            if got <= position - lo:
-                raise ConnectionAbortedError(f"the file ended at {position}")
-            if verify:
-                xxhash.xxh3_64_intdigest(view[:got])
-            stop = min(got, last + 1 - lo)
-            for at in range(position - lo, stop, SEND_PIECE):
-                yield view[at:min(stop, at + SEND_PIECE)]
-            position = lo + stop
-    finally:
-        _POOL.append(buffer)
-
-
-def verified_runs(fd: int, first: int, last: int) -> Iterator[tuple[int, int]]:
-    """(offset, count) runs of first..last, one a READ_CHUNK-aligned chunk, each
-    once its whole chunk was read and hashed (for sendfile of the same bytes)."""
-    position = first
-    buffer = _POOL.pop() if _POOL else bytearray(READ_CHUNK)
-    try:
-        while position <= last:
-            lo = position - position % READ_CHUNK
-            got = os.preadv(fd, [buffer], lo)
-            if got <= position - lo:
-                raise ConnectionAbortedError(f"the file ended at {position}")
-            xxhash.xxh3_64_intdigest(memoryview(buffer)[:got])
-            stop = min(got, last + 1 - lo)
-            yield position, lo + stop - position
-            position = lo + stop
-    finally:
-        _POOL.append(buffer)
+def read_chunk(fd: int, position: int, last: int, buffer: bytearray | mmap.mmap,
+               verify: bool) -> memoryview:
+    """The bytes from `position` on, at most to `last` and to the end of a
+    READ_CHUNK, read into `buffer`. `verify`: the READ_CHUNK-aligned chunk is
+    read whole and hashed, as a cache checks a chunk's checksum before serving
+    any byte of it (and O_DIRECT wants aligned reads)."""
+    lo = position - position % READ_CHUNK if verify else position
+    with memoryview(buffer) as whole:
+        view = whole[:READ_CHUNK if verify else min(READ_CHUNK, last + 1 - lo)]
+    got = os.preadv(fd, [view], lo)
+    if got <= position - lo:
+        raise ConnectionAbortedError(f"the file ended at {position}")
+    if verify:
+        xxhash.xxh3_64_intdigest(view[:got])
+    return view[position - lo:min(got, last + 1 - lo)]
 
 
 class BadRequest(ValueError):
@@ -145,14 +117,20 @@ def aiohttp_app(root: Path) -> web.Application:
             _prepare_socket(request.transport)
         await response.prepare(request)
         fd = os.open(path, os.O_RDONLY)
+        buffer = _POOL.pop() if _POOL else bytearray(READ_CHUNK)
         try:
-            for piece in read_pieces(fd, first, last):
-                await response.write(piece)
+            position = first
+            while position <= last:
+                data = read_chunk(fd, position, last, buffer, verify=False)
+                for at in range(0, len(data), SEND_PIECE):
+                    await response.write(data[at:at + SEND_PIECE])
+                position += len(data)
         except ConnectionError:
             if request.transport is not None:
                 request.transport.abort()
         finally:
             os.close(fd)
+            _POOL.append(buffer)
         return response
 
     app = web.Application()
@@ -215,65 +193,59 @@ class BareAnswer(asyncio.Protocol):
                         f"Content-Range: bytes {first}-{last}/{size}\r\n"
                         "Connection: close\r\n\r\n".encode("latin-1"))
         try:
-            # Opened on the loop: the files are in the page cache, and the floor
-            # is what serving costs with nothing in between.
-            with open(path, "rb") as file:  # noqa: ASYNC230
-                if self._direct:
-                    await self._write_direct(path, first, last)
-                elif self._sendfile and self._verify:
-                    for offset, count in verified_runs(file.fileno(), first, last):
-                        await asyncio.get_running_loop().sendfile(transport, file, offset, count)
-                elif self._sendfile:
+            if self._sendfile and not self._verify:
+                # Opened on the loop: the files are in the page cache, and the
+                # floor is what serving costs with nothing in between.
+                with open(path, "rb") as file:  # noqa: ASYNC230
                     await asyncio.get_running_loop().sendfile(transport, file, first,
                                                               last + 1 - first)
-                else:
-                    await self._write_from(file.fileno(), first, last)
+            else:
+                await self._send_chunks(path, first, last)
         except (ConnectionError, OSError):
             transport.abort()
             return
         transport.close()
 
-    async def _write_direct(self, path: Path, first: int, last: int) -> None:
+    async def _send_chunks(self, path: Path, first: int, last: int) -> None:
+        """first..last a chunk at a time: read (on the loop, or with O_DIRECT in
+        a worker thread), then written in SEND_PIECE pieces or sent with sendfile."""
         transport = self._transport
         assert transport is not None
         loop = asyncio.get_running_loop()
-        buffer = _ALIGNED_POOL.pop() if _ALIGNED_POOL else mmap.mmap(-1, READ_CHUNK)
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-
-        def read_and_hash(lo: int) -> int:
-            got = os.preadv(fd, [buffer], lo)
-            xxhash.xxh3_64_intdigest(memoryview(buffer)[:got])
-            return got
-
+        buffer: bytearray | mmap.mmap
+        if self._direct:  # O_DIRECT wants a page-aligned buffer: a mapping's
+            buffer = _ALIGNED_POOL.pop() if _ALIGNED_POOL else mmap.mmap(-1, READ_CHUNK)
+        else:
+            buffer = _POOL.pop() if _POOL else bytearray(READ_CHUNK)
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if self._direct else 0))
+        # What loop.sendfile takes: a file object (its descriptor is used).
+        file = open(fd, "rb", buffering=0, closefd=False)  # noqa: ASYNC230, SIM115
         try:
             position = first
             while position <= last:
-                lo = position - position % READ_CHUNK
-                got = await loop.run_in_executor(self._threads, read_and_hash, lo)
-                if got <= position - lo:
-                    raise ConnectionAbortedError(f"the file ended at {position}")
-                stop = min(got, last + 1 - lo)
-                with memoryview(buffer) as view:
-                    for at in range(position - lo, stop, SEND_PIECE):
+                if self._direct:
+                    data = await loop.run_in_executor(
+                        self._threads, read_chunk, fd, position, last, buffer, True)
+                else:
+                    data = read_chunk(fd, position, last, buffer, self._verify)
+                if self._sendfile:
+                    await loop.sendfile(transport, file, position, len(data))
+                else:
+                    for at in range(0, len(data), SEND_PIECE):
                         if transport.is_closing():
                             raise ConnectionResetError()
-                        transport.write(view[at:min(stop, at + SEND_PIECE)])
+                        transport.write(data[at:at + SEND_PIECE])
                         if self._writable is not None:
                             await self._writable
-                position = lo + stop
+                position += len(data)
+                data.release()
         finally:
+            file.close()
             os.close(fd)
-            _ALIGNED_POOL.append(buffer)
-
-    async def _write_from(self, fd: int, first: int, last: int) -> None:
-        transport = self._transport
-        assert transport is not None
-        for piece in read_pieces(fd, first, last, self._verify):
-            if transport.is_closing():
-                raise ConnectionResetError()
-            transport.write(piece)
-            if self._writable is not None:
-                await self._writable
+            if isinstance(buffer, mmap.mmap):
+                _ALIGNED_POOL.append(buffer)
+            else:
+                _POOL.append(buffer)
 
 
 async def serve(root: Path, mode: str) -> None:
