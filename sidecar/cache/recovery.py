@@ -54,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.cache.index import HASH_BYTES, NO_BLOCK, SlotIndex
+from sidecar.cache.index import HASH_BYTES, NO_BLOCK, TAG_BYTES, SlotIndex
 from sidecar.cache.slab import SlotScan
 from sidecar.cache.slot_fifo import SlotFifo
 
@@ -170,6 +170,7 @@ class Merged:
 
     free: list[int]  # slots found empty: free now
     erase: list[int]  # corrupt headers and losing duplicates: free once erased on disk
+    purged: list[int]  # blocks of objects dropped since the start: free once erased
 
 
 class ScanMerge:
@@ -177,7 +178,9 @@ class ScanMerge:
     each batch next out (see the module docstring). Pure bookkeeping, no I/O.
 
     ``written`` must be told the generation of every block the store indexes
-    while the scan runs; ``merge`` calls ``drop`` for a block recovered
+    while the scan runs, and ``purge`` every object it drops (their blocks
+    still on disk, not scanned yet, must not come back); ``merge`` calls
+    ``drop`` for a block recovered
     earlier in the scan that a newer copy replaces (the store forgets it like
     any dropped block: it may be being read), and expects the slot gone from
     the index and the policy when ``drop`` returns.
@@ -193,6 +196,13 @@ class ScanMerge:
         self.corrupt_headers = 0
         self.duplicates = 0
         self.slots_scanned = 0
+        # Object tags (the first bytes of the identity hash) of the objects
+        # dropped since the start; another object sharing a tag loses its
+        # scanned blocks too, a miss (as in SlotIndex.slots_of_object).
+        self._purged: set[bytes] = set()
+
+    def purge(self, object_digest: bytes) -> None:
+        self._purged.add(object_digest[:TAG_BYTES])
 
     def nbytes(self) -> int:
         return self._high.itemsize * len(self._high)
@@ -210,6 +220,7 @@ class ScanMerge:
         index, high = self._index, self._high
         chunks, chunk_size = index.chunks_per_block, index.chunk_size
         erase = list(scan.corrupt)
+        purged: list[int] = []
         winners: dict[int, int] = {}  # slot -> generation, of this batch, not yet queued
         main: set[int] = set()
         hashes, slots, lengths, generations = scan.hashes, scan.slots, scan.lengths, \
@@ -219,6 +230,9 @@ class ScanMerge:
             if index.holds(slot):
                 raise ValueError(f"slot {slot} was indexed before the scan reached it")
             digest = bytes(hashes[HASH_BYTES * entry:HASH_BYTES * (entry + 1)])
+            if self._purged and digest[:TAG_BYTES] in self._purged:
+                purged.append(slot)
+                continue
             held = index.find(digest)
             if held >= 0:
                 # Equal generations cannot come from one slab's counter; the
@@ -256,4 +270,4 @@ class ScanMerge:
                                         reverse=True), main.__contains__)
         self.corrupt_headers += len(scan.corrupt)
         self.slots_scanned += scanned_slots
-        return Merged(free=list(scan.empty), erase=erase)
+        return Merged(free=list(scan.empty), erase=erase, purged=purged)

@@ -225,8 +225,9 @@ class BlockStore:
         if scan is None:
             self._scanned.set()
         self._scrub_rate: int | None = None
-        # The last generation given out; a recovered index resumes after the
-        # largest one on disk, so that a newer copy always has the larger one.
+        # The last generation given out: a start that scans gives out those of
+        # a new epoch, above every one on disk (slab.py, "Generations"); one
+        # from the snapshot resumes its counter.
         self._generation = 0
         self._closed = False
         self.recovery = report
@@ -406,19 +407,24 @@ class BlockStore:
         """Whether every batch was read and merged."""
         admit_to_main = self._admit_to_main if admit else None
         try:
-            reading = self._read_batch(0, min(stop, batch), batch, admit_to_main, False)
+            first, advised = 0, False
             while True:
-                first, last, found = await asyncio.shield(reading)
+                # Each batch asks the disk for the next one's headers before it
+                # returns: the kernel reads them while this batch is merged.
+                # The read itself waits for the merge: a thread decoding
+                # headers while the loop merges would take the GIL from it
+                # every few milliseconds, and slow both.
+                last = min(stop, first + batch)
+                found = await asyncio.shield(self._read_batch(first, last, batch, admit_to_main,
+                                                              advised))
                 if self._closed:
                     return False
-                if last < stop:
-                    reading = self._read_batch(last, min(stop, last + batch), batch,
-                                               admit_to_main, True)
                 self._merge_batch(merge, report, found, last - first)
                 if last >= stop:
                     return True
                 if pause is not None:
                     await pause(merge.slots_scanned)
+                first, advised = last, True
         except asyncio.CancelledError:
             log.info("cache scan stopped at %d of %d slot headers", merge.slots_scanned, stop)
             raise
@@ -434,14 +440,11 @@ class BlockStore:
     def _read_batch(
         self, first: int, stop: int, ahead: int,
         admit_to_main: Callable[[BlockIdent], bool] | None, advised: bool,
-    ) -> asyncio.Task[tuple[int, int, SlotScan]]:
-        async def read() -> tuple[int, int, SlotScan]:
-            found = await self._loop.run_in_executor(self._executor, functools.partial(
-                self._slab.scan, first, stop, admit_to_main, advised=advised, ahead=ahead))
-            return first, stop, found
+    ) -> asyncio.Task[SlotScan]:
         # Its own task (in _tasks): close waits for a batch being read before
         # it closes the slab, even when the scan itself was cancelled.
-        task = self._loop.create_task(read())
+        task = self._loop.create_task(self._in_executor(functools.partial(
+            self._slab.scan, first, stop, admit_to_main, advised=advised, ahead=ahead)))
         self._track(task)
         return task
 
@@ -452,8 +455,11 @@ class BlockStore:
         self._free.extend(array("i", reversed(merged.free)))
         for _ in merged.erase:
             self._metrics.on_eviction(REASON_RECOVERY)
-        if merged.erase:
-            self._track(self._loop.create_task(self._erase_then_free(merged.erase)))
+        for _ in merged.purged:
+            self._metrics.on_eviction(REASON_INVALIDATED)
+        if merged.erase or merged.purged:
+            self._track(self._loop.create_task(
+                self._erase_then_free(merged.erase + merged.purged)))
         report.slots_scanned = merge.slots_scanned
         report.blocks_recovered = merge.blocks_recovered
         report.bytes_recovered = merge.bytes_recovered
@@ -823,7 +829,11 @@ class BlockStore:
 
     def invalidate_object(self, bucket: str, key: str) -> Purged:
         """Drop every cached block of the object, whatever its ETag."""
-        slots = self._index.slots_of_object(object_hash(bucket.encode(), key.encode()))
+        digest = object_hash(bucket.encode(), key.encode())
+        slots = self._index.slots_of_object(digest)
+        if self._scan_merge is not None:
+            # Its blocks in slots not scanned yet must not come back.
+            self._scan_merge.purge(digest)
         self._recent.forget_object(bucket, key)
         unread = [name for slot in slots if (name := self._names.get(slot)) is not None]
         for slot in slots:

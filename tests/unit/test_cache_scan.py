@@ -244,3 +244,33 @@ async def test_a_stop_during_the_scan_saves_no_snapshot_and_loses_nothing(
         await store.close()
     # This one finished its scan: its stop saved the index.
     assert (tmp_path / "index.snap").exists()
+
+
+async def test_an_object_dropped_during_the_scan_does_not_come_back_from_it(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    await crashed_cache(tmp_path, executor)
+    gate, metrics = Gate(at=4), RecordingMetrics()
+    store = await reopen(tmp_path, executor, gate, metrics)
+    try:
+        await gate.reached.wait()
+        assert store.lookup(ident(2)) is not None
+        # Block 2 is indexed, block 8 still only on disk, not scanned yet.
+        assert store.invalidate_object("tiered", ident(2).key).blocks == 1
+        assert store.invalidate_object("tiered", ident(8).key).blocks == 0
+        gate.released.set()
+        await store.scanned()
+        assert store.lookup(ident(2)) is None and store.lookup(ident(8)) is None
+        assert store.lookup(ident(9)) is not None
+        assert metrics.evictions == {"invalidated": 2}
+    finally:
+        gate.released.set()
+        await store.close()
+    # Erased on disk too: the next scan does not find block 8 either.
+    (tmp_path / "index.snap").unlink()
+    store = await reopen(tmp_path, executor, None, RecordingMetrics())
+    try:
+        await store.scanned()
+        assert store.lookup(ident(8)) is None and store.lookup(ident(9)) is not None
+    finally:
+        await store.close()
