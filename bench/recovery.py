@@ -70,6 +70,7 @@ from sidecar.cache.snapshot import SNAPSHOT_FILE_NAME
 from sidecar.cache.store import BlockStore
 
 SEGMENT_BYTES = 8 * 1024 * 1024
+_SYNC_EVERY = 65536  # slot headers written between two fsyncs of the build
 
 
 class _Counts:
@@ -122,6 +123,12 @@ def build(directory: Path, slots: int, block_size: int, fill: float, corrupt: in
             else:
                 valid += 1
             os.pwrite(fd, header, 4096 + slot * (SLOT_HEADER_SIZE + block_size))
+            if slot % _SYNC_EVERY == _SYNC_EVERY - 1:
+                # Every header is an extent of its own: the file system's
+                # delayed-allocation reservations (a few metadata blocks per
+                # extent at worst) for millions of them fail with ENOSPC on a
+                # disk with tens of GB free, unless allocated as we go.
+                os.fsync(fd)
         os.fsync(fd)
         # Cold start: the headers must come from the disk, not the page cache.
         os.posix_fadvise(fd, 0, slab_file_size(slots, block_size), os.POSIX_FADV_DONTNEED)

@@ -721,13 +721,14 @@ class Slab:
     def scan(
         self, first: int, stop: int,
         admit_to_main: Callable[[BlockIdent], bool] | None = None,
-        *, advised: bool = False, ahead: int = 0,
+        *, advised: int = 0, ahead: int = 0,
     ) -> SlotScan:
         """The slot headers of slots ``first..stop-1`` (recovery). Blocking.
 
-        A scan in batches asks the disk for the next batch's headers while it
-        decodes this one: ``ahead`` slots after ``stop`` are hinted, and the
-        next call, told they were (``advised``), does not hint them again.
+        A scan in batches keeps the disk reading ahead of it: ``ahead`` slots
+        after ``stop`` are hinted too, and the caller says how many slots from
+        ``first`` on an earlier call already hinted (``advised``), so that
+        each header is hinted once.
 
         One ``pread`` of a header page per slot rather than the mapping: a read
         releases the GIL while the disk works, so a few threads scanning
@@ -749,13 +750,15 @@ class Slab:
         # (an object is written front to back): its half of the identity hash
         # is computed once for the run.
         last_bucket, last_key, last_object = b"", b"", b""
-        if not advised:
-            self._advise_headers(first, min(stop, first + _SCAN_BATCH))
+        hinted = min(self._slot_count, first + advised)
         for batch in range(first, stop, _SCAN_BATCH):
-            # Ask for the next batch before decoding this one: the kernel reads
-            # those pages while this thread hashes, many reads in flight at once.
-            self._advise_headers(batch + _SCAN_BATCH, min(self._slot_count, stop + ahead,
-                                                          batch + 2 * _SCAN_BATCH))
+            # Ask for the next batch (and ``ahead``) before decoding this one:
+            # the kernel reads those pages while this thread hashes, many reads
+            # in flight at once.
+            wanted = min(self._slot_count, min(stop, batch + 2 * _SCAN_BATCH) + ahead)
+            if wanted > hinted:
+                self._advise_headers(hinted, wanted)
+                hinted = wanted
             offset = self._slot_offset(batch)
             for slot in range(batch, min(stop, batch + _SCAN_BATCH)):
                 header = pread(fd, SLOT_HEADER_SIZE, offset)

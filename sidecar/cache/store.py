@@ -88,6 +88,9 @@ RECENT_CHUNK_BYTES = 64 * 1024 * 1024
 # Slot headers the background scan reads per batch: a batch's merge into the
 # index runs on the event loop, a few milliseconds for this many.
 SCAN_BATCH_SLOTS = 1024
+# Slot headers past the batch being read that the disk is asked for: reads in
+# flight while the loop merges, and for a disk that serves many at once.
+SCAN_AHEAD_SLOTS = 8192
 # The low 32 bits of a generation: what the index keeps (sidecar.cache.index).
 _GENERATION_IN_INDEX = 0xFFFFFFFF
 
@@ -407,7 +410,7 @@ class BlockStore:
         """Whether every batch was read and merged."""
         admit_to_main = self._admit_to_main if admit else None
         try:
-            first, advised = 0, False
+            first, advised = 0, 0
             while True:
                 # Each batch asks the disk for the next one's headers before it
                 # returns: the kernel reads them while this batch is merged.
@@ -415,7 +418,7 @@ class BlockStore:
                 # headers while the loop merges would take the GIL from it
                 # every few milliseconds, and slow both.
                 last = min(stop, first + batch)
-                found = await asyncio.shield(self._read_batch(first, last, batch, admit_to_main,
+                found = await asyncio.shield(self._read_batch(first, last, admit_to_main,
                                                               advised))
                 if self._closed:
                     return False
@@ -424,7 +427,8 @@ class BlockStore:
                     return True
                 if pause is not None:
                     await pause(merge.slots_scanned)
-                first, advised = last, True
+                # The call before hinted SCAN_AHEAD_SLOTS past its end.
+                first, advised = last, SCAN_AHEAD_SLOTS
         except asyncio.CancelledError:
             log.info("cache scan stopped at %d of %d slot headers", merge.slots_scanned, stop)
             raise
@@ -438,13 +442,14 @@ class BlockStore:
             return False
 
     def _read_batch(
-        self, first: int, stop: int, ahead: int,
-        admit_to_main: Callable[[BlockIdent], bool] | None, advised: bool,
+        self, first: int, stop: int,
+        admit_to_main: Callable[[BlockIdent], bool] | None, advised: int,
     ) -> asyncio.Task[SlotScan]:
         # Its own task (in _tasks): close waits for a batch being read before
         # it closes the slab, even when the scan itself was cancelled.
         task = self._loop.create_task(self._in_executor(functools.partial(
-            self._slab.scan, first, stop, admit_to_main, advised=advised, ahead=ahead)))
+            self._slab.scan, first, stop, admit_to_main, advised=advised,
+            ahead=SCAN_AHEAD_SLOTS)))
         self._track(task)
         return task
 
