@@ -338,7 +338,9 @@ def render(saved: dict[str, Any]) -> str:
         "are the index's arrays (`BlockStore.index_bytes`), RSS growth a slot what the "
         "process grew by while starting and scanning. Targets (issue 20): at most 100 "
         "index bytes a slot; a 2-million-slot cache ready in at most 10 s. The machine "
-        "was shared with other jobs' tests and benchmarks: wall times are noisy.\n",
+        "was shared with other jobs' tests and benchmarks: wall times are noisy, the disk "
+        "most of all (on the 2M slab of the crash row, in the same hour, the start before "
+        "the scan ran in the background took 42.9 s to serve; 27.3 s on a quieter disk).\n",
         "| slots | cache | restart | index from | ready in | scanned in | loop stall "
         "| peak RSS | index bytes a slot | RSS growth a slot | blocks recovered |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
