@@ -274,3 +274,25 @@ async def test_an_object_dropped_during_the_scan_does_not_come_back_from_it(
         assert store.lookup(ident(8)) is None and store.lookup(ident(9)) is not None
     finally:
         await store.close()
+
+
+async def test_the_scrub_starts_once_the_scan_is_done(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    await crashed_cache(tmp_path, executor)
+    gate = Gate(at=4)
+    store = await BlockStore.open(tmp_path, 16 * SLOT, BLOCK, executor, RecordingMetrics(),
+                                  scan_batch=4, scan_pause=gate, scrub_rate=1 << 30)
+    try:
+        await gate.reached.wait()
+        # Not yet: it verifies every recovered block, and most are not indexed.
+        assert store.scrub is None
+        gate.released.set()
+        await store.scanned()
+        scrub = store.scrub
+        assert scrub is not None and scrub.blocks == 9
+        await store.idle()
+        assert scrub.done and scrub.verified == 9 and scrub.dropped == 0
+    finally:
+        gate.released.set()
+        await store.close()
