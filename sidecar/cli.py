@@ -259,10 +259,12 @@ def _format_stats(stats: dict[str, Any]) -> str:
                                f"(checksum failures {cache['checksum_failures']:,})"))
     recovery = cache.get("recovery")
     if recovery is not None:
+        scanning = (f", scanning ({recovery['slots_scanned']:,} of "
+                    f"{recovery['slots_to_scan']:,} slots)" if recovery.get("scanning") else "")
         lines.append(("last start", f"{recovery['blocks_recovered']:,} blocks reused "
                                     f"({mib(recovery['bytes_recovered'])}), "
                                     f"{recovery['corrupt_headers'] + recovery['duplicates']:,} "
-                                    f"dropped, {recovery['file']} cache file"))
+                                    f"dropped, {recovery['file']} cache file{scanning}"))
     width = max(len(label) for label, _ in lines) + 2
     return "\n".join(f"{label:<{width}}{value}" for label, value in lines)
 

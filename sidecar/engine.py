@@ -496,7 +496,8 @@ class Engine:
                 write = await self._store.begin_write(in_flight.ident, in_flight.length,
                                                       may_wait=in_flight is run[0])
                 if write is None:
-                    raise Unslotted("no cache slot is free (all pinned or being written)")
+                    raise Unslotted("no cache slot is free (all pinned or being written, or the "
+                                    "scan after a restart has found none yet)")
                 self._forget_evicted(write.evicted)
                 for _ in range(in_flight.readers):
                     self._store.hold(write)

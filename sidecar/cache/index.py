@@ -58,8 +58,8 @@ import xxhash
 from sidecar.cache.ident import BlockIdent
 
 HASH_BYTES = 12
-_TAG_BYTES = 4
-_LONG_BYTES = HASH_BYTES - _TAG_BYTES
+TAG_BYTES = 4
+_LONG_BYTES = HASH_BYTES - TAG_BYTES
 NO_BLOCK = 0xFFFFFFFF
 _EMPTY = -1
 _NAME_LENGTHS = struct.Struct("<HH")
@@ -73,7 +73,7 @@ def object_hash(bucket: bytes, key: bytes) -> bytes:
 
 def block_hash(object_digest: bytes, etag: bytes, block: int) -> bytes:
     """The 12-byte identity hash of a block of the object ``object_digest`` names."""
-    return object_digest[:_TAG_BYTES] + xxhash.xxh3_64_digest(
+    return object_digest[:TAG_BYTES] + xxhash.xxh3_64_digest(
         object_digest + _VERSION.pack(len(etag), block) + etag)
 
 
@@ -89,7 +89,7 @@ def table_size(slot_count: int) -> int:
 
 def fingerprint(digest: bytes) -> int:
     """A 64-bit number of an identity hash (the table's and the ghost's)."""
-    return int.from_bytes(digest[_TAG_BYTES:HASH_BYTES], "little")
+    return int.from_bytes(digest[TAG_BYTES:HASH_BYTES], "little")
 
 
 class SlotIndex:
@@ -102,7 +102,7 @@ class SlotIndex:
         self._block_size = block_size
         self._chunk_size = chunk_size
         self._chunks = -(-block_size // chunk_size)
-        self.tags = bytearray(_TAG_BYTES * slot_count)
+        self.tags = bytearray(TAG_BYTES * slot_count)
         self.hashes = bytearray(_LONG_BYTES * slot_count)
         self.lengths = array("I", [NO_BLOCK]) * slot_count
         self.generations = array("I", [0]) * slot_count
@@ -161,7 +161,7 @@ class SlotIndex:
         return self.lengths[slot] != NO_BLOCK
 
     def hash_of(self, slot: int) -> bytes:
-        return bytes(self.tags[slot * _TAG_BYTES:(slot + 1) * _TAG_BYTES]
+        return bytes(self.tags[slot * TAG_BYTES:(slot + 1) * TAG_BYTES]
                      + self.hashes[slot * _LONG_BYTES:(slot + 1) * _LONG_BYTES])
 
     def length(self, slot: int) -> int:
@@ -180,14 +180,14 @@ class SlotIndex:
     def find(self, digest: bytes) -> int:
         """The slot holding the block of this identity hash, or -1."""
         table, size, hashes, tags = self._table, self._table_size, self.hashes, self.tags
-        tag, long = digest[:_TAG_BYTES], digest[_TAG_BYTES:]
+        tag, long = digest[:TAG_BYTES], digest[TAG_BYTES:]
         at = fingerprint(digest) % size
         while True:
             slot = table[at]
             if slot == _EMPTY:
                 return -1
             if hashes[slot * _LONG_BYTES:(slot + 1) * _LONG_BYTES] == long and \
-                    tags[slot * _TAG_BYTES:(slot + 1) * _TAG_BYTES] == tag:
+                    tags[slot * TAG_BYTES:(slot + 1) * TAG_BYTES] == tag:
                 return slot
             at = at + 1 if at + 1 < size else 0
 
@@ -206,8 +206,8 @@ class SlotIndex:
                 raise KeyError("that block is already in the index")
             at = at + 1 if at + 1 < size else 0
         table[at] = slot
-        self.tags[slot * _TAG_BYTES:(slot + 1) * _TAG_BYTES] = digest[:_TAG_BYTES]
-        self.hashes[slot * _LONG_BYTES:(slot + 1) * _LONG_BYTES] = digest[_TAG_BYTES:]
+        self.tags[slot * TAG_BYTES:(slot + 1) * TAG_BYTES] = digest[:TAG_BYTES]
+        self.hashes[slot * _LONG_BYTES:(slot + 1) * _LONG_BYTES] = digest[TAG_BYTES:]
         self.lengths[slot] = length
         self.generations[slot] = generation & 0xFFFFFFFF
         first = slot * self._chunks
@@ -244,14 +244,14 @@ class SlotIndex:
         """The slots holding blocks of the object ``object_digest`` (O) names, and
         of any other object with its tag."""
         found: list[int] = []
-        tags, at, tag = self.tags, 0, object_digest[:_TAG_BYTES]
+        tags, at, tag = self.tags, 0, object_digest[:TAG_BYTES]
         while True:
             at = tags.find(tag, at)
             if at < 0:
                 return found
-            if at % _TAG_BYTES == 0 and self.lengths[at // _TAG_BYTES] != NO_BLOCK:
-                found.append(at // _TAG_BYTES)
-                at += _TAG_BYTES
+            if at % TAG_BYTES == 0 and self.lengths[at // TAG_BYTES] != NO_BLOCK:
+                found.append(at // TAG_BYTES)
+                at += TAG_BYTES
             else:
                 at += 1
 

@@ -17,39 +17,72 @@ Recovery reads every header once, keeps the valid ones and drops the rest:
 - the data is not read: every read verifies the chunks it touches, so a block
   whose data was torn by the crash becomes a miss and a refetch, never bytes.
 
+Serving while the scan runs
+===========================
+
+The store serves as soon as the slab is open; the scan reads the headers in
+batches in the executor and ``ScanMerge`` merges each batch into the live
+index on the event loop. Until the scan reaches a slot, the slot is neither
+indexed nor free: a read of its block is a miss (the origin serves it), and a
+write takes a slot the scan already found empty or freed, or none at all (the
+block is served uncached, like any write that finds no slot).
+
+The same block can then be met twice: written since the start (a miss that
+was fetched again) and found on disk by the scan. Both copies hold the same
+bytes (same bucket, key, ETag and block number), so either is right; the one
+written since the start wins, being the one the eviction policy already
+tracks, and the scanned slot is erased and freed. That is also what the
+generations say, whatever the scan has seen so far: the start that scans
+first moves the slab to a new epoch, and every generation given out in it is
+above every generation on disk (``slab.py``, "Generations"). The merge
+compares full generations throughout, so one rule covers a scanned copy
+against a block written since the start and against another scanned copy.
+
+The index keeps only the low 32 bits of a generation (``sidecar.cache.index``);
+while the scan runs, ``ScanMerge`` keeps the high 32 bits of each indexed
+slot's (4 bytes a slot, given back when the scan ends) to compare full ones.
+
 This module is the pure half: what the headers found mean for the index
-(``SlotIndex``, the eviction queue, free slots), built in flat arrays.
+(``SlotIndex``, the eviction queue, free slots), with no I/O.
 ``BlockStore.open`` does the reading (``Slab.scan`` in the executor).
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sidecar.cache.index import HASH_BYTES, NO_BLOCK, SlotIndex
+from sidecar.cache.index import HASH_BYTES, NO_BLOCK, TAG_BYTES, SlotIndex
 from sidecar.cache.slab import SlotScan
 from sidecar.cache.slot_fifo import SlotFifo
 
 
-@dataclass(frozen=True)
+@dataclass
 class RecoveryReport:
-    """What opening the cache found and kept (``cache.recovery`` in /api/v1/stats)."""
+    """What opening the cache found and kept (``cache.recovery`` in /api/v1/stats).
+
+    After a crash the counts grow while the scan runs (``scanning``), and are
+    final once it is done."""
 
     file: str  # Opening.state of slab.py: created, reused, resized, truncated, recreated
     reason: str | None  # why slots were dropped or the file changed; None if it was not
     slots: int  # slots of the cache
-    slots_scanned: int  # headers read (the slots kept from the file)
+    slots_scanned: int  # headers read so far (all the slots kept from the file once done)
     blocks_recovered: int
     bytes_recovered: int
     corrupt_headers: int  # dropped: claimed a block, failed a check
     duplicates: int  # dropped: an older copy of a block recovered from another slot
     next_generation: int  # where the write counter resumes
-    seconds: float
+    seconds: float  # until the store was ready to serve (open returned)
     # "snapshot": the index saved at the last clean stop was taken over (no
     # header read); "scan": every kept slot header was read.
     index: str = "scan"
+    scanning: bool = False  # the scan is still running (the store serves meanwhile)
+    slots_to_scan: int = 0  # the slots kept from the file: the scan's whole length
+    scan_seconds: float | None = None  # how long the scan took; None until it is done
+    epoch: int = 0  # the slab's epoch (slab.py, "Generations")
 
     @property
     def recreated(self) -> bool:
@@ -74,6 +107,10 @@ class RecoveryReport:
             "dropped": self.dropped,
             "index": self.index,
             "seconds": round(self.seconds, 6),
+            "scanning": self.scanning,
+            "slots_to_scan": self.slots_to_scan,
+            "scan_seconds": None if self.scan_seconds is None else round(self.scan_seconds, 6),
+            "epoch": self.epoch,
         }
 
 
@@ -105,17 +142,12 @@ class ScrubProgress:
 
 @dataclass(frozen=True)
 class RecoveredIndex:
-    """The index to start from: what the store adopts in place of an empty one.
-
-    Built whole in the executor, so that the store only has to take it over.
-    """
+    """The index to start from: what the store adopts in place of an empty one
+    (the index snapshot's, or an empty one that a scan then fills)."""
 
     index: SlotIndex
     policy: SlotFifo  # holding the slots, oldest first in line
     free: array[int]  # free slots, as a stack (the last one is used first)
-    erase: list[int]  # slots whose header must be erased on disk before reuse
-    corrupt_headers: int
-    duplicates: int
     next_generation: int  # larger than every generation on disk
     from_snapshot: bool = False
 
@@ -124,61 +156,118 @@ class RecoveredIndex:
         return self.index.used_bytes
 
 
-def free_stack(index: SlotIndex) -> array[int]:
-    """The slots that hold no block, as a stack handing out the lowest first
-    (as a new store does)."""
+def free_stack(index: SlotIndex, first: int = 0) -> array[int]:
+    """The slots from ``first`` on that hold no block, as a stack handing out
+    the lowest first (as a new store does)."""
     lengths = index.lengths
-    return array("i", (slot for slot in range(index.slot_count - 1, -1, -1)
+    return array("i", (slot for slot in range(index.slot_count - 1, first - 1, -1)
                        if lengths[slot] == NO_BLOCK))
 
 
-def rebuild_index(
-    slot_count: int, block_size: int, chunk_size: int, scan: SlotScan,
-) -> RecoveredIndex:
-    """The index the valid headers describe, duplicates resolved by generation."""
-    index = SlotIndex(slot_count, block_size, chunk_size)
-    # Per slot while rebuilding only: the generation (duplicates, order) and
-    # whether the block skips probation.
-    generations = array("Q", [0]) * slot_count
-    main = bytearray(slot_count)
-    chunks = index.chunks_per_block
-    losers: list[int] = []
-    top = 0
-    hashes, slots, lengths = scan.hashes, scan.slots, scan.lengths
-    for entry in range(len(scan)):
-        slot, generation = slots[entry], scan.generations[entry]
-        top = max(top, generation)
-        digest = bytes(hashes[HASH_BYTES * entry:HASH_BYTES * (entry + 1)])
-        held = index.find(digest)
-        if held >= 0:
-            # Equal generations cannot come from one slab's counter; the slot
-            # number only makes the choice deterministic if a disk invents one.
-            if (generation, slot) < (generations[held], held):
-                losers.append(slot)
+@dataclass(frozen=True)
+class Merged:
+    """What the store must do for one merged batch."""
+
+    free: list[int]  # slots found empty: free now
+    erase: list[int]  # corrupt headers and losing duplicates: free once erased on disk
+    purged: list[int]  # blocks of objects dropped since the start: free once erased
+
+
+class ScanMerge:
+    """Merges the batches of a scan into the live index and policy, oldest of
+    each batch next out (see the module docstring). Pure bookkeeping, no I/O.
+
+    ``written`` must be told the generation of every block the store indexes
+    while the scan runs, and ``purge`` every object it drops (their blocks
+    still on disk, not scanned yet, must not come back); ``merge`` calls
+    ``drop`` for a block recovered
+    earlier in the scan that a newer copy replaces (the store forgets it like
+    any dropped block: it may be being read), and expects the slot gone from
+    the index and the policy when ``drop`` returns.
+    """
+
+    def __init__(self, index: SlotIndex, policy: SlotFifo, first_generation: int) -> None:
+        self._index = index
+        self._policy = policy
+        self._first_generation = first_generation  # of this start: above every one on disk
+        self._high = array("I", [0]) * index.slot_count
+        self.blocks_recovered = 0
+        self.bytes_recovered = 0
+        self.corrupt_headers = 0
+        self.duplicates = 0
+        self.slots_scanned = 0
+        # Object tags (the first bytes of the identity hash) of the objects
+        # dropped since the start; another object sharing a tag loses its
+        # scanned blocks too, a miss (as in SlotIndex.slots_of_object).
+        self._purged: set[bytes] = set()
+
+    def purge(self, object_digest: bytes) -> None:
+        self._purged.add(object_digest[:TAG_BYTES])
+
+    def nbytes(self) -> int:
+        return self._high.itemsize * len(self._high)
+
+    def written(self, slot: int, generation: int) -> None:
+        self._high[slot] = generation >> 32
+
+    def generation(self, slot: int) -> int:
+        """The full generation of the block the index holds in ``slot``."""
+        return self._high[slot] << 32 | self._index.generation(slot)
+
+    def merge(self, scan: SlotScan, scanned_slots: int,
+              drop: Callable[[int], None]) -> Merged:
+        """Merge one batch (``scanned_slots`` headers read)."""
+        index, high = self._index, self._high
+        chunks, chunk_size = index.chunks_per_block, index.chunk_size
+        erase = list(scan.corrupt)
+        purged: list[int] = []
+        winners: dict[int, int] = {}  # slot -> generation, of this batch, not yet queued
+        main: set[int] = set()
+        hashes, slots, lengths, generations = scan.hashes, scan.slots, scan.lengths, \
+            scan.generations
+        for entry in range(len(scan)):
+            slot, generation = slots[entry], generations[entry]
+            if index.holds(slot):
+                raise ValueError(f"slot {slot} was indexed before the scan reached it")
+            digest = bytes(hashes[HASH_BYTES * entry:HASH_BYTES * (entry + 1)])
+            if self._purged and digest[:TAG_BYTES] in self._purged:
+                purged.append(slot)
                 continue
-            index.remove(held)
-            losers.append(held)
-        length = lengths[entry]
-        first = chunks * entry
-        index.add(slot, digest, length, generation,
-                  scan.checksums[first:first - (-length // chunk_size)])
-        generations[slot] = generation
-        main[slot] = scan.main[entry]
-    erase = sorted(set(scan.corrupt)) + sorted(losers)
-    # Oldest generation first: recovered blocks queue for eviction in the order
-    # they were written, as they would have without the restart. One list of
-    # ints (generation and slot packed), not a tuple per block.
-    order = [generations[slot] << 32 | slot for slot in range(slot_count)
-             if index.holds(slot)]
-    order.sort()
-    policy = SlotFifo(slot_count, index.fingerprint_of)
-    policy.adopt((packed & 0xFFFFFFFF for packed in order), lambda slot: bool(main[slot]))
-    return RecoveredIndex(
-        index=index,
-        policy=policy,
-        free=free_stack(index),
-        erase=erase,
-        corrupt_headers=len(set(scan.corrupt)),
-        duplicates=len(losers),
-        next_generation=top + 1,
-    )
+            held = index.find(digest)
+            if held >= 0:
+                # Equal generations cannot come from one slab's counter; the
+                # slot number only makes the choice deterministic if a disk
+                # invents one.
+                if (generation, slot) < (self.generation(held), held):
+                    erase.append(slot)
+                    self.duplicates += 1
+                    continue
+                if self.generation(held) < self._first_generation:
+                    self.blocks_recovered -= 1
+                    self.bytes_recovered -= index.length(held)
+                if winners.pop(held, None) is not None:
+                    # Found earlier in this very batch: nobody has seen it
+                    # yet (the merge does not yield), it is not queued.
+                    index.remove(held)
+                    erase.append(held)
+                else:
+                    drop(held)
+                if index.find(digest) >= 0:
+                    raise RuntimeError(f"slot {held} is still indexed after its drop")
+                self.duplicates += 1
+            length = lengths[entry]
+            first = chunks * entry
+            index.add(slot, digest, length, generation,
+                      scan.checksums[first:first - (-length // chunk_size)])
+            high[slot] = generation >> 32
+            winners[slot] = generation
+            if scan.main[entry]:
+                main.add(slot)
+            self.blocks_recovered += 1
+            self.bytes_recovered += length
+        # Newest first, so that the oldest of the batch ends up next out.
+        self._policy.adopt_older(sorted(winners, key=lambda slot: (winners[slot], slot),
+                                        reverse=True), main.__contains__)
+        self.corrupt_headers += len(scan.corrupt)
+        self.slots_scanned += scanned_slots
+        return Merged(free=list(scan.empty), erase=erase, purged=purged)

@@ -22,13 +22,23 @@ File header (first 4096 bytes)::
 
     offset  size  field
     0       8     magic b"KCSLAB01"
-    8       2     format version, u16 = 1
+    8       2     format version, u16 = 2
     10      2     reserved, zero
     12      4     slot header size, u32 = 4096
     16      8     block_size, u64 (multiple of 4096, at most 256 MiB)
     24      8     slot_count, u64
-    32      8     xxh64 (seed 0) of bytes 0..31
-    40      4056  zero
+    32      8     epoch, u64 (see "Generations" below)
+    40      8     xxh64 (seed 0) of bytes 0..39
+    48      4048  zero
+
+Version 1 (before the epoch) had the xxh64 of bytes 0..31 at offset 32. A
+version-1 file is read as epoch 0: its generations are the plain counter of
+that version, which starts at 1 and never came near 2**40 (see below), so they
+are exactly the generations of epoch 0. The first start that scans it writes a
+version-2 header (epoch 1) in its place, nothing else changes: slots and slot
+headers are the same in both versions. A version-2 file met by a sidecar that
+knows only version 1 is "not a slab header" to it and recreated empty: a
+downgrade costs the cached blocks, never wrong bytes.
 
 Slot header (first 4096 bytes of each slot)::
 
@@ -106,6 +116,32 @@ The generation orders writes: if two valid headers ever name the same block
 (a replacement was written to a new slot while the old slot's invalidation had
 not reached disk), the higher generation is the newer one.
 
+Generations
+===========
+
+A generation is ``epoch << 40 | counter`` (``generation_of``). The epoch is
+in the file header; the counter counts the writes of the process within it.
+A start that must scan the slot headers (no usable index snapshot) first
+writes the file header with the epoch one higher and makes it durable
+(``advance_epoch``: pwrite, then fdatasync) before the store exists, so before
+any slot is written in the new epoch. Every generation on disk was then given
+out in an earlier epoch (or in epoch 0 by version 1) and is below
+``epoch << 40``, the first one of the new epoch, even though the scan, which
+goes on while the store serves, has not seen the largest of them yet: a block
+written during the scan outranks every older copy of it, whichever slot the
+scan finds it in and at whatever start comes next. The epoch must be durable
+first because after a power loss the disk may hold slot headers written in the
+new epoch without the file header that started it; the next start would
+then reuse the epoch and its generations could tie the old ones (a tie is
+resolved by slot number: a duplicate holds the same bytes, so either copy is
+right, but the order would no longer be the write order).
+
+A start from the index snapshot keeps the epoch and resumes the counter the
+snapshot saved (the snapshot exists only if the process that wrote it stopped
+cleanly, so it saw every generation it gave out). 2**40 writes within one
+epoch (a thousand billion) are out of reach; 2**24 epochs (starts that scan)
+fit a u64 generation.
+
 Reopening (warm restart)
 ========================
 
@@ -128,16 +164,17 @@ repeats the decision, keeping no more slots than this one did.
 
 After a clean stop the store takes over the index it saved then
 (``sidecar.cache.snapshot``) and reads no slot header. Otherwise it recovers
-its index from the kept slots (``scan``; see ``sidecar.cache.recovery``): one
-4 KiB header read per slot, a thousand asked of the disk at a time
-(``POSIX_FADV_WILLNEED``) while the previous thousand are decoded; zeros and
-clear flags are empty slots, valid headers come back as cached blocks (into
-flat arrays, ``SlotScan``: identity hash, length, generation, checksums),
-anything else that claims a block is corrupt and dropped.
-Duplicates keep the higher generation, and the write counter resumes after the
-largest generation seen, so a block written after the restart always outranks
-older copies. Data is not read at start: every read verifies the chunks it
-touches, which catches data torn by a crash or rotted on the disk.
+its index from the kept slots (``scan``; see ``sidecar.cache.recovery``), in
+batches, in the background while it already serves: one 4 KiB header read per
+slot, the batch's headers asked of the disk first (``POSIX_FADV_WILLNEED``,
+one hint per header: they lie a block apart, and a hint over the batch's range
+would read the blocks' data too); zeros and clear flags are empty slots,
+valid headers come back as cached blocks (into flat arrays, ``SlotScan``:
+identity hash, length, generation, checksums), anything else that claims a
+block is corrupt and dropped. Duplicates keep the higher generation, and the
+epoch (above) makes a block written after the restart outrank older copies.
+Data is not read at start: every read verifies the chunks it touches, which
+catches data torn by a crash or rotted on the disk.
 
 I/O
 ===
@@ -178,7 +215,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from io import FileIO
 from pathlib import Path
 
@@ -191,7 +228,9 @@ from sidecar.cache.index import block_hash, object_hash
 
 SLAB_FILE_NAME = "slab.dat"
 FILE_MAGIC = b"KCSLAB01"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Generations are ``epoch << COUNTER_BITS | counter`` (see "Generations").
+COUNTER_BITS = 40
 FILE_HEADER_SIZE = 4096
 SLOT_HEADER_SIZE = 4096
 SLOT_MAGIC = b"SLOT"
@@ -205,6 +244,7 @@ MAX_KEY_BYTES = 1024
 MAX_ETAG_BYTES = 256
 
 _FILE_HEADER = struct.Struct("<8sHHIQQ")  # magic .. slot_count: bytes 0..31
+_FILE_HEADER_V1_VERSION = 1  # no epoch: the checksum follows slot_count
 _SLOT_FIXED = struct.Struct("<4sHHIQQIHHHH")  # magic .. etag_len: bytes 0..39
 _U64 = struct.Struct("<Q")
 _FLAGS_OFFSET = 6
@@ -248,11 +288,18 @@ def slab_file_size(slot_count: int, block_size: int) -> int:
     return FILE_HEADER_SIZE + slot_count * (SLOT_HEADER_SIZE + block_size)
 
 
-def encode_file_header(block_size: int, slot_count: int) -> bytes:
+def encode_file_header(block_size: int, slot_count: int, epoch: int = 0) -> bytes:
     fields = _FILE_HEADER.pack(
         FILE_MAGIC, FORMAT_VERSION, 0, SLOT_HEADER_SIZE, block_size, slot_count
-    )
+    ) + _U64.pack(epoch)
     return fields + _U64.pack(xxhash.xxh64_intdigest(fields))
+
+
+def generation_of(epoch: int, counter: int) -> int:
+    """The generation of the ``counter``-th write of ``epoch`` (see "Generations")."""
+    if not 0 <= counter < 1 << COUNTER_BITS:
+        raise ValueError(f"write counter {counter} outside its {COUNTER_BITS} bits")
+    return epoch << COUNTER_BITS | counter
 
 
 def encode_slot_header(
@@ -352,14 +399,18 @@ def _parse(
     if xxhash.xxh3_64_intdigest(header[:body_end]) != _U64.unpack_from(header, body_end)[0]:
         return HeaderState.CORRUPT
     names = header[_SLOT_FIXED.size:names_end]
-    bucket = names[:bucket_len]
-    key = names[bucket_len:bucket_len + key_len]
-    etag = names[bucket_len + key_len:]
+    # One decode of the three names instead of three: valid UTF-8 cut where
+    # no character continues (no 0b10xxxxxx byte) is valid UTF-8 piece by piece.
     try:
-        bucket.decode(), key.decode(), etag.decode()
+        names.decode()
     except UnicodeDecodeError:
         return HeaderState.CORRUPT
-    return length, block, generation, chunk_count, bucket, key, etag, names_end
+    key_end = bucket_len + key_len
+    if (bucket_len < len(names) and names[bucket_len] & 0xC0 == 0x80) or \
+            (key_end < len(names) and names[key_end] & 0xC0 == 0x80):
+        return HeaderState.CORRUPT
+    return (length, block, generation, chunk_count, names[:bucket_len],
+            names[bucket_len:key_end], names[key_end:], names_end)
 
 
 @functools.cache
@@ -382,6 +433,8 @@ class SlotScan:
     checksums: array[int]
     main: bytearray  # 1 for the blocks the scan's ``admit_to_main`` picked
     corrupt: list[int]  # slots whose header claims a block but fails a check
+    # Slots whose header holds no block (zeros, or the valid flag clear).
+    empty: array[int] = field(default_factory=lambda: array("I"))
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -407,6 +460,7 @@ class Opening:
     reason: str | None
     kept_slots: int  # slots 0..kept_slots-1 may hold blocks; the others are empty
     damaged: bool = False  # blocks were lost to damage, not to a configuration change
+    epoch: int = 0  # the file header's epoch (0: a new file, or a version-1 header)
 
 
 class Slab:
@@ -429,6 +483,7 @@ class Slab:
         self._block_size = block_size
         self._chunk_size = chunk_size_for(block_size)
         self._opening = opening
+        self._epoch = opening.epoch
         self._closed = False
         self._nowait = True  # reads that only take what is in the page cache work here
 
@@ -446,8 +501,8 @@ class Slab:
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / SLAB_FILE_NAME
         size = slab_file_size(slot_count, block_size)
-        file_header = encode_file_header(block_size, slot_count)
         opening = _inspect_file(path, slot_count, block_size)
+        file_header = encode_file_header(block_size, slot_count, opening.epoch)
         if opening.state in ("created", "recreated"):
             _create(path, size, file_header, preallocate)
         elif opening.state != "reused":
@@ -484,6 +539,23 @@ class Slab:
     def opening(self) -> Opening:
         """What open() found, and which slots may hold blocks from before."""
         return self._opening
+
+    @property
+    def epoch(self) -> int:
+        """The file header's epoch (see "Generations")."""
+        return self._epoch
+
+    def advance_epoch(self) -> int:
+        """Write the file header with the next epoch and make it durable before
+        returning it (fdatasync): no slot may be written in an epoch the disk
+        does not have yet. Blocking: call from an executor, before any write."""
+        if self._closed:
+            raise ValueError("slab is closed")
+        epoch = self._epoch + 1
+        _pwrite_all(self._fd, encode_file_header(self._block_size, self._slot_count, epoch), 0)
+        os.fdatasync(self._fd)
+        self._epoch = epoch
+        return epoch
 
     def write_block(
         self, slot: int, ident: BlockIdent, generation: int, data: bytes | bytearray | memoryview
@@ -649,8 +721,14 @@ class Slab:
     def scan(
         self, first: int, stop: int,
         admit_to_main: Callable[[BlockIdent], bool] | None = None,
+        *, advised: int = 0, ahead: int = 0,
     ) -> SlotScan:
         """The slot headers of slots ``first..stop-1`` (recovery). Blocking.
+
+        A scan in batches keeps the disk reading ahead of it: ``ahead`` slots
+        after ``stop`` are hinted too, and the caller says how many slots from
+        ``first`` on an earlier call already hinted (``advised``), so that
+        each header is hinted once.
 
         One ``pread`` of a header page per slot rather than the mapping: a read
         releases the GIL while the disk works, so a few threads scanning
@@ -668,27 +746,41 @@ class Slab:
         block_size, chunk_size = self._block_size, self._chunk_size
         chunks = -(-block_size // chunk_size)
         padding = [array("Q", [0]) * n for n in range(chunks + 1)]
-        self._advise_headers(first, min(stop, first + _SCAN_BATCH))
+        # Blocks of one object sit in neighbouring slots more often than not
+        # (an object is written front to back): its half of the identity hash
+        # is computed once for the run.
+        last_bucket, last_key, last_object = b"", b"", b""
+        hinted = min(self._slot_count, first + advised)
         for batch in range(first, stop, _SCAN_BATCH):
-            # Ask for the next batch before decoding this one: the kernel reads
-            # those pages while this thread hashes, many reads in flight at once.
-            self._advise_headers(batch + _SCAN_BATCH, min(stop, batch + 2 * _SCAN_BATCH))
+            # Ask for the next batch (and ``ahead``) before decoding this one:
+            # the kernel reads those pages while this thread hashes, many reads
+            # in flight at once.
+            wanted = min(self._slot_count, min(stop, batch + 2 * _SCAN_BATCH) + ahead)
+            if wanted > hinted:
+                self._advise_headers(hinted, wanted)
+                hinted = wanted
             offset = self._slot_offset(batch)
             for slot in range(batch, min(stop, batch + _SCAN_BATCH)):
                 header = pread(fd, SLOT_HEADER_SIZE, offset)
                 offset += stride
                 if header[:8] == _ZEROS_8:  # the common empty slot, without decoding
+                    found.empty.append(slot)
                     continue
                 parsed = _parse(header, block_size, chunk_size)
                 if parsed is HeaderState.CORRUPT:
                     found.corrupt.append(slot)
+                    continue
                 if isinstance(parsed, HeaderState):
+                    found.empty.append(slot)
                     continue
                 length, block, generation, count, bucket, key, etag, names_end = parsed
+                if key != last_key or bucket != last_bucket:
+                    last_bucket, last_key = bucket, key
+                    last_object = object_hash(bucket, key)
                 found.slots.append(slot)
                 found.generations.append(generation)
                 found.lengths.append(length)
-                found.hashes.extend(block_hash(object_hash(bucket, key), etag, block))
+                found.hashes.extend(block_hash(last_object, etag, block))
                 found.checksums.frombytes(header[names_end:names_end + 8 * count])
                 found.checksums.extend(padding[chunks - count])
                 found.main.append(admit_to_main is not None and admit_to_main(BlockIdent(
@@ -757,18 +849,25 @@ def _check_geometry(slot_count: int, block_size: int) -> None:
         )
 
 
-def parse_file_header(head: bytes) -> tuple[int, int] | None:
-    """``(block_size, slot_count)`` of a slab file header, or None if it is not one
-    (wrong magic, version or slot header size, or a checksum that does not match)."""
-    if len(head) < _FILE_HEADER.size + _U64.size:
+def parse_file_header(head: bytes) -> tuple[int, int, int] | None:
+    """``(block_size, slot_count, epoch)`` of a slab file header (version 2, or
+    version 1 as epoch 0), or None if it is not one (wrong magic, version or
+    slot header size, or a checksum that does not match)."""
+    if len(head) < _FILE_HEADER.size + 2 * _U64.size:
         return None
-    fields = head[:_FILE_HEADER.size]
-    if xxhash.xxh64_intdigest(fields) != _U64.unpack_from(head, _FILE_HEADER.size)[0]:
+    magic, version, _, header_size, block_size, slot_count = _FILE_HEADER.unpack_from(head)
+    if magic != FILE_MAGIC or header_size != SLOT_HEADER_SIZE:
         return None
-    magic, version, _, header_size, block_size, slot_count = _FILE_HEADER.unpack(fields)
-    if magic != FILE_MAGIC or version != FORMAT_VERSION or header_size != SLOT_HEADER_SIZE:
+    if version == _FILE_HEADER_V1_VERSION:
+        fields, epoch = head[:_FILE_HEADER.size], 0
+    elif version == FORMAT_VERSION:
+        fields = head[:_FILE_HEADER.size + _U64.size]
+        epoch = _U64.unpack_from(head, _FILE_HEADER.size)[0]
+    else:
         return None
-    return block_size, slot_count
+    if xxhash.xxh64_intdigest(fields) != _U64.unpack_from(head, len(fields))[0]:
+        return None
+    return block_size, slot_count, epoch
 
 
 def _inspect_file(path: Path, slot_count: int, block_size: int) -> Opening:
@@ -782,7 +881,7 @@ def _inspect_file(path: Path, slot_count: int, block_size: int) -> Opening:
     try:
         with FileIO(path, "r") as file:
             size = os.fstat(file.fileno()).st_size
-            head = file.read(_FILE_HEADER.size + _U64.size)
+            head = file.read(_FILE_HEADER.size + 2 * _U64.size)
     except FileNotFoundError:
         return Opening("created", None, 0)
     geometry = parse_file_header(head)
@@ -794,7 +893,9 @@ def _inspect_file(path: Path, slot_count: int, block_size: int) -> Opening:
             0,
             damaged=True,
         )
-    old_block_size, old_slot_count = geometry
+    # The kept slots keep their generations, so the file keeps its epoch; a
+    # recreated file starts from nothing on disk, at epoch 0.
+    old_block_size, old_slot_count, epoch = geometry
     if old_block_size != block_size:
         return Opening(
             "recreated",
@@ -804,7 +905,7 @@ def _inspect_file(path: Path, slot_count: int, block_size: int) -> Opening:
         )
     old_size = slab_file_size(old_slot_count, block_size)
     if old_slot_count == slot_count and size == old_size:
-        return Opening("reused", None, slot_count)
+        return Opening("reused", None, slot_count, epoch=epoch)
     present = max(0, (size - FILE_HEADER_SIZE) // (SLOT_HEADER_SIZE + block_size))
     kept = min(old_slot_count, slot_count, present)
     if size != old_size:
@@ -816,9 +917,11 @@ def _inspect_file(path: Path, slot_count: int, block_size: int) -> Opening:
             f"the file is {size} bytes, its header says {old_size}: cut the excess",
             kept,
             damaged=True,
+            epoch=epoch,
         )
     return Opening(
-        "resized", f"cache resized from {old_slot_count} to {slot_count} slots", kept
+        "resized", f"cache resized from {old_slot_count} to {slot_count} slots", kept,
+        epoch=epoch,
     )
 
 

@@ -186,6 +186,33 @@ class SlotFifo:
             self._push(self._small, _SMALL, slot, 0)
         return victims
 
+    def adopt_older(self, slots: Iterable[int],
+                    main: Callable[[int], bool] = _never_pinned) -> None:
+        """Admit ``slots`` behind every resident entry of their FIFO, each one
+        next out: given newest first, the last one given leaves first. For
+        blocks a scan finds on disk while the store already caches new ones:
+        they are older than anything written since the start."""
+        for slot in slots:
+            if self._state[slot] & _SEGMENT:
+                raise KeyError(f"slot {slot} is already resident")
+            if len(self) >= self._capacity:
+                raise CacheFullError(f"more slots than the {self._capacity} entries")
+            if main(slot):
+                self._push_tail(self._main, _MAIN, slot)
+            else:
+                self._push_tail(self._small, _SMALL, slot)
+
+    def _push_tail(self, queue: _Queue, tag: int, slot: int) -> None:
+        self._state[slot] = tag
+        self._next[slot] = queue.tail
+        self._prev[slot] = _NIL
+        if queue.tail == _NIL:
+            queue.head = slot
+        else:
+            self._prev[queue.tail] = slot
+        queue.tail = slot
+        queue.length += 1
+
     def adopt(self, slots: Iterable[int], main: Callable[[int], bool] = _never_pinned) -> None:
         """Admit ``slots``, oldest first, into this empty policy (a recovered index)."""
         if len(self):

@@ -44,7 +44,9 @@ A snapshot describes the slab only as it was when it was written, so it must
 never outlive the next write to the slab. The protocol makes sure of it:
 
 - ``save`` runs at a clean stop, after the last read and write of the store
-  finished and before the slab is closed: ``index.snap.tmp`` is written,
+  finished and before the slab is closed, and only if the start's scan of
+  the slot headers (after a crash) was done: an index that lacks the slots
+  not scanned yet would lose their blocks. Then ``index.snap.tmp`` is written,
   fsynced and renamed over ``index.snap``, then the directory is fsynced.
   Slots the snapshot calls free may still see late writes (a fetch's chunk
   landing into a slot it had reserved); those are free slots, rewritten

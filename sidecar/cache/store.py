@@ -26,7 +26,10 @@ A ``SlotRecord`` is made when a lookup asks for one.
 index saved by ``close`` (``sidecar.cache.snapshot``), else every valid slot
 header comes back as a live block (``sidecar.cache.recovery``; the crash
 analysis is in ``slab.py``); the rest are free, and ``recovery`` reports what
-was found.
+was found. After a crash the store serves at once and the headers are scanned
+in the background, batch by batch (``_scan``): a slot the scan has not reached
+yet is a sixth state, *unscanned*, neither live nor free, so nothing reads or
+writes it until its header has been read.
 
 Executor work is run in a task of its own and awaited through ``shield``: a
 client that disconnects mid-read cancels its wait, not the copy, so a pin is
@@ -47,7 +50,7 @@ import functools
 import logging
 import time
 from array import array
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -61,11 +64,11 @@ from sidecar.cache.recent import RecentChunks
 from sidecar.cache.recovery import (
     RecoveredIndex,
     RecoveryReport,
+    ScanMerge,
     ScrubProgress,
     free_stack,
-    rebuild_index,
 )
-from sidecar.cache.slab import SLOT_HEADER_SIZE, NotResident, Slab
+from sidecar.cache.slab import SLOT_HEADER_SIZE, NotResident, Slab, SlotScan, generation_of
 from sidecar.cache.slot_fifo import SlotFifo
 
 log = logging.getLogger(__name__)
@@ -82,6 +85,14 @@ REASON_RECOVERY = "recovery"
 _NAMELESS = BlockIdent("", "", "", -1)
 # Memory for verified chunks kept for the next reader (sidecar.cache.recent).
 RECENT_CHUNK_BYTES = 64 * 1024 * 1024
+# Slot headers the background scan reads per batch: a batch's merge into the
+# index runs on the event loop, a few milliseconds for this many.
+SCAN_BATCH_SLOTS = 1024
+# Slot headers past the batch being read that the disk is asked for: reads in
+# flight while the loop merges, and for a disk that serves many at once.
+SCAN_AHEAD_SLOTS = 8192
+# The low 32 bits of a generation: what the index keeps (sidecar.cache.index).
+_GENERATION_IN_INDEX = 0xFFFFFFFF
 
 
 class CacheMetrics(Protocol):
@@ -184,9 +195,10 @@ class BlockStore:
         report: RecoveryReport | None = None,
         admit_to_main: Callable[[BlockIdent], bool] | None = None,
         recent_chunk_bytes: int = RECENT_CHUNK_BYTES,
+        scan: ScanMerge | None = None,
     ) -> None:
         # Use BlockStore.open; this only adopts an opened slab (and the index
-        # recovered from it).
+        # recovered from it, or the scan that is to fill it).
         self._slab = slab
         self._executor = executor
         self._metrics = metrics
@@ -208,8 +220,17 @@ class BlockStore:
         self._retiring: dict[int, bool] = {}  # slot -> clear the on-disk valid flag first
         self._tasks: set[asyncio.Task[Any]] = set()
         self._scrubbing: asyncio.Task[Any] | None = None
-        # The last generation given out; a recovered index resumes after the
-        # largest one on disk, so that a newer copy always has the larger one.
+        # The background scan of the slot headers after a crash (see _scan):
+        # set while it runs; the scrub waits for it (_scrub_rate).
+        self._scan_merge = scan
+        self._scanning: asyncio.Task[Any] | None = None
+        self._scanned = asyncio.Event()
+        if scan is None:
+            self._scanned.set()
+        self._scrub_rate: int | None = None
+        # The last generation given out: a start that scans gives out those of
+        # a new epoch, above every one on disk (slab.py, "Generations"); one
+        # from the snapshot resumes its counter.
         self._generation = 0
         self._closed = False
         self.recovery = report
@@ -244,8 +265,6 @@ class BlockStore:
 
     def _adopt(self, recovered: RecoveredIndex) -> None:
         self._generation = recovered.next_generation - 1
-        for _ in range(recovered.corrupt_headers + recovered.duplicates):
-            self._metrics.on_eviction(REASON_RECOVERY)
 
     @classmethod
     async def open(
@@ -262,14 +281,24 @@ class BlockStore:
         scrub_rate: int | None = None,
         admit_to_main: Callable[[BlockIdent], bool] | None = None,
         recent_chunk_bytes: int = RECENT_CHUNK_BYTES,
+        scan_batch: int = SCAN_BATCH_SLOTS,
+        scan_pause: Callable[[int], Awaitable[None]] | None = None,
     ) -> BlockStore:
         """Open (or create) the slab in ``directory`` and recover its index.
 
-        Every slot header the file kept is read (in the executor) and every
-        valid block comes back as cached; see ``sidecar.cache.recovery``.
+        After a clean stop the index snapshot is taken over. Otherwise the
+        store is returned as soon as the slab is open, and the slot headers
+        the file kept are read in the background, ``scan_batch`` at a time,
+        every valid block joining the index as its batch is merged (see
+        ``sidecar.cache.recovery``); ``scanned`` waits for the end.
+        ``scan_pause``, if given, is awaited between batches with the slots
+        scanned so far (tests hold the scan part-way with it).
         With ``scrub_rate`` (bytes per second) the recovered blocks' data is
-        then verified in the background at that rate (``start_scrub``).
+        then verified in the background at that rate (``start_scrub``), once
+        the scan is done.
         """
+        if scan_batch < 1:
+            raise ValueError(f"scan_batch must be at least 1, got {scan_batch}")
         slot_count = slots_for_capacity(capacity_bytes, block_size)
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
@@ -277,28 +306,61 @@ class BlockStore:
             executor, Slab.open, directory, slot_count, block_size, preallocate
         )
         try:
-            recovered = await _recover(slab, executor, loop, admit_to_main)
+            recovered = await _take_snapshot(slab, executor, loop)
+            merge: ScanMerge | None = None
+            if recovered is None:
+                # Before any write: every generation of this start must
+                # outrank those on disk the scan has yet to find (slab.py).
+                epoch = await loop.run_in_executor(executor, slab.advance_epoch)
+                recovered = _empty_index(slab, first_free=slab.opening.kept_slots,
+                                         next_generation=generation_of(epoch, 1))
+                if slab.opening.kept_slots:
+                    merge = ScanMerge(recovered.index, recovered.policy,
+                                      recovered.next_generation)
         except BaseException:
             await loop.run_in_executor(executor, slab.close)
             raise
         opening = slab.opening
-        report = RecoveryReport(
-            file=opening.state,
-            reason=opening.reason,
-            slots=slot_count,
-            slots_scanned=opening.kept_slots,
-            blocks_recovered=len(recovered.index),
-            bytes_recovered=recovered.used_bytes,
-            corrupt_headers=recovered.corrupt_headers,
-            duplicates=recovered.duplicates,
-            next_generation=recovered.next_generation,
-            seconds=time.perf_counter() - started,
-            index="snapshot" if recovered.from_snapshot else "scan",
-        )
         if opening.damaged:
             log.warning("cache file %s: %s", slab.path, opening.reason)
         elif opening.reason is not None:
             log.info("cache file %s: %s", slab.path, opening.reason)
+        report = RecoveryReport(
+            file=opening.state,
+            reason=opening.reason,
+            slots=slot_count,
+            slots_scanned=0 if merge is not None else opening.kept_slots,
+            blocks_recovered=len(recovered.index),
+            bytes_recovered=recovered.used_bytes,
+            corrupt_headers=0,
+            duplicates=0,
+            next_generation=recovered.next_generation,
+            seconds=0.0,
+            index="snapshot" if recovered.from_snapshot else "scan",
+            scanning=merge is not None,
+            slots_to_scan=0 if merge is None else opening.kept_slots,
+            scan_seconds=None if merge is not None else 0.0,
+            epoch=slab.epoch,
+        )
+        store = cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
+                    recent_chunk_bytes=recent_chunk_bytes,
+                    protected_share=protected_share, drop_written_pages=drop_written_pages,
+                    recovered=recovered, report=report, admit_to_main=admit_to_main,
+                    scan=merge)
+        report.seconds = time.perf_counter() - started
+        if merge is None:
+            store._log_recovery()
+        else:
+            store._scanning = loop.create_task(store._scan(
+                opening.kept_slots, scan_batch, scan_pause, started,
+                admit_to_main is not None))
+        if scrub_rate:
+            store.start_scrub(scrub_rate)
+        return store
+
+    def _log_recovery(self) -> None:
+        report = self.recovery
+        assert report is not None
         if report.dropped:
             log.warning(
                 "cache recovery dropped %d slot headers: %d corrupt, %d older duplicates",
@@ -306,18 +368,125 @@ class BlockStore:
             )
         log.info(
             "cache recovery: %s file, index from the %s, %d of %d slots kept, %d blocks "
-            "(%d bytes) recovered, %d corrupt headers and %d duplicates dropped, in %.3f s",
+            "(%d bytes) recovered, %d corrupt headers and %d duplicates dropped, ready in "
+            "%.3f s, scanned in %.3f s",
             report.file, report.index, report.slots_scanned, report.slots,
             report.blocks_recovered, report.bytes_recovered, report.corrupt_headers,
-            report.duplicates, report.seconds,
+            report.duplicates, report.seconds, report.scan_seconds or 0.0,
         )
-        store = cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
-                    recent_chunk_bytes=recent_chunk_bytes,
-                    protected_share=protected_share, drop_written_pages=drop_written_pages,
-                    recovered=recovered, report=report, admit_to_main=admit_to_main)
-        if scrub_rate:
-            store.start_scrub(scrub_rate)
-        return store
+
+    async def scanned(self) -> None:
+        """Wait until the scan of the slot headers is over (done, failed, or
+        stopped by ``close``); at once when there was none."""
+        await self._scanned.wait()
+
+    @property
+    def scanning(self) -> bool:
+        """Whether the background scan of the slot headers is still running."""
+        return self._scan_merge is not None
+
+    async def _scan(self, stop: int, batch: int,
+                    pause: Callable[[int], Awaitable[None]] | None, started: float,
+                    admit: bool) -> None:
+        """Read the slot headers of slots ``0..stop-1`` in batches in the
+        executor and merge each into the index here, on the loop, while the
+        next batch is read."""
+        merge, report = self._scan_merge, self.recovery
+        assert merge is not None and report is not None
+        try:
+            if await self._scan_batches(merge, report, stop, batch, pause, admit):
+                report.scanning = False
+                report.scan_seconds = time.perf_counter() - started
+                self._scan_merge = None  # gives its per-slot array back
+                self._log_recovery()
+                if self._scrub_rate is not None and not self._closed:
+                    self.start_scrub(self._scrub_rate)
+        finally:
+            self._scanned.set()
+
+    async def _scan_batches(self, merge: ScanMerge, report: RecoveryReport, stop: int,
+                            batch: int, pause: Callable[[int], Awaitable[None]] | None,
+                            admit: bool) -> bool:
+        """Whether every batch was read and merged."""
+        admit_to_main = self._admit_to_main if admit else None
+        try:
+            first, advised = 0, 0
+            while True:
+                # Each batch asks the disk for the next one's headers before it
+                # returns: the kernel reads them while this batch is merged.
+                # The read itself waits for the merge: a thread decoding
+                # headers while the loop merges takes the GIL from it every
+                # few milliseconds (at 2M slots the loop then stalled up to
+                # 96 ms, 13 ms this way, for the same scan time).
+                last = min(stop, first + batch)
+                found = await asyncio.shield(self._read_batch(first, last, admit_to_main,
+                                                              advised))
+                if self._closed:
+                    return False
+                self._merge_batch(merge, report, found, last - first)
+                if last >= stop:
+                    return True
+                if pause is not None:
+                    await pause(merge.slots_scanned)
+                # The call before hinted SCAN_AHEAD_SLOTS past its end.
+                first, advised = last, SCAN_AHEAD_SLOTS
+        except asyncio.CancelledError:
+            log.info("cache scan stopped at %d of %d slot headers", merge.slots_scanned, stop)
+            raise
+        except Exception as exc:
+            # The slots not scanned stay out of use (neither free nor indexed)
+            # until the next start scans them again; the cache works with the rest.
+            if isinstance(exc, OSError):
+                self._metrics.on_disk_error("read")
+            log.warning("cache scan stopped at %d of %d slot headers: %s",
+                        merge.slots_scanned, stop, exc)
+            return False
+
+    def _read_batch(
+        self, first: int, stop: int,
+        admit_to_main: Callable[[BlockIdent], bool] | None, advised: int,
+    ) -> asyncio.Task[SlotScan]:
+        # Its own task (in _tasks): close waits for a batch being read before
+        # it closes the slab, even when the scan itself was cancelled.
+        task = self._loop.create_task(self._in_executor(functools.partial(
+            self._slab.scan, first, stop, admit_to_main, advised=advised,
+            ahead=SCAN_AHEAD_SLOTS)))
+        self._track(task)
+        return task
+
+    def _merge_batch(self, merge: ScanMerge, report: RecoveryReport, found: SlotScan,
+                     slots: int) -> None:
+        merged = merge.merge(found, slots, self._drop_older_copy)
+        # Pushed highest first: the stack hands out the lowest slot first.
+        self._free.extend(array("i", reversed(merged.free)))
+        for _ in merged.erase:
+            self._metrics.on_eviction(REASON_RECOVERY)
+        for _ in merged.purged:
+            self._metrics.on_eviction(REASON_INVALIDATED)
+        if merged.erase or merged.purged:
+            self._track(self._loop.create_task(
+                self._erase_then_free(merged.erase + merged.purged)))
+        report.slots_scanned = merge.slots_scanned
+        report.blocks_recovered = merge.blocks_recovered
+        report.bytes_recovered = merge.bytes_recovered
+        report.corrupt_headers = merge.corrupt_headers
+        report.duplicates = merge.duplicates
+
+    def _drop_older_copy(self, slot: int) -> None:
+        """A block recovered earlier in the scan has a newer copy on disk."""
+        self._drop(slot, REASON_RECOVERY)
+
+    async def _erase_then_free(self, slots: list[int]) -> None:
+        # Out of the free list until erased, so that the erasure never lands
+        # on a newer block's header.
+        try:
+            await self._loop.run_in_executor(self._executor, _erase_all, self._slab, slots)
+        except Exception as exc:  # the next write of each slot clears its flag anyway
+            if isinstance(exc, OSError):
+                self._metrics.on_disk_error("write")
+            log.warning("could not erase %d dropped cache slot headers: %s", len(slots), exc)
+        if not self._closed:
+            self._free.extend(array("i", reversed(slots)))
 
     def recovery_stats(self) -> dict[str, Any] | None:
         """The recovery report and the scrub's progress (``cache.recovery`` in the stats)."""
@@ -337,6 +506,10 @@ class BlockStore:
         if rate <= 0:
             raise ValueError(f"scrub rate must be positive, got {rate}")
         if self._closed or self.scrub is not None:
+            return
+        if self._scan_merge is not None:
+            # Not every recovered block is indexed yet: the scan starts it.
+            self._scrub_rate = rate
             return
         for slot in range(self._index.slot_count):
             if self._index.holds(slot):
@@ -420,7 +593,8 @@ class BlockStore:
         chunk, lo, hi = self._chunk_around(start, end, record.length)
         # The whole chunk when the range is in one, kept for the next reader.
         keep = bool(hi) and self._recent.enabled
-        recent = self._recent.get(record.ident, record.generation, chunk) if keep else None
+        recent = self._recent.get(record.ident, record.generation & _GENERATION_IN_INDEX,
+                                  chunk) if keep else None
         if recent is not None:
             self._unpin(record.slot)
             return recent[start - lo:end - lo]
@@ -573,7 +747,8 @@ class BlockStore:
         Raises ChecksumMismatch if the disk did not keep them."""
         self._check_landed(write, start, end)
         chunk, lo, hi = self._chunk_around(start, end, write.length)
-        recent = self._recent.get(write.ident, write.generation, chunk) if hi else None
+        recent = self._recent.get(write.ident, write.generation & _GENERATION_IN_INDEX,
+                                  chunk) if hi else None
         if recent is not None:
             return recent[start - lo:end - lo]
         # The whole chunk when the range is in one, kept for the next reader.
@@ -629,7 +804,9 @@ class BlockStore:
         copy of the slab's, which nothing writes to again)."""
         data = view.obj
         if isinstance(data, bytes | bytearray) and len(view) == len(data):
-            self._recent.put(block, generation, chunk, data, len(data))
+            # Keyed by what the index keeps of the generation, so that a record
+            # from a lookup finds the chunks its write kept.
+            self._recent.put(block, generation & _GENERATION_IN_INDEX, chunk, data, len(data))
 
     def release_pages(self, ident: BlockIdent) -> None:
         """A reader went past this block: write its pages back and drop them from
@@ -658,7 +835,11 @@ class BlockStore:
 
     def invalidate_object(self, bucket: str, key: str) -> Purged:
         """Drop every cached block of the object, whatever its ETag."""
-        slots = self._index.slots_of_object(object_hash(bucket.encode(), key.encode()))
+        digest = object_hash(bucket.encode(), key.encode())
+        slots = self._index.slots_of_object(digest)
+        if self._scan_merge is not None:
+            # Its blocks in slots not scanned yet must not come back.
+            self._scan_merge.purge(digest)
         self._recent.forget_object(bucket, key)
         unread = [name for slot in slots if (name := self._names.get(slot)) is not None]
         for slot in slots:
@@ -677,7 +858,8 @@ class BlockStore:
         the free stack and the per-slot bits), for the benchmark."""
         return (self._index.nbytes() + self._policy.nbytes()
                 + self._free.itemsize * self._free.buffer_info()[1]
-                + self._unread.nbytes() + self._unscrubbed.nbytes() + self._paged_out.nbytes())
+                + self._unread.nbytes() + self._unscrubbed.nbytes() + self._paged_out.nbytes()
+                + (0 if self._scan_merge is None else self._scan_merge.nbytes()))
 
     def capacity_bytes(self) -> int:
         """Bytes of block data the usable slots can hold (slot headers not included)."""
@@ -738,11 +920,22 @@ class BlockStore:
             # Cancels the pacing, not a verification in flight: that one runs
             # in a task of its own (in _tasks), awaited below like any read.
             self._scrubbing.cancel()
+        if self._scanning is not None:
+            # Likewise: a batch being read is in _tasks and awaited below.
+            self._scanning.cancel()
+            await asyncio.wait([self._scanning])
         while self._tasks:
             # wait, not gather: cancelling close must not cancel the copies.
             await asyncio.wait(list(self._tasks))
         try:
-            await self._loop.run_in_executor(self._executor, self._save_snapshot)
+            if self._scan_merge is None:
+                await self._loop.run_in_executor(self._executor, self._save_snapshot)
+            else:
+                # The index lacks the slots not scanned: a snapshot of it would
+                # lose their blocks. The next start scans again instead.
+                log.info("cache index snapshot not saved: the scan had read %d of %d slot "
+                         "headers", self._scan_merge.slots_scanned,
+                         self.recovery.slots_to_scan if self.recovery else 0)
         finally:
             await self._loop.run_in_executor(self._executor, self._slab.close)
 
@@ -905,6 +1098,10 @@ class BlockStore:
                 if name is not None:
                     evicted.append(name)
         self._index.add(slot, digest, record.length, record.generation, record.checksums)
+        if self._scan_merge is not None:
+            self._scan_merge.written(slot, record.generation)
+        # As a lookup would make it: the index keeps the low 32 bits.
+        record = record._replace(generation=record.generation & _GENERATION_IN_INDEX)
         if not read:
             self._unread.add(slot)
             if len(self._names) < self._max_names:
@@ -935,6 +1132,11 @@ class BlockStore:
         while True:
             if self._free:
                 return self._free.pop(), None
+            if not self._scanned.is_set():
+                # Unscanned slots may be empty: evicting a recovered block to
+                # make room would throw it away for nothing. The block is
+                # served uncached instead, until the scan frees or finds one.
+                return None, None
             joining_probation = may_wait and any(
                 not self._admit_to_main(ident) for ident in self._writing.values()
             )
@@ -1042,17 +1244,15 @@ class BlockStore:
         task.add_done_callback(self._tasks.discard)
 
 
-async def _recover(
+async def _take_snapshot(
     slab: Slab, executor: concurrent.futures.Executor, loop: asyncio.AbstractEventLoop,
-    admit_to_main: Callable[[BlockIdent], bool] | None,
-) -> RecoveredIndex:
-    """Take the index snapshot of the last clean stop if there is a good one;
-    else scan the kept slots' headers, rebuild the index, erase the dropped
-    headers. All in the executor.
+) -> RecoveredIndex | None:
+    """The index snapshot of the last clean stop if there is a good one (read
+    in the executor); None: the slot headers must be scanned.
 
-    One scan job, not several in parallel: ``Slab.scan`` already keeps a
-    thousand header reads in flight, and decoding holds the GIL, so more
-    threads only contend for it (measured with ``python -m bench.recovery``).
+    One scan job at a time, not several in parallel: ``Slab.scan`` already
+    keeps a batch of header reads in flight, and decoding holds the GIL, so
+    more threads only contend for it (measured with ``python -m bench.recovery``).
     """
     taken = await loop.run_in_executor(
         executor, functools.partial(
@@ -1060,26 +1260,20 @@ async def _recover(
             slab.chunk_size, usable=slab.opening.state == "reused"))
     if taken.reason is not None:
         log.warning("cache file %s: %s", slab.path, taken.reason)
-    if taken.restored is not None:
-        return RecoveredIndex(
-            index=taken.restored.index, policy=taken.restored.policy,
-            free=taken.restored.free, erase=[], corrupt_headers=0, duplicates=0,
-            next_generation=taken.restored.next_generation, from_snapshot=True)
-    scan = await loop.run_in_executor(executor, slab.scan, 0, slab.opening.kept_slots,
-                                      admit_to_main)
-    recovered = await loop.run_in_executor(
-        executor, rebuild_index, slab.slot_count, slab.block_size, slab.chunk_size, scan)
-    del scan
-    if recovered.erase:
-        await loop.run_in_executor(executor, _erase_all, slab, recovered.erase)
-    return recovered
+    if taken.restored is None:
+        return None
+    return RecoveredIndex(
+        index=taken.restored.index, policy=taken.restored.policy,
+        free=taken.restored.free, next_generation=taken.restored.next_generation,
+        from_snapshot=True)
 
 
-def _empty_index(slab: Slab) -> RecoveredIndex:
+def _empty_index(slab: Slab, first_free: int = 0, next_generation: int = 1) -> RecoveredIndex:
+    """An empty index; the slots below ``first_free`` are not free (yet): the
+    scan frees those it finds empty."""
     index = SlotIndex(slab.slot_count, slab.block_size, slab.chunk_size)
     return RecoveredIndex(index=index, policy=SlotFifo(slab.slot_count, index.fingerprint_of),
-                          free=free_stack(index), erase=[], corrupt_headers=0, duplicates=0,
-                          next_generation=1)
+                          free=free_stack(index, first_free), next_generation=next_generation)
 
 
 def _nothing_skips_probation(ident: BlockIdent) -> bool:

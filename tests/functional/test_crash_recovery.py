@@ -132,11 +132,19 @@ def hammer(url: str, bucket: str, objects: dict[str, bytes], rng: random.Random,
 
 
 def recovery(process: SidecarProcess) -> dict[str, Any]:
-    cache = process.stats()["cache"]
-    assert isinstance(cache, dict)
-    report = cache["recovery"]
-    assert isinstance(report, dict)
-    return report
+    """cache.recovery once the start's scan of the slot headers is over (the
+    sidecar serves while it runs, its counts growing)."""
+    def report() -> dict[str, Any]:
+        cache = process.stats()["cache"]
+        assert isinstance(cache, dict)
+        found = cache["recovery"]
+        assert isinstance(found, dict)
+        return found
+
+    eventually(lambda: not report()["scanning"], "the start's scan to finish", timeout=30.0)
+    done = report()
+    assert done["slots_scanned"] == done["slots_to_scan"] or done["index"] == "snapshot"
+    return done
 
 
 def verify_sample(process: SidecarProcess, bucket: str, objects: dict[str, bytes],

@@ -21,9 +21,10 @@ import pytest
 
 from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache import slab as slab_module
-from sidecar.cache.index import ident_hash
-from sidecar.cache.recovery import rebuild_index
-from sidecar.cache.slab import Slab, SlotScan
+from sidecar.cache.index import SlotIndex, ident_hash
+from sidecar.cache.recovery import ScanMerge
+from sidecar.cache.slab import Slab, SlotScan, generation_of
+from sidecar.cache.slot_fifo import SlotFifo
 from tests.support.cache_metrics import RecordingMetrics
 from tests.support.waiting import eventually_async
 
@@ -52,8 +53,12 @@ async def open_store(
     are scanned), or with ``snapshot`` as after a clean stop."""
     if not snapshot:
         (directory / "index.snap").unlink(missing_ok=True)
-    return await BlockStore.open(directory, slots * SLOT, BLOCK, executor,
-                                 metrics or RecordingMetrics())
+    store = await BlockStore.open(directory, slots * SLOT, BLOCK, executor,
+                                  metrics or RecordingMetrics())
+    # These tests look at what the whole scan recovered (serving while it
+    # runs: tests/unit/test_cache_scan.py).
+    await store.scanned()
+    return store
 
 
 async def fill(store: BlockStore, rng: random.Random, count: int) -> dict[BlockIdent, bytes]:
@@ -100,7 +105,10 @@ async def test_reopen_recovers_every_block_byte_exact(
         assert report.blocks_recovered == 40 == store.block_count()
         assert report.bytes_recovered == sum(map(len, blocks.values())) == store.used_bytes()
         assert (report.corrupt_headers, report.duplicates, report.dropped) == (0, 0, 0)
-        assert report.next_generation == max(generations) + 1
+        # The epoch (the slab's file header) moves on at each start that
+        # scans: the first write of this one outranks every block on disk.
+        assert report.epoch == 2
+        assert report.next_generation == generation_of(2, 1) > generation_of(1, max(generations))
         assert report.as_dict()["blocks_recovered"] == 40
         for block_ident, data in blocks.items():
             record = store.lookup(block_ident)
@@ -108,9 +116,10 @@ async def test_reopen_recovers_every_block_byte_exact(
             assert await store.read(record, 0, len(data)) == data
             lo = rng.randrange(len(data))
             assert await store.read(record, lo, len(data)) == data[lo:]
-        # The write counter resumes after the largest generation on disk.
+        # The first write of the new epoch (its low 32 bits, as the index
+        # keeps them).
         fresh = (await store.write(ident(999), b"new")).record
-        assert fresh is not None and fresh.generation == max(generations) + 1
+        assert fresh is not None and fresh.generation == generation_of(2, 1) & 0xFFFFFFFF
         assert metrics.evictions == {} and metrics.checksum_failures == 0
     finally:
         await store.close()
@@ -182,7 +191,8 @@ async def test_duplicates_keep_the_higher_generation(
         record = store.lookup(ident(7))
         assert record is not None and (record.slot, record.generation) == (newer_slot, 9)
         assert await store.read(record, 0, len(new)) == new
-        assert store.recovery.next_generation == 10
+        # A new epoch: above the 9 on disk.
+        assert store.recovery.next_generation == generation_of(1, 1) > 9
     finally:
         await store.close()
     # The loser was erased: the next start neither recovers nor counts it.
@@ -451,14 +461,14 @@ async def test_a_resized_cache_keeps_the_common_slots(
         await store.close()
 
 
-def test_rebuild_index_is_deterministic_on_equal_generations() -> None:
+def test_the_scan_merge_is_deterministic_on_equal_generations() -> None:
     # Not something one slab's counter makes; a disk inventing it must not make
     # the choice depend on scan order.
     a = SlotRecord(ident(1), 3, 10, 4, (1,))
     b = SlotRecord(ident(1), 7, 10, 4, (2,))
     for records in ([a, b], [b, a]):
         found = SlotScan(array("I"), array("Q"), array("I"), bytearray(), array("Q"),
-                         bytearray(), [5, 5])
+                         bytearray(), [5])
         for record in records:
             found.slots.append(record.slot)
             found.generations.append(record.generation)
@@ -466,12 +476,28 @@ def test_rebuild_index_is_deterministic_on_equal_generations() -> None:
             found.hashes.extend(ident_hash(record.ident))
             found.checksums.extend(array("Q", record.checksums))
             found.main.append(0)
-        index = rebuild_index(8, 4096, 4096, found)
-        assert index.index.find(ident_hash(ident(1))) == 7 and len(index.index) == 1
-        assert index.index.checksums_of(7) == (2,)
-        assert index.erase == [5, 3] and index.corrupt_headers == 1 and index.duplicates == 1
-        assert sorted(index.free) == [0, 1, 2, 3, 4, 5, 6] and index.free[-1] == 0
-        assert index.next_generation == 5 and index.used_bytes == 10
+        found.empty.extend([0, 1, 2, 4, 6])
+        index = SlotIndex(8, 4096, 4096)
+        policy = SlotFifo(8, index.fingerprint_of)
+        merge = ScanMerge(index, policy, first_generation=1 << 40)
+        dropped: list[int] = []
+
+        def drop(slot: int, index: SlotIndex = index, policy: SlotFifo = policy,
+                 dropped: list[int] = dropped) -> None:
+            index.remove(slot)
+            policy.remove(slot)
+            dropped.append(slot)
+
+        merged = merge.merge(found, 8, drop)
+        assert index.find(ident_hash(ident(1))) == 7 and len(index) == 1
+        assert index.checksums_of(7) == (2,) and policy.queue("small") == [7]
+        assert merge.corrupt_headers == 1 and merge.duplicates == 1
+        assert merge.blocks_recovered == 1 and merge.bytes_recovered == 10
+        assert merged.free == [0, 1, 2, 4, 6]
+        # In one batch the loser was never visible (the merge does not yield):
+        # it is erased either way, never dropped as a live block.
+        assert merged.erase == [5, 3] and dropped == [] and merge.slots_scanned == 8
+        assert index.used_bytes == 10
 
 
 async def test_the_scrub_drops_damaged_blocks_before_anyone_reads_them(
@@ -493,6 +519,9 @@ async def test_the_scrub_drops_damaged_blocks_before_anyone_reads_them(
     store = await BlockStore.open(tmp_path, 24 * SLOT, BLOCK, executor, metrics,
                                   scrub_rate=1 << 30)
     try:
+        # The damage changed the slab after the snapshot: the headers are
+        # scanned, and the scrub starts once every block is indexed.
+        await store.scanned()
         scrub = store.scrub
         assert scrub is not None
         await eventually_async(lambda: scrub.done, "the scrub to finish", timeout=20.0)
@@ -583,7 +612,7 @@ async def test_a_clean_stop_leaves_an_index_the_next_start_takes_over(
         for n in range(4 + 5):
             written = await store.write(ident(900 + n), b"x")
             assert written.record is not None
-            assert written.record.generation == report.next_generation + n
+            assert written.record.generation == (report.next_generation + n) & 0xFFFFFFFF
         assert all(store.lookup(b, touch=False) is not None for b in list(blocks)[:5])
         assert sum(store.lookup(b, touch=False) is None for b in list(blocks)[5:]) == 5
     finally:
@@ -603,8 +632,10 @@ async def test_the_snapshot_and_a_scan_give_the_same_index(
         store = await open_store(tmp_path, executor, slots=24, snapshot=use)
         assert store.recovery is not None
         assert store.recovery.index == ("snapshot" if use else "scan")
-        found[use] = ({b: store.lookup(b, touch=False) for b in blocks}, store.used_bytes(),
-                      store.recovery.next_generation)
+        found[use] = ({b: store.lookup(b, touch=False) for b in blocks}, store.used_bytes())
+        # The snapshot resumes the counter of the epoch it was saved in; a
+        # scan starts the next epoch, above it.
+        assert store.recovery.next_generation >= generation_of(1, 21)
         await store.close()
     assert found[True] == found[False]
 

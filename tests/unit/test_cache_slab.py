@@ -125,11 +125,57 @@ def test_file_header_matches_the_documented_layout(slab: Slab) -> None:
     magic, version, reserved, slot_header_size, block_size, slot_count = struct.unpack_from(
         "<8sHHIQQ", raw, 0
     )
-    assert (magic, version, reserved, slot_header_size) == (b"KCSLAB01", 1, 0, 4096)
+    assert (magic, version, reserved, slot_header_size) == (b"KCSLAB01", 2, 0, 4096)
     assert (block_size, slot_count) == (BLOCK, 3)
-    (checksum,) = struct.unpack_from("<Q", raw, 32)
-    assert checksum == xxhash.xxh64_intdigest(raw[:32])
-    assert raw[40:4096] == bytes(4056)
+    epoch, checksum = struct.unpack_from("<QQ", raw, 32)
+    assert epoch == 0 and checksum == xxhash.xxh64_intdigest(raw[:40])
+    assert raw[48:4096] == bytes(4048)
+
+
+def test_each_advance_of_the_epoch_is_in_the_file_header(tmp_path: Path) -> None:
+    slab = Slab.open(tmp_path, 3, BLOCK)
+    try:
+        assert slab.epoch == 0
+        assert (slab.advance_epoch(), slab.advance_epoch()) == (1, 2)
+        slab.write_block(1, IDENT, slab_module.generation_of(2, 7), b"x")
+    finally:
+        slab.close()
+    raw = (tmp_path / "slab.dat").read_bytes()
+    assert struct.unpack_from("<Q", raw, 32)[0] == 2
+    # Kept whole or resized, the slots keep their generations and the file its epoch.
+    for slots in (3, 5):
+        slab = Slab.open(tmp_path, slots, BLOCK)
+        try:
+            assert slab.epoch == 2 and slab.opening.state == ("reused" if slots == 3 else
+                                                              "resized")
+            record = slab.read_record(1)
+            assert record is not None and record.generation == (2 << 40) + 7
+        finally:
+            slab.close()
+
+
+def test_a_version_1_file_is_read_as_epoch_0_and_moved_on_to_version_2(
+    tmp_path: Path
+) -> None:
+    slab = Slab.open(tmp_path, 3, BLOCK)
+    slab.write_block(2, IDENT, 41, b"before the epoch")
+    slab.close()
+    # The version-1 header: no epoch, the checksum right after slot_count.
+    fields = struct.pack("<8sHHIQQ", b"KCSLAB01", 1, 0, 4096, BLOCK, 3)
+    with open(tmp_path / "slab.dat", "r+b") as handle:
+        handle.write(fields + struct.pack("<Q", xxhash.xxh64_intdigest(fields)) + bytes(8))
+    slab = Slab.open(tmp_path, 3, BLOCK)
+    try:
+        assert (slab.opening.state, slab.epoch) == ("reused", 0)
+        record = slab.read_record(2)
+        assert record is not None and record.generation == 41
+        # Every generation of version 1 is below the first of epoch 1.
+        assert slab.advance_epoch() == 1 and slab_module.generation_of(1, 1) > 41
+    finally:
+        slab.close()
+    raw = (tmp_path / "slab.dat").read_bytes()
+    assert struct.unpack_from("<HQ", raw, 8)[0] == 2
+    assert struct.unpack_from("<Q", raw, 32)[0] == 1
 
 
 def test_slot_header_matches_the_documented_layout(slab: Slab) -> None:

@@ -125,6 +125,11 @@ def test_summary_shows_an_open_breaker_and_the_last_start() -> None:
     assert lines["last start"] == ("1,200 blocks reused (3,072.0 MiB), 3 dropped, "
                                    "reused cache file")
     assert "origin breaker" not in rendered(stats_snapshot(busy_metrics()) | {"mode": "normal"})
+    stats["cache"]["recovery"] |= {"scanning": True, "slots_scanned": 4096,
+                                   "slots_to_scan": 2_000_000}
+    assert rendered(stats)["last start"] == (
+        "1,200 blocks reused (3,072.0 MiB), 3 dropped, reused cache file, "
+        "scanning (4,096 of 2,000,000 slots)")
 
 
 class IdleEngine:
