@@ -37,6 +37,7 @@ from bench import cpu
 from bench.clients import ClientFailed, run_bounded
 from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
 from bench.floor_server import MODES as FLOOR_MODES
+from bench.floor_server import ready_port
 from bench.nginx import NginxServer, origin_config, origin_traffic
 from bench.sidecar_server import SidecarServer, client_env, stats_delta
 
@@ -154,12 +155,11 @@ def floor_server(bench: Bench, mode: str) -> Iterator[tuple[str, int]]:
              "--mode", mode], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
             env=client_env(), text=True)
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()  # the ready line, or "" if it died
-        if not line:
+        port = ready_port(process)
+        if port is None:
             raise ClientFailed(f"floor server {mode} did not start: "
                                f"{log.read_text(errors='replace')[-2000:]}")
-        yield f"http://127.0.0.1:{json.loads(line)['port']}", process.pid
+        yield f"http://127.0.0.1:{port}", process.pid
     finally:
         process.terminate()
         try:

@@ -36,8 +36,10 @@ import json
 import mmap
 import os
 import re
+import select
 import signal
 import socket
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -73,6 +75,18 @@ def read_chunk(fd: int, position: int, last: int, buffer: bytearray | mmap.mmap,
     if verify:
         xxhash.xxh3_64_intdigest(view[:got])
     return view[position - lo:min(got, last + 1 - lo)]
+
+
+def ready_port(process: subprocess.Popen[str], timeout_s: float = 30.0) -> int | None:
+    """The port a started floor server printed on its ready line (its stdout a
+    text pipe); None if it printed none within `timeout_s` or exited."""
+    assert process.stdout is not None
+    readable, _, _ = select.select([process.stdout], [], [], timeout_s)
+    line = process.stdout.readline() if readable else ""
+    try:
+        return int(json.loads(line)["port"]) if line else None
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class BadRequest(ValueError):

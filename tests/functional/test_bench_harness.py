@@ -23,7 +23,7 @@ import pytest
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
-from bench import cpu, disk_io, light_client
+from bench import cpu, disk_io, floor_server, light_client
 from bench.cost import segments_by_partition
 from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
 from bench.nginx import NginxServer, OriginTraffic, origin_config, origin_traffic
@@ -258,10 +258,9 @@ def floor_url(request: pytest.FixtureRequest, dataset: Dataset) -> Iterator[str]
         [sys.executable, "-m", "bench.floor_server", "--root", str(dataset.root), "--mode",
          request.param], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line, process.stderr.read() if process.stderr else "no ready line"
-        yield f"http://127.0.0.1:{json.loads(line)['port']}"
+        port = floor_server.ready_port(process)
+        assert port is not None, "the floor server printed no ready line"
+        yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
         process.communicate(timeout=10)  # and closes the pipes
