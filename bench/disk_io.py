@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import machine_info
+from bench.recovery import drop_from_page_cache
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -102,15 +103,6 @@ def _read(path: Path, size: int, buffer: mmap.mmap, direct: bool) -> None:
         os.close(fd)
 
 
-def _drop(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def _timed(work: Callable[[], None], size: int) -> dict[str, float]:
     cpu, wall = _cpu(), time.perf_counter()
     work()
@@ -133,18 +125,18 @@ def one_round(directory: Path, size: int) -> dict[str, dict[str, float]]:
         # write several times over).
         _fresh(path, size)
         _write(path, size, buffer, direct=False, drop=False)
-        _drop(path)
+        drop_from_page_cache(path)
         for way, direct, drop in (("write, buffered", False, False),
                                   ("write, buffered + drop", False, True),
                                   ("write, O_DIRECT", True, False)):
             _fresh(path, size)
             out[way] = _timed(partial(_write, path, size, buffer, direct, drop), size)
-            _drop(path)
+            drop_from_page_cache(path)
         _read(path, size, buffer, False)  # into the page cache
         out["read, page cache"] = _timed(lambda: _read(path, size, buffer, False), size)
-        _drop(path)
+        drop_from_page_cache(path)
         out["read, buffered from disk"] = _timed(lambda: _read(path, size, buffer, False), size)
-        _drop(path)
+        drop_from_page_cache(path)
         out["read, O_DIRECT"] = _timed(lambda: _read(path, size, buffer, True), size)
     finally:
         path.unlink(missing_ok=True)

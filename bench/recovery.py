@@ -142,7 +142,8 @@ def _rss_bytes() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _drop_from_page_cache(path: Path) -> None:
+def drop_from_page_cache(path: Path) -> None:
+    """Write the file back and drop its pages: the next read comes from the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -249,7 +250,7 @@ def run(slots: int, block_size: int, fill: float, corrupt: int, io_threads: int,
             # That start stopped cleanly, leaving the index snapshot the next
             # start takes over, from the disk too.
             for name in (SLAB_FILE_NAME, SNAPSHOT_FILE_NAME):
-                _drop_from_page_cache(where / name)
+                drop_from_page_cache(where / name)
             opened["clean"] = _open_in_child(where, slots, block_size, io_threads)
         results = _results(opened, restart, slots, block_size, valid, damaged, io_threads,
                            built)
