@@ -122,6 +122,7 @@ class Sidecar:
             self._store = await BlockStore.open(
                 cache.directory, cache.size_bytes, cache.block_size, self._executor,
                 self.metrics, drop_written_pages=cache.drop_written_pages,
+                direct_io=cache.direct_io,
                 preallocate=cache.preallocate, scrub_rate=cache.scrub_rate,
                 admit_to_main=self._small_objects(),
                 recent_chunk_bytes=cache.recent_chunk_bytes,

@@ -7,8 +7,10 @@ chunk of a replay would be read from the slab and hashed about twice.
 
 Entries are keyed by the copy of the block they belong to (its identity and
 generation: a block written again is a new copy) and hold bytes that were
-verified against the chunk's checksum when read. The total is bounded in
-bytes (`recent_chunks`), whatever the number of readers.
+verified against the chunk's checksum when read. A slab read past the page
+cache reads a reader's next chunks with the one it asked for; they wait here.
+The total is bounded in bytes (`recent_chunks`), whatever the number of
+readers.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from cachetools import LRUCache
 from sidecar.cache.ident import BlockIdent
 
 Key = tuple[BlockIdent, int, int]  # block, generation, chunk
-Bytes = bytes | bytearray
+Bytes = bytes | bytearray | memoryview
 
 
 class RecentChunks:

@@ -85,6 +85,9 @@ REASON_RECOVERY = "recovery"
 _NAMELESS = BlockIdent("", "", "", -1)
 # Memory for verified chunks kept for the next reader (sidecar.cache.recent).
 RECENT_CHUNK_BYTES = 64 * 1024 * 1024
+# Chunks read at once from a slab written past the page cache (there is no
+# kernel read-ahead to lean on): a reader's next fetches find them in memory.
+DIRECT_READ_CHUNKS = 4
 # Slot headers the background scan reads per batch: a batch's merge into the
 # index runs on the event loop, a few milliseconds for this many.
 SCAN_BATCH_SLOTS = 1024
@@ -277,6 +280,7 @@ class BlockStore:
         clock: Callable[[], float] = time.monotonic,
         protected_share: float = 0.5,
         drop_written_pages: bool = False,
+        direct_io: bool = False,
         preallocate: bool = True,
         scrub_rate: int | None = None,
         admit_to_main: Callable[[BlockIdent], bool] | None = None,
@@ -303,7 +307,7 @@ class BlockStore:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         slab = await loop.run_in_executor(
-            executor, Slab.open, directory, slot_count, block_size, preallocate
+            executor, Slab.open, directory, slot_count, block_size, preallocate, direct_io,
         )
         try:
             recovered = await _take_snapshot(slab, executor, loop)
@@ -711,7 +715,12 @@ class BlockStore:
                 self._free.append(slot)
             return None
         self._writing[slot] = ident
-        self._paged_out.discard(slot)
+        if self._slab.direct_io:
+            # Its chunks go past the page cache: a read of the block goes to
+            # the disk at once, with no try on the loop first.
+            self._paged_out.add(slot)
+        else:
+            self._paged_out.discard(slot)
         self._generation += 1
         chunk = self._slab.chunk_size
         write = BlockWrite(ident, slot, length, self._generation, chunk,
@@ -756,6 +765,18 @@ class BlockStore:
         first, stop = (lo, hi) if keep else (start, end)
         self._pin(write.slot)
         try:
+            if keep and self._slab.direct_io:
+                # Landed on the disk, not in the page cache: this chunk and the
+                # landed ones after it, in one read.
+                run = chunk + 1
+                while run < min(len(write.checksums), chunk + DIRECT_READ_CHUNKS) \
+                        and write.checksums[run] is not None:
+                    run += 1
+                views = await self._in_task(self._in_executor(
+                    self._slab.read_direct, write.slot, chunk, run, write.length,
+                    write.checksums))
+                self._keep_chunks(write.ident, write.generation, chunk, views)
+                return views[0][start - lo:end - lo]
             try:
                 view = self._slab.read_checked(write.slot, first, stop, write.length,
                                                write.checksums, resident=True)
@@ -807,6 +828,13 @@ class BlockStore:
             # Keyed by what the index keeps of the generation, so that a record
             # from a lookup finds the chunks its write kept.
             self._recent.put(block, generation & _GENERATION_IN_INDEX, chunk, data, len(data))
+
+    def _keep_chunks(self, block: BlockIdent, generation: int, first: int,
+                     views: list[memoryview]) -> None:
+        """Chunks ``first``.. just read and verified, each in a buffer of its own
+        that nothing writes to again, for the next reader."""
+        for chunk, view in enumerate(views, first):
+            self._recent.put(block, generation & _GENERATION_IN_INDEX, chunk, view, len(view))
 
     def release_pages(self, ident: BlockIdent) -> None:
         """A reader went past this block: write its pages back and drop them from
@@ -1007,11 +1035,33 @@ class BlockStore:
 
     async def _read_pinned(self, record: SlotRecord, start: int, end: int) -> memoryview | None:
         try:
+            chunk, lo, hi = self._chunk_around(start, end, record.length)
+            if hi and self._slab.direct_io:
+                return await self._read_direct(record, chunk, start - lo, end - lo)
             data = await self._verified(self._slab.read_paged_in, record, start, end)
             self._paged_out.discard(record.slot)  # the kernel reads the rest ahead
             return data
         finally:
             self._unpin(record.slot)
+
+    async def _read_direct(
+        self, record: SlotRecord, chunk: int, start: int, end: int
+    ) -> memoryview | None:
+        """Bytes [start, end) of the chunk, read past the page cache with the
+        chunks after it (up to DIRECT_READ_CHUNKS, kept for the reader's next
+        fetches: one trip to the executor, not one a chunk). None as _verified."""
+        chunks = -(-record.length // self._slab.chunk_size)
+        run = min(chunks, chunk + (DIRECT_READ_CHUNKS if self._recent.enabled else 1))
+
+        def read(slot: int, first: int, stop: int, expected: SlotRecord) -> list[memoryview]:
+            return self._slab.read_direct(slot, first, stop, expected.length,
+                                          expected.checksums)
+
+        views = await self._verified(read, record, chunk, run)
+        if views is None:
+            return None
+        self._keep_chunks(record.ident, record.generation, chunk, views)
+        return views[0][start:end]
 
     def _checksum_failed(self, record: SlotRecord, exc: ChecksumMismatch | OSError) -> None:
         log.warning("dropping cached block %s of slot %d: %s",

@@ -191,8 +191,13 @@ OPTIONS: tuple[Option, ...] = (
            flag=False,
            field="cache.preallocate"),
     Option("drop_written_pages", parse_bool, True,
-           "advise the kernel to drop slab pages after writing them", "BOOL", flag=False,
+           "advise the kernel to drop slab pages once written and once read", "BOOL",
+           flag=False,
            field="cache.drop_written_pages"),
+    Option("direct_io", parse_bool, True,
+           "write and read cache blocks past the page cache (O_DIRECT) where the file "
+           "system allows it", "BOOL", flag=False,
+           field="cache.direct_io"),
     Option("recent_chunks", parse_size, "64MiB",
            "memory for chunks just read from the cache, served again without reading or "
            "hashing them (a fetch starts in the chunk the last one ended in); 0: none",

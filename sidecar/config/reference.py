@@ -41,7 +41,7 @@ _GROUP_OF_NAME: Mapping[str, str] = {
     "head_ttl": "origin", "listing_ttl": "origin", "head_stale_if_error": "origin",
     "block_size": "cache", "max_coalesce": "cache", "io_threads": "cache",
     "protect_path": "cache", "allow_shared_disk": "cache", "preallocate": "cache",
-    "drop_written_pages": "cache",
+    "drop_written_pages": "cache", "direct_io": "cache",
     "stream_idle": "prefetch", "layout": "prefetch", "layout_prefix": "prefetch",
     "cpus": "isolation", "ionice": "isolation", "nice": "isolation",
     "origin_bandwidth": "isolation", "prefetch_share": "isolation", "warm_share": "isolation",

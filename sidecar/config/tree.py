@@ -69,6 +69,7 @@ class CacheConfig:
     disk_reserve_bytes: int
     disk_check_interval_s: float
     drop_written_pages: bool
+    direct_io: bool
     recent_chunk_bytes: int
     preallocate: bool
     scrub_rate: int | None  # bytes/s; None: recovered blocks are verified when read

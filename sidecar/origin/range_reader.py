@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from sidecar.aligned import page_aligned_buffer
 from sidecar.errors import OriginBadBody, OriginObjectChanged
 from sidecar.origin.http1 import (
     MAX_HEAD_BYTES,
@@ -325,10 +326,12 @@ class RangeReader:
         return bytes(body)
 
     def _buffer(self) -> memoryview:
-        """This thread's chunk buffer, made once and reused for every request."""
+        """This thread's chunk buffer, made once and reused for every request.
+        It starts on a page boundary, so the sink may write whole pages of it
+        past the page cache (O_DIRECT, see sidecar.cache.slab)."""
         view: memoryview | None = getattr(self._buffers, "view", None)
         if view is None:
-            view = memoryview(bytearray(self._max_chunk))
+            view = page_aligned_buffer(self._max_chunk)
             self._buffers.view = view
         return view
 

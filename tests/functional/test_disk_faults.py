@@ -23,7 +23,7 @@ import pytest
 from sidecar.cache.slab import FILE_HEADER_SIZE, SLAB_FILE_NAME, SLOT_HEADER_SIZE
 from sidecar.tools.local_s3 import LocalS3
 from tests.functional.test_data_port import raw_request
-from tests.support.loop_disk import LoopDisk, drop_pages, loop_disk
+from tests.support.loop_disk import LoopDisk, drop_pages, ensure_disk_tools, loop_disk
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
 
@@ -119,9 +119,7 @@ def test_a_hole_punched_into_the_slab_reads_as_zeros_and_is_refetched(
 
 @pytest.fixture(scope="module", autouse=True)
 def disk_tools() -> None:
-    result = subprocess.run(["sh", str(ROOT / "scripts" / "ensure-disk-tools.sh")],
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"ensure-disk-tools.sh failed:\n{result.stderr}"
+    ensure_disk_tools()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ PACKAGE = ROOT / "sidecar"
 # Decisions without I/O: no sockets, files, clocks of their own, threads or logs.
 PURE = (
     "sidecar.model", "sidecar.blocks", "sidecar.layout", "sidecar.errors", "sidecar.tally",
-    "sidecar.prefetch.streams", "sidecar.prefetch.planner",
+    "sidecar.aligned", "sidecar.prefetch.streams", "sidecar.prefetch.planner",
     "sidecar.s3.ranges", "sidecar.s3.preconditions", "sidecar.s3.sigv4",
     "sidecar.s3.addressing", "sidecar.s3.errors",
     "sidecar.cache.slot_fifo", "sidecar.cache.index", "sidecar.cache.ident", "sidecar.cache.errors",
@@ -114,7 +114,8 @@ def test_the_cache_knows_nothing_of_http_or_the_origin() -> None:
     for name in graph:
         if name.startswith("sidecar.cache"):
             outside = {m for m in graph[name] if not m.startswith("sidecar.cache")}
-            assert outside <= {"sidecar.blocks", "sidecar.errors", "sidecar.model"}, \
+            assert outside <= {"sidecar.aligned", "sidecar.blocks", "sidecar.errors",
+                               "sidecar.model"}, \
                 (name, sorted(outside))
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import random
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +16,12 @@ import pytest
 from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache.slab import NotResident, Slab
 from tests.support.cache_metrics import RecordingMetrics
+from tests.support.counting_executor import CountingExecutor
 
 # Two 1 MiB chunks a block (a chunk is at most 1 MiB), so a range can lie in
 # one chunk or span both.
 BLOCK = 2 * 1024 * 1024
 CHUNK = 1024 * 1024
-
-
-class CountingExecutor(ThreadPoolExecutor):
-    """The store's disk executor, counting what is handed to it."""
-
-    def __init__(self) -> None:
-        super().__init__(max_workers=2, thread_name_prefix="test-io")
-        self.submitted = 0
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        self.submitted += 1
-        return super().submit(fn, *args, **kwargs)
 
 
 @pytest.fixture

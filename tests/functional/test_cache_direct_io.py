@@ -1,0 +1,226 @@
+"""Cold blocks written past the page cache (O_DIRECT) on real file systems: an
+ext4 on a loop device, which takes it, and a ramfs, which refuses it. Either
+way every byte reads back exact and verified."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import xxhash
+
+from sidecar.aligned import page_aligned, page_aligned_buffer
+from sidecar.cache import BlockStore
+from sidecar.cache.errors import ChecksumMismatch
+from sidecar.cache.ident import BlockIdent
+from sidecar.cache.slab import NotResident, Slab
+from tests.support.cache_metrics import RecordingMetrics
+from tests.support.counting_executor import CountingExecutor
+from tests.support.loop_disk import LoopDisk, ensure_disk_tools, loop_disk
+
+MiB = 1024 * 1024
+BLOCK = 2 * MiB  # two 1 MiB chunks a block
+IDENT = BlockIdent("bucket", "topic-0/0/00000000000000000000-seg.log", '"etag"', 0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def disk_tools() -> None:
+    ensure_disk_tools()
+
+
+@pytest.fixture
+def ext4(tmp_path: Path) -> Iterator[LoopDisk]:
+    with loop_disk(tmp_path, 64 * MiB) as disk:
+        yield disk
+
+
+@pytest.fixture
+def ramfs(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "ram"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "ramfs", "ramfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def aligned(data: bytes) -> memoryview:
+    view = page_aligned_buffer(len(data))
+    view[:] = data
+    return view
+
+
+def write_block(slab: Slab, slot: int, chunks: list[memoryview | bytes]) -> tuple[int, ...]:
+    """The engine's way: chunk by chunk, then the header; the chunks' checksums."""
+    checksums = tuple(
+        slab.write_chunk(slot, number * MiB, memoryview(chunk), first=number == 0)
+        for number, chunk in enumerate(chunks))
+    slab.seal(slot, IDENT, 1, sum(len(chunk) for chunk in chunks), checksums)
+    return checksums
+
+
+def resident(slab: Slab, slot: int, length: int, checksums: tuple[int, ...]) -> bool:
+    """Whether the block's bytes are all in the page cache (a read that may not
+    wait for the disk gets them)."""
+    try:
+        slab.read_checked(slot, 0, length, length, checksums, resident=True)
+    except NotResident:
+        return False
+    return True
+
+
+def test_whole_chunks_from_page_aligned_buffers_go_past_the_page_cache(ext4: LoopDisk) -> None:
+    data = random.Random(1).randbytes(BLOCK)
+    direct = Slab.open(ext4.mount / "direct", 2, BLOCK, direct_io=True)
+    buffered = Slab.open(ext4.mount / "buffered", 2, BLOCK, direct_io=False)
+    try:
+        assert direct.direct_io and not buffered.direct_io
+        chunks = [aligned(data[:MiB]), aligned(data[MiB:])]
+        checksums = write_block(direct, 0, list(chunks))
+        assert checksums == tuple(xxhash.xxh3_64_intdigest(data[at:at + MiB])
+                                  for at in (0, MiB))
+        assert write_block(buffered, 0, [aligned(data[:MiB]), aligned(data[MiB:])]) == checksums
+        # The buffered slab's pages are in the page cache; the direct one's
+        # went to the disk only, and are read from there, verified.
+        assert resident(buffered, 0, BLOCK, checksums)
+        assert not resident(direct, 0, BLOCK, checksums)
+        assert bytes(direct.read_checked(0, 0, BLOCK, BLOCK, checksums)) == data
+        # Written again in place (a slot reused), the new bytes are what is read.
+        newer = random.Random(2).randbytes(BLOCK)
+        newer_sums = write_block(direct, 0, [aligned(newer[:MiB]), aligned(newer[MiB:])])
+        assert bytes(direct.read_checked(0, 0, BLOCK, BLOCK, newer_sums)) == newer
+    finally:
+        direct.close()
+        buffered.close()
+
+
+def test_short_chunks_and_unaligned_buffers_are_written_through_the_page_cache(
+    ext4: LoopDisk
+) -> None:
+    data = random.Random(3).randbytes(MiB + 1000)  # a block's short last chunk
+    slab = Slab.open(ext4.mount, 2, BLOCK, direct_io=True)
+    try:
+        assert slab.direct_io
+        tail = write_block(slab, 0, [aligned(data[:MiB]), aligned(data[MiB:])])
+        assert resident(slab, 0, len(data), tail) is False  # the first chunk is not
+        assert slab.read_checked(0, MiB, len(data), len(data), tail, resident=True) \
+            == data[MiB:]
+        assert bytes(slab.read_checked(0, 0, len(data), len(data), tail)) == data
+        # Whole chunks, but from read-only bytes and from a buffer one byte off
+        # a page boundary: neither may go to O_DIRECT.
+        whole = random.Random(4).randbytes(BLOCK)
+        skewed = page_aligned_buffer(MiB + 1)[1:]
+        skewed[:] = whole[MiB:]
+        assert not page_aligned(skewed)
+        sums = write_block(slab, 1, [whole[:MiB], skewed])
+        assert resident(slab, 1, BLOCK, sums)
+        assert bytes(slab.read_checked(1, 0, BLOCK, BLOCK, sums)) == whole
+        # Chosen before the write, not learnt from a refused one.
+        assert slab.direct_io
+    finally:
+        slab.close()
+
+
+def test_a_file_system_that_refuses_o_direct_gets_buffered_writes(ramfs: Path) -> None:
+    data = random.Random(5).randbytes(BLOCK)
+    slab = Slab.open(ramfs, 2, BLOCK, direct_io=True)
+    try:
+        assert not slab.direct_io
+        checksums = write_block(slab, 1, [aligned(data[:MiB]), aligned(data[MiB:])])
+        assert bytes(slab.read_checked(1, 0, BLOCK, BLOCK, checksums)) == data
+    finally:
+        slab.close()
+    # The slab kept the block like any other: reopened, its header describes it.
+    reopened = Slab.open(ramfs, 2, BLOCK, direct_io=True)
+    try:
+        record = reopened.read_record(1)
+        assert record is not None and record.ident == IDENT and record.checksums == checksums
+    finally:
+        reopened.close()
+
+
+
+def test_a_run_of_chunks_is_read_past_the_page_cache_and_checked(ext4: LoopDisk) -> None:
+    data = random.Random(6).randbytes(MiB + 1000)
+    slab = Slab.open(ext4.mount, 2, BLOCK, direct_io=True)
+    try:
+        checksums = write_block(slab, 0, [aligned(data[:MiB]), aligned(data[MiB:])])
+        views = slab.read_direct(0, 0, 2, len(data), checksums)
+        assert [len(view) for view in views] == [MiB, 1000]
+        assert b"".join(views) == data
+        # Each chunk in a page-aligned buffer of its own, and nothing of the
+        # block in the page cache afterwards.
+        assert all(page_aligned(view) for view in views)
+        assert views[0].obj is not views[1].obj
+        assert not resident(slab, 0, MiB, checksums[:1])
+        # A byte changed on the disk behind the slab's back fails its chunk.
+        with open(ext4.mount / "slab.dat", "r+b") as handle:
+            handle.seek(4096 + 4096 + MiB + 10)
+            handle.write(bytes([data[MiB + 10] ^ 0xFF]))
+        assert bytes(slab.read_direct(0, 0, 1, len(data), checksums)[0]) == data[:MiB]
+        with pytest.raises(ChecksumMismatch) as failed:
+            slab.read_direct(0, 0, 2, len(data), checksums)
+        assert failed.value.chunk == 1
+    finally:
+        slab.close()
+
+
+def test_without_o_direct_a_run_of_chunks_is_read_through_the_page_cache(ramfs: Path) -> None:
+    data = random.Random(7).randbytes(BLOCK)
+    slab = Slab.open(ramfs, 2, BLOCK, direct_io=True)
+    try:
+        checksums = write_block(slab, 0, [aligned(data[:MiB]), aligned(data[MiB:])])
+        assert b"".join(slab.read_direct(0, 0, 2, BLOCK, checksums)) == data
+    finally:
+        slab.close()
+
+
+async def test_the_store_reads_a_block_written_past_the_page_cache_four_chunks_a_trip(
+    ext4: LoopDisk
+) -> None:
+    """The engine's way in: slot reserved, chunks landed from page-aligned
+    buffers, committed; then a reader's fetches, one chunk at a time."""
+    block = 8 * MiB
+    data = random.Random(8).randbytes(6 * MiB + 100)  # seven chunks, the last short
+    with CountingExecutor() as executor:
+        store = await BlockStore.open(ext4.mount, 4 * (block + 4096), block, executor,
+                                      RecordingMetrics(), drop_written_pages=True,
+                                      direct_io=True)
+        try:
+            write = await store.begin_write(IDENT, len(data))
+            assert write is not None
+            for at in range(0, len(data), MiB):
+                chunk = aligned(data[at:at + MiB])
+                write.checksums[at // MiB] = store.write_chunk(write, at, chunk)
+            record = (await store.commit(write, read=False)).record
+            assert record is not None
+            # Nothing of the block went through the page cache.
+            assert not any(on_page_cache(ext4.mount, record.slot, block, at)
+                           for at in range(0, 6 * MiB, MiB))
+            trips = executor.submitted
+            for at in range(0, len(data), MiB):
+                piece = await store.read(record, at + 5, min(at + MiB, len(data)))
+                assert piece is not None and bytes(piece) == data[at + 5:at + MiB]
+            # Chunks 0-3 in one trip, 4-6 in another.
+            assert executor.submitted - trips == 2
+        finally:
+            await store.close()
+
+
+def on_page_cache(directory: Path, slot: int, block: int, at: int) -> bool:
+    """Whether the page at `at` of the slot's data is in the page cache (a read
+    that may not wait for the disk gets it)."""
+    fd = os.open(directory / "slab.dat", os.O_RDONLY)
+    try:
+        os.preadv(fd, [bytearray(4096)], 4096 + slot * (4096 + block) + 4096 + at,
+                  os.RWF_NOWAIT)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
