@@ -230,7 +230,7 @@ class Engine:
         while record is not None and lo < hi:
             # One chunk a piece: each is read and verified once.
             upto = min(hi, (lo // self._chunk_size + 1) * self._chunk_size)
-            data = await self._store.read(record, lo, upto)
+            data = await self._store.read(record, lo, upto, through=hi)
             if data is None:  # evicted meanwhile, or failed its checksum: refetch
                 self._forget_evicted((ident,))
                 self._mind_disk_reads()
@@ -274,7 +274,7 @@ class Engine:
                 write = await in_flight.wait_for(chunk)
                 upto = min(hi, (chunk + 1) * self._chunk_size)
                 in_flight.read = True
-                yield await self._store.read_of(write, lo, upto)
+                yield await self._store.read_of(write, lo, upto, through=hi)
                 lo = upto
         finally:
             self._detach(in_flight)

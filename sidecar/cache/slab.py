@@ -574,7 +574,7 @@ class Slab:
 
     @property
     def direct_io(self) -> bool:
-        """Whether chunk data is written past the page cache (see "I/O")."""
+        """Whether chunk data is written and read past the page cache (see "I/O")."""
         return self._direct
 
     @property
@@ -957,7 +957,7 @@ class Slab:
 
 def _open_direct(path: Path) -> int | None:
     """The slab file opened again with O_DIRECT, or None where the file system
-    (or platform) refuses it: writes stay buffered there."""
+    (or platform) refuses it: reads and writes stay buffered there."""
     flag = getattr(os, "O_DIRECT", 0)
     if not flag:
         return None
@@ -966,8 +966,8 @@ def _open_direct(path: Path) -> int | None:
     except OSError as exc:
         if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
             raise
-        log.info("cache file %s: O_DIRECT refused (%s); writes go through the page cache",
-                 path, exc.strerror)
+        log.info("cache file %s: O_DIRECT refused (%s); reads and writes go through the "
+                 "page cache", path, exc.strerror)
         return None
 
 

@@ -588,10 +588,14 @@ class BlockStore:
     def protected_blocks(self) -> int:
         return len(self._protected)
 
-    async def read(self, record: SlotRecord, start: int, end: int) -> memoryview | None:
+    async def read(
+        self, record: SlotRecord, start: int, end: int, *, through: int = 0
+    ) -> memoryview | None:
         """Bytes ``start..end-1`` of the block, read and verified (a copy: the
         slot may be rewritten once this returns), or None if it is no longer
-        cached (evicted or replaced since lookup, or failed its checksum)."""
+        cached (evicted or replaced since lookup, or failed its checksum).
+        ``through``: where in the block the caller's request ends, which a read
+        past the page cache may read up to (DIRECT_READ_CHUNKS at most)."""
         if not self._pin_if_current(record, start, end):
             return None
         chunk, lo, hi = self._chunk_around(start, end, record.length)
@@ -608,7 +612,7 @@ class BlockStore:
         except NotResident:
             # Neither a task nor the executor for bytes in the page cache: only
             # a read that may wait for the disk needs them.
-            data = await self._in_task(self._read_pinned(record, first, stop))
+            data = await self._in_task(self._read_pinned(record, first, stop, through))
         else:
             self._unpin(record.slot)
         if data is None or not keep:
@@ -750,9 +754,12 @@ class BlockStore:
     def let_go(self, write: BlockWrite) -> None:
         self._unpin(write.slot)
 
-    async def read_of(self, write: BlockWrite, start: int, end: int) -> memoryview:
+    async def read_of(
+        self, write: BlockWrite, start: int, end: int, *, through: int = 0
+    ) -> memoryview:
         """Bytes [start, end) of an unfinished write, from chunks that have
-        landed, verified against the checksums taken as they arrived.
+        landed, verified against the checksums taken as they arrived (and,
+        as in ``read``, landed ones up to ``through``).
         Raises ChecksumMismatch if the disk did not keep them."""
         self._check_landed(write, start, end)
         chunk, lo, hi = self._chunk_around(start, end, write.length)
@@ -769,8 +776,9 @@ class BlockStore:
                 # Landed on the disk, not in the page cache: this chunk and the
                 # landed ones after it, in one read.
                 run = chunk + 1
-                while run < min(len(write.checksums), chunk + DIRECT_READ_CHUNKS) \
-                        and write.checksums[run] is not None:
+                wanted = min(-(-min(through, write.length) // self._slab.chunk_size),
+                             chunk + DIRECT_READ_CHUNKS)
+                while run < wanted and write.checksums[run] is not None:
                     run += 1
                 views = await self._in_task(self._in_executor(
                     self._slab.read_direct, write.slot, chunk, run, write.length,
@@ -1033,11 +1041,14 @@ class BlockStore:
         self._slab.verify(slot, start, end, record)
         return True
 
-    async def _read_pinned(self, record: SlotRecord, start: int, end: int) -> memoryview | None:
+    async def _read_pinned(
+        self, record: SlotRecord, start: int, end: int, through: int = 0
+    ) -> memoryview | None:
         try:
             chunk, lo, hi = self._chunk_around(start, end, record.length)
             if hi and self._slab.direct_io:
-                return await self._read_direct(record, chunk, start - lo, end - lo)
+                return await self._read_direct(record, chunk, start - lo, end - lo,
+                                               max(end, through))
             data = await self._verified(self._slab.read_paged_in, record, start, end)
             self._paged_out.discard(record.slot)  # the kernel reads the rest ahead
             return data
@@ -1045,13 +1056,15 @@ class BlockStore:
             self._unpin(record.slot)
 
     async def _read_direct(
-        self, record: SlotRecord, chunk: int, start: int, end: int
+        self, record: SlotRecord, chunk: int, start: int, end: int, through: int
     ) -> memoryview | None:
         """Bytes [start, end) of the chunk, read past the page cache with the
-        chunks after it (up to DIRECT_READ_CHUNKS, kept for the reader's next
-        fetches: one trip to the executor, not one a chunk). None as _verified."""
-        chunks = -(-record.length // self._slab.chunk_size)
-        run = min(chunks, chunk + (DIRECT_READ_CHUNKS if self._recent.enabled else 1))
+        chunks after it the request goes on into, up to ``through`` in the block
+        (at most DIRECT_READ_CHUNKS in all, kept for the reader's next pieces:
+        one trip to the executor, not one a chunk). None as _verified."""
+        size = self._slab.chunk_size
+        wanted = -(-min(through, record.length) // size) if self._recent.enabled else 0
+        run = max(chunk + 1, min(wanted, chunk + DIRECT_READ_CHUNKS))
 
         def read(slot: int, first: int, stop: int, expected: SlotRecord) -> list[memoryview]:
             return self._slab.read_direct(slot, first, stop, expected.length,

@@ -202,11 +202,18 @@ async def test_the_store_reads_a_block_written_past_the_page_cache_four_chunks_a
             # Nothing of the block went through the page cache.
             assert not any(on_page_cache(ext4.mount, record.slot, block, at)
                            for at in range(0, 6 * MiB, MiB))
+            # A bounded read of one chunk reads that chunk only.
+            trips = executor.submitted
+            piece = await store.read(record, 2 * MiB + 5, 2 * MiB + 99, through=2 * MiB + 99)
+            assert piece is not None and bytes(piece) == data[2 * MiB + 5:2 * MiB + 99]
+            assert executor.submitted - trips == 1
+            # A read on to the end of the block, a chunk a piece as the engine
+            # serves it: chunks 0-3 in one trip, 4-6 in another.
             trips = executor.submitted
             for at in range(0, len(data), MiB):
-                piece = await store.read(record, at + 5, min(at + MiB, len(data)))
+                piece = await store.read(record, at + 5, min(at + MiB, len(data)),
+                                         through=len(data))
                 assert piece is not None and bytes(piece) == data[at + 5:at + MiB]
-            # Chunks 0-3 in one trip, 4-6 in another.
             assert executor.submitted - trips == 2
         finally:
             await store.close()
