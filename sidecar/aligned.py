@@ -18,8 +18,13 @@ def page_aligned(data: memoryview) -> bool:
     return ctypes.addressof(ctypes.c_char.from_buffer(data)) % PAGE_SIZE == 0
 
 
+def page_offset(raw: bytearray) -> int:
+    """How far into ``raw`` its first page boundary lies."""
+    return -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % PAGE_SIZE
+
+
 def page_aligned_buffer(size: int) -> memoryview:
     """``size`` writable bytes (zeros) starting on a page boundary."""
     raw = bytearray(size + PAGE_SIZE)
-    skip = -ctypes.addressof(ctypes.c_char.from_buffer(raw)) % PAGE_SIZE
+    skip = page_offset(raw)
     return memoryview(raw)[skip:skip + size]

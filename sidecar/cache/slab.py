@@ -192,21 +192,21 @@ read is an EIO the store turns into a miss, and mapped pages are not dropped by
 ``POSIX_FADV_DONTNEED``.) A chunk is hashed once while in hand when it is
 written (``write_chunk``), never read back for that.
 
-With ``direct_io`` (the ``direct_io`` option, on by default) the chunks'
-data goes past the page cache, through a second descriptor opened with
-O_DIRECT: ``write_chunk`` writes a chunk that way whenever its buffer starts
-on a page boundary and its length is a whole number of pages (the offset
-always is one: slot data starts on a page, chunks are multiples of 4096
-bytes), and ``read_direct`` reads a run of chunks into page-aligned buffers
-of their own. Anything else is an ordinary write or read: a block's short
-last chunk, a caller's unaligned buffer, a file system that refuses O_DIRECT
-at open or at the first call (from then on everything goes through the page
-cache). The kernel keeps the two kinds coherent: a direct write drops the
-range's cached pages, and a buffered read after it reads the disk. Headers
-stay buffered, and the three steps above keep their order; a direct write
-may reach the disk before the flag cleared ahead of it, which is the
-power-loss case already covered (an old header over new data fails at its
-first chunk read).
+With ``direct_io`` (the ``direct_io`` option, on by default) the chunks' data
+goes past the page cache, through a second descriptor opened with O_DIRECT:
+``write_chunk`` writes a chunk that way whenever its buffer starts on a page
+boundary and its length is a whole number of pages (the offset always is one:
+slot data starts on a page, chunks are multiples of 4096 bytes), and
+``read_direct`` reads a run of chunks into page-aligned buffers of their own
+(reused once nothing refers to them, ``sidecar.cache.read_buffers``). Anything
+else is an ordinary write or read: a block's short last chunk, a caller's
+unaligned buffer, a file system that refuses O_DIRECT at open or at the first
+call (from then on everything goes through the page cache). The kernel keeps
+the two kinds coherent: a direct write drops the range's cached pages, and a
+buffered read after it reads the disk. Headers stay buffered, and the three
+steps above keep their order; a direct write may reach the disk before the
+flag cleared ahead of it, which is the power-loss case already covered (an old
+header over new data fails at its first chunk read).
 
 Why: in this project's benchmark a cold replay's buffered writes cost most
 in fresh page-cache pages (a page the kernel takes afresh costs a virtual
@@ -247,11 +247,12 @@ from pathlib import Path
 
 import xxhash
 
-from sidecar.aligned import PAGE_SIZE, page_aligned, page_aligned_buffer
+from sidecar.aligned import PAGE_SIZE, page_aligned
 from sidecar.blocks import MAX_BLOCK_SIZE
 from sidecar.cache.errors import ChecksumMismatch
 from sidecar.cache.ident import BlockIdent, SlotRecord
 from sidecar.cache.index import block_hash, object_hash
+from sidecar.cache.read_buffers import ReadBuffers
 
 log = logging.getLogger(__name__)
 
@@ -503,6 +504,7 @@ class Slab:
         block_size: int,
         opening: Opening,
         direct: int | None = None,
+        read_buffers: int = 0,
     ) -> None:
         # Use Slab.open; this only adopts an already opened file.
         self._path = path
@@ -520,11 +522,12 @@ class Slab:
         # other threads may be writing through it).
         self._direct_fd = direct
         self._direct = direct is not None
+        self._read_buffers = ReadBuffers(read_buffers, self._chunk_size)
 
     @classmethod
     def open(
         cls, directory: Path, slot_count: int, block_size: int, preallocate: bool = True,
-        direct_io: bool = False,
+        direct_io: bool = False, read_buffers: int = 0,
     ) -> Slab:
         """Open or create the slab file. Blocking: call from an executor.
 
@@ -532,7 +535,8 @@ class Slab:
         slots are first written (thin volumes, or copy-on-write file systems
         where preallocation does not reserve space for overwrites anyway).
         ``direct_io``: chunk data goes past the page cache where it can
-        (see "I/O").
+        (see "I/O"); the buffers of such reads are reused, ``read_buffers``
+        of them at most (``sidecar.cache.read_buffers``).
         """
         _check_geometry(slot_count, block_size)
         directory.mkdir(parents=True, exist_ok=True)
@@ -548,6 +552,7 @@ class Slab:
         return cls(
             path=path, file=file, slot_count=slot_count, block_size=block_size,
             opening=opening, direct=_open_direct(path) if direct_io else None,
+            read_buffers=read_buffers,
         )
 
     @property
@@ -793,7 +798,7 @@ class Slab:
         fd = self._direct_fd
         if not self._direct or fd is None:
             return None
-        buffers = [page_aligned_buffer(-(-n // PAGE_SIZE) * PAGE_SIZE) for n in lengths]
+        buffers = [self._read_buffers.take(-(-n // PAGE_SIZE) * PAGE_SIZE) for n in lengths]
         try:
             got = os.preadv(fd, buffers, at)
         except OSError as exc:

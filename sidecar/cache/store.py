@@ -68,7 +68,14 @@ from sidecar.cache.recovery import (
     ScrubProgress,
     free_stack,
 )
-from sidecar.cache.slab import SLOT_HEADER_SIZE, NotResident, Slab, SlotScan, generation_of
+from sidecar.cache.slab import (
+    SLOT_HEADER_SIZE,
+    NotResident,
+    Slab,
+    SlotScan,
+    chunk_size_for,
+    generation_of,
+)
 from sidecar.cache.slot_fifo import SlotFifo
 
 log = logging.getLogger(__name__)
@@ -88,6 +95,9 @@ RECENT_CHUNK_BYTES = 64 * 1024 * 1024
 # Chunks read at once from a slab written past the page cache (there is no
 # kernel read-ahead to lean on): a reader's next fetches find them in memory.
 DIRECT_READ_CHUNKS = 4
+# Read buffers kept past what the recent-chunk memory holds: reads in flight
+# and pieces being sent.
+SPARE_READ_BUFFERS = 32
 # Slot headers the background scan reads per batch: a batch's merge into the
 # index runs on the event loop, a few milliseconds for this many.
 SCAN_BATCH_SLOTS = 1024
@@ -170,6 +180,12 @@ class BlockWrite:
     @property
     def complete(self) -> bool:
         return None not in self.checksums
+
+
+def read_buffers_for(recent_chunk_bytes: int, block_size: int) -> int:
+    """How many read buffers the slab keeps for reuse: one per chunk the
+    recent-chunk memory holds, and SPARE_READ_BUFFERS more."""
+    return recent_chunk_bytes // chunk_size_for(block_size) + SPARE_READ_BUFFERS
 
 
 def slots_for_capacity(capacity_bytes: int, block_size: int) -> int:
@@ -308,6 +324,7 @@ class BlockStore:
         started = time.perf_counter()
         slab = await loop.run_in_executor(
             executor, Slab.open, directory, slot_count, block_size, preallocate, direct_io,
+            read_buffers_for(recent_chunk_bytes, block_size),
         )
         try:
             recovered = await _take_snapshot(slab, executor, loop)
