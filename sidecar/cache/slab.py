@@ -657,15 +657,19 @@ class Slab:
         try:
             _pwrite_all(fd, data, at)
         except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            # The file system takes O_DIRECT at open but not these writes:
-            # buffered from now on (the same bytes, written again by the caller).
-            self._direct = False
-            log.info("cache file %s: O_DIRECT writes refused (%s); writes go through "
-                     "the page cache", self._path, exc.strerror)
-            return False
+            self._direct_refused(exc)
+            return False  # the caller writes the same bytes through the page cache
         return True
+
+    def _direct_refused(self, exc: OSError) -> None:
+        """A call through the O_DIRECT descriptor failed. EINVAL: the file system
+        takes O_DIRECT at open but not this I/O, so everything goes through the
+        page cache from now on. Any other error is the disk's, and raised."""
+        if exc.errno != errno.EINVAL:
+            raise exc
+        self._direct = False
+        log.info("cache file %s: O_DIRECT refused (%s); reads and writes go through the "
+                 "page cache", self._path, exc.strerror)
 
     def seal(
         self, slot: int, ident: BlockIdent, generation: int, length: int,
@@ -802,11 +806,7 @@ class Slab:
         try:
             got = os.preadv(fd, buffers, at)
         except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            self._direct = False
-            log.info("cache file %s: O_DIRECT reads refused (%s); reads and writes go "
-                     "through the page cache", self._path, exc.strerror)
+            self._direct_refused(exc)
             return None
         views = []
         for buffer, n in zip(buffers, lengths, strict=True):
