@@ -8,7 +8,11 @@ the first record batch not wholly received (Kafka record batch v2: baseOffset
 i64 @0, batchLength i32 @8, a batch is 12 + batchLength bytes, magic @16 must
 be 2), into the partition's next segment at its end. Partitions run at once,
 one thread each, with blocking sockets reading into a buffer each thread
-reuses: the GIL is free while they wait, and the client stays cheap.
+reuses: the GIL is free while they wait, and the client stays cheap. Every
+thread signs its URLs first and then waits for the others, so that all
+partitions send their first fetch at once: a thread started while the earlier
+ones already read would wait for the GIL to start at all, and the last
+partition would begin hundreds of milliseconds after the first.
 
 Segments come as JSON on a file (`--segments`):
 `{"partitions": {"0": [{"key": "...", "size": N}, ...], ...}}`.
@@ -50,7 +54,8 @@ class PartitionResult:
     fetches: int = 0
     unread: int = 0  # body bytes the server had pushed past what the fetches used
     latencies_s: list[float] = field(default_factory=list)
-    done_s: float | None = None
+    first_fetch_at: float | None = None  # perf_counter() when its first fetch went out
+    done_at: float | None = None
     error: str | None = None
 
 
@@ -118,21 +123,27 @@ def _queued(sock: socket.socket) -> int:
 
 
 def read_partition(endpoint: str, bucket: str, segments: list[dict[str, object]],
-                   fetch_bytes: int, result: PartitionResult, started: float,
+                   fetch_bytes: int, result: PartitionResult, start: threading.Barrier,
                    timeout_s: float, sign: bool) -> None:
     parts = urlsplit(endpoint)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     buffer = memoryview(bytearray(max(4 * fetch_bytes, 16 * 1024 * 1024)))
+    # Signed (for the sidecar) as the plugin's requests are; nginx's slice
+    # cache keys on the query, so its requests stay unsigned.
     try:
-        for segment in segments:
-            key, size = str(segment["key"]), int(segment["size"])  # type: ignore[call-overload]
-            # Signed (for the sidecar) as the plugin's requests are; nginx's slice
-            # cache keys on the query, so its requests stay unsigned.
-            path = presigned_path(endpoint, bucket, key) if sign else \
-                f"/{bucket}/{quote(key, safe='/~')}"
+        paths = [presigned_path(endpoint, bucket, str(segment["key"])) if sign
+                 else f"/{bucket}/{quote(str(segment['key']), safe='/~')}"
+                 for segment in segments]
+    finally:
+        start.wait()
+    try:
+        for segment, path in zip(segments, paths, strict=True):
+            size = int(segment["size"])  # type: ignore[call-overload]
             position = 0
             while position < size:
                 fetch_started = time.perf_counter()
+                if result.first_fetch_at is None:
+                    result.first_fetch_at = fetch_started
                 got, unread = fetch(host, port, parts.netloc, path, position, size,
                                     fetch_bytes, buffer, timeout_s)
                 result.unread += unread
@@ -142,7 +153,7 @@ def read_partition(endpoint: str, bucket: str, segments: list[dict[str, object]]
                 position += got
     except (OSError, FetchFailed) as exc:
         result.error = f"{type(exc).__name__}: {exc}"
-    result.done_s = time.perf_counter() - started
+    result.done_at = time.perf_counter()
 
 
 def percentile(values: list[float], share: float) -> float | None:
@@ -155,23 +166,31 @@ def percentile(values: list[float], share: float) -> float | None:
 def run(endpoint: str, bucket: str, partitions: dict[str, list[dict[str, object]]],
         fetch_bytes: int, timeout_s: float, sign: bool = False) -> dict[str, object]:
     results = [PartitionResult(name) for name in partitions]
-    usage_before = resource.getrusage(resource.RUSAGE_SELF)
-    started = time.perf_counter()
+    start = threading.Barrier(len(results) + 1)
     threads = [
         threading.Thread(target=read_partition, args=(
-            endpoint, bucket, partitions[result.partition], fetch_bytes, result, started,
+            endpoint, bucket, partitions[result.partition], fetch_bytes, result, start,
             timeout_s, sign), daemon=True)
         for result in results
     ]
     for thread in threads:
         thread.start()
+    start.wait(timeout_s)  # every thread has signed its URLs: all go at once
+    usage_before = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
     for thread in threads:
         thread.join(timeout_s * 100)
     seconds = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)
     total = sum(result.bytes for result in results)
     latencies = [latency for result in results for latency in result.latencies_s]
-    done = [result.done_s for result in results if result.done_s is not None]
+    # A partition's first fetch waits for its first block from the origin (a
+    # foreground miss); the later ones find read-ahead landed or on its way.
+    firsts = [result.latencies_s[0] for result in results if result.latencies_s]
+    laters = [latency for result in results for latency in result.latencies_s[1:]]
+    done = [result.done_at - started for result in results if result.done_at is not None]
+    # How far apart the partitions' first fetches went out (all at once, ideally).
+    firsts_at = [result.first_fetch_at for result in results if result.first_fetch_at]
     errors = [f"partition {r.partition}: {r.error}" for r in results if r.error]
 
     def ms(value: float | None) -> float | None:
@@ -190,7 +209,14 @@ def run(endpoint: str, bucket: str, partitions: dict[str, list[dict[str, object]
             "p50": ms(percentile(latencies, 0.5)), "p90": ms(percentile(latencies, 0.9)),
             "p99": ms(percentile(latencies, 0.99)), "max": ms(max(latencies, default=None)),
         },
+        "first_fetch_latency_ms": {
+            "p50": ms(percentile(firsts, 0.5)), "max": ms(max(firsts, default=None)),
+        },
+        "later_fetch_latency_ms": {
+            "p50": ms(percentile(laters, 0.5)), "p99": ms(percentile(laters, 0.99)),
+        },
         "partitions": len(results),
+        "start_spread_ms": ms(max(firsts_at) - min(firsts_at)) if firsts_at else None,
         "first_done_s": round(min(done), 3) if done else None,
         "last_done_s": round(max(done), 3) if done else None,
         "last_over_first": round(max(done) / min(done), 3) if done and min(done) else None,
