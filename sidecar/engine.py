@@ -598,14 +598,20 @@ class Engine:
             write = in_flight.write
             assert write is not None
             at = offset - block * block_size
+            chunk = at // chunk_size
             checksum = store.write_chunk(write, at, data)
-            loop.call_soon_threadsafe(self._chunk_landed, in_flight, at // chunk_size, checksum)
+            # A reader waiting for this chunk (a miss's) gets it from memory.
+            copy = store.landed_copy(data) if in_flight.awaited(chunk) else None
+            loop.call_soon_threadsafe(self._chunk_landed, in_flight, chunk, checksum, copy)
 
         return take
 
-    def _chunk_landed(self, in_flight: InFlightBlock, chunk: int, checksum: int) -> None:
+    def _chunk_landed(self, in_flight: InFlightBlock, chunk: int, checksum: int,
+                      copy: memoryview | None) -> None:
         if in_flight.failed:
             return
+        if copy is not None and in_flight.write is not None:
+            self._store.keep_landed(in_flight.write, chunk, copy)
         in_flight.landed(chunk, checksum)
         if in_flight.complete:
             # Cached as soon as it is whole, not when the rest of its run is.

@@ -7,7 +7,10 @@ the origin's first-byte latency; a reader of the block's first MiB only needs
 that MiB. The fetch writes each chunk (the cache's 1 MiB checksum unit) into
 the block's slot as it arrives and says so here; a reader waiting for a chunk
 is woken then and reads it from the slot, verified, as it reads cached
-blocks, so no block is held in memory waiting for its readers.
+blocks, so no block is held in memory waiting for its readers. Only a chunk
+that a reader is waiting for as it lands (`awaited`) is copied, from the
+buffer its checksum was taken in, into the store's recent-chunk memory: that
+reader, the one a miss keeps waiting, is then served with no read of the disk.
 
 Before the first chunk there is a short moment when the block has no slot yet
 (the fetch is reserving it): readers already wait here, so a block is fetched
@@ -38,6 +41,9 @@ class InFlightBlock:
         # block is cached, its first read from the cache is its first use.
         self.read = False
         self.readers = 0
+        # Chunks that readers wait for now (read by the fetch's threads too: a
+        # chunk landing with a reader waiting is handed over in memory).
+        self._waited: dict[int, int] = {}
         self._error: BaseException | None = None
         self._progress = asyncio.Event()
 
@@ -70,15 +76,26 @@ class InFlightBlock:
             self._error = error
             self._wake()
 
+    def awaited(self, chunk: int) -> bool:
+        """Whether a reader is waiting for `chunk` now (thread safe: a racy
+        answer only costs that reader a read of the slot)."""
+        return chunk in self._waited
+
     async def wait_for(self, chunk: int) -> BlockWrite:
         """The write once `chunk` has landed in it; raises the fetch's failure."""
-        while True:
-            write = self.write
-            if write is not None and write.checksums[chunk] is not None:
-                return write
-            if self._error is not None:
-                raise self._error
-            await self._progress.wait()
+        self._waited[chunk] = self._waited.get(chunk, 0) + 1
+        try:
+            while True:
+                write = self.write
+                if write is not None and write.checksums[chunk] is not None:
+                    return write
+                if self._error is not None:
+                    raise self._error
+                await self._progress.wait()
+        finally:
+            left = self._waited.pop(chunk) - 1
+            if left:
+                self._waited[chunk] = left
 
     async def wait_complete(self) -> None:
         while not self.complete:

@@ -7,7 +7,8 @@ chunk of a replay would be read from the slab and hashed about twice.
 
 Entries are keyed by the copy of the block they belong to (its identity and
 generation: a block written again is a new copy) and hold bytes that were
-verified against the chunk's checksum when read. A slab read past the page
+verified against the chunk's checksum when read, or, for a chunk a reader was
+waiting for as it landed, a copy of the buffer its checksum was taken in. A slab read past the page
 cache reads a reader's next chunks with the one it asked for; they wait here.
 The total is bounded in bytes (`recent_chunks`), whatever the number of
 readers.

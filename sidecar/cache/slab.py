@@ -796,6 +796,15 @@ class Slab:
                 raise ChecksumMismatch(slot, chunk)
         return views
 
+    def copy_of(self, data: memoryview) -> memoryview:
+        """``data`` (a chunk at most) copied into one of the read buffers.
+        Thread safe, no I/O."""
+        if len(data) > self._chunk_size:
+            raise ValueError(f"{len(data)} bytes do not fit a chunk of {self._chunk_size}")
+        copy = self._read_buffers.take(-(-len(data) // PAGE_SIZE) * PAGE_SIZE)[:len(data)]
+        copy[:] = data
+        return copy
+
     def _preadv_direct(self, lengths: list[int], at: int) -> list[memoryview] | None:
         """The chunks read with O_DIRECT (each buffer whole pages; the short last
         chunk's tail is read and cut off), or None where that cannot be done."""

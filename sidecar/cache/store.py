@@ -763,6 +763,19 @@ class BlockStore:
         except OSError as exc:
             raise CacheDiskError(self._write_failed(exc)) from exc
 
+    def landed_copy(self, data: memoryview) -> memoryview | None:
+        """A copy of a chunk in hand as it lands, for ``keep_landed``; None when
+        no chunk is kept in memory (``recent_chunks`` 0). Blocking-free, thread
+        safe: called in the fetch's worker thread, which reuses ``data``."""
+        return self._slab.copy_of(data) if self._recent.enabled and data else None
+
+    def keep_landed(self, write: BlockWrite, chunk: int, copy: memoryview) -> None:
+        """A landing chunk of ``write``, copied (``landed_copy``) from the buffer
+        its checksum was taken in, for the reader waiting for it: served from
+        memory like a chunk just read and verified, with no read of the slot."""
+        self._recent.put(write.ident, write.generation & _GENERATION_IN_INDEX, chunk, copy,
+                         len(copy))
+
     def hold(self, write: BlockWrite) -> None:
         """Keep the write's slot from being reused while a reader is at it, even
         if the write is aborted meanwhile (its landed chunks stay readable)."""

@@ -219,6 +219,37 @@ async def test_the_store_reads_a_block_written_past_the_page_cache_four_chunks_a
             await store.close()
 
 
+async def test_a_chunk_kept_as_it_landed_is_served_from_memory(ext4: LoopDisk) -> None:
+    """A landing chunk copied for the reader waiting for it (the engine's
+    `keep_landed`) is read with no trip to the disk, and is a copy: the fetch
+    reuses its receive buffer at once."""
+    data = random.Random(15).randbytes(2 * MiB)
+    with CountingExecutor() as executor:
+        store = await BlockStore.open(ext4.mount, 4 * (BLOCK + 4096), BLOCK, executor,
+                                      RecordingMetrics(), direct_io=True)
+        try:
+            write = await store.begin_write(IDENT, len(data))
+            assert write is not None
+            for at in (0, MiB):
+                received = aligned(data[at:at + MiB])
+                write.checksums[at // MiB] = store.write_chunk(write, at, received)
+                if at == 0:
+                    copy = store.landed_copy(received)
+                    assert copy is not None
+                    store.keep_landed(write, 0, copy)
+                received[:] = bytes(MiB)  # the receive buffer, reused
+            trips = executor.submitted
+            piece = await store.read_of(write, 7, MiB, through=MiB)
+            assert bytes(piece) == data[7:MiB]
+            assert executor.submitted == trips
+            # The chunk nobody waited for is read from the disk, verified.
+            piece = await store.read_of(write, MiB + 7, 2 * MiB, through=2 * MiB)
+            assert bytes(piece) == data[MiB + 7:]
+            assert executor.submitted == trips + 1
+        finally:
+            await store.close()
+
+
 def on_page_cache(directory: Path, slot: int, block: int, at: int) -> bool:
     """Whether the page at `at` of the slot's data is in the page cache (a read
     that may not wait for the disk gets it)."""

@@ -542,3 +542,42 @@ async def test_the_tally_says_how_each_block_was_found(make_rig: MakeRig) -> Non
     await rig.engine.idle()
     cached = await read(0, 4 * BLOCK - 1)
     assert (cached.letters, cached.lane) == ("cccc", None)
+
+
+async def test_a_reader_waiting_as_its_chunk_lands_is_handed_it_in_memory(
+    make_rig: MakeRig
+) -> None:
+    """The chunk a reader waits for is copied as it lands, into the store's
+    recent-chunk memory; chunks nobody waits for are left to the slot."""
+    block = 2 * 2**20  # two 1 MiB chunks
+    data = random.Random(15).randbytes(block)
+    rig = await make_rig(data, block=block)
+    kept: list[int] = []
+    keep_landed = rig.store.keep_landed
+
+    def recording(write: Any, chunk: int, copy: memoryview) -> None:
+        kept.append(chunk)
+        keep_landed(write, chunk, copy)
+
+    rig.store.keep_landed = recording  # type: ignore[method-assign]
+    gate = asyncio.Event()
+    real = rig.origin.fetch_into
+
+    async def gated(info: ObjectInfo, start: int, end: int, lane: str, sink: Sink,
+                    chunk_size: int, waited_for: bool = False) -> None:
+        await gate.wait()
+        await real(info, start, end, lane, sink, chunk_size)
+
+    rig.origin.fetch_into = gated  # type: ignore[method-assign]
+    reader = asyncio.create_task(collect(rig.engine, rig.info, 10, 99))
+    # The fetch has begun: the reader, which started it, waits for chunk 0.
+    await eventually_async(lambda: rig.origin.calls, "the block's fetch")
+    gate.set()
+    body, sources = await reader
+    assert body == data[10:100] and sources == {Source.ORIGIN}
+    await rig.engine.idle()
+    assert kept == [0]
+    # Once cached, the block is read from its slot: nothing more is copied.
+    assert await collect(rig.engine, rig.info, 2**20, block - 1) == (data[2**20:],
+                                                                    {Source.CACHE})
+    assert kept == [0]
