@@ -77,11 +77,13 @@ def light_replay(
     offset = origin_traffic(origin.access_log)[1] if origin is not None else 0
     before_stats = sidecar.stats() if sidecar else None
     before = cpu.usage(server_pid) if server_pid else None
+    threads_before = cpu.threads(server_pid) if server_pid else {}
     print(f"  {label}: light client, {dataset.total_bytes / MiB:.0f} MiB from {endpoint} ...",
           file=sys.stderr, flush=True)
     finished = run_bounded(args, 120 + dataset.total_bytes / 2e6, client_env(),
                            bench.work / "logs" / f"{label}.log")
     used = (cpu.usage(server_pid) - before) if server_pid and before else None
+    threads_after = cpu.threads(server_pid) if server_pid else {}
     lines = finished.stdout.strip().splitlines()
     if not lines:
         raise ClientFailed(f"{label}: the light client printed nothing: {finished.stderr[-2000:]}")
@@ -100,6 +102,8 @@ def light_replay(
                                         "system": round(used.system_s, 3),
                                         "minor_faults": used.minor_faults}
         report["server_cpu_per_gib"] = used.per_gib(int(report.get("bytes") or 0))
+        report["server_threads_per_gib"] = cpu.by_kind(threads_before, threads_after,
+                                                        int(report.get("bytes") or 0))
         report["server_peak_rss_bytes"] = cpu.peak_rss_bytes(server_pid) if server_pid else None
     if sidecar is not None and before_stats is not None:
         report["sidecar"] = stats_delta(before_stats, sidecar.stats())

@@ -578,6 +578,69 @@ def _overshoot(run: dict[str, Any] | None) -> float | None:
     return sent / used if isinstance(sent, int) and isinstance(used, int) and used else None
 
 
+# The sidecar's kinds of thread (bench.cpu.thread_kind of the names
+# sidecar.telemetry.thread_names gives them), each a column; the rest is "other".
+_THREAD_COLUMNS = (("main", "event loop"), ("origin", "origin GETs"),
+                   ("io", "cache disk I/O"))
+_THREAD_ROWS = (("cost-4p", "sidecar_cold", "4 partitions, cold"),
+                ("cost-4p", "sidecar_warm", "4 partitions, warm"),
+                ("wide-48p", "sidecar_cold", "48 partitions at once, cold"))
+
+
+def _thread_figure(run: dict[str, Any] | None, kinds: tuple[str, ...] | None,
+                   field: str) -> float | None:
+    """A run's per-GiB `field` summed over the thread kinds named (None: the
+    kinds that have no column of their own)."""
+    split = (run or {}).get("server_threads_per_gib")
+    if not isinstance(split, dict) or not split:
+        return None
+    named = {kind for kind, _ in _THREAD_COLUMNS}
+    return float(sum(figures.get(field, 0) for kind, figures in split.items()
+                     if (kind in kinds if kinds is not None else kind not in named)))
+
+
+def _thread_section(results: dict[str, Any]) -> list[str]:
+    rows = []
+    for scenario, run, label in _THREAD_ROWS:
+        runs = _rounds(results, scenario, run)
+        if not any(_thread_figure(r, None, "cpu_s") is not None for r in runs):
+            continue
+        cells = [label]
+        for kinds in [(kind,) for kind, _ in _THREAD_COLUMNS] + [None]:
+            cells.append(_spread([_thread_figure(r, kinds, "cpu_s") for r in runs],
+                                 lambda value: f"{value:.2f}", False))
+        for field in ("voluntary_switches", "involuntary_switches"):
+            cells.append(_spread([_all_threads(r, field) for r in runs],
+                                 lambda value: f"{value:,.0f}", False))
+        rows.append(cells)
+    if not rows:
+        return []
+    header = ["replay", *(name for _, name in _THREAD_COLUMNS), "other threads",
+              "switches/GiB: waited", "preempted"]
+    return [
+        "## Where the sidecar's CPU goes, by thread (light client)\n",
+        "The sidecar rows of the two tables above, split by the kind of thread that took "
+        "the CPU (CPU-s per GiB delivered; `bench/cpu.py` reads each thread's run time "
+        "from /proc/PID/task/*/schedstat and its name, which the sidecar gives the kernel, "
+        "as `top -H` shows it): the *event loop* (HTTP, the "
+        "engine, every send to a client), the *origin GETs* (receiving each block from the "
+        "object store, hashing it and writing it to its slot) and the *cache disk I/O* "
+        "threads (reading chunks back past the page cache and verifying them). The "
+        "columns add up to the CPU-s/GiB above. *Switches*: how often a thread "
+        "stopped to wait (for the GIL, a lock, a queue or I/O) or was preempted, from each "
+        "thread's /proc status. Median (min-max) over the rounds.\n",
+        _table(header, rows),
+        "",
+    ]
+
+
+def _all_threads(run: dict[str, Any] | None, field: str) -> float | None:
+    split = (run or {}).get("server_threads_per_gib")
+    if not isinstance(split, dict) or not split:
+        return None
+    return float(sum(figures.get(field, 0) for figures in split.values()))
+
+
 def _cost_sections(results: dict[str, Any]) -> list[str]:
     scenarios = results.get("scenarios") or {}
     out: list[str] = []
@@ -620,6 +683,7 @@ def _cost_sections(results: dict[str, Any]) -> list[str]:
                           _cost_rows(results, "wide-48p")))
         out.append("")
         out.append(_prefetch_line(results, "wide-48p", "sidecar_cold_1") + "\n")
+    out += _thread_section(results)
     return out
 
 

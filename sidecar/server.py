@@ -41,6 +41,7 @@ from sidecar.s3.dataport import DataPort
 from sidecar.s3.passthrough import PassThrough
 from sidecar.telemetry.access_log import AccessLog, NodeFacts
 from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.thread_names import name_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,8 @@ class Sidecar:
         self.metrics = Metrics(registry)
         self._runners: list[web.AppRunner] = []
         self._executor = ThreadPoolExecutor(
-            max_workers=config.server.io_threads, thread_name_prefix="sidecar-io"
+            max_workers=config.server.io_threads, thread_name_prefix="sidecar-io",
+            initializer=name_this_thread,
         )
         self.modes = ModeState(on_change=self._show_mode)
         self._show_mode(self.modes.current, changed=False)

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from sidecar.telemetry.thread_names import name_this_thread
+
 T = TypeVar("T")
 
 
@@ -73,6 +75,7 @@ class OriginWorkers:
             thread.join()
 
     def _work(self) -> None:
+        name_this_thread()
         while True:
             with self._ready:
                 while not self._queue and not self._closed:

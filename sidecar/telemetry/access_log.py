@@ -59,6 +59,7 @@ from aiohttp import web
 
 from sidecar.s3.http_fields import as_sent
 from sidecar.tally import ReadTally
+from sidecar.telemetry.thread_names import name_this_thread
 
 # The key a request's handler adds the object bytes it sent to (request[BODY_BYTES]);
 # a typed key, as aiohttp asks (a plain string warns, NotAppKeyWarning).
@@ -234,6 +235,7 @@ class AccessLog:
             self._dropped("queue", 1)
 
     def _run(self) -> None:
+        name_this_thread()
         while True:
             first = self._queue.get()
             lines = [first]

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from bench.cost import segments_by_partition
 from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
 from bench.nginx import NginxServer, OriginTraffic, origin_config, origin_traffic
 from bench.report import evaluate_targets, render_markdown
+from sidecar.telemetry.thread_names import name_this_thread
 from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -220,6 +222,34 @@ def test_cpu_usage_of_a_process_counts_its_children() -> None:
     assert (cpu.peak_rss_bytes(os.getpid()) or 0) > 10 * 2**20
 
 
+def test_a_process_cpu_is_split_by_the_kind_of_thread_that_took_it() -> None:
+    stop = threading.Event()
+
+    def spin() -> None:
+        name_this_thread()
+        while not stop.is_set():
+            sum(range(10_000))
+
+    before = cpu.threads(os.getpid())
+    spinners = [threading.Thread(target=spin, name=f"sidecar-spin-{n}") for n in (1, 12)]
+    for thread in spinners:
+        thread.start()
+    try:
+        split = eventually(
+            lambda: (lambda kinds: kinds if kinds.get("spin", {}).get("cpu_s", 0) >= 0.2
+                     else None)(cpu.by_kind(before, cpu.threads(os.getpid()), 2**30)),
+            "the spinning threads' CPU under their kind")
+    finally:
+        stop.set()
+        for thread in spinners:
+            thread.join(timeout=10)
+    assert "main" in split and "spin-" not in split
+    assert split["spin"]["voluntary_switches"] + split["spin"]["involuntary_switches"] >= 0
+    assert cpu.thread_kind(100, 100, "python") == "main"
+    assert cpu.thread_kind(100, 101, "io_3") == "io"
+    assert cpu.thread_kind(100, 102, "access-log") == "access-log"
+
+
 def test_cost_targets_take_the_median_of_the_rounds() -> None:
     def replay(mb_per_s: float, cpu_total: float, **extra: Any) -> dict[str, Any]:
         return {"mb_per_s": mb_per_s, "server_cpu_per_gib": {"total": cpu_total},
@@ -248,6 +278,17 @@ def test_cost_targets_take_the_median_of_the_rounds() -> None:
     assert wide["value"] == 2.4 and wide["met"] is True
     assert targets["48 partitions at once, cold: sidecar fetch p99"]["met"] is False
     assert "## What a replay costs the server (light client)" in render_markdown(results)
+    assert "## Where the sidecar's CPU goes" not in render_markdown(results)
+    for number, loop in ((1, 0.6), (2, 0.9), (3, 0.7)):
+        results["scenarios"]["cost-4p"]["runs"][f"sidecar_cold_{number}"][
+            "server_threads_per_gib"] = {
+            "main": {"cpu_s": loop, "voluntary_switches": 1000, "involuntary_switches": 10},
+            "origin": {"cpu_s": 0.2, "voluntary_switches": 500, "involuntary_switches": 5},
+            "python": {"cpu_s": 0.05, "voluntary_switches": 0, "involuntary_switches": 0}}
+    split = render_markdown(results).split("## Where the sidecar's CPU goes")[1]
+    # The loop's median; no disk thread ran; the unnamed thread is "other".
+    assert ("| 4 partitions, cold | 0.70 (0.60-0.90) | 0.20 (0.20-0.20) | 0.00 (0.00-0.00) "
+            "| 0.05 (0.05-0.05) | 1,500 (1,500-1,500) | 15 (15-15) |") in split
 
 
 @pytest.fixture(params=["aiohttp", "protocol", "sendfile", "protocol-verified",

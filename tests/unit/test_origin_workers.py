@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,14 @@ def test_shutdown_cancels_what_has_not_started() -> None:
     assert running.result(timeout=5) is True and waiting.cancelled()
     with pytest.raises(RuntimeError):
         workers.submit(Urgency.FOREGROUND, lambda: None)
+
+
+def test_worker_threads_tell_the_kernel_their_names() -> None:
+    workers = OriginWorkers(2)
+    try:
+        tid = workers.submit(Urgency.PREFETCH, threading.get_native_id).result(timeout=5)
+        comm = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        assert comm in ("origin-0", "origin-1")
+    finally:
+        workers.shutdown()
+
