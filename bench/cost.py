@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from bench.run import Bench
 
 MiB = 1024 * 1024
+#: Connections of the origin floor: about as many as a cold 4-partition replay
+#: keeps busy (its read-ahead windows).
+ORIGIN_FLOOR_THREADS = 8
 #: 48 partitions x one 24 MiB segment (1.1 GiB), beside the main data set.
 WIDE = DatasetSpec("wide", partitions=48, segments_per_partition=1, segment_bytes=24 * MiB)
 WIDE_QUICK = DatasetSpec("wide-quick", partitions=16, segments_per_partition=1,
@@ -183,6 +186,33 @@ def _floor(bench: Bench, mode: str, number: int) -> dict[str, Any]:
                             pid, None)
 
 
+def _origin_floor(bench: Bench, number: int) -> dict[str, Any]:
+    """The data set's blocks received, hashed and written past the page cache
+    by bench.origin_floor, from a fresh origin: the floor under a cold
+    replay's origin threads."""
+    dataset = bench.dataset
+    segments = bench.work / f"segments-{dataset.spec.name}.json"
+    if not segments.exists():
+        segments.write_text(json.dumps({"partitions": segments_by_partition(dataset)}))
+    scratch = bench.workdir(f"origin-floor-{number}")
+    with bench.origin(f"origin-floor-{number}") as origin:
+        args = [sys.executable, "-m", "bench.origin_floor", "--endpoint", origin.url,
+                "--bucket", dataset.spec.bucket, "--segments", str(segments),
+                "--threads", str(ORIGIN_FLOOR_THREADS), "--scratch", str(scratch)]
+        print(f"  origin floor {number}: {dataset.total_bytes / MiB:.0f} MiB from {origin.url} "
+              "...", file=sys.stderr, flush=True)
+        finished = run_bounded(args, 120 + dataset.total_bytes / 2e6, client_env(),
+                               bench.work / "logs" / f"origin-floor-{number}.log")
+    lines = finished.stdout.strip().splitlines()
+    if finished.returncode != 0 or not lines:
+        raise ClientFailed(f"origin floor: {finished.stderr[-2000:] or lines[-1:]}")
+    report: dict[str, Any] = json.loads(lines[-1])
+    report["command"] = "python " + " ".join(args[1:])
+    print(f"  origin floor {number}: {report['mb_per_s']} MB/s, "
+          f"{report['server_cpu_per_gib']['total']} CPU-s/GiB", file=sys.stderr, flush=True)
+    return report
+
+
 def run_cost_4p(bench: Bench) -> None:
     scenario = "cost-4p"
     rounds = bench.settings.cost_rounds
@@ -200,6 +230,7 @@ def run_cost_4p(bench: Bench) -> None:
             runs[f"{name}_warm_{number}"] = both["warm"] if both else None
         for mode in FLOOR_MODES:
             bench.attempt(scenario, f"floor_{mode}_{number}", partial(_floor, bench, mode, number))
+        bench.attempt(scenario, f"floor_origin_{number}", partial(_origin_floor, bench, number))
         if number == 1:
             bench.attempt(scenario, "origin_1", partial(_direct, bench, number))
 

@@ -527,7 +527,10 @@ _COST_ROWS = {
                  "floor: bare protocol, each chunk read whole and hashed, then sendfile"),
                 ("floor_direct-verified",
                  "floor: bare protocol, each chunk read with O_DIRECT and hashed in a "
-                 "thread, then written")],
+                 "thread, then written"),
+                ("floor_origin",
+                 "floor: the origin side alone, 8 connections (each chunk received, hashed "
+                 "and written with O_DIRECT)")],
     "wide-48p": [("nginx_slice_cold", "nginx slice 8m + proxy_cache, cold"),
                  ("sidecar_cold", "**sidecar, cold**")],
 }
@@ -661,7 +664,11 @@ def _cost_sections(results: dict[str, Any]) -> list[str]:
             "replay (a second time, the files in the page cache) through a Python server that "
             "does nothing but answer the ranges from the data set's files "
             "(`bench/floor_server.py`): no cache, checksums, signatures, metrics or logs; what "
-            "the HTTP layer and the copies alone cost. *Sent past the fetches*: body bytes "
+            "the HTTP layer and the copies alone cost. The last floor serves nothing: it "
+            "reads the data set's blocks from a fresh origin as the sidecar's origin threads "
+            "do (`bench/origin_floor.py`, the sidecar's own ranged GET reader) and only "
+            "hashes each chunk and writes it past the page cache, what a cold replay pays on "
+            "top of serving; its CPU is per GiB received. *Sent past the fetches*: body bytes "
             "that reached the client beyond the whole batches its fetches used (the "
             "connection is dropped with them queued). Each cell: median "
             f"(min-max) over {info.get('rounds', '?')} rounds.\n")

@@ -197,6 +197,39 @@ def test_the_light_client_reads_every_partition_as_a_broker_does(
     assert report["first_done_s"] <= report["last_done_s"]
 
 
+@pytest.mark.parametrize("work", ["receive", "write"])
+def test_the_origin_floor_reads_every_block_and_reports_its_cpu(
+    origin: NginxServer, dataset: Dataset, tmp_path: Path, work: str
+) -> None:
+    segments = tmp_path / "segments.json"
+    segments.write_text(json.dumps({"partitions": segments_by_partition(dataset)}))
+    before = origin_traffic(origin.access_log, 0)[1]
+    finished = subprocess.run(
+        [sys.executable, "-m", "bench.origin_floor", "--endpoint", origin.url, "--bucket",
+         dataset.spec.bucket, "--segments", str(segments), "--threads", "3", "--block-size",
+         str(1024 * 1024), "--work", work, "--scratch", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    report = json.loads(finished.stdout)
+    whole_blocks = sum(item.size // 2**20 * 2**20 for item in dataset.objects)
+    assert report["errors"] == 0 and report["bytes"] == whole_blocks
+    assert report["server_cpu_per_gib"]["total"] > 0
+    # Every whole block came from the origin once; the scratch file is gone.
+    traffic = eventually(lambda: (lambda t: t if t.get_requests >= whole_blocks // 2**20
+                                  else None)(origin_traffic(origin.access_log, before)[0]),
+                         "the block GETs in nginx's access log", timeout=5)
+    assert traffic.body_bytes == whole_blocks
+    assert list(tmp_path.iterdir()) == [segments]
+
+
+def test_the_origin_floor_refuses_a_block_that_is_not_whole_chunks(tmp_path: Path) -> None:
+    finished = subprocess.run(
+        [sys.executable, "-m", "bench.origin_floor", "--endpoint", "http://127.0.0.1:9",
+         "--bucket", "b", "--segments", str(tmp_path / "none.json"), "--block-size", "1000",
+         "--scratch", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 2
+    assert "--block-size must be a multiple of 1048576" in finished.stderr
+
+
 def test_whole_batches_stop_at_the_first_batch_not_wholly_received() -> None:
     batch = (0).to_bytes(8, "big") + (100).to_bytes(4, "big") + bytes(4) + b"\x02" + bytes(95)
     assert len(batch) == 112
