@@ -6,6 +6,7 @@ are killed (with everything they started) if they overrun.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.sidecar_server import client_env
 
@@ -171,3 +173,18 @@ def _wrk_summary(stdout: str) -> str:
 def parse_wrk_latency_distribution(stdout: str) -> dict[str, str]:
     """The `--latency` table (50%/75%/90%/99%) as wrk prints it, for the record."""
     return dict(re.findall(r"^\s+(\d+%)\s+(\S+)\s*$", stdout, flags=re.MULTILINE))
+
+
+def head(url: str, path: str, timeout_s: float = 60.0) -> tuple[int, dict[str, str]]:
+    """`HEAD path` at the server of `url`: the status and the answer's header
+    fields (lower-case names)."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port,
+                                            timeout=timeout_s)
+    try:
+        connection.request("HEAD", path)
+        response = connection.getresponse()
+        response.read()
+        return response.status, {name.lower(): value for name, value in response.getheaders()}
+    finally:
+        connection.close()

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from bench.clients import head
 from bench.dataset import StoredObject
 from bench.probe import (
     Probe,
@@ -165,19 +166,6 @@ def timed_get(url: str, path: str, start: int, length: int) -> dict[str, Any]:
         return {"status": response.status, "first_byte_ms": first * 1000,
                 "total_ms": total * 1000, "cache": response.getheader("x-sidecar-cache"),
                 "body": body}
-    finally:
-        connection.close()
-
-
-def head(url: str, path: str) -> int:
-    parts = urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port,
-                                            timeout=60)
-    try:
-        connection.request("HEAD", path)
-        response = connection.getresponse()
-        response.read()
-        return response.status
     finally:
         connection.close()
 

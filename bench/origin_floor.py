@@ -23,7 +23,6 @@ every thread), per GiB received.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import resource
@@ -32,8 +31,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
+from bench.clients import head
 from sidecar.cache.slab import chunk_checksum
 from sidecar.origin.range_reader import Progress, RangeReader
 
@@ -46,19 +46,11 @@ _GIB = 1024 ** 3
 
 
 def etag_of(endpoint: str, path: str) -> str:
-    address = urlsplit(endpoint)
-    connection = http.client.HTTPConnection(address.hostname or "127.0.0.1", address.port,
-                                            timeout=30)
-    try:
-        connection.request("HEAD", path)
-        response = connection.getresponse()
-        response.read()
-        etag = response.getheader("ETag")
-        if response.status != 200 or not etag:
-            raise SystemExit(f"python -m bench.origin_floor: HEAD {path}: {response.status}")
-        return etag
-    finally:
-        connection.close()
+    status, fields = head(endpoint, path, timeout_s=30)
+    etag = fields.get("etag")
+    if status != 200 or not etag:
+        raise SystemExit(f"python -m bench.origin_floor: HEAD {path}: {status}")
+    return etag
 
 
 def blocks_of(endpoint: str, bucket: str, segments: dict[str, Any], block: int
