@@ -18,9 +18,10 @@ I/O; nonvoluntary: it was preempted).
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from sidecar.telemetry.thread_cpu import thread_kind
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _GIB = 1024 ** 3
@@ -99,12 +100,6 @@ def peak_rss_bytes(pid: int) -> int | None:
     return None
 
 
-#: The process's first thread: for the sidecar, the event loop.
-MAIN_THREAD = "main"
-# A thread's number at the end of its name: threads of one kind share a row.
-_NUMBERED = re.compile(r"[-_]?\d+$")
-
-
 @dataclass(frozen=True)
 class ThreadUsage:
     kind: str
@@ -113,17 +108,17 @@ class ThreadUsage:
     involuntary_switches: int
 
 
-def thread_kind(pid: int, tid: int, comm: str) -> str:
-    """`main` for the process's first thread, else its name less its number
-    (`origin-7` and `origin-12` are both `origin`)."""
-    return MAIN_THREAD if tid == pid else (_NUMBERED.sub("", comm) or comm)
-
-
 def threads(pid: int) -> dict[int, ThreadUsage]:
-    """Each live thread of the process (not its children), by thread id."""
+    """Each live thread of the process (not its children), by thread id, with
+    its kind as the sidecar's own metric names it (`event-loop`, `origin`,
+    `io`, ..., `other` for threads left with the process's name)."""
     found: dict[int, ThreadUsage] = {}
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    try:
+        process_comm = Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
     except OSError:
         return found
     for task in tasks:
@@ -138,7 +133,7 @@ def threads(pid: int) -> dict[int, ThreadUsage]:
                     if name in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")}
         tid = int(task.name)
         found[tid] = ThreadUsage(
-            thread_kind(pid, tid, comm), ran_ns / 1e9,
+            thread_kind(comm, process_comm, tid == pid), ran_ns / 1e9,
             switches.get("voluntary_ctxt_switches", 0),
             switches.get("nonvoluntary_ctxt_switches", 0))
     return found

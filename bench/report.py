@@ -581,9 +581,10 @@ def _overshoot(run: dict[str, Any] | None) -> float | None:
     return sent / used if isinstance(sent, int) and isinstance(used, int) and used else None
 
 
-# The sidecar's kinds of thread (bench.cpu.thread_kind of the names
-# sidecar.telemetry.thread_names gives them), each a column; the rest is "other".
-_THREAD_COLUMNS = (("main", "event loop"), ("origin", "origin GETs"),
+# The sidecar's kinds of thread (sidecar.telemetry.thread_cpu.thread_kind, as
+# its metric sidecar_thread_cpu_seconds_total names them), each a column; the
+# rest is "other".
+_THREAD_COLUMNS = (("event-loop", "event loop"), ("origin", "origin GETs"),
                    ("io", "cache disk I/O"))
 _THREAD_ROWS = (("cost-4p", "sidecar_cold", "4 partitions, cold"),
                 ("cost-4p", "sidecar_warm", "4 partitions, warm"),

@@ -272,6 +272,14 @@ def build() -> dict[str, Any]:
                  "Cores busy (CPU seconds per second) of each sidecar process.",
                  [target(f"{rate('process_cpu_seconds_total')}\n  {ONLY_SIDECARS}",
                          "{{instance}}")], CORES, 6, min=0)
+    layout.panel("timeseries", "CPU by thread",
+                 "Cores busy per kind of sidecar thread: the event loop (HTTP, the cache "
+                 "index, every send to a reader), origin (block GETs: receiving, hashing and "
+                 "writing each block), io (the cache disk), access-log, other. A cold replay "
+                 "is event loop and origin; one served from the cache is event loop and io.",
+                 [target(f"sum by (instance, thread) "
+                         f"({rate('sidecar_thread_cpu_seconds_total')})",
+                         "{{instance}} {{thread}}")], CORES, 6, min=0)
     layout.panel("timeseries", "Process memory",
                  "Resident memory of each sidecar process (the slab's page cache is not in "
                  "it: see the cgroup's memory in deploy/README.md).",

@@ -25,6 +25,7 @@ from prometheus_client.samples import Sample
 
 from sidecar import installed_version
 from sidecar.model import LANES
+from sidecar.telemetry.thread_cpu import ThreadCpuCollector
 
 # From sub-millisecond cache hits (a 1 MiB chunk read, verified and sent from
 # the page cache takes ~0.3 ms) up to multi-second cold origin reads of coalesced 64 MiB runs.
@@ -55,6 +56,8 @@ class Metrics:
         self.registry = registry
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
+        # sidecar_thread_cpu_seconds_total{thread}: which threads take the CPU.
+        ThreadCpuCollector(registry)
         # sidecar_build_info{version, python} 1: which build each node runs.
         Info("sidecar_build", "The running sidecar's version", registry=registry).info(
             {"version": installed_version(), "python": platform.python_version()})

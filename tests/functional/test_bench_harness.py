@@ -276,11 +276,7 @@ def test_a_process_cpu_is_split_by_the_kind_of_thread_that_took_it() -> None:
         stop.set()
         for thread in spinners:
             thread.join(timeout=10)
-    assert "main" in split and "spin-" not in split
-    assert split["spin"]["voluntary_switches"] + split["spin"]["involuntary_switches"] >= 0
-    assert cpu.thread_kind(100, 100, "python") == "main"
-    assert cpu.thread_kind(100, 101, "io_3") == "io"
-    assert cpu.thread_kind(100, 102, "access-log") == "access-log"
+    assert "event-loop" in split and "spin-" not in split
 
 
 def test_cost_targets_take_the_median_of_the_rounds() -> None:
@@ -315,11 +311,12 @@ def test_cost_targets_take_the_median_of_the_rounds() -> None:
     for number, loop in ((1, 0.6), (2, 0.9), (3, 0.7)):
         results["scenarios"]["cost-4p"]["runs"][f"sidecar_cold_{number}"][
             "server_threads_per_gib"] = {
-            "main": {"cpu_s": loop, "voluntary_switches": 1000, "involuntary_switches": 10},
+            "event-loop": {"cpu_s": loop, "voluntary_switches": 1000,
+                           "involuntary_switches": 10},
             "origin": {"cpu_s": 0.2, "voluntary_switches": 500, "involuntary_switches": 5},
-            "python": {"cpu_s": 0.05, "voluntary_switches": 0, "involuntary_switches": 0}}
+            "other": {"cpu_s": 0.05, "voluntary_switches": 0, "involuntary_switches": 0}}
     split = render_markdown(results).split("## Where the sidecar's CPU goes")[1]
-    # The loop's median; no disk thread ran; the unnamed thread is "other".
+    # The loop's median; no disk thread ran; a thread of no column is "other".
     assert ("| 4 partitions, cold | 0.70 (0.60-0.90) | 0.20 (0.20-0.20) | 0.00 (0.00-0.00) "
             "| 0.05 (0.05-0.05) | 1,500 (1,500-1,500) | 15 (15-15) |") in split
 

@@ -216,7 +216,7 @@ def quantity(expr: str) -> str:
         return "duration"
     if re.search(r"\)\s*/\s*sum", measured):
         return "ratio"
-    if metrics == {"process_cpu_seconds_total"} and rated:
+    if metrics <= {"process_cpu_seconds_total", "sidecar_thread_cpu_seconds_total"} and rated:
         return "cores"
     if rated and all(name.endswith("_bytes_total") for name in metrics):
         return "bytes per second"

@@ -1,5 +1,5 @@
 """The sidecar's threads carry their kind in the kernel's thread names, as
-`top -H` and `ps -L` show them."""
+`top -H` and `ps -L` show them, and its metrics split its CPU by them."""
 
 from __future__ import annotations
 
@@ -43,6 +43,10 @@ def test_origin_disk_and_access_log_threads_are_named_for_the_kernel(
             lambda: (lambda found: found if any(n.startswith("io_") for n in found) else None)(
                 thread_names(sidecar.pid)),
             "a disk thread named for the kernel")
+        # The metric splits the process's CPU by those names.
+        spent = {kind: sidecar.metric("sidecar_thread_cpu_seconds_total", thread=kind)
+                 for kind in ("event-loop", "origin", "io")}
     assert any(name.startswith("origin-") for name in names), names
     assert "access-log" in names, names
     assert not any(name.startswith("sidecar-") for name in names), names
+    assert all(seconds > 0 for seconds in spent.values()), spent
