@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar.telemetry.thread_cpu import thread_kind
+from sidecar.telemetry.thread_cpu import read_threads
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _GIB = 1024 ** 3
@@ -113,29 +113,16 @@ def threads(pid: int) -> dict[int, ThreadUsage]:
     its kind as the sidecar's own metric names it (`event-loop`, `origin`,
     `io`, ..., `other` for threads left with the process's name)."""
     found: dict[int, ThreadUsage] = {}
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return found
-    try:
-        process_comm = Path(f"/proc/{pid}/comm").read_text().rstrip("\n")
-    except OSError:
-        return found
-    for task in tasks:
+    for tid, (kind, seconds) in read_threads(Path(f"/proc/{pid}/task"), pid).items():
         try:
-            comm = task.joinpath("comm").read_text().rstrip("\n")
-            ran_ns = int(task.joinpath("schedstat").read_text().split()[0])
-            status = task.joinpath("status").read_text()
-        except (OSError, ValueError, IndexError):
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except OSError:
             continue  # gone meanwhile
         switches = {name: int(value) for name, _, value in
                     (line.partition(":\t") for line in status.splitlines())
                     if name in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")}
-        tid = int(task.name)
-        found[tid] = ThreadUsage(
-            thread_kind(comm, process_comm, tid == pid), ran_ns / 1e9,
-            switches.get("voluntary_ctxt_switches", 0),
-            switches.get("nonvoluntary_ctxt_switches", 0))
+        found[tid] = ThreadUsage(kind, seconds, switches.get("voluntary_ctxt_switches", 0),
+                                 switches.get("nonvoluntary_ctxt_switches", 0))
     return found
 
 

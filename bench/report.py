@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -586,35 +587,38 @@ def _overshoot(run: dict[str, Any] | None) -> float | None:
 # rest is "other".
 _THREAD_COLUMNS = (("event-loop", "event loop"), ("origin", "origin GETs"),
                    ("io", "cache disk I/O"))
+_NAMED_KINDS = frozenset(kind for kind, _ in _THREAD_COLUMNS)
+# Which kinds each CPU column adds up: one named kind each, then the rest.
+_COUNTED: tuple[Callable[[str], bool], ...] = (
+    *((lambda kind, column=column: kind == column) for column, _ in _THREAD_COLUMNS),
+    lambda kind: kind not in _NAMED_KINDS)
 _THREAD_ROWS = (("cost-4p", "sidecar_cold", "4 partitions, cold"),
                 ("cost-4p", "sidecar_warm", "4 partitions, warm"),
                 ("wide-48p", "sidecar_cold", "48 partitions at once, cold"))
 
 
-def _thread_figure(run: dict[str, Any] | None, kinds: tuple[str, ...] | None,
-                   field: str) -> float | None:
-    """A run's per-GiB `field` summed over the thread kinds named (None: the
-    kinds that have no column of their own)."""
+def _thread_figure(run: dict[str, Any] | None, field: str,
+                   counted: Callable[[str], bool]) -> float | None:
+    """A run's per-GiB `field` summed over the kinds of thread `counted` keeps."""
     split = (run or {}).get("server_threads_per_gib")
     if not isinstance(split, dict) or not split:
         return None
-    named = {kind for kind, _ in _THREAD_COLUMNS}
     return float(sum(figures.get(field, 0) for kind, figures in split.items()
-                     if (kind in kinds if kinds is not None else kind not in named)))
+                     if counted(kind)))
 
 
 def _thread_section(results: dict[str, Any]) -> list[str]:
     rows = []
     for scenario, run, label in _THREAD_ROWS:
         runs = _rounds(results, scenario, run)
-        if not any(_thread_figure(r, None, "cpu_s") is not None for r in runs):
+        if not any(_thread_figure(r, "cpu_s", lambda kind: True) is not None for r in runs):
             continue
         cells = [label]
-        for kinds in [(kind,) for kind, _ in _THREAD_COLUMNS] + [None]:
-            cells.append(_spread([_thread_figure(r, kinds, "cpu_s") for r in runs],
+        for counted in _COUNTED:
+            cells.append(_spread([_thread_figure(r, "cpu_s", counted) for r in runs],
                                  lambda value: f"{value:.2f}", False))
         for field in ("voluntary_switches", "involuntary_switches"):
-            cells.append(_spread([_all_threads(r, field) for r in runs],
+            cells.append(_spread([_thread_figure(r, field, lambda kind: True) for r in runs],
                                  lambda value: f"{value:,.0f}", False))
         rows.append(cells)
     if not rows:
@@ -636,13 +640,6 @@ def _thread_section(results: dict[str, Any]) -> list[str]:
         _table(header, rows),
         "",
     ]
-
-
-def _all_threads(run: dict[str, Any] | None, field: str) -> float | None:
-    split = (run or {}).get("server_threads_per_gib")
-    if not isinstance(split, dict) or not split:
-        return None
-    return float(sum(figures.get(field, 0) for figures in split.values()))
 
 
 def _cost_sections(results: dict[str, Any]) -> list[str]:

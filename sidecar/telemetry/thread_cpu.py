@@ -44,6 +44,27 @@ def thread_kind(comm: str, process_comm: str, is_main: bool) -> str:
     return _NUMBERED.sub("", comm) or comm
 
 
+def read_threads(tasks: Path, pid: int) -> dict[int, tuple[str, float]]:
+    """Each thread under `tasks` (a process's /proc/PID/task) by thread id:
+    its kind and the seconds it has run. Threads that end while this reads
+    are left out; no such directory, no threads."""
+    try:
+        entries = list(tasks.iterdir())
+        process_comm = (tasks / str(pid) / "comm").read_text().rstrip("\n")
+    except OSError:
+        return {}
+    found: dict[int, tuple[str, float]] = {}
+    for entry in entries:
+        try:
+            tid = int(entry.name)
+            comm = (entry / "comm").read_text().rstrip("\n")
+            ran_ns = int((entry / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+        found[tid] = (thread_kind(comm, process_comm, tid == pid), ran_ns / 1e9)
+    return found
+
+
 class ThreadCpuCollector(Collector):
     def __init__(self, registry: CollectorRegistry | None = None,
                  tasks: Path = Path("/proc/self/task"), pid: int | None = None) -> None:
@@ -65,7 +86,7 @@ class ThreadCpuCollector(Collector):
 
     def seconds_by_kind(self) -> dict[str, float]:
         """CPU seconds so far by kind of thread (each call reads /proc afresh)."""
-        now = self._read()
+        now = read_threads(self._tasks, self._pid)
         for tid, (kind, seconds) in self._live.items():
             if tid not in now or now[tid][0] != kind:  # gone (or its id reused)
                 self._ended[kind] = self._ended.get(kind, 0.0) + seconds
@@ -74,23 +95,6 @@ class ThreadCpuCollector(Collector):
         for kind, seconds in now.values():
             totals[kind] = totals.get(kind, 0.0) + seconds
         return totals
-
-    def _read(self) -> dict[int, tuple[str, float]]:
-        try:
-            entries = list(self._tasks.iterdir())
-            process_comm = (self._tasks / str(self._pid) / "comm").read_text().rstrip("\n")
-        except OSError:
-            return {}
-        found: dict[int, tuple[str, float]] = {}
-        for entry in entries:
-            try:
-                tid = int(entry.name)
-                comm = (entry / "comm").read_text().rstrip("\n")
-                ran_ns = int((entry / "schedstat").read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue  # ended meanwhile
-            found[tid] = (thread_kind(comm, process_comm, tid == self._pid), ran_ns / 1e9)
-        return found
 
     @staticmethod
     def _family() -> CounterMetricFamily:
