@@ -4,12 +4,12 @@ server that does nothing else, the floor under the sidecar's warm replay.
 It answers `GET /BUCKET/KEY` with `Range: bytes=POS-` (or `bytes=A-B`) from the
 files under `--root` (the data set, in the page cache after its first read),
 206 with Content-Length and Content-Range, and nothing more: no cache index, no
-checksums, no signatures, no metrics, no access log. Three ways, `--mode`:
+checksums, no signatures, no metrics, no access log. `--mode`:
 
 - `aiohttp`: a `web.StreamResponse`, the body read from the file 1 MiB at a
   time into a buffer taken from a pool (`os.preadv`: no allocation and no
-  page faults per read) and written 128 KiB at a time, the socket's send
-  buffer set to 128 KiB: the data port's way with an open-ended read;
+  page faults per read) and, for an open-ended read, written 128 KiB at a
+  time, the socket's send buffer set to 128 KiB: the data port's way;
 - `protocol`: the same preads and writes from a bare `asyncio.Protocol` (the
   request head split by hand, the transport's flow control awaited);
 - `sendfile`: a bare `asyncio.Protocol` that hands the range to
@@ -21,9 +21,14 @@ checksums, no signatures, no metrics, no access log. Three ways, `--mode`:
   the sidecar's chunk checksums), then write it, or sendfile the same range;
 - `direct-verified`: as `protocol-verified`, the chunk read past the page
   cache (O_DIRECT, into a page-aligned pooled buffer) and hashed in a worker
-  thread, as a read that may wait for the disk must be.
+  thread, as a read that may wait for the disk must be;
+- `aiohttp-direct-verified`: the `aiohttp` way with the reads of
+  `direct-verified`: the data port's way with a hit, and nothing else.
 
-Each answer ends the connection, as the light client drops it. Binds
+The bare protocols end the connection with each answer, as the light client
+drops it. The aiohttp floors keep it alive, as the data port does (wrk's
+warm 1 MiB ranges), and send a bounded range 1 MiB at a time with the
+kernel's send buffer; an open-ended one goes out as the data port's does. Binds
 127.0.0.1 on a free port and prints `{"event": "ready", "port": N}`; runs
 until SIGTERM or SIGINT.
 """
@@ -48,7 +53,7 @@ import xxhash
 from aiohttp import web
 
 MODES = ("aiohttp", "protocol", "sendfile", "protocol-verified", "sendfile-verified",
-         "direct-verified")
+         "direct-verified", "aiohttp-direct-verified")
 # Worker threads of the direct-verified floor: the sidecar's io_threads default.
 DIRECT_THREADS = 4
 SEND_PIECE = 128 * 1024  # the data port's SEND_BUFFER_BYTES for an open-ended read
@@ -75,6 +80,20 @@ def read_chunk(fd: int, position: int, last: int, buffer: bytearray | mmap.mmap,
     if verify:
         xxhash.xxh3_64_intdigest(view[:got])
     return view[position - lo:min(got, last + 1 - lo)]
+
+
+def _take_buffer(direct: bool) -> bytearray | mmap.mmap:
+    """A pooled READ_CHUNK buffer; page-aligned (a mapping's) for O_DIRECT."""
+    if direct:
+        return _ALIGNED_POOL.pop() if _ALIGNED_POOL else mmap.mmap(-1, READ_CHUNK)
+    return _POOL.pop() if _POOL else bytearray(READ_CHUNK)
+
+
+def _give_back(buffer: bytearray | mmap.mmap) -> None:
+    if isinstance(buffer, mmap.mmap):
+        _ALIGNED_POOL.append(buffer)
+    else:
+        _POOL.append(buffer)
 
 
 def ready_port(process: subprocess.Popen[str], timeout_s: float = 30.0) -> int | None:
@@ -117,7 +136,11 @@ def _prepare_socket(transport: asyncio.BaseTransport) -> None:
         transport.set_write_buffer_limits(high=SEND_PIECE // 2)
 
 
-def aiohttp_app(root: Path) -> web.Application:
+def aiohttp_app(root: Path, direct: bool = False,
+                threads: ThreadPoolExecutor | None = None) -> web.Application:
+    """The `aiohttp` floor, keep-alive as the data port. `direct`: each chunk
+    read past the page cache and hashed in one of `threads` (the
+    `aiohttp-direct-verified` floor, the data port's way with a hit)."""
     async def answer(request: web.Request) -> web.StreamResponse:
         try:
             path, first, last, size = resolve(root, request.path_qs,
@@ -127,24 +150,35 @@ def aiohttp_app(root: Path) -> web.Application:
         response = web.StreamResponse(status=206, headers={
             "Content-Length": str(last - first + 1),
             "Content-Range": f"bytes {first}-{last}/{size}"})
-        if request.transport is not None:
+        # As the data port: a small send buffer for an open-ended read only.
+        lazy = request.headers.get("Range", "").endswith("-")
+        if lazy and request.transport is not None:
             _prepare_socket(request.transport)
         await response.prepare(request)
-        fd = os.open(path, os.O_RDONLY)
-        buffer = _POOL.pop() if _POOL else bytearray(READ_CHUNK)
+        loop = asyncio.get_running_loop()
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+        buffer = _take_buffer(direct)
         try:
             position = first
             while position <= last:
-                data = read_chunk(fd, position, last, buffer, verify=False)
-                for at in range(0, len(data), SEND_PIECE):
-                    await response.write(data[at:at + SEND_PIECE])
+                if direct:
+                    data = await loop.run_in_executor(
+                        threads, read_chunk, fd, position, last, buffer, True)
+                else:
+                    data = read_chunk(fd, position, last, buffer, verify=False)
+                if lazy:
+                    for at in range(0, len(data), SEND_PIECE):
+                        await response.write(data[at:at + SEND_PIECE])
+                else:
+                    await response.write(data)
                 position += len(data)
+                data.release()
         except ConnectionError:
             if request.transport is not None:
                 request.transport.abort()
         finally:
             os.close(fd)
-            _POOL.append(buffer)
+            _give_back(buffer)
         return response
 
     app = web.Application()
@@ -226,11 +260,7 @@ class BareAnswer(asyncio.Protocol):
         transport = self._transport
         assert transport is not None
         loop = asyncio.get_running_loop()
-        buffer: bytearray | mmap.mmap
-        if self._direct:  # O_DIRECT wants a page-aligned buffer: a mapping's
-            buffer = _ALIGNED_POOL.pop() if _ALIGNED_POOL else mmap.mmap(-1, READ_CHUNK)
-        else:
-            buffer = _POOL.pop() if _POOL else bytearray(READ_CHUNK)
+        buffer = _take_buffer(self._direct)
         fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if self._direct else 0))
         # What loop.sendfile takes: a file object (its descriptor is used).
         file = open(fd, "rb", buffering=0, closefd=False)  # noqa: ASYNC230, SIM115
@@ -256,10 +286,7 @@ class BareAnswer(asyncio.Protocol):
         finally:
             file.close()
             os.close(fd)
-            if isinstance(buffer, mmap.mmap):
-                _ALIGNED_POOL.append(buffer)
-            else:
-                _POOL.append(buffer)
+            _give_back(buffer)
 
 
 async def serve(root: Path, mode: str) -> None:
@@ -267,8 +294,10 @@ async def serve(root: Path, mode: str) -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    if mode == "aiohttp":
-        runner = web.AppRunner(aiohttp_app(root), access_log=None)
+    threads = ThreadPoolExecutor(DIRECT_THREADS, thread_name_prefix="floor-io")
+    if mode.startswith("aiohttp"):
+        app = aiohttp_app(root, direct=mode == "aiohttp-direct-verified", threads=threads)
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -278,8 +307,8 @@ async def serve(root: Path, mode: str) -> None:
             await stop.wait()
         finally:
             await runner.cleanup()
+            threads.shutdown()
         return
-    threads = ThreadPoolExecutor(DIRECT_THREADS, thread_name_prefix="floor-io")
     server = await loop.create_server(lambda: BareAnswer(root, mode, threads), "127.0.0.1", 0)
     try:
         print(json.dumps({"event": "ready", "port": server.sockets[0].getsockname()[1]}),

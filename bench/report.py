@@ -333,6 +333,14 @@ _LABELS = {
 }
 
 
+# The warm-ranges floor runs (bench/run.py's RANGE_FLOORS) and their rows' names.
+_RANGE_FLOORS = {
+    "floor_aiohttp": "floor: aiohttp serving the files from the page cache",
+    "floor_aiohttp-direct-verified":
+        "floor: aiohttp, each chunk read with O_DIRECT and hashed in a thread, then written",
+}
+
+
 def _replay_rows(
     results: dict[str, Any], scenario: str, runs: list[str], bases: list[tuple[str, str]]
 ) -> list[list[str]]:
@@ -477,23 +485,33 @@ def render_markdown(results: dict[str, Any]) -> str:
                "`GET` with `Range` of a random 1 MiB-aligned 1 MiB range of a random segment "
                f"({ranges.get('aligned_ranges', '?')} ranges). The sidecar is the one warmed "
                "above; nginx serves the same files from local disk (page cache) with no delay "
-               "and no rate limit.\n")
+               "and no rate limit. The floor rows answer the same ranges (unsigned) from a "
+               "Python server that does nothing else (`bench/floor_server.py`, aiohttp, "
+               "keep-alive): straight from the page cache, or with each 1 MiB chunk read past "
+               "it (O_DIRECT) and hashed in a worker thread first, as a cache that checks "
+               "every byte it serves against its checksum. *CPU-s/GiB*: the server's own, "
+               "every thread and child process, from /proc around the run, per GiB of "
+               "ranges answered.\n")
     local = _run(results, "warm-ranges", "nginx_local")
     rows = []
-    for run in ("nginx_local", "sidecar_warm"):
+    for run in ("nginx_local", "sidecar_warm", *_RANGE_FLOORS):
         data = _run(results, "warm-ranges", run)
         if data is None:
-            rows.append([_LABELS[run], "failed / not run", "", "", "", "", "", "", ""])
+            if run in _RANGE_FLOORS:
+                continue  # a results file from before the floors were measured
+            rows.append([_LABELS[run], "failed / not run", "", "", "", "", "", "", "", ""])
             continue
         latency = data.get("latency_ms") or {}
         rows.append([
-            _LABELS[run], _num(data.get("requests_per_s")), _num(data.get("mb_per_s")),
+            _LABELS.get(run) or _RANGE_FLOORS[run], _num(data.get("requests_per_s")),
+            _num(data.get("mb_per_s")),
             _pct(_ratio(data.get("requests_per_s"), (local or {}).get("requests_per_s")), 1),
+            _num((data.get("server_cpu_per_gib") or {}).get("total"), 2),
             _num(latency.get("p50"), 2), _num(latency.get("p90"), 2), _num(latency.get("p99"), 2),
             _num(latency.get("max"), 1), str(sum((data.get("errors") or {}).values())),
         ])
-    out.append(_table(["server", "req/s", "MB/s", "vs nginx local", "p50 ms", "p90 ms",
-                       "p99 ms", "max ms", "errors"], rows))
+    out.append(_table(["server", "req/s", "MB/s", "vs nginx local", "CPU-s/GiB", "p50 ms",
+                       "p90 ms", "p99 ms", "max ms", "errors"], rows))
     out.append("")
 
     out += _cost_sections(results)

@@ -7,8 +7,11 @@ Scenarios (in this order; each starts its own servers, with fresh caches):
   cold-4p      four partitions at once, cold: origin direct, nginx slice cold,
                nginx slice warm (the same replay again), sidecar cold
   warm-replay  the four-partition replay again against the sidecar of cold-4p
-  warm-ranges  wrk: random 1 MiB ranges against that warm sidecar and against
-               nginx serving the same files from local disk
+  warm-ranges  wrk: random 1 MiB ranges against that warm sidecar, against
+               nginx serving the same files from local disk, and against two
+               floor servers (bench/floor_server.py, aiohttp): from the page
+               cache, and each chunk read with O_DIRECT and hashed first;
+               each server's CPU per GiB from /proc
   isolation    a latency probe pinned to CPU 0 (1 ms sleeps, wake-up lateness)
                idle, then while the sidecar (--cpus 1), nginx and the replay
                (taskset -c 1) run a cold four-partition replay, and once with
@@ -48,8 +51,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import cpu
 from bench.clients import ClientFailed, replay_command, run_replay, run_wrk
-from bench.cost import run_cost_4p, run_wide
+from bench.cost import floor_server, run_cost_4p, run_wide
 from bench.dataset import (
     FULL,
     QUICK,
@@ -83,6 +87,8 @@ DATA = BENCH_DIR / "data"
 SCENARIOS = ("cold-1p", "cold-4p", "warm-replay", "warm-ranges", "cost-4p", "wide-48p",
              "isolation", "warmup", "restart")
 RESULTS_VERSION = 1
+# Floor servers (bench/floor_server.py) the warm ranges are also read from.
+RANGE_FLOORS = ("aiohttp", "aiohttp-direct-verified")
 RESTART_SLOTS = 100_000
 
 
@@ -366,25 +372,42 @@ class Bench:
         print(f"{scenario}: wrk, random 1 MiB ranges, {settings.wrk_connections} connections, "
               f"{settings.wrk_seconds} s each", file=sys.stderr, flush=True)
 
-        def wrk(url: str, label: str, objects: Path = targets) -> dict[str, Any]:
+        def wrk(url: str, label: str, server_pid: int | None,
+                objects: Path = targets) -> dict[str, Any]:
+            before = cpu.usage(server_pid) if server_pid else None
             result = run_wrk(url, objects, settings.wrk_seconds, settings.wrk_connections,
                              settings.wrk_threads, self.work / "logs" / f"{label}.log")
+            if server_pid and before:
+                # The server's CPU per GiB it sent: what a hit costs the node.
+                delivered = (result["requests"] - result["errors"]["status"]) * result[
+                    "range_bytes"]
+                result["server_cpu_per_gib"] = (cpu.usage(server_pid) - before).per_gib(
+                    delivered)
             print(f"  {label}: {result['requests_per_s']} req/s, {result['mb_per_s']} MB/s, "
                   f"p99 {result['latency_ms']['p99']} ms", file=sys.stderr, flush=True)
             return result
 
         def local() -> dict[str, Any]:
             with self.local_files() as server:
-                return wrk(server.url, "warm-ranges-nginx-local")
+                return wrk(server.url, "warm-ranges-nginx-local", server.pid)
 
         def sidecar_warm() -> dict[str, Any]:
             before = sidecar.stats()
-            result = wrk(sidecar.data_url, "warm-ranges-sidecar", signed_targets)
+            result = wrk(sidecar.data_url, "warm-ranges-sidecar", sidecar.pid, signed_targets)
             result["sidecar"] = stats_delta(before, sidecar.stats())
             return result
 
+        def floor(mode: str) -> dict[str, Any]:
+            with floor_server(self, mode) as (endpoint, pid):
+                return wrk(endpoint, f"warm-ranges-floor-{mode}", pid)
+
         self.attempt(scenario, "sidecar_warm", sidecar_warm)
         self.attempt(scenario, "nginx_local", local)
+        # What any Python server pays for the same ranges: answering them from the
+        # page cache and nothing else, and reading each chunk past the page cache
+        # and hashing it first, as a cache that verifies every byte it serves.
+        for mode in RANGE_FLOORS:
+            self.attempt(scenario, f"floor_{mode}", functools.partial(floor, mode))
 
 
     def restart(self) -> None:

@@ -321,8 +321,7 @@ def test_cost_targets_take_the_median_of_the_rounds() -> None:
             "| 0.05 (0.05-0.05) | 1,500 (1,500-1,500) | 15 (15-15) |") in split
 
 
-@pytest.fixture(params=["aiohttp", "protocol", "sendfile", "protocol-verified",
-                        "sendfile-verified", "direct-verified"])
+@pytest.fixture(params=floor_server.MODES)
 def floor_url(request: pytest.FixtureRequest, dataset: Dataset) -> Iterator[str]:
     """A bench.floor_server over the data set's files, in each of its modes."""
     process = subprocess.Popen(
@@ -358,6 +357,37 @@ def test_a_floor_server_answers_a_range_with_the_files_bytes(
         assert body == expected[first:last + 1]
 
 
+def test_the_aiohttp_floors_answer_ranges_on_one_kept_alive_connection(
+    dataset: Dataset
+) -> None:
+    """wrk's warm ranges are read over kept-alive connections, as from the sidecar."""
+    item = dataset.objects[0]
+    expected = dataset.path(item.key).read_bytes()
+    chunk = floor_server.READ_CHUNK
+    for mode in ("aiohttp", "aiohttp-direct-verified"):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench.floor_server", "--root", str(dataset.root), "--mode",
+             mode], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            port = floor_server.ready_port(process)
+            assert port is not None, "the floor server printed no ready line"
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                # A whole chunk, then a range across two chunks' boundary.
+                for first, last in ((chunk, 2 * chunk - 1), (chunk - 100, chunk + 99)):
+                    connection.request("GET", f"/{dataset.spec.bucket}/{item.key}",
+                                       headers={"Range": f"bytes={first}-{last}"})
+                    answer = connection.getresponse()
+                    assert answer.status == 206
+                    assert answer.read() == expected[first:last + 1], mode
+                    assert not answer.will_close, mode
+            finally:
+                connection.close()
+        finally:
+            process.terminate()
+            process.communicate(timeout=10)
+
+
 def test_a_floor_server_refuses_what_it_cannot_answer(floor_url: str, dataset: Dataset) -> None:
     parts = urlsplit(floor_url)
     item = dataset.objects[0]
@@ -384,6 +414,26 @@ def test_the_light_client_replays_through_a_floor_server_and_counts_what_it_did_
     # Each fetch stops at its last whole batch: the bytes of the batch it cut
     # into arrived for nothing, and so may more that were queued.
     assert report["overshoot_bytes"] > 0
+
+
+def test_the_warm_ranges_table_shows_each_servers_cpu_and_the_floors_beside_nginx() -> None:
+    def wrk(requests_per_s: float, cpu_total: float | None) -> dict[str, Any]:
+        return {"requests_per_s": requests_per_s, "mb_per_s": requests_per_s * 1.048576,
+                "latency_ms": {"p50": 2.0, "p90": 3.0, "p99": 4.0, "max": 5.0},
+                "errors": {"status": 0}, "server_cpu_per_gib": {"total": cpu_total}}
+
+    results: dict[str, Any] = {"scenarios": {"warm-ranges": {"runs": {
+        "nginx_local": wrk(2000, 0.4), "sidecar_warm": wrk(800, 1.1),
+        "floor_aiohttp": wrk(1200, 0.6), "floor_aiohttp-direct-verified": wrk(1000, 0.75)}}}}
+    table = render_markdown(results).split("## Warm 1 MiB range reads")[1].split("##")[0]
+    assert "| **sidecar, warm** | 800.0 | 838.9 | 40.0% | 1.10 |" in table
+    assert "| floor: aiohttp serving the files from the page cache | 1,200.0 |" in table
+    assert ("| floor: aiohttp, each chunk read with O_DIRECT and hashed in a thread, then "
+            "written | 1,000.0 | 1,048.6 | 50.0% | 0.75 |") in table
+    # A results file from before the floors: no floor rows, nothing marked failed.
+    del results["scenarios"]["warm-ranges"]["runs"]["floor_aiohttp"]
+    table = render_markdown(results).split("## Warm 1 MiB range reads")[1].split("##")[0]
+    assert "floor: aiohttp serving" not in table and "failed" not in table
 
 
 def test_the_disk_io_benchmark_times_every_way_and_renders_its_table(tmp_path: Path) -> None:
