@@ -547,6 +547,9 @@ _COST_ROWS = {
                 ("floor_direct-verified",
                  "floor: bare protocol, each chunk read with O_DIRECT and hashed in a "
                  "thread, then written"),
+                ("floor_aiohttp-direct-verified",
+                 "floor: aiohttp, each chunk read with O_DIRECT and hashed in a thread, "
+                 "then written 128 KiB at a time (the data port's way with a hit)"),
                 ("floor_origin",
                  "floor: the origin side alone, 8 connections (each chunk received, hashed "
                  "and written with O_DIRECT)")],
