@@ -430,10 +430,32 @@ def test_the_warm_ranges_table_shows_each_servers_cpu_and_the_floors_beside_ngin
     assert "| floor: aiohttp serving the files from the page cache | 1,200.0 |" in table
     assert ("| floor: aiohttp, each chunk read with O_DIRECT and hashed in a thread, then "
             "written | 1,000.0 | 1,048.6 | 50.0% | 0.75 |") in table
+    target = {t["target"]: t for t in evaluate_targets(results)}[
+        "warm 1 MiB ranges: sidecar vs nginx local file, throughput"]
+    assert target["met"] is False
+    assert target["note"] == "floors: aiohttp alone 60.0%, the data port's way alone 50.0%"
     # A results file from before the floors: no floor rows, nothing marked failed.
     del results["scenarios"]["warm-ranges"]["runs"]["floor_aiohttp"]
     table = render_markdown(results).split("## Warm 1 MiB range reads")[1].split("##")[0]
     assert "floor: aiohttp serving" not in table and "failed" not in table
+
+
+def test_the_cpu_targets_name_the_floors_they_are_read_against() -> None:
+    def replay(cpu_total: float) -> dict[str, Any]:
+        return {"mb_per_s": 500.0, "server_cpu_per_gib": {"total": cpu_total}}
+
+    runs = {"sidecar_cold_1": replay(2.0), "sidecar_warm_1": replay(1.5)}
+    results: dict[str, Any] = {"scenarios": {"cost-4p": {"rounds": 1, "runs": runs}}}
+    notes = {t["target"]: t["note"] for t in evaluate_targets(results)}
+    cold = "cold replay, light client: sidecar CPU per GiB delivered"
+    warm = "warm replay, light client: sidecar CPU per GiB delivered"
+    assert notes[cold] == notes[warm] == ""  # no floor measured, none named
+    runs.update({"floor_aiohttp-direct-verified_1": replay(1.25),
+                 "floor_origin_1": replay(0.5)})
+    notes = {t["target"]: t["note"] for t in evaluate_targets(results)}
+    assert notes[cold] == ("floor 1.75: the origin side alone 0.50 + serving the data "
+                           "port's way alone 1.25")
+    assert notes[warm] == "floor 1.25: serving the data port's way alone"
 
 
 def test_the_disk_io_benchmark_times_every_way_and_renders_its_table(tmp_path: Path) -> None:
