@@ -54,6 +54,15 @@ WIDE_QUICK = DatasetSpec("wide-quick", partitions=16, segments_per_partition=1,
                          segment_bytes=8 * MiB)
 
 
+def segments_file(bench: Bench, dataset: Dataset) -> Path:
+    """The light client's (and the origin floor's) --segments file for `dataset`,
+    written once a run."""
+    segments = bench.work / f"segments-{dataset.spec.name}.json"
+    if not segments.exists():
+        segments.write_text(json.dumps({"partitions": segments_by_partition(dataset)}))
+    return segments
+
+
 def segments_by_partition(dataset: Dataset) -> dict[str, list[dict[str, object]]]:
     """The light client's input: each partition's segments in offset order."""
     partitions: dict[str, list[tuple[int, dict[str, object]]]] = defaultdict(list)
@@ -71,9 +80,7 @@ def light_replay(
     """One light-client replay of every partition at once, with the server's
     CPU over it (user, system, minor faults; per GiB delivered). `origin` None:
     the server reads no origin (a floor server)."""
-    segments = bench.work / f"segments-{dataset.spec.name}.json"
-    if not segments.exists():
-        segments.write_text(json.dumps({"partitions": segments_by_partition(dataset)}))
+    segments = segments_file(bench, dataset)
     args = [sys.executable, "-m", "bench.light_client", "--endpoint", endpoint,
             "--bucket", dataset.spec.bucket, "--segments", str(segments),
             *(["--sign"] if sidecar is not None else [])]
@@ -191,9 +198,7 @@ def _origin_floor(bench: Bench, number: int) -> dict[str, Any]:
     by bench.origin_floor, from a fresh origin: the floor under a cold
     replay's origin threads."""
     dataset = bench.dataset
-    segments = bench.work / f"segments-{dataset.spec.name}.json"
-    if not segments.exists():
-        segments.write_text(json.dumps({"partitions": segments_by_partition(dataset)}))
+    segments = segments_file(bench, dataset)
     scratch = bench.workdir(f"origin-floor-{number}")
     with bench.origin(f"origin-floor-{number}") as origin:
         args = [sys.executable, "-m", "bench.origin_floor", "--endpoint", origin.url,
