@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck clean
+.PHONY: run test lint typecheck clean kafka
 
 $(STAMP): pyproject.toml scripts/ensure-java.sh
 	sh scripts/ensure-java.sh
@@ -15,6 +15,14 @@ $(STAMP): pyproject.toml scripts/ensure-java.sh
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[tools,spark,test]'
 	touch $(STAMP)
+
+# The real Kafka broker the broker tests, `sidecar demo --broker` and the broker benchmark
+# run (tests/kafka/pom.xml): fetched from Maven Central once, rebuilt when its files change.
+KAFKA_STAMP := tests/kafka/target/.fetched
+$(KAFKA_STAMP): scripts/ensure-kafka.sh tests/kafka/pom.xml $(shell find tests/kafka/src -type f)
+	sh scripts/ensure-kafka.sh
+
+kafka: $(KAFKA_STAMP)
 
 run: $(STAMP)
 	$(BIN)/sidecar demo
@@ -25,7 +33,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: $(STAMP) lint typecheck
+test: $(STAMP) $(KAFKA_STAMP) lint typecheck
 	$(BIN)/pytest
 
 clean:
@@ -51,7 +59,7 @@ dist: $(BUILD_VENV)/.installed
 # writes a 1 GiB data set under bench/data/, runs every scenario and writes
 # bench/results/*.json and BENCHMARKS.md. `python -m bench --quick` checks it in ~1 min.
 .PHONY: bench
-bench: $(STAMP)
+bench: $(STAMP) $(KAFKA_STAMP)
 	bash bench/install-deps.sh
 	$(BIN)/python -m bench
 

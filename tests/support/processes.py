@@ -27,10 +27,11 @@ class SidecarProcess:
     def __init__(
         self, origin: str, cache_dir: Path, *extra: str, env: dict[str, str] | None = None,
         program: tuple[str, ...] = (sys.executable, "-m", "sidecar"),
+        listen: str = "127.0.0.1:0",
     ) -> None:
         self.args = [
             *program, "serve",
-            "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+            "--listen", listen, "--admin-listen", "127.0.0.1:0",
             "--origin-endpoint", origin, "--cache-dir", str(cache_dir), *extra,
         ]
         self.data_url = ""
@@ -83,6 +84,12 @@ class SidecarProcess:
 
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or the OOM killer would end it."""
+        assert self._process is not None
+        self._process.kill()
+        self.stop()
 
     def stop(self) -> int | None:
         if self._process is None:

@@ -1,0 +1,14 @@
+#!/bin/sh
+# The Java peers of the real-broker tests, `sidecar demo --broker` and `make bench`'s
+# broker scenario: Apache Kafka, its log4j2 binding and the stand-in remote storage
+# manager (tests/kafka/), fetched from Maven Central and built once into
+# tests/kafka/target/lib/ (ignored). Needs Java 17+ and Maven, installed from Debian
+# when missing.
+set -eu
+here=$(dirname "$0")
+command -v java >/dev/null 2>&1 || sh "$here/apt-install.sh" openjdk-17-jdk-headless
+command -v javac >/dev/null 2>&1 || sh "$here/apt-install.sh" openjdk-17-jdk-headless
+command -v mvn >/dev/null 2>&1 || sh "$here/apt-install.sh" maven
+cd "$here/../tests/kafka"
+mvn -B -q package
+touch target/.fetched

@@ -1,0 +1,317 @@
+"""Real Apache Kafka brokers with tiered storage on, as child processes on loopback.
+
+The broker demo, the real-broker tests and the `broker` benchmark start brokers
+through this module. Each cluster is KRaft: node 1 is broker and controller in
+one process, any further nodes are brokers that use node 1 as their controller.
+Every listener is on 127.0.0.1 and a free port. Tiered storage is on, with the
+topic-based remote log metadata manager (replication factor 1) and a remote
+storage manager that writes Aiven's object layout to an S3 endpoint (the sidecar,
+or the origin itself), tiering every second.
+
+The broker's jars come from `tests/kafka/pom.xml` (`make kafka`, which `make test`
+runs): Apache Kafka, its log4j2 binding and the remote storage manager built there.
+Each broker runs in a process group of its own and its output goes to
+`broker-N.log` in its directory; `stop` ends the group, always.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+REPO = Path(__file__).resolve().parents[2]
+#: Where `make kafka` puts the broker's jars (see tests/kafka/pom.xml).
+DEFAULT_LIB = REPO / "tests" / "kafka" / "target" / "lib"
+#: The remote storage manager the broker loads (tests/kafka/src): Aiven's object
+#: layout and request pattern over AWS SDK v2 (see its docstring for why it is not
+#: Aiven's own jar).
+RSM_CLASS = "io.kcs.standin.StandInRemoteStorageManager"
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+#: Segments of 1 MiB (Kafka's smallest `segment.bytes`) tier within seconds.
+SEGMENT_BYTES = 1024 * 1024
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.out.ref = out
+# Readiness is read from the line "Kafka Server started".
+logger.started.name = kafka.server.KafkaRaftServer
+logger.started.level = info
+"""
+
+
+class BrokerError(RuntimeError):
+    """A broker that could not be started (missing jars, a failed format, no readiness)."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def kafka_uuid() -> str:
+    """A random Kafka Uuid as its toString() gives it (URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def broker_lib(lib: Path | None = None) -> Path:
+    """The folder of the broker's jars; BrokerError naming how to fetch them if absent."""
+    folder = lib or Path(os.environ.get("SIDECAR_KAFKA_LIB", DEFAULT_LIB))
+    if not any(folder.glob("kafka_2.13-*.jar")) or not any(folder.glob("kafka-peer-*.jar")):
+        raise BrokerError(
+            f"no Kafka broker jars in {folder}: run `make kafka` (Maven fetches them "
+            "from Maven Central per tests/kafka/pom.xml)")
+    return folder
+
+
+@dataclass(frozen=True)
+class RemoteStorage:
+    """Where the brokers' remote storage manager reads and writes (its rsm.config.*)."""
+
+    endpoint: str
+    bucket: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+    chunk_size: int = 4 * 1024 * 1024
+    key_prefix: str = ""
+
+    def properties(self) -> dict[str, str]:
+        """The broker settings that select and configure the remote storage manager."""
+        return {
+            "remote.log.storage.manager.class.name": RSM_CLASS,
+            "rsm.config.storage.s3.endpoint.url": self.endpoint,
+            "rsm.config.storage.s3.bucket.name": self.bucket,
+            "rsm.config.storage.s3.region": self.region,
+            "rsm.config.storage.s3.path.style.access.enabled": "true",
+            "rsm.config.storage.aws.access.key.id": self.access_key,
+            "rsm.config.storage.aws.secret.access.key": self.secret_key,
+            "rsm.config.chunk.size": str(self.chunk_size),
+            "rsm.config.key.prefix": self.key_prefix,
+        }
+
+
+#: Topic settings that send closed segments to remote storage and off the broker's
+#: disk within seconds (local retention one second, deletion without delay).
+TIERED_TOPIC = {
+    "remote.storage.enable": "true",
+    "segment.bytes": str(SEGMENT_BYTES),
+    "local.retention.ms": "1000",
+    "retention.ms": "-1",
+    "file.delete.delay.ms": "0",
+}
+
+
+def broker_properties(node_id: int, port: int, controller_port: int, data: Path,
+                      storage: RemoteStorage | None, controller: bool) -> dict[str, str]:
+    """One node's server.properties: KRaft, loopback only, tiered storage on."""
+    listeners = f"PLAINTEXT://127.0.0.1:{port}"
+    if controller:
+        listeners += f",CONTROLLER://127.0.0.1:{controller_port}"
+    props = {
+        "process.roles": "broker,controller" if controller else "broker",
+        "node.id": str(node_id),
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "listeners": listeners,
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(data),
+        "num.partitions": "1",
+        "auto.create.topics.enable": "false",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # Retention and tiering are checked every second, from the start.
+        "log.initial.task.delay.ms": "0",
+        "log.retention.check.interval.ms": "1000",
+        "remote.log.manager.task.interval.ms": "1000",
+        "remote.log.storage.system.enable": "true" if storage else "false",
+        "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
+    }
+    if storage is not None:
+        props.update(storage.properties())
+    return props
+
+
+@dataclass
+class BrokerNode:
+    node_id: int
+    port: int
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / f"broker-{self.node_id}.log"
+
+    @property
+    def data(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+@dataclass
+class KafkaCluster:
+    """`with KafkaCluster(workdir, storage, brokers=N) as cluster:` N brokers ready;
+    `bootstrap` is their `host:port` list. Stopped (process groups) on exit."""
+
+    workdir: Path
+    storage: RemoteStorage | None
+    brokers: int = 1
+    heap: str = "512m"
+    log_level: str = "WARN"
+    extra: Mapping[str, str] = field(default_factory=dict)
+    lib: Path | None = None
+    nodes: list[BrokerNode] = field(default_factory=list)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def __enter__(self) -> KafkaCluster:
+        lib = broker_lib(self.lib)
+        java = shutil.which("java")
+        if java is None:
+            raise BrokerError("no `java` on PATH: the Kafka broker needs a Java 17+ runtime")
+        cluster_id = kafka_uuid()
+        controller_port = free_port()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(level=self.log_level))
+        try:
+            for node_id in range(1, self.brokers + 1):
+                node = BrokerNode(node_id, free_port(), self.workdir / f"node-{node_id}")
+                node.directory.mkdir(parents=True, exist_ok=True)
+                props = broker_properties(node_id, node.port, controller_port, node.data,
+                                          self.storage, controller=node_id == 1)
+                props.update(self.extra)
+                config = node.directory / "server.properties"
+                config.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
+                self._format(java, lib, cluster_id, config, node)
+                self.nodes.append(node)
+            for node in self.nodes:
+                self._launch(java, lib, node)
+            for node in self.nodes:
+                self._await_ready(node)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+    def _java(self, java: str, lib: Path, main: str, *args: str) -> list[str]:
+        return [java, f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
+                "-cp", f"{lib}/*", main, *args]
+
+    def _format(self, java: str, lib: Path, cluster_id: str, config: Path,
+                node: BrokerNode) -> None:
+        done = subprocess.run(
+            self._java(java, lib, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                       "-c", str(config), "--ignore-formatted"),
+            capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            raise BrokerError(f"formatting node {node.node_id}'s storage failed "
+                              f"({done.returncode}): {(done.stderr or done.stdout).strip()}")
+
+    def _launch(self, java: str, lib: Path, node: BrokerNode) -> None:
+        with node.log_path.open("ab") as log:
+            node.process = subprocess.Popen(
+                self._java(java, lib, "kafka.Kafka", str(node.directory / "server.properties")),
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+
+    def _await_ready(self, node: BrokerNode) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert node.process is not None
+            if node.process.poll() is not None:
+                raise BrokerError(f"broker {node.node_id} exited with "
+                                  f"{node.process.returncode}: {_tail(node.log_text())}")
+            if "Kafka Server started" in node.log_text() and _accepts(node.port):
+                return
+            time.sleep(0.1)
+        raise BrokerError(f"broker {node.node_id} not ready on 127.0.0.1:{node.port} after "
+                          f"{START_TIMEOUT_S:g}s: {_tail(node.log_text())}")
+
+    def restart(self, node: BrokerNode) -> None:
+        """Stop one broker's process group and start it again on the same port and data."""
+        _stop(node)
+        java = shutil.which("java")
+        assert java is not None
+        self._launch(java, broker_lib(self.lib), node)
+        self._await_ready(node)
+
+    def stop(self) -> None:
+        for node in reversed(self.nodes):
+            _stop(node)
+
+    def keep_logs(self, destination: Path) -> list[Path]:
+        """Copy every broker's log to `destination` (a failed test's artifacts)."""
+        destination.mkdir(parents=True, exist_ok=True)
+        kept = []
+        for node in self.nodes:
+            if node.log_path.exists():
+                kept.append(Path(shutil.copy(node.log_path, destination / node.log_path.name)))
+        return kept
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.splitlines()[-lines:]) or "(no output)"
+
+
+def _stop(node: BrokerNode) -> None:
+    process = node.process
+    if process is None or process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass

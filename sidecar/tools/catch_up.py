@@ -1,0 +1,140 @@
+"""Records of known content on a real broker, and a consumer that catches up on them.
+
+`produce` writes `count` records to each partition of a topic; record `i` of
+partition `p` has key `p:i` and a value that only (p, i) determines, so a
+consumer can check every byte it gets without keeping a copy. `catch_up` reads
+the partitions from offset 0 to their end with kafka-python, as a lagging
+consumer group does, and checks that each partition's records arrive exactly
+once, in order, each exact: a `CatchUp` says what it read, how fast, and the
+latency of its fetches. The broker demo, the real-broker tests and the broker
+benchmark share them.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+_HEAD = struct.Struct(">IQ")  # partition, index: the value starts with what it is
+
+
+def record_value(partition: int, index: int, size: int) -> bytes:
+    """The value of record `index` of `partition`: its identity, then bytes seeded by it."""
+    body = random.Random(partition * 1_000_000_007 + index).randbytes(max(0, size - _HEAD.size))
+    return _HEAD.pack(partition, index) + body
+
+
+def produce(bootstrap: str, topic: str, partitions: Iterable[int], count: int,
+            size: int = 1000) -> int:
+    """Write `count` records of `size` bytes to each partition; the bytes written."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,
+                             batch_size=512 * 1024, max_request_size=8 * 1024 * 1024,
+                             acks=1, compression_type=None)
+    written = 0
+    try:
+        for index in range(count):
+            for partition in partitions:
+                value = record_value(partition, index, size)
+                producer.send(topic, key=f"{partition}:{index}".encode(), value=value,
+                              partition=partition)
+                written += len(value)
+        producer.flush(timeout=120)
+    finally:
+        producer.close(timeout=10)
+    return written
+
+
+class CatchUpError(AssertionError):
+    """A record missing, repeated, out of order or with other bytes than produced."""
+
+
+@dataclass
+class CatchUp:
+    """What one catch-up read."""
+
+    records: int = 0
+    value_bytes: int = 0
+    seconds: float = 0.0
+    fetch_seconds: list[float] = field(default_factory=list)
+    #: Fetches the broker answered with UNKNOWN_SERVER_ERROR (a remote read that
+    #: failed), polled again as the Java consumer does.
+    fetch_errors: int = 0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.value_bytes / 1e6 / self.seconds if self.seconds else 0.0
+
+    def fetch_p99(self) -> float:
+        if not self.fetch_seconds:
+            return 0.0
+        ordered = sorted(self.fetch_seconds)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
+             size: int = 1000, group: str | None = None, timeout_s: float = 120.0,
+             on_record: Any = None) -> CatchUp:
+    """Read `count` records of each partition from offset 0, checking each one.
+
+    With `group`, offsets are committed to it as a consumer group's would be.
+    `on_record(done)` is called with the records read so far after each poll (a
+    test's hook to act in the middle of a catch-up). Raises CatchUpError on a
+    wrong, repeated or missing record, or when `timeout_s` passes first.
+    """
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import UnknownError
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=group is not None,
+        auto_offset_reset="earliest", fetch_max_bytes=50 * 1024 * 1024,
+        max_partition_fetch_bytes=1024 * 1024, request_timeout_ms=60_000)
+    assigned = [TopicPartition(topic, partition) for partition in partitions]
+    consumer.assign(assigned)
+    consumer.seek_to_beginning(*assigned)
+    expected = dict.fromkeys(partitions, 0)
+    result = CatchUp()
+    started = time.monotonic()
+    try:
+        while any(done < count for done in expected.values()):
+            if time.monotonic() - started > timeout_s:
+                raise CatchUpError(f"caught up {dict(expected)} of {count} a partition "
+                                   f"in {timeout_s:g}s")
+            polled = time.monotonic()
+            try:
+                batches = consumer.poll(timeout_ms=1000, max_records=100_000)
+            except UnknownError:
+                # The broker could not read the remote segment (its storage failed):
+                # the Java consumer logs it and fetches again; kafka-python raises.
+                result.fetch_errors += 1
+                continue
+            if batches:
+                result.fetch_seconds.append(time.monotonic() - polled)
+            for tp, records in batches.items():
+                for record in records:
+                    _check(record, tp.partition, expected[tp.partition], size)
+                    expected[tp.partition] += 1
+                    result.records += 1
+                    result.value_bytes += len(record.value)
+            if on_record is not None:
+                on_record(result.records)
+        result.seconds = time.monotonic() - started
+        if group is not None:
+            consumer.commit()
+    finally:
+        consumer.close()
+    return result
+
+
+def _check(record: Any, partition: int, index: int, size: int) -> None:
+    if record.offset != index:
+        raise CatchUpError(f"partition {partition}: offset {record.offset} where {index} "
+                           "was next (a record missing or repeated)")
+    if record.value != record_value(partition, index, size):
+        raise CatchUpError(f"partition {partition}: record {index} has other bytes than "
+                           "were produced")
