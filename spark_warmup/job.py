@@ -31,7 +31,6 @@ from typing import TextIO
 
 from pyspark.sql import SparkSession
 
-from sidecar.blocks import block_count
 from spark_warmup.cluster import read_cluster
 from spark_warmup.groups import GroupLag, resolve_groups
 from spark_warmup.listing import (
@@ -113,14 +112,14 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
         print(format_groups(chosen.groups, dry_run), file=out, flush=True)
     if dry_run:
         rows = [
-            WarmRow(s.topic, s.partition, s.key, s.node, s.size,
-                    blocks=block_count(s.size, plan.block_size), seconds=s.size / rates[s.node])
+            WarmRow(s.topic, s.partition, s.key, s.node, s.bytes,
+                    blocks=s.blocks(plan.block_size), seconds=s.bytes / rates[s.node])
             for s in planned
         ]
         summary = summarize(rows, 0.0, dry_run=True, rates=rates)
     else:
         started = clock()
-        planned_blocks = sum(block_count(s.size, plan.block_size) for s in planned)
+        planned_blocks = sum(s.blocks(plan.block_size) for s in planned)
         with WarmProgress(sidecars, planned_blocks, plan.block_size, out, progress_s):
             rows = warm(spark, plan, planned, sidecars)
         summary = summarize(rows, clock() - started, rates=rates)
@@ -163,7 +162,7 @@ def plan_run(spark: SparkSession, plan: Plan, cluster: ClusterFacts | None) -> P
                     if replay.group is not None:
                         selected.setdefault(replay.where, {})[segment.key] = segment
     lags = tuple(replace(lag, segments=len(selected.get(lag.where, {})),
-                         bytes=sum(s.size for s in selected.get(lag.where, {}).values()))
+                         bytes=sum(s.warm_bytes for s in selected.get(lag.where, {}).values()))
                  for lag in lags)
     where: dict[str, str] = {}
     for replay in replays:
@@ -171,7 +170,7 @@ def plan_run(spark: SparkSession, plan: Plan, cluster: ClusterFacts | None) -> P
     routes = route_partitions(
         ((s.topic, s.partition, where[s.topic]) for s in chosen.values()), plan, cluster)
     segments = tuple(
-        PlannedSegment(s.topic, s.partition, s.key, s.size, node)
+        PlannedSegment(s.topic, s.partition, s.key, s.size, node, s.companions)
         for s in sorted(chosen.values(), key=lambda s: (s.topic, s.partition, s.start_offset))
         for node in routes.targets[(s.topic, s.partition)]
     )

@@ -102,15 +102,22 @@ def list_partition(origin: OriginSpec, work: PartitionWork) -> PartitionListing:
     try:
         client = s3_client(origin)
         segments = []
+        companions: dict[str, list[tuple[str, int]]] = {}  # .log key -> (key, size)
         paginator = client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=origin.bucket, Prefix=work.directory):
             for item in page.get("Contents", ()):
                 parsed = parse_aiven_key(item["Key"], origin.prefix)
-                if (parsed is None or parsed.suffix != "log" or parsed.topic != work.topic
+                if (parsed is None or parsed.topic != work.topic
                         or parsed.partition != work.partition):
+                    continue
+                if parsed.suffix != "log":
+                    companions.setdefault(parsed.with_suffix("log").key, []).append(
+                        (item["Key"], int(item["Size"])))
                     continue
                 segments.append(Segment(work.topic, work.partition, item["Key"],
                                         int(item["Size"]), parsed.start_offset))
+        segments = [replace(s, companions=tuple(sorted(companions.get(s.key, ()))))
+                    for s in segments]
         if work.read_times and segments:
             with ThreadPoolExecutor(max_workers=_HEADER_READERS) as pool:
                 segments = list(pool.map(lambda s: _with_times(client, origin.bucket, s),

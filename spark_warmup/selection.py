@@ -32,6 +32,15 @@ class Segment:
     start_offset: int
     base_timestamp: int | None = None  # first batch's baseTimestamp (ms), if read
     max_timestamp: int | None = None  # first batch's maxTimestamp (ms), if read
+    # The segment's `.rsm-manifest` and `.indexes` found beside it, (key, size): the
+    # broker's first read of a segment fetches them before any of its log, so they are
+    # warmed with it.
+    companions: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def warm_bytes(self) -> int:
+        """The bytes a warm-up of the segment fetches: its log and its companions."""
+        return self.size + sum(size for _, size in self.companions)
 
 
 def overlapping(starts: Sequence[int | None], span: Span) -> list[int]:

@@ -42,8 +42,19 @@ class PlannedSegment:
     topic: str
     partition: int
     key: str
-    size: int
+    size: int  # of the .log
     node: str
+    companions: tuple[tuple[str, int], ...] = ()  # its manifest and indexes, (key, size)
+
+    @property
+    def bytes(self) -> int:
+        """Everything a warm call of the segment fetches: its log and its companions."""
+        return self.size + sum(size for _, size in self.companions)
+
+    def blocks(self, block_size: int) -> int:
+        """The blocks of the segment's objects (each object starts a block of its own)."""
+        return sum(block_count(size, block_size)
+                   for size in (self.size, *(size for _, size in self.companions)))
 
 
 @dataclass(frozen=True)
@@ -99,7 +110,8 @@ def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
               sleep: Callable[[float], None] = time.sleep) -> dict[str, int]:
     """One segment's warm call with retries; the sidecar's counts, or WarmCallError."""
     body = json.dumps({
-        "objects": [{"bucket": batch.bucket, "key": segment.key, "start": 0, "end": None}],
+        "objects": [{"bucket": batch.bucket, "key": key, "start": 0, "end": None}
+                    for key in (segment.key, *(key for key, _ in segment.companions))],
         "ttl_s": batch.ttl_s,
     }).encode()
     headers = {"Content-Type": "application/json"}
@@ -136,11 +148,11 @@ def warm_node(batch: NodeBatch, post: Post = urllib_post,
 
     def one(segment: PlannedSegment) -> WarmRow:
         nonlocal network_failures, down
-        row = WarmRow(segment.topic, segment.partition, segment.key, batch.node, segment.size)
+        row = WarmRow(segment.topic, segment.partition, segment.key, batch.node, segment.bytes)
         with lock:
             known_down = down
         if known_down is not None:
-            return _failed(row, batch, known_down, 0.0)
+            return _failed(row, segment, batch, known_down, 0.0)
         started = clock()
         try:
             counts = warm_call(post, batch, segment, sleep)
@@ -150,7 +162,7 @@ def warm_node(batch: NodeBatch, post: Post = urllib_post,
                     network_failures += 1
                     if network_failures >= _DOWN_AFTER and down is None:
                         down = f"{exc} (node taken as down for the rest of the run)"
-            return _failed(row, batch, str(exc), clock() - started)
+            return _failed(row, segment, batch, str(exc), clock() - started)
         with lock:
             network_failures = 0
         return WarmRow(
@@ -167,9 +179,10 @@ def warm_node(batch: NodeBatch, post: Post = urllib_post,
         return list(pool.map(one, batch.segments))
 
 
-def _failed(row: WarmRow, batch: NodeBatch, error: str, seconds: float) -> WarmRow:
+def _failed(row: WarmRow, segment: PlannedSegment, batch: NodeBatch, error: str,
+            seconds: float) -> WarmRow:
     # No sidecar said how many blocks: count them at the plan's block size.
-    blocks = block_count(row.bytes, batch.block_size)
+    blocks = segment.blocks(batch.block_size)
     return WarmRow(row.topic, row.partition, row.key, row.node, row.bytes,
                    blocks=blocks, failed=blocks, seconds=seconds, error=error)
 

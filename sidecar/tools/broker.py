@@ -194,7 +194,11 @@ class KafkaCluster:
     heap: str = "512m"
     log_level: str = "WARN"
     extra: Mapping[str, str] = field(default_factory=dict)
+    #: Settings of one node only (node id -> settings), e.g. its own sidecar's endpoint.
+    extra_by_node: Mapping[int, Mapping[str, str]] = field(default_factory=dict)
     lib: Path | None = None
+    #: Where every broker's log is copied when the `with` block ends in an exception.
+    artifacts: Path | None = None
     nodes: list[BrokerNode] = field(default_factory=list)
 
     @property
@@ -217,6 +221,7 @@ class KafkaCluster:
                 props = broker_properties(node_id, node.port, controller_port, node.data,
                                           self.storage, controller=node_id == 1)
                 props.update(self.extra)
+                props.update(self.extra_by_node.get(node_id, {}))
                 config = node.directory / "server.properties"
                 config.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
                 self._format(java, lib, cluster_id, config, node)
@@ -233,6 +238,8 @@ class KafkaCluster:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.stop()
+        if exc is not None and self.artifacts is not None:
+            self.keep_logs(self.artifacts)
 
     def _java(self, java: str, lib: Path, main: str, *args: str) -> list[str]:
         return [java, f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
@@ -268,6 +275,11 @@ class KafkaCluster:
             time.sleep(0.1)
         raise BrokerError(f"broker {node.node_id} not ready on 127.0.0.1:{node.port} after "
                           f"{START_TIMEOUT_S:g}s: {_tail(node.log_text())}")
+
+    def local_segments(self, topic: str, partition: int) -> list[int]:
+        """Base offsets of the segments of a partition in its brokers' log directories."""
+        return sorted(int(log.stem) for node in self.nodes
+                      for log in (node.data / f"{topic}-{partition}").glob("*.log"))
 
     def restart(self, node: BrokerNode) -> None:
         """Stop one broker's process group and start it again on the same port and data."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import struct
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +79,9 @@ class CatchUp:
 
 def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
              size: int = 1000, group: str | None = None, timeout_s: float = 120.0,
-             on_record: Any = None) -> CatchUp:
-    """Read `count` records of each partition from offset 0, checking each one.
+             on_record: Any = None, start: Mapping[int, int] | None = None) -> CatchUp:
+    """Read each partition up to record `count`, from offset 0 or from `start`'s offset
+    for it (a lagging group's committed offsets, say), checking each record.
 
     With `group`, offsets are committed to it as a consumer group's would be.
     `on_record(done)` is called with the records read so far after each poll (a
@@ -96,8 +97,9 @@ def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
         max_partition_fetch_bytes=1024 * 1024, request_timeout_ms=60_000)
     assigned = [TopicPartition(topic, partition) for partition in partitions]
     consumer.assign(assigned)
-    consumer.seek_to_beginning(*assigned)
-    expected = dict.fromkeys(partitions, 0)
+    expected = {partition: (start or {}).get(partition, 0) for partition in partitions}
+    for tp in assigned:
+        consumer.seek(tp, expected[tp.partition])
     result = CatchUp()
     started = time.monotonic()
     try:
@@ -138,3 +140,19 @@ def _check(record: Any, partition: int, index: int, size: int) -> None:
     if record.value != record_value(partition, index, size):
         raise CatchUpError(f"partition {partition}: record {index} has other bytes than "
                            "were produced")
+
+
+def commit_group(bootstrap: str, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+    """Commit `offsets` (partition -> next offset to read) for `group` without reading
+    a record: a consumer group that stopped there and lags since."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False)
+    try:
+        consumer.assign([TopicPartition(topic, partition) for partition in offsets])
+        consumer.commit({TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
+                         for partition, offset in offsets.items()})
+    finally:
+        consumer.close()

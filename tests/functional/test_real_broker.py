@@ -29,8 +29,10 @@ from sidecar.tools.broker import TIERED_TOPIC, KafkaCluster, RemoteStorage, free
 from sidecar.tools.catch_up import catch_up, produce
 from sidecar.tools.local_s3 import LocalS3
 from tests.functional.conftest import s3_client
+from tests.support import tiering
 from tests.support.fault_proxy import FaultProxy
 from tests.support.processes import SidecarProcess
+from tests.support.tiering import await_tiered
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.functional
@@ -117,33 +119,12 @@ def tiered_topic(rig: Rig, name: str, partitions: int, per_partition: int) -> li
         admin.close()
     ids = list(range(partitions))
     produce(rig.cluster.bootstrap, name, ids, per_partition, RECORD)
-    data = rig.cluster.nodes[0].data
-
-    def tiered() -> bool:
-        for partition in ids:
-            logs = sorted((data / f"{name}-{partition}").glob("*.log"))
-            if len(logs) != 1:  # the active segment alone stays local
-                return False
-            active_base = int(logs[0].stem)
-            remote = remote_logs(rig, name, partition)
-            if not remote or max(remote) + 1 > active_base or active_base == 0:
-                return False
-        return True
-
-    eventually(tiered, f"{name}'s closed segments tiered and deleted locally", timeout=90)
+    await_tiered(rig.cluster, s3_client(rig.origin.endpoint), rig.bucket, name, ids)
     return ids
 
 
 def remote_logs(rig: Rig, topic: str, partition: int) -> dict[int, int]:
-    """The bucket's .log objects of a partition: start offset -> size."""
-    client = s3_client(rig.origin.endpoint)
-    listing = client.list_objects_v2(Bucket=rig.bucket).get("Contents", [])
-    found = {}
-    for item in listing:
-        key = parse_aiven_key(item["Key"])
-        if key and key.topic == topic and key.partition == partition and key.suffix == "log":
-            found[key.start_offset] = item["Size"]
-    return found
+    return tiering.remote_logs(s3_client(rig.origin.endpoint), rig.bucket, topic, partition)
 
 
 def origin_log_gets(rig: Rig, topic: str) -> list[tuple[str, str | None]]:
@@ -178,30 +159,24 @@ def test_catch_up_reads_every_record_through_the_sidecar(rig: Rig) -> None:
     # read in up to four parts at once), never the same byte twice.
     gets = origin_log_gets(rig, "orders")
     assert gets
-    sizes = {key: size for partition in partitions
-             for key, size in _keyed_logs(rig, "orders", partition).items()}
+    remote = {partition: remote_logs(rig, "orders", partition) for partition in partitions}
     parts: dict[str, list[tuple[int, int]]] = {}
     for key, byte_range in gets:
         assert byte_range is not None, f"a whole-object GET of {key}"
         first, _, last = byte_range.removeprefix("bytes=").partition("-")
         parts.setdefault(key, []).append((int(first), int(last) + 1))
     for key, spans in parts.items():
+        segment = parse_aiven_key(key)
+        assert segment is not None
+        size = remote[segment.partition][segment.start_offset]
         spans.sort()
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), (
             f"bytes of {key} fetched twice: {spans}")
         covered = {block for start, stop in spans for block in range(start // BLOCK,
                                                                    (stop - 1) // BLOCK + 1)}
         assert sum(stop - start for start, stop in spans) == sum(
-            min(BLOCK, sizes[key] - block * BLOCK) for block in covered), (
+            min(BLOCK, size - block * BLOCK) for block in covered), (
             f"{key}: not whole blocks: {spans}")
-
-
-def _keyed_logs(rig: Rig, topic: str, partition: int) -> dict[str, int]:
-    client = s3_client(rig.origin.endpoint)
-    return {item["Key"]: item["Size"]
-            for item in client.list_objects_v2(Bucket=rig.bucket).get("Contents", [])
-            if item["Key"].startswith(f"{topic}-") and f"/{partition}/" in item["Key"]
-            and item["Key"].endswith(".log")}
 
 
 def test_a_second_group_reads_no_log_data_from_the_origin(rig: Rig) -> None:

@@ -1,7 +1,13 @@
 """The Spark warm-up job against moto, two sidecar processes and Spark (local[2] and standalone).
 
-Plans that name a Kafka cluster read it from a Kafka-protocol stand-in
-(tests/support/kafka_broker.py): no broker can run on these machines.
+Plans that name a Kafka cluster: a real two-broker cluster (sidecar/tools/broker.py)
+with a real lagging group shows the whole path, leaders and committed offsets read
+from it, each leader's sidecar warmed, the group's catch-up then served from the
+cache. The other cluster cases read a Kafka-protocol stand-in
+(tests/support/kafka_broker.py), for what a small real cluster here cannot show
+cheaply: partitions with replicas on two racks and rack-aware follower choice,
+exact lag arithmetic over the segments built for this module, and a cluster that
+cannot be reached.
 
 One bucket of genuine Kafka segments for the module (1.5 MiB segments, two 1 MiB
 blocks each) and one local[2] session; every test gets two fresh sidecars.
@@ -23,8 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.admin import KafkaAdminClient, NewTopic
 from pyspark.sql import SparkSession
 
+from sidecar.layout import parse_aiven_key
+from sidecar.tools.broker import TIERED_TOPIC, KafkaCluster, RemoteStorage, free_port
+from sidecar.tools.catch_up import catch_up, commit_group, produce
 from sidecar.tools.kafka_segments import (
     SegmentObject,
     generate_topic_segments,
@@ -35,6 +45,7 @@ from spark_warmup.job import RunResult, run
 from spark_warmup.plan import PlanError, parse_plan
 from spark_warmup.routing import rendezvous_node
 from spark_warmup.units import format_bytes
+from tests.functional.conftest import s3_client
 from tests.functional.test_replay import replay_json
 from tests.support.kafka_broker import (
     FakeKafkaCluster,
@@ -45,12 +56,15 @@ from tests.support.kafka_broker import (
 )
 from tests.support.processes import SidecarProcess
 from tests.support.spark_cluster import StandaloneCluster
+from tests.support.tiering import await_tiered
 
 MIB = 1024 * 1024
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 SEGMENT_BYTES = 1536 * 1024
 START_TIME_MS = 1_790_000_000_000  # generate_topic_segments' default; a record's ts = this + offset
 TOPICS = {"orders": (2, 4), "clicks": (2, 3), "audit": (1, 2)}  # partitions, segments each
 NODES = ("a", "b")
+INDEXES = b"idx"  # each segment's .indexes object, one block
 
 
 @dataclass(frozen=True)
@@ -74,8 +88,8 @@ def data(origin_s3: Any) -> Data:
             segment_bytes=SEGMENT_BYTES, value_size=2048, seed=100 + seed,
         ):
             origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
-            # The siblings the plugin also writes, which the job must not warm.
-            origin_s3.put_object(Bucket=bucket, Key=segment.key[:-3] + "indexes", Body=b"idx")
+            # The indexes the plugin also writes, which the job warms with their segment.
+            origin_s3.put_object(Bucket=bucket, Key=segment.key[:-3] + "indexes", Body=INDEXES)
             segments.append(segment)
     return Data(bucket, tuple(segments))
 
@@ -170,6 +184,16 @@ def blocks(size: int) -> int:
     return -(-size // MIB)
 
 
+def warm_sizes(data: Data) -> dict[str, int]:
+    """Key -> the bytes a warm-up of the segment fetches: its log and its indexes."""
+    return {s.key: len(s.data) + len(INDEXES) for s in data.segments}
+
+
+def warm_blocks(data: Data) -> dict[str, int]:
+    """Key -> the blocks of the segment's log and of its indexes (one block)."""
+    return {s.key: blocks(len(s.data)) + 1 for s in data.segments}
+
+
 def warm_plan(spark: SparkSession, document: dict[str, Any], **options: Any) -> RunResult:
     out = io.StringIO()
     result = run(spark, parse_plan(document, env={}), out=out, **options)
@@ -179,13 +203,13 @@ def warm_plan(spark: SparkSession, document: dict[str, Any], **options: Any) -> 
 
 def assert_warmed_exactly(data: Data, sidecars: dict[str, SidecarProcess],
                           expected: dict[str, str], nodes: tuple[str, ...] = NODES) -> None:
-    sizes = {s.key: len(s.data) for s in data.segments}
+    sizes, counts = warm_sizes(data), warm_blocks(data)
     for node in nodes:
         mine = [key for key, owner in expected.items() if owner == node]
         process = sidecars[node]
         assert process.metric("sidecar_origin_bytes_total", lane="warm") == \
             sum(sizes[key] for key in mine), node
-        assert process.metric("sidecar_cache_blocks") == sum(blocks(sizes[k]) for k in mine), node
+        assert process.metric("sidecar_cache_blocks") == sum(counts[k] for k in mine), node
         assert process.metric("sidecar_origin_bytes_total", lane="foreground") == 0
 
 
@@ -199,10 +223,10 @@ def test_plan_warms_the_overlapping_segments_on_their_nodes_then_replay_hits(
                        report_dir=tmp_path / "report")
     assert result.exit_code == 0
     assert {row.key: row.node for row in result.rows} == expected
-    sizes = {s.key: len(s.data) for s in data.segments}
+    sizes, counts = warm_sizes(data), warm_blocks(data)
     for row in result.rows:
         assert row.ok and row.bytes == sizes[row.key]
-        assert row.blocks == row.fetched == blocks(row.bytes) and row.already_cached == 0
+        assert row.blocks == row.fetched == counts[row.key] and row.already_cached == 0
         assert row.bytes_fetched == row.bytes
     assert_warmed_exactly(data, sidecars, expected)
     summary = result.summary
@@ -249,7 +273,7 @@ def test_a_rerun_fetches_nothing(
     assert [row.key for row in second.rows] == [row.key for row in first.rows]
     for row in second.rows:
         assert row.ok and row.fetched == 0 and row.bytes_fetched == 0
-        assert row.already_cached == row.blocks == blocks(row.bytes)
+        assert row.already_cached == row.blocks == warm_blocks(data)[row.key]
     assert second.summary.warmed_bytes == first.summary.warmed_bytes
     assert second.summary.fetched_bytes == 0
     assert_warmed_exactly(data, sidecars, expected_nodes(data))
@@ -268,7 +292,8 @@ def test_dry_run_estimates_and_warms_nothing(
     assert nodes["a"].estimated_seconds == pytest.approx(nodes["a"].bytes / (10 * MIB))
     assert nodes["b"].estimated_seconds == pytest.approx(nodes["b"].bytes / (20 * MIB))
     assert result.summary.seconds == max(n.estimated_seconds for n in nodes.values())
-    assert all(row.blocks == blocks(row.bytes) and row.fetched == 0 for row in result.rows)
+    counts = warm_blocks(data)
+    assert all(row.blocks == counts[row.key] and row.fetched == 0 for row in result.rows)
     assert result.problems == ()
     # clicks has no assignment and the plan no cluster: hashed, and said so.
     assert result.hashed == ("clicks-0", "clicks-1")
@@ -306,7 +331,8 @@ def test_a_sidecar_that_is_down_fails_its_rows_only(
     expected = expected_nodes(data)
     failed = [row for row in result.rows if not row.ok]
     assert {row.key for row in failed} == {k for k, node in expected.items() if node == "b"}
-    assert all("sidecar b unreachable" in (row.error or "") and row.failed == row.blocks == 2
+    # Two blocks of log and one of indexes each.
+    assert all("sidecar b unreachable" in (row.error or "") and row.failed == row.blocks == 3
                for row in failed)
     assert result.summary.failed_bytes == sum(row.bytes for row in failed)
     assert_warmed_exactly(data, sidecars, expected, nodes=("a",))
@@ -418,50 +444,79 @@ def cluster_plan(local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProce
     }
 
 
-def group_reads(data: Data) -> dict[str, str]:
-    """Key -> node of the remote segments group billing reads next, worked out by hand."""
-    return {**{s.key: "broker-2" for s in data.of("orders", 0)[2:]},
-            **{s.key: "broker-1" for s in data.of("orders", 1)[1:]}}
-
-
-def test_a_groups_next_reads_are_warmed_on_the_leaders_sidecar_and_then_hit(
-    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
-    kafka: FakeKafkaCluster,
+def test_a_real_groups_next_reads_are_warmed_on_the_leaders_sidecar_and_then_hit(
+    spark: SparkSession, local_s3: LocalS3, tmp_path: Path,
 ) -> None:
-    document = cluster_plan(local_s3, data, sidecars, kafka,
-                            [{"group": "billing", "topic": "orders"}])
-    out = io.StringIO()
-    result = run(spark, parse_plan(document, env={}), out=out)
-    print(out.getvalue())
-    assert result.exit_code == 0
-    expected = group_reads(data)
-    assert {row.key: row.node for row in result.rows} == expected
-    assert all(row.ok and row.fetched == row.blocks for row in result.rows)
-    # Each sidecar holds exactly its broker's partitions, fetched on the warm lane.
-    by_sidecar = {key: next(n for n, b in BROKER_OF.items() if f"broker-{b}" == node)
-                  for key, node in expected.items()}
-    assert_warmed_exactly(data, sidecars, by_sidecar)
-    commits = billing_commits(data)
-    lag = sum(data.of("orders", p)[-1].end_offset + 1 + LOCAL_TAIL - commits[("orders", p)]
-              for p in (0, 1)) + ORDERS_2_END - commits[("orders", 2)]
-    sizes = {s.key: len(s.data) for s in data.segments}
-    assert result.groups[0].lag_records == lag
-    assert result.groups[0].bytes == sum(sizes[key] for key in expected)
-    assert result.groups[0].behind == (0, 1, 2)
-    assert f"group billing on orders (replays[0]): lag {lag:,} records on 3 partitions" \
-        in out.getvalue()
-    assert result.hashed == () and "placed by hashing" not in out.getvalue()
-    assert kafka.apis_seen(), "the cluster was asked"
+    """A real two-broker cluster, each broker reading remote storage through its own
+    sidecar; a real group that lags. The plan names only the group: the job finds the
+    leaders and the group's committed offsets in the cluster, warms each partition's
+    next remote segments on its leader's sidecar, and the group's catch-up then
+    fetches nothing from the origin in the foreground."""
+    bucket = "warm-real-" + secrets.token_hex(4)
+    s3_client(local_s3.endpoint).create_bucket(Bucket=bucket)
+    topic, per_partition, record = "billing-events", 26_000, 1000
+    sidecars: dict[int, SidecarProcess] = {}
+    try:
+        listen = {broker: f"127.0.0.1:{free_port()}" for broker in (1, 2)}
+        for broker, address in listen.items():
+            cache = tmp_path / f"cache-{broker}"
+            cache.mkdir()
+            sidecars[broker] = SidecarProcess(local_s3.endpoint, cache, listen=address,
+                                              env={"SIDECAR_PREFETCH": "false"}).__enter__()
+        # Each broker's remote storage manager reads through the sidecar on its node.
+        storage = RemoteStorage(f"http://{listen[1]}", bucket, CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                                CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        with KafkaCluster(tmp_path / "kafka", storage, brokers=2, extra_by_node={
+                2: {"rsm.config.storage.s3.endpoint.url": f"http://{listen[2]}"}},
+                artifacts=ARTIFACTS / "broker-warm") as cluster:
+            admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+            try:
+                # Partition 0 led by broker 2, partition 1 by broker 1.
+                admin.create_topics([NewTopic(topic, replica_assignments={0: [2], 1: [1]},
+                                              topic_configs={**TIERED_TOPIC,
+                                                             "segment.bytes": str(4 * MIB)})])
+            finally:
+                admin.close()
+            produce(cluster.bootstrap, topic, (0, 1), per_partition, record)
+            remote = await_tiered(cluster, s3_client(local_s3.endpoint), bucket, topic, (0, 1))
+            assert all(len(remote[p]) >= 4 for p in (0, 1)), remote
+            # Group billing stopped inside each partition's second remote segment.
+            committed = {p: remote[p][1] + 11 for p in (0, 1)}
+            commit_group(cluster.bootstrap, "billing", topic, committed)
 
-    # The group's next reads of orders-0, through its leader's sidecar (b): all hits.
-    b = sidecars["b"]
-    replay = replay_json("--endpoint", b.data_url, "--list-endpoint", local_s3.endpoint,
-                         "--bucket", data.bucket, "--admin", b.admin_url, "--topic", "orders",
-                         "--partitions", "0", "--from-offset", str(commits[("orders", 0)]))
-    assert replay["crc_errors"] == 0 and replay["segments"] == 2
-    assert replay["block_hit_ratio"] == 1.0
-    for lane in ("foreground", "prefetch"):
-        assert b.metric("sidecar_origin_bytes_total", lane=lane) == 0, lane
+            document = {
+                "origin": {"endpoint": local_s3.endpoint, "bucket": bucket},
+                "kafka": {"bootstrap_servers": cluster.bootstrap, "timeout_s": 20,
+                          "sidecars": {str(b): p.admin_url for b, p in sidecars.items()}},
+                "replays": [{"group": "billing", "topic": topic}],
+            }
+            out = io.StringIO()
+            result = run(spark, parse_plan(document, env={}), out=out)
+            print(out.getvalue())
+            assert result.exit_code == 0
+            leader = {0: "broker-2", 1: "broker-1"}
+            assert result.rows and all(row.ok for row in result.rows)
+            warmed: dict[int, list[int]] = {0: [], 1: []}
+            for row in result.rows:
+                key = parse_aiven_key(row.key)
+                assert key is not None and row.node == leader[key.partition], row
+                warmed[key.partition].append(key.start_offset)
+            for p in (0, 1):
+                # From the segment holding the committed offset to the last remote one.
+                assert sorted(warmed[p]) == [o for o in remote[p] if o >= remote[p][1]], p
+            (lag,) = result.groups
+            assert lag.lag_records == sum(per_partition - committed[p] for p in (0, 1))
+
+            done = catch_up(cluster.bootstrap, topic, (0, 1), per_partition, record,
+                            group="billing", start=committed)
+            assert done.records == sum(per_partition - committed[p] for p in (0, 1))
+            for broker, process in sidecars.items():
+                assert process.metric("sidecar_origin_bytes_total", lane="warm") > 0, broker
+                assert process.metric("sidecar_origin_bytes_total", lane="foreground") == 0, \
+                    broker
+    finally:
+        for process in sidecars.values():
+            process.stop()
 
 
 def test_a_dry_run_of_a_cluster_plan_gives_each_groups_lag_and_warms_nothing(
@@ -483,7 +538,7 @@ def test_a_dry_run_of_a_cluster_plan_gives_each_groups_lag_and_warms_nothing(
                 **{s.key: "broker-2" for s in data.of("clicks", 1)}}
     assert {row.key: row.node for row in result.rows} == expected
     (lag,) = result.groups
-    warmed = sum(len(s.data) for s in orders1[1:3])
+    warmed = sum(warm_sizes(data)[s.key] for s in orders1[1:3])
     assert lag.behind == (1,) and lag.segments == 2 and lag.bytes == warmed
     assert lag.lag_records == orders1[-1].end_offset + 1 + LOCAL_TAIL \
         - billing_commits(data)[("orders", 1)]

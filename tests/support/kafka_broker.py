@@ -1,10 +1,13 @@
-"""A small Kafka-protocol server that stands in for a broker in tests.
+"""A STAND-IN: a small Kafka-protocol server that answers for a fixture cluster.
 
-No Kafka broker can run on the test machines (no ZooKeeper/KRaft JVM to spare,
-no network), so the warm-up job's cluster reads are tested against this
-instead: one listener per broker of a fixture cluster, on 127.0.0.1 port 0,
-speaking the real wire protocol through kafka-python's own request and
-response classes (`kafka.protocol.*`). It answers what the admin client asks
+A real broker now runs in the tests (sidecar/tools/broker.py: the real-broker
+tests and the warm-up of a real lagging group). This stand-in is kept for the
+warm-up job's cluster cases a small real cluster here cannot show cheaply:
+replicas on two racks with rack-aware replica choice, exact offsets and lag over
+segments built by the segment builder rather than by a broker, and brokers that
+are named but cannot be reached. One listener per broker of a fixture cluster,
+on 127.0.0.1 port 0, speaking the real wire protocol through kafka-python's own
+request and response classes (`kafka.protocol.*`). It answers what the admin client asks
 while reading metadata and group offsets, from the fixture:
 
 - ApiVersions (only the APIs below, so the client asks nothing else),

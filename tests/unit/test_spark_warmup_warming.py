@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -67,6 +68,18 @@ def test_one_call_per_segment_with_the_whole_object() -> None:
     assert body == {"objects": [{"bucket": "tiered", "key": segment(7).key, "start": 0,
                                  "end": None}], "ttl_s": 600.0}
     assert headers["Authorization"] == "Bearer s3cret"
+
+
+def test_a_segments_manifest_and_indexes_are_warmed_in_its_call() -> None:
+    sidecar = ScriptedSidecar((200, OK))
+    log = segment(7)
+    siblings = (log.key[:-3] + "indexes", log.key[:-3] + "rsm-manifest")
+    with_siblings = replace(log, companions=((siblings[0], 800), (siblings[1], 300)))
+    warm_call(sidecar, batch(), with_siblings, sleep=lambda s: None)
+    [(_, body, _)] = sidecar.calls
+    assert [item["key"] for item in body["objects"]] == [log.key, *siblings]
+    assert with_siblings.bytes == log.size + 1100
+    assert all(item["start"] == 0 and item["end"] is None for item in body["objects"])
 
 
 def test_transient_failures_are_retried_with_growing_backoff() -> None:

@@ -1,0 +1,59 @@
+"""The real broker's settings (sidecar/tools/broker.py): loopback only, KRaft with
+node 1 as the controller, tiered storage through the stand-in manager."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.tools.broker import (
+    RSM_CLASS,
+    BrokerError,
+    RemoteStorage,
+    broker_lib,
+    broker_properties,
+    kafka_uuid,
+)
+
+STORAGE = RemoteStorage("http://127.0.0.1:9000", "tiered", "AKID", "SECRET")
+
+
+def test_the_controller_node_listens_for_both_roles_on_loopback() -> None:
+    props = broker_properties(1, 9092, 9093, Path("/data"), STORAGE, controller=True)
+    assert props["process.roles"] == "broker,controller"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9093"
+    assert props["remote.log.storage.system.enable"] == "true"
+    assert props["remote.log.storage.manager.class.name"] == RSM_CLASS
+    assert props["rsm.config.storage.s3.endpoint.url"] == "http://127.0.0.1:9000"
+    assert props["rsm.config.chunk.size"] == str(4 * 1024 * 1024)
+
+
+def test_a_further_node_is_a_broker_that_uses_node_1_as_its_controller() -> None:
+    props = broker_properties(2, 9094, 9093, Path("/data"), None, controller=False)
+    assert props["process.roles"] == "broker"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9094"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9093"
+    assert props["remote.log.storage.system.enable"] == "false"
+    assert not any(key.startswith("rsm.config.") for key in props)
+
+
+def test_every_address_is_on_loopback() -> None:
+    props = broker_properties(1, 9092, 9093, Path("/data"), STORAGE, controller=True)
+    for key in ("listeners", "advertised.listeners", "controller.quorum.voters"):
+        hosts = [part.split("//")[-1].split("@")[-1].rsplit(":", 1)[0]
+                 for part in props[key].split(",")]
+        assert set(hosts) == {"127.0.0.1"}, key
+
+
+def test_missing_jars_name_the_command_that_fetches_them(tmp_path: Path) -> None:
+    with pytest.raises(BrokerError, match=r"no Kafka broker jars in .*: run `make kafka`"):
+        broker_lib(tmp_path)
+
+
+def test_a_kafka_uuid_is_22_url_safe_characters() -> None:
+    ids = {kafka_uuid() for _ in range(50)}
+    assert len(ids) == 50
+    assert all(len(i) == 22 and set(i) <= set(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") for i in ids)
