@@ -69,12 +69,19 @@ def build_parser() -> argparse.ArgumentParser:
                                default=argparse.SUPPRESS, help=described)
 
     demo = commands.add_parser("demo", help="local S3 with Kafka segments + the sidecar")
-    demo.add_argument("--listen", default="127.0.0.1:9330", metavar="H:P",
-                      help="the sidecar's S3 data port (default 127.0.0.1:9330)")
-    demo.add_argument("--admin-listen", default="127.0.0.1:9331", metavar="H:P",
-                      help="its admin port: /ui, /metrics, the API (default 127.0.0.1:9331)")
+    demo.add_argument("--broker", action="store_true",
+                      help="also a real Kafka broker (the jars of `make kafka`) whose tiered "
+                           "storage goes through the sidecar: produce, tier, catch two "
+                           "consumer groups up, print MB/s and hit ratios, then serve")
+    demo.add_argument("--listen", default=None, metavar="H:P",
+                      help="the sidecar's S3 data port (default 127.0.0.1:9330; with "
+                           "--broker a free port)")
+    demo.add_argument("--admin-listen", default=None, metavar="H:P",
+                      help="its admin port: /ui, /metrics, the API (default 127.0.0.1:9331; "
+                           "with --broker a free port)")
     demo.add_argument("--seconds", type=float, default=None,
-                      help="stop after this many seconds (default: run until interrupted)")
+                      help="stop after this many seconds of serving (default: run until "
+                           "interrupted)")
 
     replay = commands.add_parser(
         "replay", help="read partitions as a broker's remote reader does; check CRCs, measure")
@@ -157,12 +164,34 @@ def _tools_missing(command: str, exc: ImportError) -> ConfigError:
 
 
 def _demo(args: argparse.Namespace) -> None:
+    if args.broker:
+        _broker_demo(args)
+        return
     try:
         from sidecar.tools.demo import run_demo
     except ImportError as exc:
         raise _tools_missing("demo", exc) from None
 
-    asyncio.run(run_demo(args.listen, args.admin_listen, args.seconds))
+    asyncio.run(run_demo(args.listen or "127.0.0.1:9330",
+                         args.admin_listen or "127.0.0.1:9331", args.seconds))
+
+
+def _broker_demo(args: argparse.Namespace) -> None:
+    try:
+        from sidecar.tools.broker_demo import DemoFailed, run_broker_demo
+    except ImportError as exc:
+        raise _tools_missing("demo --broker", exc) from None
+
+    # Free ports unless asked otherwise: the broker's and moto's are free ones too,
+    # and two runs side by side must not collide.
+    try:
+        run_broker_demo(args.listen or "127.0.0.1:0", args.admin_listen or "127.0.0.1:0",
+                        args.seconds)
+    except DemoFailed as exc:
+        # Missing jars or Java are ConfigErrors (exit 2, before anything starts); this
+        # is the run itself failing, as a replay's bad batch does.
+        print(f"sidecar: error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def _replay(args: argparse.Namespace) -> None:

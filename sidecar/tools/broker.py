@@ -37,7 +37,7 @@ DEFAULT_LIB = REPO / "tests" / "kafka" / "target" / "lib"
 #: Aiven's own jar).
 RSM_CLASS = "io.kcs.standin.StandInRemoteStorageManager"
 START_TIMEOUT_S = 90.0
-STOP_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 10.0
 #: Segments of 1 MiB (Kafka's smallest `segment.bytes`) tier within seconds.
 SEGMENT_BYTES = 1024 * 1024
 

@@ -66,11 +66,17 @@ class LocalS3:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
         )
         assert self._process.stdout is not None
-        line = self._process.stdout.readline()
-        if not line:
-            self._process.wait(timeout=10)
-            raise RuntimeError(f"local S3 server exited with {self._process.returncode}")
-        self.endpoint = json.loads(line)["endpoint"]
+        try:
+            line = self._process.stdout.readline()
+            if not line:
+                self._process.wait(timeout=10)
+                raise RuntimeError(f"local S3 server exited with {self._process.returncode}")
+            self.endpoint = json.loads(line)["endpoint"]
+        except BaseException:
+            # Interrupted while it starts (the broker demo's Ctrl-C): it must not outlive
+            # this process, nor fail to print its endpoint into a pipe closed under it.
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(

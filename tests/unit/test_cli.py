@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import platform
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -51,3 +55,16 @@ def test_metrics_say_which_build_runs() -> None:
         "version": importlib.metadata.version("kafka-cold-sidecar"),
         "python": platform.python_version(),
     }) == 1.0
+
+
+def test_the_broker_demo_without_the_broker_jars_says_run_make_kafka(tmp_path: Path) -> None:
+    # An empty folder as the jars' place: checked before anything is started. A
+    # process of its own, as the CLI sets up the root logger.
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar", "demo", "--broker"], capture_output=True, text=True,
+        timeout=60, env={**os.environ, "SIDECAR_KAFKA_LIB": str(tmp_path)})
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == (f"sidecar: error: no Kafka broker jars in {tmp_path}: run `make "
+                           "kafka` (Maven fetches them from Maven Central per "
+                           "tests/kafka/pom.xml)\n")
