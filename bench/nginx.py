@@ -136,7 +136,8 @@ def _http_common(prefix: Path) -> str:
     fastcgi_temp_path {prefix}/tmp/fastcgi;
     uwsgi_temp_path {prefix}/tmp/uwsgi;
     scgi_temp_path {prefix}/tmp/scgi;
-    log_format bench '$request_method $uri $status $body_bytes_sent $request_time "$http_range"';
+    log_format bench '$request_method $uri $status $body_bytes_sent $request_time "$http_range" '
+                     '$connection $connection_requests';
 """
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 MiB = 1024 * 1024
 HIT_RATIO_MIN_REPLAY = 512 * MiB
+#: The broker scenario's targets are read over at least this much in remote storage.
+BROKER_MIN_REMOTE = 512 * MiB
 
 
 # --- reading the results ---------------------------------------------------------------
@@ -134,6 +136,7 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     targets += _cost_targets(results)
     targets += _isolation_targets(results)
     targets += _warmup_targets(results)
+    targets += _broker_targets(results)
     restart = _run(results, "restart", "index")
     seconds = (restart or {}).get("median_seconds")
     met = None if seconds is None else (seconds < 2.0 and bool(restart and restart.get("ok")))
@@ -208,22 +211,32 @@ def _cost_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
     cold = _rounds(results, "cost-4p", "sidecar_cold")
     warm = _rounds(results, "cost-4p", "sidecar_warm")
-    cpu_s = lambda value: f"{value:.2f} CPU-s/GiB"  # noqa: E731
-    # The floors (bench/floor_server.py, bench/origin_floor.py) the sidecar's CPU is
-    # read against: serving its way with nothing else, and the origin side alone.
+    # The light client's CPU is read against its floors (bench/floor_server.py,
+    # bench/origin_floor.py): a Python server that verifies what it serves, doing the
+    # same work and nothing else. The sidecar is to stay within 1.1x of them; the
+    # absolute CPU goal stands on what a real broker sends (the broker scenario).
     serving = _median([_cpu_per_gib(run) for run in _rounds(
         results, "cost-4p", "floor_aiohttp-direct-verified")])
     origin_side = _median([_cpu_per_gib(run) for run in _rounds(
         results, "cost-4p", "floor_origin")])
-    at_most("cold replay, light client: sidecar CPU per GiB delivered", "<= 1.2 CPU-s/GiB",
-            [_cpu_per_gib(run) for run in cold], 1.2, cpu_s, cold,
-            "" if serving is None or origin_side is None else
-            f"floor {serving + origin_side:.2f}: the origin side alone {origin_side:.2f} "
-            f"+ serving the data port's way alone {serving:.2f}")
-    at_most("warm replay, light client: sidecar CPU per GiB delivered", "<= 0.5 CPU-s/GiB",
-            [_cpu_per_gib(run) for run in warm], 0.5, cpu_s, warm,
-            "" if serving is None else
-            f"floor {serving:.2f}: serving the data port's way alone")
+    cold_floor = None if serving is None or origin_side is None else serving + origin_side
+
+    def against(runs: list[dict[str, Any] | None], floor: float | None) -> list[float | None]:
+        return [None if floor is None else _ratio(_cpu_per_gib(run), floor) for run in runs]
+
+    def spent(runs: list[dict[str, Any] | None]) -> str:
+        value = _median([_cpu_per_gib(run) for run in runs])
+        return "" if value is None else f"{value:.2f} CPU-s/GiB"
+
+    at_most("cold replay, light client: sidecar CPU per GiB vs its floor", "<= 1.1x",
+            against(cold, cold_floor), 1.1, _times, cold,
+            "no floor measured" if cold_floor is None or origin_side is None or serving is None
+            else f"{spent(cold)} against the floor {cold_floor:.2f}: the origin side alone "
+            f"{origin_side:.2f} + serving the data port's way alone {serving:.2f}")
+    at_most("warm replay, light client: sidecar CPU per GiB vs its floor", "<= 1.1x",
+            against(warm, serving), 1.1, _times, warm,
+            "no floor measured" if serving is None else
+            f"{spent(warm)} against the floor {serving:.2f}: serving the data port's way alone")
     # Where the CPU is the bound, as here, a cold replay runs at most about warm /
     # (warm + the origin side alone) of the warm one's speed, even if serving it
     # cost no more than serving a hit.
@@ -542,6 +555,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     out += _cost_sections(results)
     out += _isolation_sections(results)
     out += _warmup_section(results)
+    out += _broker_section(results)
     out += _fragments()
 
     errors = results.get("errors") or []
@@ -930,6 +944,248 @@ def _warmup_section(results: dict[str, Any]) -> list[str]:
     return out
 
 
+# --- broker (bench/broker.py): consumers catching up through a real Kafka broker ----------
+
+
+def _broker_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    info = (results.get("scenarios") or {}).get("broker")
+    if not info:
+        return []
+    targets = []
+    remote = info.get("remote_log_bytes")
+    small = (f"{remote / MiB:.0f} MiB in remote storage, the target needs >= 512 MiB "
+             "(quick run: indicative only)") if remote is not None and \
+        remote < BROKER_MIN_REMOTE else ""
+
+    def problem(*runs: dict[str, Any] | None) -> str:
+        for run in runs:
+            if run is not None and not run.get("verified"):
+                return (f"{run.get('records')} of {run.get('records_expected')} records "
+                        "verified")
+        errors = sum(int(run.get("fetch_errors") or 0) for run in runs if run)
+        return f"{errors} fetches failed and were retried" if errors else ""
+
+    def judge(name: str, required: str, value: float | None, shown: str, met_if: Any,
+              runs: list[dict[str, Any] | None], note: str = "") -> None:
+        failed = problem(*runs)
+        met = None if value is None else bool(met_if(value))
+        if met is not None and failed and "verified" in failed:
+            met = False
+        elif met is not None and small:
+            met = None
+        notes = "; ".join(filter(None, [failed, small, note]))
+        targets.append(_target(name, required, value, shown, met, notes))
+
+    def run(name: str) -> dict[str, Any] | None:
+        return _run(results, "broker", name)
+
+    cold, direct, cached = run("sidecar_cold"), run("direct"), run("plugin_cache")
+    warm, local = run("sidecar_warm"), run("local")
+    for base, label, minimum in ((direct, "the manager reading the origin directly", 3.0),
+                                 (cached, "the manager with its own disk chunk cache", 1.5)):
+        value = _ratio(_mbps(cold), _mbps(base))
+        judge(f"broker catch-up, cold: sidecar vs {label}", f">= {minimum:g}x", value,
+              _times(value), lambda v, m=minimum: v >= m, [cold, base])
+    value = _ratio(_mbps(warm), _mbps(local))
+    judge("broker catch-up: warmed sidecar vs the broker's local log", ">= 0.8x", value,
+          _times(value), lambda v: v >= 0.8, [warm, local],
+          f"warmed via {(warm or {}).get('warm_up', {}).get('via', '?')}" if warm else "")
+    sidecar_cpu = _broker_cpu(cold, "sidecar_cpu_per_gib")
+    broker_cpu = _broker_cpu(cold, "broker_cpu_per_gib")
+    value = _ratio(sidecar_cpu, broker_cpu)
+    judge("broker catch-up, cold: sidecar CPU per GiB / the broker's own", "<= 1x", value,
+          _times(value), lambda v: v <= 1.0, [cold],
+          "" if sidecar_cpu is None or broker_cpu is None else
+          f"sidecar {sidecar_cpu:.2f}, broker {broker_cpu:.2f} CPU-s/GiB consumed")
+    value = (cold or {}).get("origin_body_bytes_per_consumed_byte")
+    judge("broker catch-up, cold: origin bytes / bytes consumed (sidecar)", "<= 1.05x", value,
+          _times(value), lambda v: v <= 1.05, [cold])
+    return targets
+
+
+def _broker_cpu(run: dict[str, Any] | None, field: str) -> float | None:
+    value = ((run or {}).get(field) or {}).get("total")
+    return float(value) if isinstance(value, int | float) else None
+
+
+_BROKER_ROWS = (
+    ("local", "local log (`catchup-local`, never tiered): the ceiling"),
+    ("direct", "manager → origin (direct)"),
+    ("plugin_cache", "manager + its disk chunk cache → origin"),
+    ("sidecar_cold", "manager → **sidecar, cold** → origin"),
+    ("sidecar_warm", "manager → **sidecar, warmed** → origin"),
+    ("sidecar_warm_1m", "manager, 1 MiB chunks → **sidecar, warmed** → origin"),
+)
+
+
+def _mib(value: Any) -> str:
+    return "n/a" if not isinstance(value, int | float) else f"{value / MiB:,.1f}"
+
+
+def _size(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return "n/a"
+    if value < 1024:
+        return f"{value:.0f} B"
+    if value < MiB:
+        return f"{value / 1024:.1f} KiB"
+    return f"{value / MiB:.1f} MiB"
+
+
+def _sizes(pattern: dict[str, Any]) -> str:
+    sizes = pattern.get("sizes") or {}
+    return " / ".join(_size(sizes.get(name)) for name in ("p10", "p50", "p90", "max"))
+
+
+def _broker_section(results: dict[str, Any]) -> list[str]:
+    info = (results.get("scenarios") or {}).get("broker")
+    if not info:
+        return []
+    out = ["## Catching up through a real Kafka broker\n"]
+    warm = _run(results, "broker", "sidecar_warm") or {}
+    warmed = warm.get("warm_up") or {}
+    via = {"spark": "the Spark job (`--master local[2]`)",
+           "direct": "direct `POST /api/v1/warm` calls"}.get(str(warmed.get("via")), "n/a")
+    out.append(
+        f"One Apache Kafka {info.get('kafka_version', '')} broker (KRaft, tiered storage on, "
+        f"{info.get('java_version', 'Java')}, heap {info.get('broker_heap', '?')} and the "
+        "JVM flags of Kafka's start scripts) with the stand-in for Aiven's remote storage manager "
+        "(`tests/kafka`: Aiven's object layout and request pattern, a manifest GET whole, "
+        "indexes by closed range, the log one closed-range GET per "
+        f"{_num((info.get('chunk_bytes') or 0) / MiB, 0)} MiB chunk). Topic `catchup`: "
+        f"{info.get('partitions', '?')} partitions of "
+        f"{_num(info.get('records_per_partition'), 0)} records of "
+        f"{info.get('record_bytes', '?')} B, segments of "
+        f"{_num((info.get('segment_bytes') or 0) / MiB, 0)} MiB, "
+        f"{info.get('remote_segments', '?')} segments "
+        f"({_num((info.get('remote_log_bytes') or 0) / MiB, 1)} MiB of log, for "
+        f"{_num((info.get('value_bytes') or 0) / MiB, 1)} MiB of record values) in remote "
+        "storage, whatever is past them in each partition's active segment on the broker's "
+        "disk; `catchup-local` holds the same records "
+        "and is never tiered. Tiered through moto, then the bucket copied into the origin "
+        "emulator's files. For each row the broker is restarted with the manager pointed at "
+        "that row's endpoint (a fresh origin emulator, and sidecar), without its cache of "
+        "remote indexes, and a fresh consumer (kafka-python, in the harness's process, "
+        "`max_partition_fetch_bytes` 1 MiB) reads every partition from offset 0, checking "
+        "every record. *Plugin cache*: the stand-in for the plugin's `DiskChunkCache`, "
+        "`chunk.cache.prefetch.max.size` "
+        f"{_num((info.get('prefetch_bytes') or 0) / MiB, 0)} MiB (the plugin's README "
+        f"example), cache as large as the sidecar's ({info.get('sidecar_cache_size')}). "
+        f"*Warmed*: a fresh sidecar warmed with {via} before the restart"
+        + (f" ({_num(warmed.get('seconds'), 1)} s, "
+           f"{_num((warmed.get('bytes_fetched') or 0) / MiB, 0)} MiB fetched)" if warmed
+           else "")
+        + ". *1 MiB chunks*: topic `catchup-1m`, the same records tiered by the manager "
+        "with `chunk.size` 1 MiB, read through a fresh sidecar warmed with direct warm "
+        "calls of its objects. MB/s: record values, 10^6 B/s. *Fetch*: the consumer's polls "
+        "that returned records. CPU-s per GiB of values consumed, from /proc around the "
+        "catch-up: the broker's JVM, the sidecar, and the consumer's process (the harness). *Other "
+        "processes*: the cores that processes outside this run used meanwhile (this "
+        "machine may be shared).\n")
+    if info.get("spark_failure"):
+        out.append(f"The Spark job could not run, so the warm calls were sent directly: "
+                   f"`{' '.join(str(info['spark_failure']).split())[-400:]}`\n")
+    direct, local = _run(results, "broker", "direct"), _run(results, "broker", "local")
+    rows = []
+    for run_name, label in _BROKER_ROWS:
+        data = _run(results, "broker", run_name)
+        if data is None:
+            rows.append([label, "failed / not run", *[""] * 12])
+            continue
+        latency = data.get("fetch_latency_ms") or {}
+        traffic = data.get("origin_traffic") or {}
+        rows.append([
+            label, _num(_mbps(data)), _times(_ratio(_mbps(data), _mbps(direct))),
+            _times(_ratio(_mbps(data), _mbps(local))),
+            f"{data.get('records', 0):,} of {data.get('records_expected', 0):,}",
+            _num(latency.get("p50")), _num(latency.get("p99")),
+            _num(_broker_cpu(data, "broker_cpu_per_gib"), 2),
+            _num(_broker_cpu(data, "sidecar_cpu_per_gib"), 2)
+            if data.get("sidecar_cpu_per_gib") else "-",
+            _num(_broker_cpu(data, "consumer_cpu_per_gib"), 2),
+            f"{traffic.get('get_requests', 0):,}", _mib(traffic.get("body_bytes")),
+            _times(data.get("origin_body_bytes_per_consumed_byte")),
+            _num((data.get("foreign_cpu") or {}).get("cores"), 2),
+        ])
+    out.append(_table(["path", "MB/s", "x direct", "x local", "records verified",
+                       "fetch p50 ms", "fetch p99 ms", "broker CPU-s/GiB",
+                       "sidecar CPU-s/GiB", "consumer CPU-s/GiB", "origin GETs",
+                       "origin MiB", "origin bytes / consumed", "other processes"], rows))
+    out.append("")
+
+    out.append(
+        "What the manager asked of its endpoint (the sidecar's access log; for the direct "
+        "and cached rows the origin's, which it spoke to itself): GETs by object, how "
+        "their ranges were written, their sizes (the closed range's length, else "
+        "the bytes sent), and the connections they came over (distinct client ports "
+        "of established connections to the endpoint in /proc/net/tcp, sampled every "
+        "100 ms).\n")
+    histogram_labels: list[str] = []
+    rows = []
+    for run_name, label in _BROKER_ROWS:
+        pattern = (_run(results, "broker", run_name) or {}).get("endpoint_pattern")
+        if not pattern:
+            continue
+        kinds = pattern.get("by_kind") or {}
+        ranges = pattern.get("ranges") or {}
+        histogram = pattern.get("histogram") or {}
+        histogram_labels = histogram_labels or list(histogram)
+        rows.append([
+            label, f"{pattern.get('requests', 0):,}",
+            " / ".join(f"{(kinds.get(kind) or {}).get('gets', 0):,} "
+                       f"({_pct((kinds.get(kind) or {}).get('share'), 0)})"
+                       for kind in ("rsm-manifest", "indexes", "log")),
+            " / ".join(str(ranges.get(form, 0)) for form in ("closed", "open", "none")),
+            _sizes(pattern),
+            " / ".join(str(histogram.get(name, 0)) for name in histogram_labels),
+            str(pattern.get("connections") or "n/a"),
+            _num(pattern.get("requests_per_connection")),
+        ])
+    if rows:
+        out.append(_table(["path", "requests", "GETs: manifest / indexes / log",
+                           "ranges closed / open / none", "GET size p10 / p50 / p90 / max",
+                           "GETs " + " / ".join(histogram_labels), "connections",
+                           "requests per connection"], rows))
+        out.append("")
+
+    rows = []
+    for run_name, label in _BROKER_ROWS:
+        split = (_run(results, "broker", run_name) or {}).get("broker_threads_per_gib") or {}
+        if split:
+            top = sorted(split.items(), key=lambda item: -item[1])[:6]
+            rows.append([label, ", ".join(f"`{kind}` {value:.2f}" for kind, value in top)])
+    if rows:
+        out.append("Where the broker's CPU went, by thread (CPU-s per GiB consumed, the "
+                   "six largest kinds; Java's thread names as the kernel keeps them, 15 "
+                   "characters, less their numbers):\n")
+        out.append(_table(["path", "broker CPU-s/GiB by thread"], rows))
+        out.append("")
+
+    out.append("What reached the origin (its access log; connections are nginx's own "
+               "serial numbers):\n")
+    rows = []
+    for run_name, label in _BROKER_ROWS:
+        data = _run(results, "broker", run_name)
+        pattern = (data or {}).get("origin_pattern")
+        if not pattern:
+            continue
+        methods = pattern.get("methods") or {}
+        kinds = pattern.get("by_kind") or {}
+        rows.append([
+            label, f"{methods.get('GET', 0):,}", f"{methods.get('HEAD', 0):,}",
+            " / ".join(f"{(kinds.get(kind) or {}).get('gets', 0):,}"
+                       for kind in ("rsm-manifest", "indexes", "log")),
+            _sizes(pattern), _mib(pattern.get("bytes")),
+            str(pattern.get("connections") or "-"),
+            _num(pattern.get("requests_per_connection")),
+        ])
+    out.append(_table(["path", "GETs", "HEADs", "GETs: manifest / indexes / log",
+                       "GET size p10 / p50 / p90 / max", "MiB sent", "connections",
+                       "requests per connection"], rows))
+    out.append("")
+    return out
+
+
 METHOD = """## Running it
 
 ```sh
@@ -940,7 +1196,8 @@ make bench                          # the benchmark: installs nginx-light and wr
 .venv/bin/python -m bench --quick   # 256 MiB, 5 s wrk runs: checks the harness in about a minute
                                     # (bench/results/*-quick.{json,md}, not committed)
 .venv/bin/python -m bench --only cold-1p,warm-ranges   # some of: cold-1p cold-4p warm-replay
-                                    # warm-ranges isolation warmup
+                                    # warm-ranges cost-4p wide-48p isolation warmup restart
+                                    # broker (needs `make kafka`)
 .venv/bin/python -m bench --report-only bench/results/latest.json   # only regenerate this file
 .venv/bin/python -m bench --report-only bench/results/latest.json bench/results/X-partial.json
                                     # ... with the scenarios of a later partial run in their place
@@ -1054,6 +1311,19 @@ the topic's directories and partitions at the origin (ListObjectsV2 with
 sends one warm call per segment. Without Spark (or when the job cannot start)
 the harness sends the same calls itself and says so. The replay that follows
 lists segments at the origin (`--list-endpoint`), like the other sidecar rows.
+
+**Real broker** (`bench/broker.py`, `python -m bench --only broker`, after `make
+kafka`): the broker's remote storage manager signs every request (SigV4) with a
+key of its own; the origin emulator ignores signatures, the sidecar checks them
+and is given that key (`SIDECAR_AUTH_KEYS`). The data is tiered through moto
+(the emulator serves static files and cannot take uploads), then the bucket is
+copied into the emulator's files, with listings for the Spark job. Each row
+restarts the broker with `rsm.config.*` pointing at its endpoint, removes the
+broker's `remote-log-index-cache` while it is down, and waits until the
+broker logs that its remote log metadata is loaded before the consumer
+starts. The sidecar rows run with an access log (`SIDECAR_ACCESS_LOG`), the
+source of the request pattern; the origin emulator's log line carries nginx's
+connection serial and its request count.
 
 **Caveats**: everything (client, sidecar, nginx, origin) shares this one
 machine and its cores over loopback; the data set sits in the page cache, so

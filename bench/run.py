@@ -27,10 +27,18 @@ Scenarios (in this order; each starts its own servers, with fresh caches):
   warmup       warm the whole data set (the Spark job, else direct warm calls)
                into a fresh sidecar whose warm lane has a 160 MiB/s budget, then
                replay everything through it: warm-lane rate and hit ratio
+  restart      restart after a kill -9 over 100k slots, 3 times (bench/recovery.py)
+  broker       a real Kafka broker (tests/kafka, `make kafka`): consumers catch up on
+               512 MiB tiered over 4 partitions (64 MiB with --quick) through its
+               remote storage manager straight to the origin, with the manager's own
+               disk chunk cache, through a cold and a warmed sidecar, and from the
+               broker's local log; MB/s, CPU per GiB of the broker and the sidecar,
+               origin traffic, the manager's request pattern (bench/broker.py)
 
 warm-replay and warm-ranges reuse the sidecar cold-4p warmed; run alone (with
 --only) they warm a fresh sidecar with one replay first, recorded as a warm-up.
-isolation and warmup start their own servers (bench/isolation.py, bench/warmup.py).
+isolation, warmup and broker start their own servers (bench/isolation.py,
+bench/warmup.py, bench/broker.py).
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cpu
+from bench.broker import run_broker
 from bench.clients import ClientFailed, replay_command, run_replay, run_wrk
 from bench.cost import floor_server, run_cost_4p, run_wide
 from bench.dataset import (
@@ -85,7 +94,7 @@ REPO = BENCH_DIR.parent
 RESULTS = BENCH_DIR / "results"
 DATA = BENCH_DIR / "data"
 SCENARIOS = ("cold-1p", "cold-4p", "warm-replay", "warm-ranges", "cost-4p", "wide-48p",
-             "isolation", "warmup", "restart")
+             "isolation", "warmup", "restart", "broker")
 RESULTS_VERSION = 1
 # Floor servers (bench/floor_server.py) the warm ranges are also read from.
 RANGE_FLOORS = ("aiohttp", "aiohttp-direct-verified")
@@ -115,11 +124,16 @@ class Settings:
     warmup_cache_size: str = "4GiB"  # warmed blocks are protected within half the cache
     # cost-4p and wide-48p (bench/cost.py): rounds of each, fresh servers every round
     cost_rounds: int = 3
+    # broker (bench/broker.py): bytes in remote storage over its 4 partitions, segment size
+    broker_remote_bytes: int = 512 * 1024 * 1024
+    broker_segment_bytes: int = 64 * 1024 * 1024
 
 
 FULL_SETTINGS = Settings(quick=False, dataset=FULL, wrk_seconds=20)
 QUICK_SETTINGS = Settings(quick=True, dataset=QUICK, wrk_seconds=5, probe_idle_seconds=4.0,
-                          miss_samples=8, cost_rounds=1)
+                          miss_samples=8, cost_rounds=1,
+                          broker_remote_bytes=64 * 1024 * 1024,
+                          broker_segment_bytes=8 * 1024 * 1024)
 
 
 def _now() -> str:
@@ -552,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
             run_warmup(bench)
         if "restart" in selected:
             bench.restart()
+        if "broker" in selected:
+            run_broker(bench)
     except KeyboardInterrupt:
         bench.errors.append({"scenario": "*", "run": "*", "error": "interrupted"})
         print("bench: interrupted; writing what was measured", file=sys.stderr)

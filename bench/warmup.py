@@ -31,6 +31,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.clients import ClientFailed, run_bounded
+from bench.dataset import StoredObject
 from bench.nginx import NginxServer
 from bench.sidecar_server import SidecarServer, client_env
 from sidecar.config import parse_rate
@@ -154,33 +156,39 @@ def spark_available() -> tuple[bool, str]:
     return True, ""
 
 
-def warm_plan(bench: Bench, origin: NginxServer, sidecar: SidecarServer) -> dict[str, Any]:
+def warm_plan(bench: Bench, origin: NginxServer, sidecar: SidecarServer,
+              bucket: str | None = None, topic: str | None = None) -> dict[str, Any]:
+    """The plan that warms every partition of `topic` (the data set's by default)."""
     spec = bench.dataset.spec
     return {
-        "origin": {"endpoint": origin.url, "bucket": spec.bucket, "prefix": "",
+        "origin": {"endpoint": origin.url, "bucket": bucket or spec.bucket, "prefix": "",
                    "region": "us-east-1"},
         "layout": "aiven",
         "sidecars": {"bench": sidecar.admin_url},
-        "replays": [{"topic": spec.topic, "partitions": "all"}],
+        "replays": [{"topic": topic or spec.topic, "partitions": "all"}],
         "ttl_s": WARM_TTL_S,
         "concurrency": bench.settings.warmup_calls,
     }
 
 
 def warm_with_spark(bench: Bench, origin: NginxServer, sidecar: SidecarServer,
-                    work: Path) -> dict[str, Any]:
-    plan = warm_plan(bench, origin, sidecar)
+                    work: Path, plan: dict[str, Any] | None = None,
+                    label: str = SCENARIO) -> dict[str, Any]:
+    """Run the Spark job with `plan` (the data set's by default, `warm_plan`)."""
+    plan = plan or warm_plan(bench, origin, sidecar)
     plan_path = work / "warmup-plan.json"
     plan_path.write_text(json.dumps(plan, indent=2))
     report_dir = work / "spark-report"
     args = [sys.executable, "-m", "spark_warmup", str(plan_path), "--master", "local[2]",
             "--report", str(report_dir)]
     env = {**client_env(), "PYSPARK_PYTHON": sys.executable}
-    print(f"  {SCENARIO}: Spark job (local[2]) warming {bench.dataset.total_bytes / 2**20:.0f} "
-          "MiB ...", file=sys.stderr, flush=True)
+    topics = ", ".join(replay["topic"] for replay in plan["replays"])
+    print(f"  {label}: Spark job (local[2]) warming topic {topics} ...", file=sys.stderr,
+          flush=True)
     started = time.monotonic()
     try:
-        finished = run_bounded(args, SPARK_TIMEOUT_S, env, bench.work / "logs" / "warmup-spark.log")
+        finished = run_bounded(args, SPARK_TIMEOUT_S, env,
+                               bench.work / "logs" / f"{label}-spark.log")
     except ClientFailed as exc:
         raise SparkUnusable(f"the Spark job did not finish: {exc}") from None
     job_seconds = time.monotonic() - started
@@ -212,14 +220,20 @@ def warm_with_spark(bench: Bench, origin: NginxServer, sidecar: SidecarServer,
     }
 
 
-def warm_directly(bench: Bench, sidecar: SidecarServer) -> dict[str, Any]:
-    spec = bench.dataset.spec
-    objects = sorted(bench.dataset.objects, key=lambda item: (item.partition, item.key))
-    print(f"  {SCENARIO}: direct warm calls ({bench.settings.warmup_calls} at a time) warming "
-          f"{bench.dataset.total_bytes / 2**20:.0f} MiB ...", file=sys.stderr, flush=True)
+def warm_directly(bench: Bench, sidecar: SidecarServer,
+                  objects: Sequence[StoredObject] | None = None, bucket: str | None = None,
+                  label: str = SCENARIO) -> dict[str, Any]:
+    """One warm call per object (the data set's segments by default), as the Spark
+    job sends them, `warmup_calls` at a time."""
+    bucket = bucket or bench.dataset.spec.bucket
+    objects = sorted(bench.dataset.objects if objects is None else objects,
+                     key=lambda item: (item.partition, item.key))
+    planned = sum(item.size for item in objects)
+    print(f"  {label}: direct warm calls ({bench.settings.warmup_calls} at a time) warming "
+          f"{planned / 2**20:.0f} MiB ...", file=sys.stderr, flush=True)
 
     def one(key: str, size: int) -> dict[str, Any]:
-        body = [{"bucket": spec.bucket, "key": key, "start": 0, "end": None}]
+        body = [{"bucket": bucket, "key": key, "start": 0, "end": None}]
         return sidecar.warm(body, WARM_TTL_S, timeout_s=60.0 + size / 2**20)
 
     started = time.monotonic()
@@ -236,7 +250,7 @@ def warm_directly(bench: Bench, sidecar: SidecarServer) -> dict[str, Any]:
         "job_seconds": round(seconds, 3),
         "warm_stage_seconds": round(seconds, 3),
         "segments": len(objects),
-        "planned_bytes": bench.dataset.total_bytes,
+        "planned_bytes": planned,
         "warmed_bytes": sum(item.size for item, answer in zip(objects, answers, strict=True)
                             if not answer.get("failed")),
         "bytes_fetched": totals["bytes_fetched"],

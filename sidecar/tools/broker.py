@@ -24,10 +24,13 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+from sidecar.layout import parse_aiven_key
 
 REPO = Path(__file__).resolve().parents[2]
 #: Where `make kafka` puts the broker's jars (see tests/kafka/pom.xml).
@@ -79,6 +82,12 @@ def broker_lib(lib: Path | None = None) -> Path:
             f"no Kafka broker jars in {folder}: run `make kafka` (Maven fetches them "
             "from Maven Central per tests/kafka/pom.xml)")
     return folder
+
+
+def kafka_version(lib: Path | None = None) -> str:
+    """The Apache Kafka version of the broker's jars (from `kafka_2.13-VERSION.jar`)."""
+    jar = next(broker_lib(lib).glob("kafka_2.13-*.jar"))
+    return jar.name.removeprefix("kafka_2.13-").removesuffix(".jar")
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,27 @@ def broker_properties(node_id: int, port: int, controller_port: int, data: Path,
     if storage is not None:
         props.update(storage.properties())
     return props
+
+
+@dataclass(frozen=True)
+class Tiered:
+    """A partition whose closed segments are all in the bucket and off the broker's disk."""
+
+    remote: tuple[int, ...]  # the start offsets of its remote segments, in order
+    active_base: int  # the base offset of its active segment: the first offset still local
+
+
+def remote_segments(client: Any, bucket: str, topic: str) -> dict[tuple[int, int], dict[str, int]]:
+    """The bucket's segment objects of `topic` (Aiven's layout, listed with a boto3
+    client): (partition, start offset) -> {suffix: size}."""
+    found: dict[tuple[int, int], dict[str, int]] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for item in page.get("Contents", ()):
+            key = parse_aiven_key(item["Key"])
+            if key is not None and key.topic == topic:
+                found.setdefault((key.partition, key.start_offset), {})[key.suffix] = \
+                    int(item["Size"])
+    return found
 
 
 @dataclass
@@ -242,7 +272,12 @@ class KafkaCluster:
             self.keep_logs(self.artifacts)
 
     def _java(self, java: str, lib: Path, main: str, *args: str) -> list[str]:
-        return [java, f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        # The JVM flags of Kafka's own start scripts (kafka-server-start.sh's heap,
+        # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS), the heap at `heap`: the
+        # garbage collector is a large part of what remote reads cost a broker.
+        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-server", "-XX:+UseG1GC",
+                "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+                "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
                 "-cp", f"{lib}/*", main, *args]
 
@@ -280,6 +315,33 @@ class KafkaCluster:
         """Base offsets of the segments of a partition in its brokers' log directories."""
         return sorted(int(log.stem) for node in self.nodes
                       for log in (node.data / f"{topic}-{partition}").glob("*.log"))
+
+    def tiered(self, client: Any, bucket: str, topic: str,
+               partitions: Iterable[int]) -> dict[int, Tiered] | None:
+        """Each partition's state once only its active segment is local and every
+        segment before it is in the bucket with its three objects; else None."""
+        objects = remote_segments(client, bucket, topic)
+        found = {}
+        for partition in partitions:
+            local = self.local_segments(topic, partition)
+            remote = sorted(start for (number, start) in objects if number == partition)
+            if (len(local) != 1 or local[0] == 0 or not remote or remote[-1] >= local[0]
+                    or any(len(objects[(partition, start)]) != 3 for start in remote)):
+                return None
+            found[partition] = Tiered(tuple(remote), local[0])
+        return found
+
+    def await_tiered(self, client: Any, bucket: str, topic: str, partitions: Iterable[int],
+                     timeout_s: float = 90.0) -> dict[int, Tiered]:
+        """`tiered`, awaited (the broker tiers every second); BrokerError after `timeout_s`."""
+        wanted = list(partitions)
+        deadline = time.monotonic() + timeout_s
+        while (state := self.tiered(client, bucket, topic, wanted)) is None:
+            if time.monotonic() > deadline:
+                raise BrokerError(f"the closed segments of {topic!r} were not all tiered "
+                                  f"within {timeout_s:g}s")
+            time.sleep(0.2)
+        return state
 
     def restart(self, node: BrokerNode) -> None:
         """Stop one broker's process group and start it again on the same port and data."""

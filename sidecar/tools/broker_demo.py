@@ -37,12 +37,12 @@ import boto3
 from kafka.errors import KafkaError
 
 from sidecar.errors import ConfigError
-from sidecar.layout import parse_aiven_key
 from sidecar.tools.broker import (
     TIERED_TOPIC,
     BrokerError,
     KafkaCluster,
     RemoteStorage,
+    Tiered,
     broker_lib,
 )
 from sidecar.tools.catch_up import CatchUp, CatchUpError, catch_up, produce
@@ -88,15 +88,6 @@ def check_prerequisites() -> None:
         raise ConfigError(str(exc)) from None
     if shutil.which("java") is None:
         raise ConfigError("no `java` on PATH: the Kafka broker needs a Java 17+ runtime")
-
-
-@dataclass(frozen=True)
-class Remote:
-    """A partition's tiering as the bucket and the broker's log dir show it."""
-
-    segments: int
-    #: The first offset not in remote storage: the active segment's base offset.
-    end_offset: int
 
 
 def run_broker_demo(listen: str, admin_listen: str, seconds: float | None) -> None:
@@ -145,8 +136,11 @@ def _run(stack: ExitStack, listen: str, admin_listen: str, seconds: float | None
          f"{RECORDS:,}, {RECORD_BYTES:,}-byte values, {written / 1e6:.1f} MB) to topic "
          f"'{TOPIC}' in {time.monotonic() - started:.1f} s")
     started = time.monotonic()
-    remote = _await_tiering(cluster, s3)
-    _say(f"Tiered: {sum(part.segments for part in remote.values())} closed segments of "
+    try:
+        remote = cluster.await_tiered(s3, BUCKET, TOPIC, range(PARTITIONS), TIER_TIMEOUT_S)
+    except BrokerError as exc:
+        raise DemoFailed(str(exc)) from None
+    _say(f"Tiered: {sum(len(part.remote) for part in remote.values())} closed segments of "
          f"{SEGMENT_BYTES // 2**20} MiB in bucket '{BUCKET}' and gone from the broker's "
          f"log dir ({_offsets(remote)}) in {time.monotonic() - started:.1f} s")
 
@@ -212,43 +206,11 @@ def _create_topic(bootstrap: str) -> None:
         admin.close()
 
 
-def _await_tiering(cluster: KafkaCluster, s3: Any) -> dict[int, Remote]:
-    """Until each partition's closed segments are in the bucket (listed at the
-    origin) and only its active segment is left in the broker's log dir."""
-    data = cluster.nodes[0].data
-    deadline = time.monotonic() + TIER_TIMEOUT_S
-    while (remote := _tiered(data, s3)) is None:
-        if time.monotonic() > deadline:
-            raise DemoFailed(f"the closed segments of '{TOPIC}' were not all tiered after "
-                             f"{TIER_TIMEOUT_S:g}s")
-        time.sleep(0.2)
-    return remote
-
-
-def _tiered(data: Path, s3: Any) -> dict[int, Remote] | None:
-    starts: dict[int, list[int]] = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
-        for item in page.get("Contents", []):
-            key = parse_aiven_key(item["Key"])
-            if key is not None and key.topic == TOPIC and key.suffix == "log":
-                starts.setdefault(key.partition, []).append(key.start_offset)
-    remote = {}
-    for partition in range(PARTITIONS):
-        local = sorted((data / f"{TOPIC}-{partition}").glob("*.log"))
-        if len(local) != 1 or not starts.get(partition):
-            return None
-        active_base = int(local[0].stem)
-        if active_base == 0 or max(starts[partition]) >= active_base:
-            return None
-        remote[partition] = Remote(len(starts[partition]), active_base)
-    return remote
-
-
-def _offsets(remote: dict[int, Remote]) -> str:
-    ends = {part.end_offset for part in remote.values()}
+def _offsets(remote: dict[int, Tiered]) -> str:
+    ends = {part.active_base for part in remote.values()}
     if len(ends) == 1:
         return f"offsets 0-{ends.pop() - 1:,} of each partition remote"
-    return ", ".join(f"partition {partition}: offsets 0-{part.end_offset - 1:,} remote"
+    return ", ".join(f"partition {partition}: offsets 0-{part.active_base - 1:,} remote"
                      for partition, part in sorted(remote.items()))
 
 
@@ -355,7 +317,7 @@ def _header(origin_endpoint: str, sidecar: ServeProcess, bootstrap: str, run_dir
 
 
 def _banner(sidecar: ServeProcess, bootstrap: str, secret: str, run_dir: Path,
-            remote: dict[int, Remote]) -> str:
+            remote: dict[int, Tiered]) -> str:
     """What to try while the demo serves; "Press Ctrl-C" is its last line."""
     signed = f"AWS_ACCESS_KEY_ID={BROKER_KEY} AWS_SECRET_ACCESS_KEY={secret} \\"
     consumer = (

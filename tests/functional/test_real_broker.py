@@ -25,14 +25,18 @@ import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from sidecar.layout import parse_aiven_key
-from sidecar.tools.broker import TIERED_TOPIC, KafkaCluster, RemoteStorage, free_port
+from sidecar.tools.broker import (
+    TIERED_TOPIC,
+    KafkaCluster,
+    RemoteStorage,
+    free_port,
+    remote_segments,
+)
 from sidecar.tools.catch_up import catch_up, produce
 from sidecar.tools.local_s3 import LocalS3
 from tests.functional.conftest import s3_client
-from tests.support import tiering
 from tests.support.fault_proxy import FaultProxy
 from tests.support.processes import SidecarProcess
-from tests.support.tiering import await_tiered
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.functional
@@ -119,12 +123,15 @@ def tiered_topic(rig: Rig, name: str, partitions: int, per_partition: int) -> li
         admin.close()
     ids = list(range(partitions))
     produce(rig.cluster.bootstrap, name, ids, per_partition, RECORD)
-    await_tiered(rig.cluster, s3_client(rig.origin.endpoint), rig.bucket, name, ids)
+    rig.cluster.await_tiered(s3_client(rig.origin.endpoint), rig.bucket, name, ids)
     return ids
 
 
 def remote_logs(rig: Rig, topic: str, partition: int) -> dict[int, int]:
-    return tiering.remote_logs(s3_client(rig.origin.endpoint), rig.bucket, topic, partition)
+    """The bucket's .log objects of a partition: start offset -> size."""
+    objects = remote_segments(s3_client(rig.origin.endpoint), rig.bucket, topic)
+    return {start: suffixes["log"] for (number, start), suffixes in objects.items()
+            if number == partition and "log" in suffixes}
 
 
 def origin_log_gets(rig: Rig, topic: str) -> list[tuple[str, str | None]]:

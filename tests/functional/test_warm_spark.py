@@ -56,7 +56,6 @@ from tests.support.kafka_broker import (
 )
 from tests.support.processes import SidecarProcess
 from tests.support.spark_cluster import StandaloneCluster
-from tests.support.tiering import await_tiered
 
 MIB = 1024 * 1024
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -478,7 +477,8 @@ def test_a_real_groups_next_reads_are_warmed_on_the_leaders_sidecar_and_then_hit
             finally:
                 admin.close()
             produce(cluster.bootstrap, topic, (0, 1), per_partition, record)
-            remote = await_tiered(cluster, s3_client(local_s3.endpoint), bucket, topic, (0, 1))
+            tiered = cluster.await_tiered(s3_client(local_s3.endpoint), bucket, topic, (0, 1))
+            remote = {p: tiered[p].remote for p in (0, 1)}
             assert all(len(remote[p]) >= 4 for p in (0, 1)), remote
             # Group billing stopped inside each partition's second remote segment.
             committed = {p: remote[p][1] + 11 for p in (0, 1)}

@@ -1,21 +1,25 @@
 """`sidecar demo --broker` without a broker: the settings the README shows are the
-ones it runs with, what it takes as tiered, and the hit ratio it prints."""
+ones it runs with, what a cluster takes as tiered, and the hit ratio it prints."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from sidecar.tools.broker import RemoteStorage, broker_properties
+from sidecar.tools.broker import (
+    BrokerNode,
+    KafkaCluster,
+    RemoteStorage,
+    Tiered,
+    broker_properties,
+)
 from sidecar.tools.broker_demo import (
     BROKER_KEY,
     BUCKET,
     PARTITIONS,
     TOPIC,
-    Remote,
     _offsets,
     _served,
-    _tiered,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +55,7 @@ class Listing:
 
     def paginate(self, Bucket: str) -> list[dict[str, object]]:
         assert Bucket == BUCKET
-        return [{"Contents": [{"Key": key} for key in self.keys]}]
+        return [{"Contents": [{"Key": key, "Size": 1} for key in self.keys]}]
 
 
 def segment_keys(partition: int, starts: list[int]) -> list[str]:
@@ -59,21 +63,26 @@ def segment_keys(partition: int, starts: list[int]) -> list[str]:
             for start in starts for suffix in ("log", "indexes", "rsm-manifest")]
 
 
-def log_dir(root: Path, active: dict[int, list[int]]) -> Path:
+def cluster_on(root: Path, active: dict[int, list[int]]) -> KafkaCluster:
+    """A cluster of one node whose log directory holds these segments (none running)."""
+    cluster = KafkaCluster(root, None, nodes=[BrokerNode(1, 0, root)])
     for partition, bases in active.items():
-        folder = root / f"{TOPIC}-{partition}"
+        folder = root / "data" / f"{TOPIC}-{partition}"
         folder.mkdir(parents=True)
         for base in bases:
             (folder / f"{base:020d}.log").touch()
-    return root
+    return cluster
+
+
+def tiered(root: Path, active: dict[int, list[int]], keys: list[str]) -> dict[int, Tiered] | None:
+    return cluster_on(root, active).tiered(Listing(keys), BUCKET, TOPIC, range(PARTITIONS))
 
 
 def test_tiered_once_every_partition_has_only_its_active_segment_left(tmp_path: Path) -> None:
     keys = [key for partition in range(PARTITIONS)
             for key in segment_keys(partition, [0, 1800, 3600])]
-    data = log_dir(tmp_path, {partition: [5400] for partition in range(PARTITIONS)})
-    assert _tiered(data, Listing(keys)) == {
-        partition: Remote(3, 5400) for partition in range(PARTITIONS)}
+    assert tiered(tmp_path, {partition: [5400] for partition in range(PARTITIONS)}, keys) == {
+        partition: Tiered((0, 1800, 3600), 5400) for partition in range(PARTITIONS)}
 
 
 def test_not_tiered_while_a_closed_segment_is_still_local_or_none_is_remote(
@@ -81,18 +90,27 @@ def test_not_tiered_while_a_closed_segment_is_still_local_or_none_is_remote(
     # (Kafka deletes a closed segment locally only once its copy is in remote storage.)
     keys = [key for partition in range(PARTITIONS)
             for key in segment_keys(partition, [0, 1800])]
-    still_local = log_dir(tmp_path / "a", {0: [1800, 3600], 1: [3600], 2: [3600]})
-    assert _tiered(still_local, Listing(keys)) is None
-    never_rolled = log_dir(tmp_path / "b", {0: [3600], 1: [3600], 2: [0]})
-    assert _tiered(never_rolled, Listing([key for key in keys if "/2/" not in key])) is None
-    assert _tiered(log_dir(tmp_path / "c", {0: [3600], 1: [3600], 2: [3600]}),
-                   Listing(keys)) is not None
+    assert tiered(tmp_path / "a", {0: [1800, 3600], 1: [3600], 2: [3600]}, keys) is None
+    assert tiered(tmp_path / "b", {0: [3600], 1: [3600], 2: [0]},
+                  [key for key in keys if "/2/" not in key]) is None
+    assert tiered(tmp_path / "c", {0: [3600], 1: [3600], 2: [3600]}, keys) is not None
+
+
+def test_not_tiered_until_each_remote_segment_has_its_manifest_and_indexes(
+        tmp_path: Path) -> None:
+    keys = [key for partition in range(PARTITIONS)
+            for key in segment_keys(partition, [0, 1800])]
+    # The manifest is uploaded last: a segment without it is still on its way.
+    last_manifest = next(key for key in reversed(keys) if key.endswith(".rsm-manifest"))
+    assert tiered(tmp_path / "a", {0: [3600], 1: [3600], 2: [3600]},
+                  [key for key in keys if key != last_manifest]) is None
 
 
 def test_the_ranges_printed_name_each_partition_only_when_they_differ() -> None:
-    assert _offsets({0: Remote(4, 8000), 1: Remote(4, 8000)}) == (
+    four, three = (0, 2000, 4000, 6000), (0, 2000, 4000)
+    assert _offsets({0: Tiered(four, 8000), 1: Tiered(four, 8000)}) == (
         "offsets 0-7,999 of each partition remote")
-    assert _offsets({1: Remote(4, 8000), 0: Remote(3, 6000)}) == (
+    assert _offsets({1: Tiered(four, 8000), 0: Tiered(three, 6000)}) == (
         "partition 0: offsets 0-5,999 remote, partition 1: offsets 0-7,999 remote")
 
 

@@ -30,7 +30,7 @@ import java.util.Optional;
 
 import software.amazon.awssdk.auth.credentials.AwsBasicCredentials;
 import software.amazon.awssdk.auth.credentials.StaticCredentialsProvider;
-import software.amazon.awssdk.core.ResponseBytes;
+import software.amazon.awssdk.core.ResponseInputStream;
 import software.amazon.awssdk.core.sync.RequestBody;
 import software.amazon.awssdk.http.apache.ApacheHttpClient;
 import software.amazon.awssdk.regions.Region;
@@ -62,6 +62,10 @@ import software.amazon.awssdk.services.s3.model.S3Exception;
  *       the plugin's manifest cache does), an index by a closed range of {@code .indexes}, and
  *       the log as one closed-range GET per {@code chunk.size} chunk, each read whole, no chunk
  *       cache (the plugin's default): a reader consuming 1 MiB asks for the whole chunk again;
+ *   <li>optionally, with {@code chunk.cache.path} set, the log's chunks through
+ *       {@link StandInDiskChunkCache}, a stand-in for the plugin's {@code DiskChunkCache} with
+ *       prefetching ({@code chunk.cache.size}, {@code chunk.cache.prefetch.max.size}): chunk
+ *       files on the broker's disk, a miss fetching the chunks after it too;
  *   <li>deletes: one DeleteObjects of the three keys;
  *   <li>AWS SDK v2's synchronous client on the pooled Apache HTTP client (50 connections).
  * </ul>
@@ -69,8 +73,10 @@ import software.amazon.awssdk.services.s3.model.S3Exception;
  * Configured under the broker's {@code rsm.config.} prefix with the plugin's own names:
  * {@code storage.s3.endpoint.url}, {@code storage.s3.bucket.name}, {@code storage.s3.region},
  * {@code storage.s3.path.style.access.enabled}, {@code storage.aws.access.key.id},
- * {@code storage.aws.secret.access.key}, {@code chunk.size}, {@code key.prefix}. No compression
- * or encryption (the plugin's defaults).
+ * {@code storage.aws.secret.access.key}, {@code chunk.size}, {@code key.prefix}, and for the
+ * chunk cache {@code chunk.cache.path}, {@code chunk.cache.size} (bytes, default 1 GiB) and
+ * {@code chunk.cache.prefetch.max.size} (bytes, default 0). No compression or encryption (the
+ * plugin's defaults).
  */
 public final class StandInRemoteStorageManager implements RemoteStorageManager {
     private static final int MANIFESTS_KEPT = 1000;
@@ -84,6 +90,8 @@ public final class StandInRemoteStorageManager implements RemoteStorageManager {
     private String prefix;
     private int chunkSize;
     private long partSize;
+    // The stand-in for the plugin's DiskChunkCache; null without chunk.cache.path (the default).
+    private StandInDiskChunkCache chunkCache;
     private final Map<String, JsonNode> manifests = Collections.synchronizedMap(
         new LinkedHashMap<>(16, 0.75f, true) {
             @Override
@@ -110,6 +118,18 @@ public final class StandInRemoteStorageManager implements RemoteStorageManager {
             .httpClientBuilder(ApacheHttpClient.builder().maxConnections(50)
                 .connectionTimeout(Duration.ofSeconds(5)).socketTimeout(Duration.ofSeconds(30)))
             .build();
+        final String cachePath = optional(configs, "chunk.cache.path", "");
+        if (!cachePath.isEmpty()) {
+            try {
+                chunkCache = new StandInDiskChunkCache(Path.of(cachePath),
+                    Long.parseLong(optional(configs, "chunk.cache.size", String.valueOf(1L << 30))),
+                    Long.parseLong(optional(configs, "chunk.cache.prefetch.max.size", "0")),
+                    this::open);
+            } catch (final IOException e) {
+                throw new IllegalArgumentException("rsm.config.chunk.cache.path " + cachePath
+                    + " is not a usable directory: " + e, e);
+            }
+        }
     }
 
     private static String required(final Map<String, ?> configs, final String name) {
@@ -215,7 +235,7 @@ public final class StandInRemoteStorageManager implements RemoteStorageManager {
             return kept;
         }
         try {
-            final JsonNode manifest = JSON.readTree(get(key, null).asByteArray());
+            final JsonNode manifest = JSON.readTree(get(key, null));
             manifests.put(key, manifest);
             return manifest;
         } catch (final IOException e) {
@@ -223,19 +243,40 @@ public final class StandInRemoteStorageManager implements RemoteStorageManager {
         }
     }
 
-    /** One GetObject, whole or of the closed range [first, last] (RFC 9110, 14.1.2). */
-    private ResponseBytes<GetObjectResponse> get(final String key, final long[] range)
-        throws RemoteStorageException {
-        try {
-            final GetObjectRequest.Builder request = GetObjectRequest.builder().bucket(bucket).key(key);
-            if (range != null) {
-                request.range("bytes=" + range[0] + "-" + range[1]);
+    /** One GetObject, whole or of the closed range [first, last] (RFC 9110, 14.1.2). A range
+     *  is read as the plugin reads a chunk: into an array of its size, one copy from the
+     *  socket. */
+    private byte[] get(final String key, final long[] range) throws RemoteStorageException {
+        final GetObjectRequest.Builder request = GetObjectRequest.builder().bucket(bucket).key(key);
+        if (range != null) {
+            request.range("bytes=" + range[0] + "-" + range[1]);
+        }
+        try (ResponseInputStream<GetObjectResponse> body = s3.getObject(request.build())) {
+            if (range == null) {
+                return body.readAllBytes();
             }
-            return s3.getObjectAsBytes(request.build());
+            final byte[] bytes = new byte[(int) (range[1] - range[0] + 1)];
+            final int read = body.readNBytes(bytes, 0, bytes.length);
+            if (read != bytes.length) {
+                throw new RemoteStorageException("reading " + key + ": " + read + " of "
+                    + bytes.length + " bytes");
+            }
+            return bytes;
         } catch (final NoSuchKeyException e) {
             throw new RemoteResourceNotFoundException("no object " + key, e);
-        } catch (final S3Exception e) {
+        } catch (final IOException | RuntimeException e) {
             throw new RemoteStorageException("reading " + key + ": " + e, e);
+        }
+    }
+
+    /** The closed range [first, last] of an object as a stream (the chunk cache's GETs). */
+    private InputStream open(final String key, final long first, final long last)
+        throws RemoteStorageException {
+        try {
+            return s3.getObject(GetObjectRequest.builder().bucket(bucket).key(key)
+                .range("bytes=" + first + "-" + last).build());
+        } catch (final NoSuchKeyException e) {
+            throw new RemoteResourceNotFoundException("no object " + key, e);
         } catch (final RuntimeException e) {
             throw new RemoteStorageException("reading " + key + ": " + e, e);
         }
@@ -275,10 +316,14 @@ public final class StandInRemoteStorageManager implements RemoteStorageManager {
                     final long stop = Math.min(first + chunk, size) - 1;
                     next++;
                     final byte[] bytes;
-                    try {
-                        bytes = get(key, new long[] {first, stop}).asByteArray();
-                    } catch (final RemoteStorageException e) {
-                        throw new IOException(e.getMessage(), e);
+                    if (chunkCache != null) {
+                        bytes = chunkCache.chunk(key, next - 1, chunk, size);
+                    } else {
+                        try {
+                            bytes = get(key, new long[] {first, stop});
+                        } catch (final RemoteStorageException e) {
+                            throw new IOException(e.getMessage(), e);
+                        }
                     }
                     final int from = (int) Math.max(0, startPosition - first);
                     final int to = (int) (Math.min(stop, end) - first + 1);
@@ -324,8 +369,8 @@ public final class StandInRemoteStorageManager implements RemoteStorageManager {
         if (length == 0) {
             return new ByteArrayInputStream(new byte[0]);
         }
-        return get(key(metadata, "indexes"), new long[] {first, first + length - 1})
-            .asInputStream();
+        return new ByteArrayInputStream(
+            get(key(metadata, "indexes"), new long[] {first, first + length - 1}));
     }
 
     @Override
@@ -346,6 +391,9 @@ public final class StandInRemoteStorageManager implements RemoteStorageManager {
 
     @Override
     public void close() {
+        if (chunkCache != null) {
+            chunkCache.close();
+        }
         if (s3 != null) {
             s3.close();
         }
