@@ -29,9 +29,9 @@ from sidecar.admin.stats import stats_snapshot
 from sidecar.config.reloading import Reload
 from sidecar.engine import Engine
 from sidecar.errors import ConfigError
+from sidecar.http_fields import undecodable_field
 from sidecar.isolation.modes import ModeState, parse_mode
 from sidecar.origin.client import Origin
-from sidecar.s3.http_fields import undecodable_field
 from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ ENDPOINTS = {
 async def _refuse_undecodable_headers(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """A header that is not UTF-8 (sidecar.s3.http_fields) is a 400 before any handler
+    """A header that is not UTF-8 (sidecar.http_fields) is a 400 before any handler
     compares it with the admin token or reads it."""
     unreadable = undecodable_field(request.headers.items())
     if unreadable is not None:

@@ -26,14 +26,15 @@ from sidecar.errors import (
     OriginObjectChanged,
     Overloaded,
 )
+from sidecar.http_fields import undecodable_field
 from sidecar.model import ObjectInfo
 from sidecar.origin.client import Origin
 from sidecar.s3.addressing import split_path, validate_object_address
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
-from sidecar.s3.http_fields import undecodable_field
-from sidecar.s3.operations import OTHER_OPERATION, BadPayload, Operation, classify
+from sidecar.s3.operations import OTHER_OPERATION, Operation, classify
 from sidecar.s3.passthrough import PassThrough
+from sidecar.s3.payload import BadPayload
 from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
 from sidecar.s3.ranges import unsatisfied_content_range
 from sidecar.s3.sigv4 import Reason, SignatureRejected
@@ -354,20 +355,14 @@ class DataPort:
         return "hit" if sources == {Source.CACHE} else "miss"
 
     async def _send(self, response: web.StreamResponse, piece: Piece, lazy: bool) -> None:
-        """One piece to the client. A client that stops reading is cut off (its
-        connection and the piece it holds are let go).
+        """One piece to the client; a client that takes none of it within
+        client_timeout is cut off (its connection and the piece are let go).
 
         An open-ended read goes out SEND_BUFFER_BYTES at a time: what the socket
-        does not take at once is copied into the transport's buffer, so a whole
-        1 MiB chunk written at once would be copied again and held twice per
-        response (about 100 MiB more at 48 partitions at once, make bench's
-        wide-48p), for bytes a Kafka fetch mostly never reads.
-
-        A client has client_timeout to take each piece (at most a chunk, 1
-        MiB), however it goes out: one timer a piece. asyncio.wait_for around
-        every write made a task per 128 KiB (about 10 us of the event loop
-        each, 0.08 CPU-s per GiB served), and pushing one timer back after
-        every write cost half of that again."""
+        does not take at once is copied into the transport's buffer, and a whole
+        chunk held there per response is memory spent on bytes a Kafka fetch
+        mostly never reads. One timer covers the whole piece, not one a write
+        (bench/ANALYSIS.md has what each way cost)."""
         async with asyncio.timeout(self._client_timeout):
             if not lazy:
                 await response.write(piece)

@@ -41,16 +41,18 @@ from sidecar.errors import OriginUnavailable
 from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker, SignatureChain
 from sidecar.s3.operations import (
     MAX_DELETE_BODY,
-    BadPayload,
     Invalidates,
     Operation,
+    deleted_keys,
+    outbound_path,
+    outbound_query,
+)
+from sidecar.s3.payload import (
+    BadPayload,
     Payload,
     PayloadMode,
-    deleted_keys,
     outbound_headers,
-    outbound_path,
     outbound_payload,
-    outbound_query,
     plan_payload,
     response_headers,
 )

@@ -330,7 +330,8 @@ def _claims(raw_path: str, headers: dict[str, list[str]]) -> _Signed:
 
 def _epoch(timestamp: str) -> float:
     """`timestamp` has passed _TIMESTAMP_RE (YYYYMMDDTHHMMSSZ): its fields are
-    read by position (time.strptime took about 15 us of every request)."""
+    read by position, which its fixed layout allows and which costs a request
+    less than a format parser."""
     try:
         return datetime(int(timestamp[0:4]), int(timestamp[4:6]), int(timestamp[6:8]),
                         int(timestamp[9:11]), int(timestamp[11:13]), int(timestamp[13:15]),

@@ -57,7 +57,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from sidecar.s3.http_fields import as_sent
+from sidecar.http_fields import as_sent
 from sidecar.tally import ReadTally
 from sidecar.telemetry.thread_names import name_this_thread
 

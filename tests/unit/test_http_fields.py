@@ -1,11 +1,11 @@
-"""Header values that are not UTF-8 (sidecar.s3.http_fields)."""
+"""Header values that are not UTF-8 (sidecar.http_fields)."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.s3.http_fields import as_sent, is_text, undecodable_field
+from sidecar.http_fields import as_sent, is_text, undecodable_field
 
 
 def arrived(raw: bytes) -> str:

@@ -17,15 +17,17 @@ from sidecar.s3.aws_chunked import (
     unsigned_trailer_length,
 )
 from sidecar.s3.operations import (
-    BadPayload,
     Invalidates,
-    PayloadMode,
     classify,
     deleted_keys,
-    outbound_headers,
     outbound_path,
-    outbound_payload,
     outbound_query,
+)
+from sidecar.s3.payload import (
+    BadPayload,
+    PayloadMode,
+    outbound_headers,
+    outbound_payload,
     plan_payload,
     response_headers,
 )
