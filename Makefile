@@ -9,8 +9,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck clean kafka
 
-$(STAMP): pyproject.toml scripts/ensure-java.sh
-	sh scripts/ensure-java.sh
+$(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[tools,spark,test]'
@@ -18,6 +17,8 @@ $(STAMP): pyproject.toml scripts/ensure-java.sh
 
 # The real Kafka broker the broker tests, `sidecar demo --broker` and the broker benchmark
 # run (tests/kafka/pom.xml): fetched from Maven Central once, rebuilt when its files change.
+# Java (which Spark needs too) is installed here, by the targets that need it, not by
+# `make run`, whose demo needs none.
 KAFKA_STAMP := tests/kafka/target/.fetched
 $(KAFKA_STAMP): scripts/ensure-kafka.sh tests/kafka/pom.xml $(shell find tests/kafka/src -type f)
 	sh scripts/ensure-kafka.sh

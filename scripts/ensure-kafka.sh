@@ -1,8 +1,9 @@
 #!/bin/sh
-# The Java peers of the real-broker tests, `sidecar demo --broker` and `make bench`'s
-# broker scenario: Apache Kafka, its log4j2 binding and the stand-in remote storage
-# manager (tests/kafka/), fetched from Maven Central and built once into
-# tests/kafka/target/lib/ (ignored). Needs Java 17+ and Maven, installed from Debian
+# Java 17 for Spark (the warm-up job and its tests), and the Java peers of the
+# real-broker tests, `sidecar demo --broker` and `make bench`'s broker scenario:
+# Apache Kafka, its log4j2 binding and the stand-in remote storage manager
+# (tests/kafka/), fetched from Maven Central and built once into
+# tests/kafka/target/lib/ (ignored). Java 17+ and Maven are installed from Debian
 # when missing.
 set -eu
 here=$(dirname "$0")

@@ -190,3 +190,10 @@ def test_main_prints_markdown_or_toml(capsys: pytest.CaptureFixture[str]) -> Non
     assert capsys.readouterr().out == render_example_toml(OPTIONS)
     assert main(["--bogus"]) == 2
     assert "usage" in capsys.readouterr().err
+
+
+def test_the_readme_counts_the_options_there_are() -> None:
+    readme = (ROOT / "README.md").read_text()
+    counted = re.search(r"Every option \((\d+) of them", readme)
+    assert counted, "README.md no longer counts the options"
+    assert int(counted.group(1)) == len(OPTIONS)
