@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 from sidecar import installed_version
 from sidecar.config import OPTIONS, Config, Setting, build_config, read_toml, resolve
 from sidecar.config.reference import NEGATED_FLAGS, effective_values, render_effective
-from sidecar.errors import ConfigError, OriginUnavailable
+from sidecar.errors import ConfigError, MissingExtra, OriginUnavailable
 from sidecar.telemetry.logs import RequestIdFilter, choose_format, formatter_for
 
 EXIT_USAGE = 2
@@ -157,10 +157,7 @@ def _serve(args: argparse.Namespace) -> None:
 
 def _tools_missing(command: str, exc: ImportError) -> ConfigError:
     """`demo` and `replay` need the tools extra, which a broker node does not install."""
-    return ConfigError(
-        f"`sidecar {command}` needs the tools extra ({exc.name} is not installed): "
-        "pip install 'kafka-cold-sidecar[tools]'"
-    )
+    return MissingExtra(f"sidecar {command}", "tools", exc.name)
 
 
 def _demo(args: argparse.Namespace) -> None:

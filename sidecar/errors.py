@@ -16,6 +16,16 @@ class ConfigError(SidecarError):
     """Bad flag, TOML key, env var, size or rate: the CLI prints it and exits 2."""
 
 
+class MissingExtra(ConfigError):
+    """A command whose extra is not installed (`pip install .`, what a broker node
+    runs, installs none). The package is installed from its checkout, not an index."""
+
+    def __init__(self, command: str, extra: str, module: str | None) -> None:
+        package = (module or "").partition(".")[0] or "a package of it"
+        super().__init__(f"`{command}` needs the {extra} extra ({package} is not installed): "
+                         f"in the sidecar's checkout, pip install '.[{extra}]'")
+
+
 Headers = tuple[tuple[str, str], ...]
 
 

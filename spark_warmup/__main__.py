@@ -16,13 +16,22 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
-from spark_warmup.cluster import read_cluster
-from spark_warmup.job import run
-from spark_warmup.plan import PlanError, load_plan
+from sidecar.errors import MissingExtra
 
 PROG = "spark_warmup"
+
+try:
+    from pyspark.sql import SparkSession
+
+    from spark_warmup.cluster import read_cluster
+    from spark_warmup.job import run
+    from spark_warmup.plan import PlanError, load_plan
+except ImportError as missing:  # a plain `pip install .` has no spark extra
+    if __name__ != "__main__":
+        raise
+    print(f"{PROG}: error: {MissingExtra(f'python -m {PROG}', 'spark', missing.name)}",
+          file=sys.stderr)
+    sys.exit(2)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

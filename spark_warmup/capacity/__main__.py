@@ -18,13 +18,21 @@ from pathlib import Path
 
 from sidecar.config.loading import load_config, read_toml
 from sidecar.config.options import OPTIONS
-from sidecar.errors import ConfigError
-from spark_warmup.__main__ import build_session, session_settings
-from spark_warmup.capacity.curve import SizeError, parse_sizes
-from spark_warmup.capacity.job import MAX_TRACE_REQUESTS, InputError, Options, run
-from spark_warmup.capacity.simulate import Settings
+from sidecar.errors import ConfigError, MissingExtra
 
 PROG = "spark_warmup.capacity"
+
+try:
+    from spark_warmup.__main__ import build_session, session_settings
+    from spark_warmup.capacity.curve import SizeError, parse_sizes
+    from spark_warmup.capacity.job import MAX_TRACE_REQUESTS, InputError, Options, run
+    from spark_warmup.capacity.simulate import Settings
+except ImportError as missing:  # a plain `pip install .` has no spark extra
+    if __name__ != "__main__":
+        raise
+    print(f"{PROG}: error: {MissingExtra(f'python -m {PROG}', 'spark', missing.name)}",
+          file=sys.stderr)
+    sys.exit(2)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
