@@ -70,6 +70,14 @@ def session_settings(master: str | None, conf: Mapping[str, str],
     return settings
 
 
+def local_environment(master: str | None, env: Mapping[str, str]) -> dict[str, str]:
+    """What the environment of a local master's JVM needs: SPARK_LOCAL_IP on loopback
+    unless the operator chose one. Spark binds its web UI to every interface (and
+    warns that the host name resolves to loopback) when it is unset."""
+    local = master.startswith("local") if master else "PYSPARK_GATEWAY_PORT" not in env
+    return {"SPARK_LOCAL_IP": "127.0.0.1"} if local and "SPARK_LOCAL_IP" not in env else {}
+
+
 def build_session(master: str | None, settings: Mapping[str, str]) -> SparkSession:
     builder = SparkSession.builder.appName(PROG).config("spark.ui.showConsoleProgress", "false")
     if master is not None:
@@ -103,7 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # interpreter (Spark's default `python3` may lack boto3). On a cluster
         # PYSPARK_PYTHON must name the executors' own interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = build_session(args.master, session_settings(args.master, settings, os.environ))
+    spark_settings = session_settings(args.master, settings, os.environ)
+    os.environ.update(local_environment(args.master, os.environ))
+    spark = build_session(args.master, spark_settings)
     try:
         result = run(spark, plan, report_dir=args.report, dry_run=args.dry_run,
                      progress_s=args.progress, cluster=cluster)

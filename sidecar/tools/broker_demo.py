@@ -46,6 +46,7 @@ from sidecar.tools.broker import (
     broker_lib,
 )
 from sidecar.tools.catch_up import CatchUp, CatchUpError, catch_up, produce
+from sidecar.tools.commands import program
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from sidecar.tools.serve_process import ServeError, ServeProcess
 
@@ -329,12 +330,13 @@ def _banner(sidecar: ServeProcess, bootstrap: str, secret: str, run_dir: Path,
         f"Kafka bootstrap: {bootstrap}  topic '{TOPIC}', {PARTITIONS} partitions, "
         f"{_offsets(remote)}",
         "Consume it from offset 0 with a group of your own (kafka-python, in this venv):",
-        f"  python -c \"{consumer}\"",
+        f"  {program('python')} -c \"{consumer}\"",
         "",
         f"The broker's segments in bucket '{BUCKET}', read through the sidecar as the broker "
         "reads them (signed with the broker's key):",
         f"  {signed}",
-        f"  sidecar replay --endpoint {sidecar.data_url} --bucket {BUCKET} --topic {TOPIC} "
+        f"  {program('sidecar')} replay --endpoint {sidecar.data_url} --bucket {BUCKET} "
+        f"--topic {TOPIC} "
         f"--admin {sidecar.admin_url}",
         f"  {signed}",
         f"  aws s3 ls --recursive s3://{BUCKET}/ --endpoint-url {sidecar.data_url}",
@@ -342,7 +344,7 @@ def _banner(sidecar: ServeProcess, bootstrap: str, secret: str, run_dir: Path,
         f"  curl -i {sidecar.data_url}/{BUCKET}/",
         "",
         "Hit rates, origin traffic and the cache:",
-        f"  sidecar stats --admin {sidecar.admin_url}",
+        f"  {program('sidecar')} stats --admin {sidecar.admin_url}",
         f"  curl {sidecar.admin_url}/metrics",
         f"  {sidecar.admin_url}/ui  (live, in a browser)",
         "",

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.config import Config, load_config
 from sidecar.server import Sidecar
+from sidecar.tools.commands import DEMO_SPARK_CONF, program, python_module
 from sidecar.tools.kafka_segments import aiven_segment_objects, generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from sidecar.tools.warmup_example import example_instructions, example_plan
@@ -104,12 +105,12 @@ def _banner(sidecar: Sidecar, keys: list[str], run_dir: Path, warm_up: str) -> s
         f"    --key {log_key} --range bytes=0-1048575 {run_dir / 'first-mib.bin'}",
         "",
         "Hit rates, origin traffic and the cache in the terminal:",
-        f"  sidecar stats --admin {sidecar.admin_url}",
+        f"  {program('sidecar')} stats --admin {sidecar.admin_url}",
         "",
         "Hit ratios per topic and the cache size for 99% hits, from this demo's access "
         "log (Spark):",
-        f"  python -m spark_warmup.capacity --logs {sidecar.config.server.access_log} "
-        f"--report {run_dir / 'capacity-report'}",
+        f"  {python_module('spark_warmup.capacity')} {DEMO_SPARK_CONF} "
+        f"--logs {sidecar.config.server.access_log} --report {run_dir / 'capacity-report'}",
         f"  (then open {run_dir / 'capacity-report' / 'report.html'})",
         "",
         warm_up,

@@ -10,6 +10,8 @@ import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from sidecar.tools.commands import DEMO_SPARK_CONF, program, python_module
+
 # `sidecar.tools.kafka_segments.generate_topic_segments`' default first timestamp.
 DEMO_START_TIME_MS = 1_790_000_000_000
 
@@ -56,12 +58,12 @@ def example_instructions(plan_path: str, plan: dict[str, object], data_url: str,
         f"Warm the cache ahead of a replay (example plan written to {plan_path}):",
         *("  " + line for line in json.dumps(plan, indent=2).splitlines()),
         f"  {env} \\",
-        f"  python -m spark_warmup {plan_path} --dry-run",
+        f"  {python_module('spark_warmup')} {plan_path} --dry-run",
         f"  {env} \\",
-        f"  python -m spark_warmup {plan_path} --report {report_dir}",
+        f"  {python_module('spark_warmup')} {DEMO_SPARK_CONF} {plan_path} --report {report_dir}",
         "then replay through the sidecar (100% block hits for the warmed range):",
         f"  {env} \\",
-        f"  sidecar replay --endpoint {data_url} "
+        f"  {program('sidecar')} replay --endpoint {data_url} "
         f"--bucket {origin['bucket']} --topic {replays[-1]['topic']} "
         f"--admin {next(iter(sidecars.values()))}",
     ])

@@ -23,7 +23,7 @@ from sidecar.errors import ConfigError, MissingExtra
 PROG = "spark_warmup.capacity"
 
 try:
-    from spark_warmup.__main__ import build_session, session_settings
+    from spark_warmup.__main__ import build_session, local_environment, session_settings
     from spark_warmup.capacity.curve import SizeError, parse_sizes
     from spark_warmup.capacity.job import MAX_TRACE_REQUESTS, InputError, Options, run
     from spark_warmup.capacity.simulate import Settings
@@ -118,7 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(f"--sidecar-config {args.sidecar_config}: {exc}")
     if args.master is None or args.master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = build_session(args.master, session_settings(args.master, settings, os.environ))
+    spark_settings = session_settings(args.master, settings, os.environ)
+    os.environ.update(local_environment(args.master, os.environ))
+    spark = build_session(args.master, spark_settings)
     try:
         summary = run(spark, Options(
             logs=args.logs, report_dir=args.report, target_hit_ratio=args.target_hit_ratio,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.layout import parse_aiven_key
+from sidecar.tools.commands import program
 from sidecar.tools.kafka_segments import BatchHeader, iter_segment_batches
 from tests.functional.conftest import s3_client
 from tests.support.waiting import eventually
@@ -110,9 +111,11 @@ def test_demo_serves_genuine_segments_through_the_sidecar() -> None:
         ui = found(r"^\s+live hit rates \(browser\):\s+(\S+/ui)$", banner)
         with urllib.request.urlopen(ui, timeout=10) as page:
             assert b"<canvas" in page.read()
-        stats_command = found(r"^\s+(sidecar stats --admin \S+)$", banner).split()
-        stats = subprocess.run([sys.executable, "-m", *stats_command], capture_output=True,
-                               text=True, timeout=60)
+        # As printed, from where the demo ran: the venv's own `sidecar` (its path when
+        # PATH does not find it, as after `make run`).
+        stats_command = found(r"^\s+(\S*sidecar stats --admin \S+)$", banner).split()
+        assert stats_command[0] == program("sidecar")
+        stats = subprocess.run(stats_command, capture_output=True, text=True, timeout=60)
         assert stats.returncode == 0, stats.stderr
         assert re.search(r"byte hit ratio\s+\d", stats.stdout), stats.stdout
 
@@ -125,16 +128,14 @@ def test_demo_serves_genuine_segments_through_the_sidecar() -> None:
         assert f"--report {run_dir}/" in banner
 
         # The capacity analysis of the demo's own access log runs as printed.
-        analysis = found(r"^\s+(python -m spark_warmup.capacity --logs \S+ --report \S+)$",
-                         banner).split()
+        analysis = found(r"^\s+(\S*python\S* -m spark_warmup.capacity --conf "
+                         r"spark.ui.enabled=false --logs \S+ --report \S+)$", banner).split()
         log = Path(analysis[analysis.index("--logs") + 1])
         assert log.parent == run_dir
         eventually(lambda: key in log.read_text() if log.exists() else None,
                    "the reads in the demo's access log", timeout=10)
         report = Path(analysis[analysis.index("--report") + 1])
-        analysed = subprocess.run([sys.executable, *analysis[1:], "--conf",
-                                   "spark.ui.enabled=false"], capture_output=True, text=True,
-                                  timeout=600, env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+        analysed = subprocess.run(analysis, capture_output=True, text=True, timeout=600)
         assert analysed.returncode == 0, analysed.stderr[-3000:]
         summary = json.loads((report / "summary.json").read_text())
         assert summary["nodes"]["demo"]["served_bytes"] >= len(body) + 1048576

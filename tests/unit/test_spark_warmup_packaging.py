@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.tools.commands import program, python_module
 from sidecar.tools.kafka_segments import build_segment, iter_segment_batches
 from sidecar.tools.warmup_example import example_instructions, example_plan
 from spark_warmup.capacity.shipping import CAPACITY
@@ -94,6 +95,9 @@ def test_the_demo_example_is_a_valid_plan() -> None:
     assert clicks.times_ms.first == 1_790_000_000_000
     text = example_instructions("/run/plan.json", document, "http://127.0.0.1:9330",
                                 {"AWS_ACCESS_KEY_ID": "x"}, report_dir="/run/report")
-    assert "python -m spark_warmup /run/plan.json --dry-run" in text
-    assert "python -m spark_warmup /run/plan.json --report /run/report" in text
-    assert "sidecar replay --endpoint http://127.0.0.1:9330" in text and "--topic clicks" in text
+    spark_job = python_module("spark_warmup")
+    assert f"{spark_job} /run/plan.json --dry-run" in text
+    assert f"{spark_job} --conf spark.ui.enabled=false /run/plan.json --report /run/report" \
+        in text
+    assert f"{program('sidecar')} replay --endpoint http://127.0.0.1:9330" in text
+    assert "--topic clicks" in text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_warmup.__main__ import session_settings
+from spark_warmup.__main__ import local_environment, session_settings
 from spark_warmup.outcome import WarmRow, format_summary, summarize
 from spark_warmup.units import format_bytes, parse_rate, parse_size
 
@@ -128,3 +128,19 @@ def test_a_local_driver_listens_on_loopback_unless_told_otherwise(
     settings = session_settings(master, conf, env)
     assert settings.get("spark.driver.bindAddress") == bound
     assert {key: settings[key] for key in conf} == conf
+
+
+@pytest.mark.parametrize(
+    ("master", "env", "set_ip"),
+    [
+        ("local[2]", {}, "127.0.0.1"),
+        (None, {}, "127.0.0.1"),  # local[*]
+        ("local[2]", {"SPARK_LOCAL_IP": "10.1.2.3"}, None),  # the operator's choice stands
+        ("spark://m:7077", {}, None),  # executors elsewhere must reach the driver
+        (None, {"PYSPARK_GATEWAY_PORT": "4242"}, None),  # under spark-submit
+    ],
+)
+def test_a_local_jvm_binds_its_web_ui_to_loopback_unless_told_otherwise(
+    master: str | None, env: dict[str, str], set_ip: str | None
+) -> None:
+    assert local_environment(master, env).get("SPARK_LOCAL_IP") == set_ip
