@@ -2,9 +2,10 @@
 
 A local S3 server (moto on loopback) with bucket `tiered` holding genuine Kafka
 log segments in the Aiven tiered-storage layout (each segment's `.log`,
-`.indexes` and `.rsm-manifest`), and the sidecar in front of it. Its files (the
-cache, the example warm-up plan) live in a directory of its own, removed when
-it stops.
+`.indexes` and `.rsm-manifest`), and the sidecar in front of it. Its files live
+in a directory of its own: the cache is removed when it stops, and what it asks
+you to open (the access log, the example warm-up plan, the reports written
+there) stays, named at the start and at the stop.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import tempfile
 from dataclasses import dataclass
@@ -115,7 +117,8 @@ def _banner(sidecar: Sidecar, keys: list[str], run_dir: Path, warm_up: str) -> s
         "",
         warm_up,
         "",
-        f"Demo files (cache, warm-up plan), removed when the demo stops: {run_dir}",
+        f"Demo files: {run_dir} (its cache is removed when the demo stops; the access "
+        "log, the warm-up plan and the reports written there stay)",
         "Press Ctrl-C to stop.",
     ])
 
@@ -123,12 +126,22 @@ def _banner(sidecar: Sidecar, keys: list[str], run_dir: Path, warm_up: str) -> s
 async def run_demo(listen: str, admin_listen: str, seconds: float | None) -> None:
     for name, value in CREDENTIALS.items():
         os.environ.setdefault(name, value)
-    # One directory per run, so that two demos never share or overwrite a file,
-    # and nothing is left behind.
-    with LocalS3() as origin, tempfile.TemporaryDirectory(prefix="sidecar-demo-") as run:
-        run_dir = Path(run)
-        cache = run_dir / "cache"
-        cache.mkdir()
+    # One directory per run, so that two demos never share or overwrite a file. The
+    # cache goes when the demo stops; what it asked you to open stays.
+    run_dir = Path(tempfile.mkdtemp(prefix="sidecar-demo-"))
+    cache = run_dir / "cache"
+    cache.mkdir()
+    try:
+        await _serve(run_dir, cache, listen, admin_listen, seconds)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+        print(f"Kept after the demo: {run_dir} (access log, warm-up plan and reports; the "
+              "cache was removed)", flush=True)
+
+
+async def _serve(run_dir: Path, cache: Path, listen: str, admin_listen: str,
+                 seconds: float | None) -> None:
+    with LocalS3() as origin:
         loop = asyncio.get_running_loop()
         keys = await loop.run_in_executor(None, seed_bucket, origin.endpoint)
         sidecar = Sidecar(

@@ -9,6 +9,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -120,7 +121,7 @@ def test_demo_serves_genuine_segments_through_the_sidecar() -> None:
         assert re.search(r"byte hit ratio\s+\d", stats.stdout), stats.stdout
 
         # The example warm-up plan lives in this run's own directory.
-        run_dir = Path(found(r"removed when the demo stops: (\S+)$", banner))
+        run_dir = Path(found(r"^Demo files: (\S+) \(its cache is removed", banner))
         plan = Path(found(r"example plan written to (\S+)\)", banner))
         assert run_dir.is_dir() and run_dir.name.startswith("sidecar-demo-")
         assert run_dir.resolve() != Path(tempfile.gettempdir()).resolve()
@@ -148,6 +149,15 @@ def test_demo_serves_genuine_segments_through_the_sidecar() -> None:
     while not lines.empty():
         output.append(lines.get_nowait())
     printed = [line.rstrip("\n") for line in output if line.strip()]
-    # Everything else comes before it, shutdown adds nothing after it.
-    assert printed[-1] == BANNER_END and printed.count(BANNER_END) == 1
-    assert not run_dir.exists()
+    # Everything else comes before it; at the stop, only where its files stay.
+    assert printed[-2] == BANNER_END and printed.count(BANNER_END) == 1
+    assert printed[-1] == (f"Kept after the demo: {run_dir} (access log, warm-up plan and "
+                           "reports; the cache was removed)")
+    # What it asked you to open is still there; its cache is not.
+    try:
+        assert (run_dir / "access.log").stat().st_size > 0
+        assert (run_dir / "capacity-report" / "report.html").exists()
+        assert (run_dir / "warmup-plan.json").exists()
+        assert not (run_dir / "cache").exists()
+    finally:
+        shutil.rmtree(run_dir)
