@@ -34,7 +34,7 @@ KUBE = ROOT / "deploy" / "kubernetes"
 COMPONENTS = KUBE / "components"
 CREDENTIALS_EXAMPLE = KUBE / "credentials.env.example"
 RULES = ROOT / "deploy" / "prometheus" / "sidecar-rules.yml"
-UNIT = ROOT / "deploy" / "systemd" / "sidecar.service"
+UNIT = ROOT / "deploy" / "systemd" / "kafka-sidecar.service"
 DEFAULTS = {option.name: option.default for option in OPTIONS}
 
 
@@ -410,7 +410,7 @@ def test_kustomize_renders_the_optional_components(kubectl: str, tmp_path: Path)
 # --- systemd ---------------------------------------------------------------
 
 REQUIRED_UNIT_KEYS = {
-    "ExecStart", "EnvironmentFile", "Restart", "CPUAffinity", "IOSchedulingClass",
+    "ExecStart", "EnvironmentFile", "Restart", "CPUWeight", "IOSchedulingClass",
     "IOSchedulingPriority", "Nice", "MemoryMax", "LimitNOFILE", "NoNewPrivileges",
     "ProtectSystem", "ReadWritePaths", "PrivateTmp", "ProtectHome", "ProtectKernelTunables",
     "ProtectKernelModules", "ProtectControlGroups", "RestrictAddressFamilies",
@@ -483,6 +483,11 @@ def test_systemd_unit_carries_isolation_and_hardening() -> None:
     # Config errors (2) are not retried; an unreachable origin (75) is.
     assert keys["RestartPreventExitStatus"].split() == ["2"]
     assert "DynamicUser" in keys or keys.get("User") not in (None, "", "root")
+    # It starts on any host: no core pinned that a small one lacks, no placeholder.
+    assert "CPUAffinity" not in keys
+    assert keys["Documentation"] == "file:/usr/share/doc/kafka-sidecar/README.md"
+    assert "install -m 0644 deploy/systemd/kafka-sidecar.service /etc/systemd/system/" \
+        in UNIT.read_text(encoding="utf-8")
 
 
 def test_systemd_unit_installs_the_wheel_make_dist_builds() -> None:
