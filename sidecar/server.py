@@ -242,7 +242,8 @@ class Sidecar:
 
     def _say_who_may_sign(self, keys: Mapping[str, str], allow_anonymous: bool) -> None:
         own = self.origin.own_key()
-        signers = ([f"the origin credentials ({own[0][:4]}...)"] if own else []) + \
+        # An access key id names a key and proves nothing (its secret does): shown whole.
+        signers = ([f"the origin credentials (access key {own[0]})"] if own else []) + \
             ([f"{len(keys)} configured key(s)"] if keys else [])
         anonymous = "; unsigned requests may read" if allow_anonymous else ""
         if signers:

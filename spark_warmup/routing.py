@@ -110,7 +110,9 @@ def route_partitions(partitions: Iterable[tuple[str, int, str]], plan: Plan,
                 topic, partition, where, plan.kafka, cluster, nodes)
         else:
             targets[(topic, partition)] = (rendezvous_node(name, sorted(plan.sidecars)),)
-            hashed.append(name)
+            # With one sidecar there is no other node the bytes could have gone to.
+            if len(plan.sidecars) > 1:
+                hashed.append(name)
     return Routes(nodes, targets, tuple(hashed))
 
 

@@ -330,6 +330,23 @@ def render() -> str:
     return json.dumps(build(), indent=2) + "\n"
 
 
+def main(argv: list[str]) -> int:
+    """Write the dashboard JSON; with --check, only say whether it is current (exit 1 if
+    not), as the test suite does."""
+    if argv not in ([], ["--check"]):
+        print("usage: generate_dashboard.py [--check]", file=sys.stderr)
+        return 2
+    wanted = render()
+    if argv == ["--check"]:
+        if OUTPUT.read_text() != wanted:
+            print(f"{OUTPUT} is stale: run `python deploy/grafana/generate_dashboard.py` "
+                  "and commit it", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.write_text(wanted)
+    return 0
+
+
 if __name__ == "__main__":
-    OUTPUT.write_text(render())
+    sys.exit(main(sys.argv[1:]))
     print(f"wrote {OUTPUT}", file=sys.stderr)

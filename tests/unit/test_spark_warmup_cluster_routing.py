@@ -216,6 +216,15 @@ def test_a_plan_without_a_cluster_hashes_what_it_does_not_assign() -> None:
                               "over 2 sidecars")
 
 
+def test_one_sidecar_takes_every_partition_without_a_warning() -> None:
+    plan = parse_plan({"origin": {"bucket": "tiered"}, "sidecars": {"a": "http://a:1"},
+                       "replays": [{"topic": "orders"}]}, env={})
+    routes = route_partitions([("orders", 0, "replays[0]"), ("orders", 1, "replays[0]")],
+                              plan, None)
+    assert routes.targets == {("orders", 0): ("a",), ("orders", 1): ("a",)}
+    assert routes.hashed == ()
+
+
 @pytest.mark.parametrize(
     ("cluster", "kafka", "message"),
     [
