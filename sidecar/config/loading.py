@@ -210,8 +210,10 @@ def validate(values: Mapping[str, Any]) -> None:
         raise ConfigError("origin_deadline must be more than 0 (every origin read would fail)")
     admin: HostPort = values["admin_listen"]
     if not admin.is_loopback and values["admin_token"] is None:
+        # Named in every form: the listen address may have come from a file or the env.
         raise ConfigError(
-            f"--admin-listen {admin} is not loopback: set --admin-token to protect the admin port"
+            f"admin_listen {admin} is not loopback: set admin_token (--admin-token, "
+            "SIDECAR_ADMIN_TOKEN or admin_token in the config file) to protect the admin port"
         )
 
 

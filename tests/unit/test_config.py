@@ -155,3 +155,12 @@ def test_an_address_is_shown_and_made_a_url_as_rfc_3986_writes_it(
     address = parse_host_port(text)
     assert str(address) == shown and address.url == url
     assert parse_host_port(str(address)) == address
+
+
+def test_an_admin_port_off_loopback_without_a_token_names_every_way_to_set_one() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config({"cache_dir": "/x"}, {"SIDECAR_ADMIN_LISTEN": "0.0.0.0:9331"}, {})
+    message = str(refused.value)
+    assert message.startswith("admin_listen 0.0.0.0:9331 is not loopback: set admin_token")
+    assert all(form in message for form in ("--admin-token", "SIDECAR_ADMIN_TOKEN",
+                                            "admin_token in the config file"))
