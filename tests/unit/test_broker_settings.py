@@ -3,6 +3,7 @@ node 1 as the controller, tiered storage through the stand-in manager."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,15 @@ def test_a_kafka_uuid_is_22_url_safe_characters() -> None:
     assert len(ids) == 50
     assert all(len(i) == 22 and set(i) <= set(
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") for i in ids)
+
+
+def test_the_docs_name_the_versions_the_pom_pins() -> None:
+    root = Path(__file__).resolve().parents[2]
+    pom = (root / "tests" / "kafka" / "pom.xml").read_text()
+    pinned = {name: re.search(rf"<{name}\.version>([^<]+)<", pom).group(1)  # type: ignore[union-attr]
+              for name in ("kafka", "awssdk", "log4j")}
+    said = {"kafka": "Apache Kafka {}", "awssdk": "AWS SDK v2 {}", "log4j": "log4j {}"}
+    for doc in ("README.md", "docs/ARCHITECTURE.md"):
+        text = " ".join((root / doc).read_text().split())
+        for name, version in pinned.items():
+            assert said[name].format(version) in text, (doc, name, version)
