@@ -64,7 +64,8 @@ from bench.harness import BENCH_DIR, DATA, FULL_SETTINGS, QUICK_SETTINGS, REPO, 
 from bench.isolation import run_isolation
 from bench.machine import machine_info
 from bench.nginx import FIRST_BYTE_S, ORIGIN_RATE, ORIGIN_SEND_CHUNK, SLICE
-from bench.report import console_summary, evaluate_targets, merge_results, render_markdown
+from bench.report import console_summary, merge_results, render_markdown
+from bench.report_targets import evaluate_targets
 from bench.restart import run_restart
 from bench.warmup import run_warmup
 
