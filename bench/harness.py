@@ -33,6 +33,8 @@ DATA = BENCH_DIR / "data"
 
 @dataclass(frozen=True)
 class Settings:
+    """What a run measures with (the results keep them under "settings")."""
+
     quick: bool
     dataset: DatasetSpec
     wrk_seconds: int

@@ -59,6 +59,7 @@ from bench.broker import run_broker
 from bench.cold_1p import run_cold_1p
 from bench.cost import run_cost_4p, run_wide
 from bench.dataset import Dataset, ensure_dataset
+from bench.four_partitions import NAMES as FOUR_PARTITIONS
 from bench.four_partitions import run_four_partitions
 from bench.harness import BENCH_DIR, DATA, FULL_SETTINGS, QUICK_SETTINGS, REPO, Bench, Settings
 from bench.isolation import run_isolation
@@ -85,7 +86,7 @@ class Scenario:
 # latter two read the sidecar cold-4p warmed.
 STEPS = (
     Scenario(("cold-1p",), lambda bench, _: run_cold_1p(bench)),
-    Scenario(("cold-4p", "warm-replay", "warm-ranges"), run_four_partitions),
+    Scenario(FOUR_PARTITIONS, run_four_partitions),
     Scenario(("cost-4p",), lambda bench, _: run_cost_4p(bench)),
     Scenario(("wide-48p",), lambda bench, _: run_wide(bench)),
     Scenario(("isolation",), lambda bench, _: run_isolation(bench)),
