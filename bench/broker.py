@@ -58,13 +58,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from bench import cpu
 from bench.clients import ClientFailed
 from bench.connections import ConnectionSampler
 from bench.dataset import Dataset, DatasetSpec, StoredObject, write_listings
+from bench.harness import Bench
 from bench.nginx import NginxServer, origin_config, origin_traffic
 from bench.probe import foreign_cpu, read_process_times
 from bench.request_pattern import origin_requests, sidecar_requests, summarize
@@ -80,9 +81,6 @@ from sidecar.tools.broker import (
     kafka_version,
 )
 from sidecar.tools.catch_up import CatchUpError, catch_up, produce
-
-if TYPE_CHECKING:
-    from bench.run import Bench
 
 SCENARIO = "broker"
 MiB = 1024 * 1024

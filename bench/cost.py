@@ -22,27 +22,21 @@ around every replay (bench/cpu.py):
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench import cpu
 from bench.clients import ClientFailed, run_bounded
 from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
 from bench.floor_server import MODES as FLOOR_MODES
-from bench.floor_server import ready_port
+from bench.harness import Bench
 from bench.nginx import NginxServer, origin_config, origin_traffic
 from bench.sidecar_server import SidecarServer, client_env, stats_delta
-
-if TYPE_CHECKING:
-    from bench.run import Bench
 
 MiB = 1024 * 1024
 #: Connections of the origin floor: about as many as a cold 4-partition replay
@@ -158,35 +152,10 @@ def _direct(bench: Bench, number: int) -> dict[str, Any]:
                             origin.pid, origin)
 
 
-@contextmanager
-def floor_server(bench: Bench, mode: str) -> Iterator[tuple[str, int]]:
-    """A `bench.floor_server` over the data set's files: (endpoint, pid)."""
-    log = bench.work / "logs" / f"floor-{mode}.stderr"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "wb") as errors:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "bench.floor_server", "--root", str(bench.dataset.root),
-             "--mode", mode], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
-            env=client_env(), text=True)
-    try:
-        port = ready_port(process)
-        if port is None:
-            raise ClientFailed(f"floor server {mode} did not start: "
-                               f"{log.read_text(errors='replace')[-2000:]}")
-        yield f"http://127.0.0.1:{port}", process.pid
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
 def _floor(bench: Bench, mode: str, number: int) -> dict[str, Any]:
     """The data set replayed twice through a floor server: the first fills the
     page cache, the second (kept) is the floor."""
-    with floor_server(bench, mode) as (endpoint, pid):
+    with bench.floor_server(mode) as (endpoint, pid):
         light_replay(bench, f"cost-4p-floor-{mode}-first-{number}", bench.dataset, endpoint,
                      pid, None)
         return light_replay(bench, f"cost-4p-floor-{mode}-{number}", bench.dataset, endpoint,

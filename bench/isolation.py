@@ -30,11 +30,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from bench.clients import head
 from bench.dataset import StoredObject
+from bench.harness import Bench
 from bench.probe import (
     Probe,
     affinity_of,
@@ -46,9 +47,6 @@ from bench.probe import (
 from bench.sidecar_server import SidecarServer, stats_delta
 from bench.signing import presigned_path
 from bench.warmup import LaneSampler, lane_window
-
-if TYPE_CHECKING:
-    from bench.run import Bench
 
 SCENARIO = "isolation"
 MiB = 1024 * 1024

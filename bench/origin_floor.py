@@ -67,7 +67,7 @@ def blocks_of(endpoint: str, bucket: str, segments: dict[str, Any], block: int
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.origin_floor",
                                      description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--endpoint", required=True, help="the bench origin's URL")
@@ -80,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", choices=WORK, default="write")
     parser.add_argument("--scratch", type=Path, required=True,
                         help="a directory on the cache's disk, for --work write")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.threads < 1:
         parser.error("--threads must be at least 1")

@@ -36,16 +36,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bench.clients import ClientFailed, run_bounded
 from bench.dataset import StoredObject
+from bench.harness import Bench
 from bench.nginx import NginxServer
 from bench.sidecar_server import SidecarServer, client_env
 from sidecar.config import parse_rate
-
-if TYPE_CHECKING:
-    from bench.run import Bench
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = "warmup"

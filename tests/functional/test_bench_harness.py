@@ -35,7 +35,8 @@ from bench.broker import (
 from bench.cost import segments_by_partition
 from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
 from bench.nginx import NginxServer, OriginTraffic, origin_config, origin_traffic
-from bench.report import evaluate_targets, render_markdown
+from bench.report import render_markdown
+from bench.report_targets import evaluate_targets
 from bench.request_pattern import origin_requests, sidecar_requests, summarize
 from sidecar.telemetry.thread_names import name_this_thread
 from tests.support.waiting import eventually
