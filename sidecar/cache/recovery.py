@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.cache.index import HASH_BYTES, NO_BLOCK, TAG_BYTES, SlotIndex
-from sidecar.cache.slab import SlotScan
 from sidecar.cache.slot_fifo import SlotFifo
+from sidecar.cache.slot_format import SlotScan
 
 
 @dataclass

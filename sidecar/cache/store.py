@@ -68,15 +68,9 @@ from sidecar.cache.recovery import (
     ScrubProgress,
     free_stack,
 )
-from sidecar.cache.slab import (
-    SLOT_HEADER_SIZE,
-    NotResident,
-    Slab,
-    SlotScan,
-    chunk_size_for,
-    generation_of,
-)
+from sidecar.cache.slab import NotResident, Slab
 from sidecar.cache.slot_fifo import SlotFifo
+from sidecar.cache.slot_format import SLOT_HEADER_SIZE, SlotScan, chunk_size_for
 
 log = logging.getLogger(__name__)
 
@@ -332,9 +326,9 @@ class BlockStore:
             if recovered is None:
                 # Before any write: every generation of this start must
                 # outrank those on disk the scan has yet to find (slab.py).
-                epoch = await loop.run_in_executor(executor, slab.advance_epoch)
+                await loop.run_in_executor(executor, slab.advance_epoch)
                 recovered = _empty_index(slab, first_free=slab.opening.kept_slots,
-                                         next_generation=generation_of(epoch, 1))
+                                         next_generation=slab.first_generation())
                 if slab.opening.kept_slots:
                     merge = ScanMerge(recovered.index, recovered.policy,
                                       recovered.next_generation)
