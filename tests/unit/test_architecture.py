@@ -24,6 +24,7 @@ PURE = (
     "sidecar.s3.addressing", "sidecar.s3.errors",
     "sidecar.cache.slot_fifo", "sidecar.cache.index", "sidecar.cache.ident", "sidecar.cache.errors",
     "sidecar.cache.index", "sidecar.cache.slot_fifo",
+    "sidecar.cache.slot_format", "sidecar.cache.outcomes",
     "sidecar.origin.policy", "sidecar.isolation.lanes",
 )
 IO_MODULES = frozenset({
