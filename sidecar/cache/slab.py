@@ -130,7 +130,7 @@ class Slab:
 
         ``preallocate``: see ``sidecar.cache.slab_file.prepare``.
         ``direct_io``: chunk data goes past the page cache where it can
-        (see "I/O"); the buffers of such reads are reused, ``read_buffers``
+        (this module's docstring); the buffers of such reads are reused, ``read_buffers``
         of them at most (``sidecar.cache.read_buffers``).
         """
         path, opening = prepare(directory, slot_count, block_size, preallocate)
@@ -165,7 +165,7 @@ class Slab:
 
     @property
     def direct_io(self) -> bool:
-        """Whether chunk data is written and read past the page cache (see "I/O")."""
+        """Whether chunk data is written and read past the page cache (``DirectIO``)."""
         return self._direct.enabled
 
     @property
@@ -175,11 +175,11 @@ class Slab:
 
     @property
     def epoch(self) -> int:
-        """The file header's epoch (see "Generations")."""
+        """The file header's epoch (slot_format.py, "Generations")."""
         return self._epoch
 
     def first_generation(self) -> int:
-        """The first generation of the file header's epoch (see "Generations")."""
+        """The first generation of the file header's epoch (slot_format.py, "Generations")."""
         return generation_of(self._epoch, 1)
 
     def advance_epoch(self) -> int:

@@ -30,7 +30,8 @@ would read the blocks' data too); zeros and clear flags are empty slots,
 valid headers come back as cached blocks (into flat arrays, ``SlotScan``:
 identity hash, length, generation, checksums), anything else that claims a
 block is corrupt and dropped. Duplicates keep the higher generation, and the
-epoch (above) makes a block written after the restart outrank older copies.
+epoch (slot_format.py, "Generations") makes a block written after the
+restart outrank older copies.
 Data is not read at start: every read verifies the chunks it touches, which
 catches data torn by a crash or rotted on the disk.
 
