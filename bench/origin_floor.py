@@ -9,7 +9,7 @@ received with recv_into into a reused page-aligned buffer), in `--threads`
 threads at once. `--work` says what is done with each chunk as it lands:
 
 - `receive`: nothing;
-- `hash`: its xxh3 checksum (sidecar.cache.slab.chunk_checksum);
+- `hash`: its xxh3 checksum (sidecar.cache.slot_format.chunk_checksum);
 - `write`: the checksum, then written past the page cache (O_DIRECT) into a
   scratch file under `--scratch` on the cache's disk, as the sidecar writes
   a chunk into its slot.
@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import quote
 
 from bench.clients import head
-from sidecar.cache.slab import chunk_checksum
+from sidecar.cache.slot_format import chunk_checksum
 from sidecar.origin.range_reader import Progress, RangeReader
 
 WORK = ("receive", "hash", "write")

@@ -58,10 +58,10 @@ from typing import Any
 
 from bench.machine import machine_info
 from sidecar.cache.ident import BlockIdent
-from sidecar.cache.slab import (
+from sidecar.cache.slab import Slab
+from sidecar.cache.slot_format import (
     SLAB_FILE_NAME,
     SLOT_HEADER_SIZE,
-    Slab,
     chunk_size_for,
     encode_slot_header,
     slab_file_size,

@@ -274,7 +274,7 @@ class Engine:
                 write = await in_flight.wait_for(chunk)
                 upto = min(hi, (chunk + 1) * self._chunk_size)
                 in_flight.read = True
-                yield await self._store.read_of(write, lo, upto, through=hi)
+                yield await self._store.read_landed(write, lo, upto, through=hi)
                 lo = upto
         finally:
             self._detach(in_flight)
@@ -291,12 +291,12 @@ class Engine:
         is done, whatever becomes of the fetch meanwhile."""
         in_flight.readers += 1
         if in_flight.write is not None:
-            self._store.hold(in_flight.write)
+            self._store.pin_write(in_flight.write)
 
     def _detach(self, in_flight: InFlightBlock) -> None:
         in_flight.readers -= 1
         if in_flight.write is not None:
-            self._store.let_go(in_flight.write)
+            self._store.unpin_write(in_flight.write)
 
     async def _bypass(
         self, info: ObjectInfo, block: int, lo: int, hi: int
@@ -500,7 +500,7 @@ class Engine:
                                     "scan after a restart has found none yet)")
                 self._forget_evicted(write.evicted)
                 for _ in range(in_flight.readers):
-                    self._store.hold(write)
+                    self._store.pin_write(write)
                 in_flight.slotted(write)
             start = block_span(first, self._block_size, info.size)[0]
             end = block_span(last, self._block_size, info.size)[1]

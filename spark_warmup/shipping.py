@@ -2,9 +2,10 @@
 
 The zip holds `spark_warmup/` and the pure sidecar modules the job's executor
 side imports (the warm-up job: `sidecar/layout.py`, `sidecar/blocks.py`; the
-capacity analysis: the eviction policy and the read-ahead planner too) under
-bare package `__init__` files, so executors need only PySpark, boto3 and the
-standard library, not the sidecar's own dependencies. It is built at run time
+capacity analysis: the eviction policy and the read-ahead planner too) with
+their packages' own `__init__` files, which load nothing on import
+(tests/unit/test_pure_imports.py), so executors need only PySpark, boto3 and
+the standard library, not the sidecar's own dependencies. It is built at run time
 from the files this process imported (so it always matches the driver's
 code), once per Spark application.
 """
@@ -32,7 +33,6 @@ class Shipment:
 
     zip_name: str
     sidecar_modules: tuple[ModuleType, ...]  # pure ones only: shipped without their deps
-    what: str  # for the docstring of the bare package files
 
     def package_inits(self) -> list[str]:
         """The `__init__.py` of every package above the shipped sidecar modules."""
@@ -42,8 +42,7 @@ class Shipment:
         return sorted(package.replace(".", "/") + "/__init__.py" for package in packages)
 
 
-WARMUP = Shipment("spark_warmup_job.zip", (sidecar.layout, sidecar.blocks),
-                  "the warm-up job")
+WARMUP = Shipment("spark_warmup_job.zip", (sidecar.layout, sidecar.blocks))
 ZIP_NAME = WARMUP.zip_name
 _shipped: dict[tuple[str, str], str] = {}  # (application id, zip name) -> zip path
 
@@ -53,12 +52,11 @@ def build_zip(directory: Path, shipment: Shipment = WARMUP) -> Path:
     package = Path(spark_warmup.__file__).parent
     root = package.parent
     target = directory / shipment.zip_name
-    docstring = f'"""The pure sidecar modules {shipment.what} uses (shipped by spark_warmup)."""\n'
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for source in sorted(package.rglob("*.py")):
             archive.write(source, str(source.relative_to(root)))
         for init in shipment.package_inits():
-            archive.writestr(init, docstring)
+            archive.write(root / init, init)
         for module in shipment.sidecar_modules:
             source = Path(module.__file__ or "")
             archive.write(source, str(source.relative_to(root)))

@@ -3,10 +3,8 @@
 A chunk read with O_DIRECT lands in a page-aligned buffer of its own, which
 is then served and kept in the recent-chunk memory. A fresh 1 MiB buffer per
 read costs a page fault per 4 KiB once the allocator has handed the memory
-back; in alternating runs of `python -m bench --only cost-4p --rounds 1` a
-pool cut the sidecar's minor faults from 72-90 to 31-32 thousand a GiB, and
-its CPU from 2.44-2.58 to 2.25-2.45 CPU-s a GiB cold and from 1.59-1.68 to
-1.37-1.57 warm.
+back; reusing them cuts the faults and the CPU a GiB costs (bench/ANALYSIS.md
+has the figures).
 
 The pool keeps at most `limit` buffers and hands one out again once nothing
 refers to it any more: no view of it is being served, and the recent-chunk

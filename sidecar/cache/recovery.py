@@ -4,7 +4,7 @@ see ``sidecar.cache.snapshot``).
 
 The slab's slot headers are the index: each names its block (bucket, key,
 ETag, block number), its length, the write generation and the checksums of its
-data, under a checksum of its own (format and crash analysis in ``slab.py``).
+data, under a checksum of its own (format and crash analysis in ``slot_format.py``).
 Recovery reads every header once, keeps the valid ones and drops the rest:
 
 - a header that claims a block but fails a check (magic, version, lengths,
@@ -34,7 +34,7 @@ written since the start wins, being the one the eviction policy already
 tracks, and the scanned slot is erased and freed. That is also what the
 generations say, whatever the scan has seen so far: the start that scans
 first moves the slab to a new epoch, and every generation given out in it is
-above every generation on disk (``slab.py``, "Generations"). The merge
+above every generation on disk (``slot_format.py``, "Generations"). The merge
 compares full generations throughout, so one rule covers a scanned copy
 against a block written since the start and against another scanned copy.
 
@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sidecar.cache.index import HASH_BYTES, NO_BLOCK, TAG_BYTES, SlotIndex
-from sidecar.cache.slab import SlotScan
 from sidecar.cache.slot_fifo import SlotFifo
+from sidecar.cache.slot_format import SlotScan
 
 
 @dataclass
@@ -66,7 +66,7 @@ class RecoveryReport:
     After a crash the counts grow while the scan runs (``scanning``), and are
     final once it is done."""
 
-    file: str  # Opening.state of slab.py: created, reused, resized, truncated, recreated
+    file: str  # Opening.state of slab_file.py: created, reused, resized, truncated, recreated
     reason: str | None  # why slots were dropped or the file changed; None if it was not
     slots: int  # slots of the cache
     slots_scanned: int  # headers read so far (all the slots kept from the file once done)
@@ -82,7 +82,7 @@ class RecoveryReport:
     scanning: bool = False  # the scan is still running (the store serves meanwhile)
     slots_to_scan: int = 0  # the slots kept from the file: the scan's whole length
     scan_seconds: float | None = None  # how long the scan took; None until it is done
-    epoch: int = 0  # the slab's epoch (slab.py, "Generations")
+    epoch: int = 0  # the slab's epoch (slot_format.py, "Generations")
 
     @property
     def recreated(self) -> bool:

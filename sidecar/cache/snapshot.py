@@ -70,8 +70,10 @@ the block's own data; a slot rewritten since would fail them (a miss).
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
+import time
 from array import array
 from dataclasses import dataclass
 from io import BufferedReader
@@ -81,6 +83,9 @@ import xxhash
 
 from sidecar.cache.index import HASH_BYTES, SlotIndex
 from sidecar.cache.slot_fifo import SlotFifo
+
+# The store's log lines keep the logger name they always had.
+log = logging.getLogger("sidecar.cache.store")
 
 SNAPSHOT_FILE_NAME = "index.snap"
 MAGIC = b"KCINDEX1"
@@ -138,6 +143,21 @@ def save(directory: Path, slab_path: Path, index: SlotIndex, policy: SlotFifo,
         raise
     _sync_directory(directory)
     return size
+
+
+def save_at_close(slab_path: Path, index: SlotIndex, policy: SlotFifo, free: array[int],
+                  next_generation: int) -> None:
+    """``save`` beside the slab, when the store closes: no read or write of a
+    live slot is under way any more. Blocking. A snapshot that cannot be
+    saved is logged: the next start scans the slot headers instead."""
+    started = time.perf_counter()
+    try:
+        size = save(slab_path.parent, slab_path, index, policy, free, next_generation)
+    except OSError as exc:
+        log.warning("could not save the cache index snapshot: %s", exc)
+        return
+    log.info("cache index snapshot saved: %d blocks, %d bytes, in %.3f s",
+             len(index), size, time.perf_counter() - started)
 
 
 def take(directory: Path, slab_path: Path, slot_count: int, block_size: int,

@@ -21,7 +21,6 @@ CAPACITY = Shipment(
     (sidecar.blocks, sidecar.layout, sidecar.model, sidecar.cache.errors,
      sidecar.cache.ident, sidecar.cache.slot_fifo, sidecar.prefetch.planner,
      sidecar.prefetch.streams),
-    "the capacity analysis",
 )
 
 

@@ -42,8 +42,9 @@ from sidecar.model import ObjectInfo
 from sidecar.prefetch.planner import NextSegment, ReadAheadPlanner
 from sidecar.prefetch.streams import Stream, StreamTable
 
-# Bytes of each slot's header in the slab (sidecar/cache/slab.py SLOT_HEADER_SIZE,
-# asserted equal by the tests): the slab is not imported here because it does I/O.
+# Bytes of each slot's header in the slab (sidecar/cache/slot_format.py SLOT_HEADER_SIZE,
+# asserted equal by the tests): not imported here, the format needs xxhash, which
+# the executors lack.
 SLOT_HEADER_SIZE = 4096
 # The engine's piece size: read heads advance, and read-ahead is planned, per piece.
 PIECE_SIZE = 1024 * 1024

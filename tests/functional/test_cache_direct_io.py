@@ -239,11 +239,11 @@ async def test_a_chunk_kept_as_it_landed_is_served_from_memory(ext4: LoopDisk) -
                     store.keep_landed(write, 0, copy)
                 received[:] = bytes(MiB)  # the receive buffer, reused
             trips = executor.submitted
-            piece = await store.read_of(write, 7, MiB, through=MiB)
+            piece = await store.read_landed(write, 7, MiB, through=MiB)
             assert bytes(piece) == data[7:MiB]
             assert executor.submitted == trips
             # The chunk nobody waited for is read from the disk, verified.
-            piece = await store.read_of(write, MiB + 7, 2 * MiB, through=2 * MiB)
+            piece = await store.read_landed(write, MiB + 7, 2 * MiB, through=2 * MiB)
             assert bytes(piece) == data[MiB + 7:]
             assert executor.submitted == trips + 1
         finally:

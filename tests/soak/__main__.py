@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.cache.slab import SLOT_HEADER_SIZE
+from sidecar.cache.slot_format import SLOT_HEADER_SIZE
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from tests.soak.chaos import Chaos, FlippingObject
 from tests.soak.judge import growth

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.cache.slab import FILE_HEADER_SIZE, SLAB_FILE_NAME, SLOT_HEADER_SIZE
+from sidecar.cache.slot_format import FILE_HEADER_SIZE, SLAB_FILE_NAME, SLOT_HEADER_SIZE
 from tests.soak.rig import Supervisor
 from tests.soak.schedule import Event, eio_start_s
 from tests.support.fault_proxy import Fault, FaultProxy, Rule

@@ -23,8 +23,9 @@ from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache import slab as slab_module
 from sidecar.cache.index import SlotIndex, ident_hash
 from sidecar.cache.recovery import ScanMerge
-from sidecar.cache.slab import Slab, SlotScan, generation_of
+from sidecar.cache.slab import Slab
 from sidecar.cache.slot_fifo import SlotFifo
+from sidecar.cache.slot_format import SlotScan, generation_of
 from tests.support.cache_metrics import RecordingMetrics
 from tests.support.waiting import eventually_async
 

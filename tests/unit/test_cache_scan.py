@@ -14,8 +14,8 @@ import pytest
 from sidecar.cache import BlockIdent, BlockStore
 from sidecar.cache.index import SlotIndex, ident_hash
 from sidecar.cache.recovery import ScanMerge
-from sidecar.cache.slab import SlotScan, generation_of
 from sidecar.cache.slot_fifo import SlotFifo
+from sidecar.cache.slot_format import SlotScan, generation_of
 from tests.support.cache_metrics import RecordingMetrics
 
 BLOCK = 64 * 1024

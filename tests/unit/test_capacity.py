@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.cache.slab import SLOT_HEADER_SIZE
+from sidecar.cache.slot_format import SLOT_HEADER_SIZE
 from sidecar.layout import Layout
 from sidecar.model import PREFETCH
 from sidecar.tally import CACHED, FETCHED, JOINED, ReadTally
