@@ -5,7 +5,7 @@ The simulation drives the very classes the sidecar serves with:
 keeps it) through its public methods, over slots taken and freed as the store
 takes and frees them, and
 `sidecar.prefetch.planner.ReadAheadPlanner` with its `StreamTable`, told what
-the engine tells them (sidecar/engine.py): a request starts, bytes were
+the engine tells them (sidecar/engine/): a request starts, bytes were
 delivered (per 1 MiB piece), a reader took a block, a block left the cache.
 What the engine adds around them is modelled here as it does it:
 

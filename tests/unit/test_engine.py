@@ -316,7 +316,7 @@ async def test_a_reader_dropped_mid_block_lets_go_of_it_at_once(make_rig: MakeRi
     stream = rig.engine.stream(rig.info, 0, len(data) - 1, lazy=True)
     piece, _ = await asyncio.wait_for(anext(stream), timeout=5)
     assert as_bytes(piece) == data[:len(piece)]
-    in_flight, = rig.engine._in_flight.values()
+    in_flight, = rig.engine._fetches.on_their_way.values()
     assert in_flight.readers == 1
     await stream.aclose()
     assert in_flight.readers == 0
