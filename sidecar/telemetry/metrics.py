@@ -52,8 +52,22 @@ AUTH_FAILURE_REASONS = (
 
 
 class Metrics:
+    """The sidecar's collectors, declared a family at a time.
+
+    Each family pre-creates the label sets the dashboards plot, so a quiet
+    sidecar still exports zeros instead of absent series.
+    """
+
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self._declare_process(registry)
+        self._declare_requests(registry)
+        self._declare_origin(registry)
+        self._declare_cache(registry)
+        self._declare_read_ahead_and_warm_up(registry)
+        self._declare_isolation(registry)
+
+    def _declare_process(self, registry: CollectorRegistry) -> None:
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         # sidecar_thread_cpu_seconds_total{thread}: which threads take the CPU.
@@ -61,6 +75,9 @@ class Metrics:
         # sidecar_build_info{version, python} 1: which build each node runs.
         Info("sidecar_build", "The running sidecar's version", registry=registry).info(
             {"version": installed_version(), "python": platform.python_version()})
+
+    def _declare_requests(self, registry: CollectorRegistry) -> None:
+        """What clients asked and what they were answered."""
         self.requests = Counter(
             "sidecar_requests", "Client requests answered, by S3 operation and status code",
             ["op", "code"], registry=registry,
@@ -77,6 +94,38 @@ class Metrics:
             "sidecar_served_bytes", "Body bytes sent to clients, by where they came from",
             ["source"], registry=registry,
         )
+        self.access_log_dropped = Counter(
+            "sidecar_access_log_dropped_lines",
+            "Access log lines not written: the writer fell behind (queue) or the log's "
+            "disk failed or is full (disk); serving goes on either way",
+            ["reason"], registry=registry,
+        )
+        self.client_disconnects = Counter(
+            "sidecar_client_disconnects",
+            "Answers a client stopped reading by closing its connection, before the "
+            "headers or during the body (Kafka's remote reader closes after each fetch)",
+            registry=registry,
+        )
+        self.auth_failures = Counter(
+            "sidecar_auth_failures",
+            "Data-port requests refused 403 AccessDenied by SigV4 verification, by reason",
+            ["reason"], registry=registry,
+        )
+        for result in ("hit", "miss"):
+            self.cache_lookups.labels(result)
+        for source in ("cache", "origin"):
+            self.served_bytes.labels(source)
+        for reason in ("queue", "disk"):
+            self.access_log_dropped.labels(reason)
+        for cache_result in REQUEST_CACHE_RESULTS:
+            self.request_duration.labels("GetObject", cache_result)
+        for op, code in (("GetObject", "200"), ("GetObject", "206"), ("HeadObject", "200")):
+            self.requests.labels(op, code)
+        for reason in AUTH_FAILURE_REASONS:
+            self.auth_failures.labels(reason)
+
+    def _declare_origin(self, registry: CollectorRegistry) -> None:
+        """The object store: requests, bytes, durations, the circuit breaker."""
         self.origin_requests = Counter(
             "sidecar_origin_requests", "Requests to the object store", ["lane", "outcome"],
             registry=registry,
@@ -90,6 +139,24 @@ class Metrics:
             "Object store request duration until the last byte", ["lane"],
             buckets=LATENCY_BUCKETS, registry=registry,
         )
+        self.origin_breaker_state = Gauge(
+            "sidecar_origin_breaker_state",
+            "1 for the origin circuit breaker's state (open: misses fail fast with 503)",
+            ["state"], registry=registry,
+        )
+        self.origin_breaker_rejected = Counter(
+            "sidecar_origin_breaker_rejected",
+            "Origin calls refused at once because the circuit breaker was open",
+            registry=registry,
+        )
+        for lane in LANES:
+            self.origin_bytes.labels(lane)
+            self.origin_duration.labels(lane)
+            for origin_outcome in ORIGIN_OUTCOMES:
+                self.origin_requests.labels(lane, origin_outcome)
+
+    def _declare_cache(self, registry: CollectorRegistry) -> None:
+        """The block cache and its disk."""
         self.cache_used = Gauge(
             "sidecar_cache_used_bytes", "Bytes of cached block data", registry=registry,
         )
@@ -109,23 +176,18 @@ class Metrics:
             "Cached blocks whose data did not match their checksum (dropped and refetched)",
             registry=registry,
         )
-        self.access_log_dropped = Counter(
-            "sidecar_access_log_dropped_lines",
-            "Access log lines not written: the writer fell behind (queue) or the log's "
-            "disk failed or is full (disk); serving goes on either way",
-            ["reason"], registry=registry,
-        )
-        self.client_disconnects = Counter(
-            "sidecar_client_disconnects",
-            "Answers a client stopped reading by closing its connection, before the "
-            "headers or during the body (Kafka's remote reader closes after each fetch)",
-            registry=registry,
-        )
         self.disk_errors = Counter(
             "sidecar_cache_disk_errors",
             "Reads and writes of the cache disk that failed (EIO, ENOSPC...), by operation",
             ["op"], registry=registry,
         )
+        for reason in EVICTION_REASONS:
+            self.evictions.labels(reason)
+        for disk_op in DISK_OPS:
+            self.disk_errors.labels(disk_op)
+
+    def _declare_read_ahead_and_warm_up(self, registry: CollectorRegistry) -> None:
+        """Blocks fetched before any reader asked: read-ahead and warm-up."""
         self.prefetch_blocks = Counter(
             "sidecar_prefetch_blocks",
             "Read-ahead blocks: issued to the origin, used by a reader, wasted (evicted unread)",
@@ -135,58 +197,24 @@ class Metrics:
             "sidecar_warm_blocks", "Blocks asked for by warm-up calls, by what became of them",
             ["outcome"], registry=registry,
         )
+        for outcome in PREFETCH_OUTCOMES:
+            self.prefetch_blocks.labels(outcome)
+        for outcome in WARM_OUTCOMES:
+            self.warm_blocks.labels(outcome)
+
+    def _declare_isolation(self, registry: CollectorRegistry) -> None:
+        """What keeps the sidecar from hurting the broker: bandwidth lanes, modes."""
         self.ratelimit_wait = Counter(
             "sidecar_ratelimit_wait_seconds",
             "Time origin reads waited for the bandwidth budget, by lane", ["lane"],
             registry=registry,
         )
-        self.auth_failures = Counter(
-            "sidecar_auth_failures",
-            "Data-port requests refused 403 AccessDenied by SigV4 verification, by reason",
-            ["reason"], registry=registry,
-        )
         self.mode = Gauge(
             "sidecar_mode", "1 for the mode in force (a failing cache disk forces bypass)",
             ["mode"], registry=registry,
         )
-        self.origin_breaker_state = Gauge(
-            "sidecar_origin_breaker_state",
-            "1 for the origin circuit breaker's state (open: misses fail fast with 503)",
-            ["state"], registry=registry,
-        )
-        self.origin_breaker_rejected = Counter(
-            "sidecar_origin_breaker_rejected",
-            "Origin calls refused at once because the circuit breaker was open",
-            registry=registry,
-        )
-        # Pre-create the label sets the dashboards plot so a quiet sidecar still
-        # exports zeros instead of absent series.
-        for result in ("hit", "miss"):
-            self.cache_lookups.labels(result)
-        for source in ("cache", "origin"):
-            self.served_bytes.labels(source)
-        for reason in ("queue", "disk"):
-            self.access_log_dropped.labels(reason)
         for lane in LANES:
             self.ratelimit_wait.labels(lane)
-            self.origin_bytes.labels(lane)
-            self.origin_duration.labels(lane)
-            for origin_outcome in ORIGIN_OUTCOMES:
-                self.origin_requests.labels(lane, origin_outcome)
-        for cache_result in REQUEST_CACHE_RESULTS:
-            self.request_duration.labels("GetObject", cache_result)
-        for op, code in (("GetObject", "200"), ("GetObject", "206"), ("HeadObject", "200")):
-            self.requests.labels(op, code)
-        for outcome in PREFETCH_OUTCOMES:
-            self.prefetch_blocks.labels(outcome)
-        for outcome in WARM_OUTCOMES:
-            self.warm_blocks.labels(outcome)
-        for reason in EVICTION_REASONS:
-            self.evictions.labels(reason)
-        for disk_op in DISK_OPS:
-            self.disk_errors.labels(disk_op)
-        for reason in AUTH_FAILURE_REASONS:
-            self.auth_failures.labels(reason)
 
     # CacheMetrics protocol of sidecar.cache.store
     def on_eviction(self, reason: str) -> None:
