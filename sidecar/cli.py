@@ -42,7 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version",
                         version=f"%(prog)s {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_serve(commands)
+    _add_demo(commands)
+    _add_replay(commands)
+    _add_stats(commands)
+    return parser
 
+
+def _add_serve(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """`sidecar serve`: a flag for every option of the table that has one."""
     serve = commands.add_parser("serve", help="serve S3 range reads through the block cache")
     serve.add_argument("--config", type=Path, help="TOML file (keys named like the flags)")
     serve.add_argument(
@@ -68,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
             serve.add_argument(option.cli, dest=option.name, metavar=option.metavar,
                                default=argparse.SUPPRESS, help=described)
 
+
+def _add_demo(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """`sidecar demo`: local S3, Kafka segments and the sidecar."""
     demo = commands.add_parser("demo", help="local S3 with Kafka segments + the sidecar")
     demo.add_argument("--broker", action="store_true",
                       help="also a real Kafka broker (the jars of `make kafka`) whose tiered "
@@ -83,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="stop after this many seconds of serving (default: run until "
                            "interrupted)")
 
+
+def _add_replay(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """`sidecar replay`: read partitions as a broker's remote reader does."""
     replay = commands.add_parser(
         "replay", help="read partitions as a broker's remote reader does; check CRCs, measure")
     replay.add_argument("--endpoint", required=True, metavar="URL",
@@ -118,12 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a progress line on stderr this often (default 10; 0: none)")
     replay.add_argument("--json", action="store_true", help="print one JSON object")
 
+
+def _add_stats(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """`sidecar stats`: a running sidecar's hit-rate summary."""
     stats = commands.add_parser("stats", help="the hit-rate summary of a running sidecar")
     stats.add_argument("--admin", default="http://127.0.0.1:9331", metavar="URL",
                        help="the sidecar's admin port, URL or HOST:PORT "
                             "(default http://127.0.0.1:9331)")
     stats.add_argument("--json", action="store_true", help="print the raw JSON")
-    return parser
 
 
 def _serve(args: argparse.Namespace) -> None:
