@@ -1,7 +1,8 @@
 """The object store as the rest of the sidecar sees it: HEADs (remembered,
 sidecar.origin.heads), listings, ranged GETs for readers that bypass the cache
 (aiobotocore), and block fetches read by worker threads straight into the
-cache (sidecar.origin.range_reader), presigned here.
+cache (sidecar.origin.block_fetches). Credentials the data port accepts are in
+sidecar.origin.credentials, the lanes' budget in sidecar.origin.bandwidth.
 
 Every call is an operation of the one retry driver (sidecar.origin.operation):
 bounded by a deadline (`origin_deadline`) that a ranged GET renews as bytes
@@ -18,36 +19,23 @@ caught), its Content-Range and Content-Length must be the range asked, and the
 body must end exactly at the range's end; a body that runs long is an error
 before its last chunk is handed out, so the block it would complete is never
 cached. Every botocore, aiohttp and socket error is translated into
-`sidecar.errors` here (`judge`).
+`sidecar.errors` in one place (sidecar.origin.answers, `judge`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import random
-import threading
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    HTTPClientError,
-    NoCredentialsError,
-    ReadTimeoutError,
-    ResponseStreamingError,
-)
-from botocore.exceptions import (
-    ConnectionError as BotoConnectionError,
-)
+from botocore.exceptions import ClientError, NoCredentialsError
 from cachetools import TTLCache
 
 from sidecar.config import OriginConfig
@@ -58,28 +46,33 @@ from sidecar.errors import (
     OriginBadBody,
     OriginError,
     OriginObjectChanged,
-    OriginThrottled,
     OriginUnavailable,
 )
 from sidecar.isolation.lanes import LaneLimiter
-from sidecar.model import FOREGROUND, PREFETCH, WARM, ObjectInfo
+from sidecar.model import ObjectInfo
+from sidecar.origin.answers import (
+    checksum_headers,
+    error_headers,
+    judge,
+    object_headers,
+    translate_answer,
+    translate_client_error,
+)
+from sidecar.origin.bandwidth import Bandwidth
+from sidecar.origin.block_fetches import BlockFetches
 from sidecar.origin.breaker import BreakerSettings, BreakerState, CircuitBreaker
+from sidecar.origin.credentials import OwnKey
 from sidecar.origin.heads import HeadMemo
-from sidecar.origin.operation import Operation, Rules, Verdict
-from sidecar.origin.policy import (
-    Deadline,
-    is_retryable_answer,
-    is_throttling,
-    range_answer_problem,
-)
-from sidecar.origin.range_reader import (
-    OriginAnswered,
-    Progress,
-    RangeReader,
-    Sink,
-)
-from sidecar.origin.workers import OriginWorkers, Urgency
+from sidecar.origin.operation import Operation, Rules, within
+from sidecar.origin.policy import Deadline, range_answer_problem
+from sidecar.origin.range_reader import Sink
 from sidecar.telemetry.metrics import Metrics
+
+# What callers import from here; their homes are the rooms named above.
+__all__ = [
+    "Origin", "checksum_headers", "error_headers", "judge", "object_headers",
+    "translate_answer", "translate_client_error",
+]
 
 log = logging.getLogger(__name__)
 
@@ -88,181 +81,6 @@ T = TypeVar("T")
 # Larger reads mean fewer trips through Python per byte; readers still see
 # bytes as each chunk lands.
 _READ_CHUNK = 1024 * 1024
-_TRANSIENT = (
-    BotoConnectionError, HTTPClientError, ReadTimeoutError, ResponseStreamingError,
-    aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, OriginBadBody,
-)
-# The largest chunk a fetch hands its sink: the cache's checksum chunk.
-_MAX_FETCH_CHUNK = 1024 * 1024
-# Who gets the next free origin thread, by lane (a reader waiting on a part of
-# a foreground fetch goes first of all: fetch_into's `waited_for`).
-_URGENCY = {FOREGROUND: Urgency.FOREGROUND, PREFETCH: Urgency.PREFETCH, WARM: Urgency.WARM}
-# How often the credentials the data port accepts are taken again from the
-# origin's (temporary ones are renewed minutes before they expire).
-_OWN_KEY_REFRESH_S = 60.0
-# How long a presigned block GET stays valid: one fetch, with its retries, at most.
-_PRESIGN_SECONDS = 900
-_PRESIGNED_REUSE_S = 60.0
-
-
-# Headers of an object's HEAD that describe the object itself and that S3
-# repeats on every GET and HEAD of it (user metadata, encodings, encryption,
-# version, storage class, lock and retention state), per the HeadObject and
-# GetObject references. Checksums are kept apart (checksum_headers): they are
-# of the whole object, and an SDK that checks them would fail every ranged answer.
-_OBJECT_HEADERS = frozenset({
-    "cache-control", "content-disposition", "content-encoding", "content-language",
-    "expires", "x-amz-version-id", "x-amz-storage-class", "x-amz-website-redirect-location",
-    "x-amz-server-side-encryption", "x-amz-server-side-encryption-aws-kms-key-id",
-    "x-amz-server-side-encryption-bucket-key-enabled",
-    "x-amz-server-side-encryption-customer-algorithm",
-    "x-amz-server-side-encryption-customer-key-md5", "x-amz-object-lock-mode",
-    "x-amz-object-lock-retain-until-date", "x-amz-object-lock-legal-hold",
-    "x-amz-tagging-count", "x-amz-replication-status", "x-amz-restore", "x-amz-expiration",
-    "x-amz-missing-meta",
-})
-_USER_METADATA_PREFIX = "x-amz-meta-"
-# S3 caps user metadata at 2 KiB; an origin that allows more does not make an
-# ObjectInfo (up to 8192 are remembered) grow without bound.
-_MAX_OBJECT_HEADER_BYTES = 8 * 1024
-
-# The object's checksums as a HEAD with `x-amz-checksum-mode: ENABLED` answers
-# them (HeadObject reference, "Response Syntax"): one per algorithm S3 offers,
-# and whether it is of the full object or composed of its parts' checksums.
-_CHECKSUM_HEADERS = frozenset({
-    "x-amz-checksum-crc32", "x-amz-checksum-crc32c", "x-amz-checksum-crc64nvme",
-    "x-amz-checksum-sha1", "x-amz-checksum-sha256", "x-amz-checksum-type",
-})
-# A base64 SHA-256 is 44 characters, a composite checksum adds "-<parts>":
-# an origin that sends more is not remembered for it.
-_MAX_CHECKSUM_HEADER_BYTES = 512
-
-# Headers S3 defines on its error answers that say something the client needs:
-# the region a bucket lives in (on a 301 PermanentRedirect or 400 answer to a
-# request for the wrong region, S3 API Reference, HeadBucket and "Error
-# responses"), and of a delete marker (GetObject and HeadObject references: a
-# key whose current version is a delete marker is answered 404 with
-# `x-amz-delete-marker: true`, a version that is one 405 with its
-# `Last-Modified`; both with the marker's `x-amz-version-id`). Nothing else
-# of an error answer is repeated: the request id is the sidecar's own, and a
-# Retry-After is decided by the sidecar, which has already retried.
-_ERROR_HEADERS = frozenset({"x-amz-bucket-region"})
-_DELETE_MARKER = "x-amz-delete-marker"
-_DELETE_MARKER_HEADERS = frozenset({_DELETE_MARKER, "x-amz-version-id", "last-modified"})
-# Region names and version ids are short; an origin's odd answer stays bounded.
-_MAX_ERROR_HEADER_BYTES = 2 * 1024
-
-
-def _kept(http_headers: Mapping[str, str], wanted: Callable[[str], bool], limit: int
-          ) -> tuple[tuple[str, str], ...]:
-    """The headers whose lower-case name is `wanted`, in name order, while their
-    names and values add up to at most `limit` bytes."""
-    kept: list[tuple[str, str]] = []
-    total = 0
-    for name, value in sorted((name.lower(), value) for name, value in http_headers.items()):
-        if not wanted(name):
-            continue
-        total += len(name) + len(value)
-        if total > limit:
-            break
-        kept.append((name, value))
-    return tuple(kept)
-
-
-def object_headers(http_headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The headers of a HEAD answer (botocore's lower-cased HTTPHeaders) that
-    describe the object, bounded in size."""
-    return _kept(
-        http_headers,
-        lambda name: name in _OBJECT_HEADERS or name.startswith(_USER_METADATA_PREFIX),
-        _MAX_OBJECT_HEADER_BYTES,
-    )
-
-
-def checksum_headers(http_headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The whole object's checksums of a HEAD answer asked with checksum mode
-    on, bounded in size (none if the origin keeps none, or did not say)."""
-    return _kept(http_headers, _CHECKSUM_HEADERS.__contains__, _MAX_CHECKSUM_HEADER_BYTES)
-
-
-def error_headers(http_headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The headers of an origin's error answer that S3 defines for it and that
-    the client's answer must carry too (see _ERROR_HEADERS), bounded in size."""
-    lowered = {name.lower(): value for name, value in http_headers.items()}
-    delete_marker = lowered.get(_DELETE_MARKER, "").strip().lower() == "true"
-    return _kept(
-        lowered,
-        lambda name: name in _ERROR_HEADERS or (delete_marker and name in _DELETE_MARKER_HEADERS),
-        _MAX_ERROR_HEADER_BYTES,
-    )
-
-
-def translate_client_error(exc: ClientError, bucket: str, key: str) -> OriginError:
-    """botocore's error answers, as `translate_answer` says."""
-    code, status = _answer_of(exc)
-    return translate_answer(status, code, bucket, key, _headers_of(exc))
-
-
-def translate_answer(
-    status: int, code: str, bucket: str, key: str, headers: Mapping[str, str] | None = None,
-) -> OriginError:
-    """One place maps the origin's S3 error codes to the sidecar's error types;
-    the error keeps what of the answer's `headers` S3 defines for it (error_headers)."""
-    where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
-    kept = error_headers(headers or {})
-    if code == "NoSuchBucket":
-        return BucketNotFound(f"{where}: no such bucket", headers=kept)
-    if code in ("NoSuchKey", "404", "NotFound") or status == 404:
-        return ObjectNotFound(f"{where}: no such key", headers=kept)
-    if code in ("AccessDenied", "403", "Forbidden") or status == 403:
-        return OriginAccessDenied(f"{where}: access denied by the origin", headers=kept)
-    if code in ("PreconditionFailed", "InvalidRange", "412", "416") or status in (412, 416):
-        return OriginObjectChanged(f"{where}: the object changed at the origin")
-    if is_throttling(status, code):
-        return OriginThrottled(f"{where}: origin answered {status} {code}")
-    return OriginUnavailable(f"{where}: origin answered {status or code}", headers=kept)
-
-
-def _answer_of(exc: ClientError) -> tuple[str, int]:
-    error: dict[str, Any] = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    return code, status
-
-
-def _headers_of(exc: ClientError) -> Mapping[str, str]:
-    headers: Mapping[str, str] = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-    return headers
-
-
-def judge(exc: Exception, bucket: str, key: str) -> Verdict:
-    """What one failed attempt means, the library's exception translated."""
-    if isinstance(exc, ClientError):
-        code, status = _answer_of(exc)
-        return _answered(status, code, bucket, key, _headers_of(exc))
-    if isinstance(exc, OriginAnswered):
-        return _answered(exc.status, exc.code, bucket, key, exc.head.fields)
-    described = repr(exc) if not str(exc) else f"{type(exc).__name__}: {exc}"
-    where = f"s3://{bucket}/{key}"
-    if isinstance(exc, OriginObjectChanged):
-        return Verdict(OriginObjectChanged(f"{where}: {exc}"), False, None, described)
-    if isinstance(exc, NoCredentialsError):
-        return Verdict(OriginUnavailable(f"{where}: origin call failed: {exc!r}"), False, None,
-                       described)
-    if isinstance(exc, (*_TRANSIENT, BotoCoreError, OSError)):
-        return Verdict(None, True, None, described)
-    if isinstance(exc, OriginError):
-        return Verdict(exc, False, None, described)
-    return Verdict(OriginUnavailable(f"{where}: origin call failed: {exc!r}"), False, None,
-                   described)
-
-
-def _answered(
-    status: int, code: str, bucket: str, key: str, headers: Mapping[str, str]
-) -> Verdict:
-    retryable = is_retryable_answer(status, code)
-    return Verdict(None if retryable else translate_answer(status, code, bucket, key, headers),
-                   retryable, is_throttling(status, code), f"{status} {code}")
 
 
 class Origin:
@@ -277,29 +95,16 @@ class Origin:
         limiter: LaneLimiter | None = None,
     ) -> None:
         self._config = config
-        self._limiter = limiter or LaneLimiter(None, {}, clock)
+        self._bandwidth = Bandwidth(limiter or LaneLimiter(None, {}, clock), metrics)
         self._metrics = metrics
-        self._clock = clock
-        self._jitter = jitter
         self._stack = AsyncExitStack()
         self._client: Any = None
-        self._credentials: Any = None
-        self._own_key: tuple[str, str] | None = None
-        self._key_refresher: asyncio.Task[None] | None = None
+        self._own_key = OwnKey()
         self._heads = HeadMemo(ttl_s=config.head_ttl_s,
                                stale_if_error_s=config.head_stale_if_error_s, clock=clock)
         self._buckets: TTLCache[str, bool] = TTLCache(maxsize=256, ttl=60.0, timer=clock)
         self._listings: TTLCache[tuple[str, str], list[str]] = TTLCache(
             maxsize=4096, ttl=config.listing_ttl_s, timer=clock
-        )
-        # Presigned GET URLs, one per object, reused by its block fetches for a
-        # minute of their 15: presigning (botocore's canonical request and HMACs
-        # on the event loop) cost about as much as reading a block's worth of
-        # chunks from the cache. A minute keeps every URL far from its expiry
-        # and from the expiry of the temporary credentials it was signed with
-        # (botocore refreshes those at least 10 minutes before they lapse).
-        self._urls: TTLCache[tuple[str, str], str] = TTLCache(
-            maxsize=1024, ttl=_PRESIGNED_REUSE_S, timer=clock
         )
         # The longest one attempt may wait for its answer or for the next byte
         # of its body: a stall is given up on (and the body resumed) while the
@@ -315,15 +120,8 @@ class Origin:
         self._show_breaker(BreakerState.CLOSED)
         self._rules = Rules(self.breaker, metrics, clock, jitter, config.retries,
                             config.deadline_s, judge)
-        # Ranged GETs of blocks are read in these threads (sidecar.origin.range_reader),
-        # one connection each; the aiobotocore client does the rest.
-        self._reader = RangeReader(
-            connect_timeout_s=config.connect_timeout_s, stall_timeout_s=self._stall_s,
-            max_chunk_size=_MAX_FETCH_CHUNK, max_idle=config.max_connections,
-        )
-        self._workers = OriginWorkers(config.max_connections)
-        # The lanes' budget is taken by the loop and by the fetch threads alike.
-        self._limiter_lock = threading.Lock()
+        # Block fetches: presigned here, read by worker threads into the cache.
+        self._blocks = BlockFetches(config, metrics, self._bandwidth, clock, self._stall_s)
 
     async def start(self) -> None:
         session = get_session()
@@ -344,47 +142,23 @@ class Origin:
                 config=client_config,
             )
         )
-        # The credentials the client signs with, resolved by the same chain
-        # (environment, profile, web identity, instance role).
-        self._credentials = await session.get_credentials()
-        await self._refresh_own_key()
-        self._key_refresher = asyncio.get_running_loop().create_task(self._refresh_own_keys())
+        self._blocks.use_client(self._client)
+        await self._own_key.start(session)
 
     def set_limiter(self, limiter: LaneLimiter) -> None:
         """New bandwidth lanes (a configuration reload): every read from now on
         takes its budget from them; the old buckets' debts are forgotten."""
-        with self._limiter_lock:
-            self._limiter = limiter
+        self._bandwidth.replace(limiter)
 
     def own_key(self) -> tuple[str, str] | None:
         """The access key id and secret the sidecar signs its origin requests
         with, as they are now; None without credentials. The data port accepts
         requests signed with them (sidecar.s3.auth)."""
-        return self._own_key
-
-    async def _refresh_own_key(self) -> None:
-        if self._credentials is None:
-            self._own_key = None
-            return
-        # Temporary credentials (a role, web identity) are renewed here as
-        # they near their expiry, as they would be for the next origin call.
-        frozen = await self._credentials.get_frozen_credentials()
-        self._own_key = (frozen.access_key, frozen.secret_key) \
-            if frozen.access_key and frozen.secret_key else None
-
-    async def _refresh_own_keys(self) -> None:
-        while True:
-            await asyncio.sleep(_OWN_KEY_REFRESH_S)
-            try:
-                await self._refresh_own_key()
-            except Exception as exc:  # the old key serves until a refresh succeeds
-                log.warning("could not refresh the origin credentials: %s", exc)
+        return self._own_key.current()
 
     async def close(self) -> None:
-        if self._key_refresher is not None:
-            self._key_refresher.cancel()
-        self._reader.close()  # fetch threads blocked on the origin return now
-        self._workers.shutdown()
+        self._own_key.stop()
+        self._blocks.close()
         await self._stack.aclose()
 
     async def check_reachable(self) -> None:
@@ -415,7 +189,7 @@ class Origin:
         """A write or delete of the key went through: drop what is known of it
         (a HEAD still in flight is handed to its waiters, never remembered)."""
         self._heads.forget(bucket, key)
-        self._urls.pop((bucket, key), None)
+        self._blocks.forget(bucket, key)
 
     async def head(self, bucket: str, key: str) -> ObjectInfo:
         """Size and ETag of an object (sidecar.origin.heads: remembered for
@@ -509,7 +283,7 @@ class Origin:
         *, waited_for: bool = False,
     ) -> None:
         """Bytes [start, end) of the object to `sink`, chunk by chunk, read by a
-        worker thread straight from the socket (sidecar.origin.range_reader).
+        worker thread straight from the socket (sidecar.origin.block_fetches).
 
         The same rules as `read_range`: a presigned GET with If-Match, the
         answer checked before any byte is used, a broken body resumed from the
@@ -519,75 +293,12 @@ class Origin:
         """
         operation = self.operation(lane, f"GET s3://{info.bucket}/{info.key}",
                                    info.bucket, info.key)
-        progress = Progress(start)
-        urgency = Urgency.WAITED_FOR if waited_for and lane == FOREGROUND else _URGENCY[lane]
-        counted = self._counting_sink(sink, lane)
-        pace = self._pacer(lane)
-        while progress.position < end:
-            try:
-                async with operation.attempt() as attempt:
-                    before = progress.received
-                    try:
-                        url = await self._within(operation.deadline,
-                                                 lambda: self._presign(info))
-                        await asyncio.wrap_future(self._workers.submit(urgency, functools.partial(
-                            self._reader.read, url, end, info.etag, info.size, counted,
-                            progress, chunk_size, pace,
-                        )))
-                    except BaseException:
-                        # Whatever went wrong (a 403 for a revoked key among it),
-                        # the next attempt signs afresh.
-                        self._urls.pop((info.bucket, info.key), None)
-                        raise
-                    finally:
-                        if progress.received > before:
-                            attempt.progressed()
-            except OriginObjectChanged:
-                self.forget(info.bucket, info.key)
-                raise
-
-    async def _presign(self, info: ObjectInfo) -> str:
-        """A presigned GET of the object (its Range and If-Match headers are
-        not signed, so one URL serves every block of it)."""
-        where = (info.bucket, info.key)
-        url = self._urls.get(where)
-        if url is None:
-            url = str(await self._client.generate_presigned_url(
-                "get_object", Params={"Bucket": info.bucket, "Key": info.key},
-                ExpiresIn=_PRESIGN_SECONDS,
-            ))
-            self._urls[where] = url
-        return url
-
-    def _counting_sink(self, sink: Sink, lane: str) -> Sink:
-        counter = self._metrics.origin_bytes.labels(lane)
-
-        def count(offset: int, data: memoryview) -> None:
-            # Counted before the sink takes the chunk: from then on a reader may
-            # have its bytes, and the counter already says they came from the
-            # origin (prometheus counters are thread safe).
-            counter.inc(len(data))
-            sink(offset, data)
-
-        return count
-
-    def _pacer(self, lane: str) -> Callable[[int], None]:
-        """The lane's bandwidth budget, taken chunk by chunk in the fetch thread."""
-        if not self._limiter.limited:
-            return lambda amount: None
-        waits = self._metrics.ratelimit_wait.labels(lane)
-
-        def pace(amount: int) -> None:
-            while True:
-                with self._limiter_lock:
-                    grant = self._limiter.take(lane, amount)
-                if grant.wait > 0:
-                    waits.inc(grant.wait)
-                    time.sleep(grant.wait)
-                if grant.taken:
-                    return
-
-        return pace
+        try:
+            await self._blocks.fetch_into(operation, info, start, end, lane, sink, chunk_size,
+                                          waited_for)
+        except OriginObjectChanged:
+            self.forget(info.bucket, info.key)
+            raise
 
     async def read_range(self, info: ObjectInfo, start: int, end: int, lane: str
                          ) -> AsyncGenerator[bytes, None]:
@@ -613,12 +324,7 @@ class Origin:
                 raise
 
     async def _within(self, deadline: Deadline, call: Callable[[], Awaitable[T]]) -> T:
-        """`call()`, given up on after the stall limit or at the deadline."""
-        remaining = deadline.remaining()
-        if remaining <= 0:
-            raise TimeoutError("the origin deadline has passed")
-        async with asyncio.timeout(min(remaining, self._stall_s)):
-            return await call()
+        return await within(deadline, self._stall_s, call)
 
     async def _get(self, info: ObjectInfo, start: int, end: int, lane: str, deadline: Deadline
                    ) -> AsyncIterator[bytes]:
@@ -644,7 +350,7 @@ class Origin:
             remaining = end - start
             while remaining > 0:
                 # The bandwidth lane's wait is the sidecar's, not the origin's.
-                deadline.extend(await self._throttle(lane, min(_READ_CHUNK, remaining)))
+                deadline.extend(await self._bandwidth.throttle(lane, min(_READ_CHUNK, remaining)))
                 want = min(_READ_CHUNK, remaining)
                 chunk = await self._within(deadline, functools.partial(body.read, want))
                 if not chunk:
@@ -667,19 +373,6 @@ class Origin:
                 yield chunk
         finally:
             body.close()
-
-    async def _throttle(self, lane: str, amount: int) -> float:
-        """Wait until the lane may read `amount` more bytes from the origin; the wait."""
-        waited = 0.0
-        while True:
-            with self._limiter_lock:
-                grant = self._limiter.take(lane, amount)
-            if grant.wait > 0:
-                self._metrics.ratelimit_wait.labels(lane).inc(grant.wait)
-                await asyncio.sleep(grant.wait)
-                waited += grant.wait
-            if grant.taken:
-                return waited
 
     def _breaker_changed(self, old: BreakerState, new: BreakerState, why: str) -> None:
         level = logging.WARNING if new is BreakerState.OPEN else logging.INFO

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sidecar.errors import (
     BucketNotFound,
@@ -48,6 +49,8 @@ from sidecar.origin.range_reader import SinkFailed
 from sidecar.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -160,3 +163,12 @@ class Operation:
         metrics = self.rules.metrics
         metrics.origin_requests.labels(self.lane, outcome).inc()
         metrics.origin_duration.labels(self.lane).observe(self.rules.clock() - started)
+
+
+async def within(deadline: Deadline, stall_s: float, call: Callable[[], Awaitable[T]]) -> T:
+    """`call()`, given up on after the stall limit or at the deadline."""
+    remaining = deadline.remaining()
+    if remaining <= 0:
+        raise TimeoutError("the origin deadline has passed")
+    async with asyncio.timeout(min(remaining, stall_s)):
+        return await call()

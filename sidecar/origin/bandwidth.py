@@ -1,0 +1,57 @@
+"""The bandwidth lanes' budget as the origin's readers take it: by the event
+loop for bypass reads, by the fetch threads for block fetches, the one
+limiter behind a lock."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+from sidecar.isolation.lanes import LaneLimiter
+from sidecar.telemetry.metrics import Metrics
+
+
+class Bandwidth:
+    def __init__(self, limiter: LaneLimiter, metrics: Metrics) -> None:
+        self._limiter = limiter
+        self._metrics = metrics
+        # The lanes' budget is taken by the loop and by the fetch threads alike.
+        self._lock = threading.Lock()
+
+    def replace(self, limiter: LaneLimiter) -> None:
+        """New lanes: every read from now on takes its budget from them."""
+        with self._lock:
+            self._limiter = limiter
+
+    def pacer(self, lane: str) -> Callable[[int], None]:
+        """The lane's bandwidth budget, taken chunk by chunk in the fetch thread."""
+        if not self._limiter.limited:
+            return lambda amount: None
+        waits = self._metrics.ratelimit_wait.labels(lane)
+
+        def pace(amount: int) -> None:
+            while True:
+                with self._lock:
+                    grant = self._limiter.take(lane, amount)
+                if grant.wait > 0:
+                    waits.inc(grant.wait)
+                    time.sleep(grant.wait)
+                if grant.taken:
+                    return
+
+        return pace
+
+    async def throttle(self, lane: str, amount: int) -> float:
+        """Wait until the lane may read `amount` more bytes from the origin; the wait."""
+        waited = 0.0
+        while True:
+            with self._lock:
+                grant = self._limiter.take(lane, amount)
+            if grant.wait > 0:
+                self._metrics.ratelimit_wait.labels(lane).inc(grant.wait)
+                await asyncio.sleep(grant.wait)
+                waited += grant.wait
+            if grant.taken:
+                return waited
