@@ -41,6 +41,8 @@ DEFAULT_LIB = REPO / "tests" / "kafka" / "target" / "lib"
 RSM_CLASS = "io.kcs.standin.StandInRemoteStorageManager"
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 10.0
+#: Starts tried when a broker finds a port it was given taken.
+START_ATTEMPTS = 3
 #: Segments of 1 MiB (Kafka's smallest `segment.bytes`) tier within seconds.
 SEGMENT_BYTES = 1024 * 1024
 
@@ -240,30 +242,45 @@ class KafkaCluster:
         java = shutil.which("java")
         if java is None:
             raise BrokerError("no `java` on PATH: the Kafka broker needs a Java 17+ runtime")
-        cluster_id = kafka_uuid()
-        controller_port = free_port()
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(level=self.log_level))
-        try:
-            for node_id in range(1, self.brokers + 1):
-                node = BrokerNode(node_id, free_port(), self.workdir / f"node-{node_id}")
-                node.directory.mkdir(parents=True, exist_ok=True)
-                props = broker_properties(node_id, node.port, controller_port, node.data,
-                                          self.storage, controller=node_id == 1)
-                props.update(self.extra)
-                props.update(self.extra_by_node.get(node_id, {}))
-                config = node.directory / "server.properties"
-                config.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
-                self._format(java, lib, cluster_id, config, node)
-                self.nodes.append(node)
-            for node in self.nodes:
-                self._launch(java, lib, node)
-            for node in self.nodes:
-                self._await_ready(node)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start(java, lib)
+                return self
+            except BrokerError as exc:
+                self.stop()
+                if attempt == START_ATTEMPTS or "Address already in use" not in str(exc):
+                    raise
+                # Ports are picked free and bound seconds later by the JVM: another
+                # process (or one of the broker's own outgoing connections) may take
+                # one meanwhile. Start afresh on other ports.
+                for node in self.nodes:
+                    shutil.rmtree(node.directory, ignore_errors=True)
+                self.nodes.clear()
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
+
+    def _start(self, java: str, lib: Path) -> None:
+        cluster_id = kafka_uuid()
+        controller_port = free_port()
+        for node_id in range(1, self.brokers + 1):
+            node = BrokerNode(node_id, free_port(), self.workdir / f"node-{node_id}")
+            node.directory.mkdir(parents=True, exist_ok=True)
+            props = broker_properties(node_id, node.port, controller_port, node.data,
+                                      self.storage, controller=node_id == 1)
+            props.update(self.extra)
+            props.update(self.extra_by_node.get(node_id, {}))
+            config = node.directory / "server.properties"
+            config.write_text("".join(f"{key}={value}\n" for key, value in props.items()))
+            self.nodes.append(node)
+            self._format(java, lib, cluster_id, config, node)
+        for node in self.nodes:
+            self._launch(java, lib, node)
+        for node in self.nodes:
+            self._await_ready(node)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:

@@ -27,7 +27,7 @@ from sidecar.tools.broker_demo import BANNER_END, PARTITIONS, RECORD_BYTES, RECO
 pytestmark = pytest.mark.functional
 
 #: The whole run up to its banner: broker start, produce, tiering, two catch-ups.
-BANNER_TIMEOUT_S = 50.0
+BANNER_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 SUMMARY = re.compile(
     r"^Group (?P<group>\S+) caught up from offset 0 \([^)]*\): (?P<records>[\d,]+) records "
@@ -55,8 +55,10 @@ class Demo:
                 raise AssertionError(f"no {wanted!r} after {timeout:g}s:\n"
                                      f"{''.join(self.output)}") from None
             if line is None:
-                raise AssertionError(f"the demo ended ({self.process.wait()}) before "
-                                     f"{wanted!r}:\n{''.join(self.output)}")
+                code = self.process.wait()
+                errors = self.process.stderr.read() if self.process.stderr else ""
+                raise AssertionError(f"the demo ended ({code}) before {wanted!r}:\n"
+                                     f"{''.join(self.output)}\nstderr:\n{errors}")
             self.output.append(line)
         return "".join(self.output)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -25,6 +26,7 @@ import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from sidecar.layout import parse_aiven_key
+from sidecar.tools import broker
 from sidecar.tools.broker import (
     TIERED_TOPIC,
     KafkaCluster,
@@ -270,3 +272,32 @@ def test_a_sidecar_crash_and_an_origin_outage_lose_no_record(rig: Rig) -> None:
     assert done.records == 2 * 32_000
     assert done.fetch_errors > 0, "the outage never reached the consumer"
     assert rig.sidecar.alive()
+
+
+def test_a_port_taken_before_the_broker_binds_it_is_a_fresh_start_not_a_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The ports are picked free and bound seconds later by the JVM; here the first
+    # one picked is taken meanwhile.
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    picked: list[int] = []
+
+    def pick() -> int:
+        picked.append(taken.getsockname()[1] if not picked else free_port())
+        return picked[-1]
+
+    monkeypatch.setattr(broker, "free_port", pick)
+    try:
+        with KafkaCluster(tmp_path / "kafka", None) as cluster:
+            # Two ports a start (the controller's, the broker's): the first start
+            # failed on the taken one, the second took others.
+            assert len(picked) == 4
+            assert taken.getsockname()[1] not in {node.port for node in cluster.nodes}
+            admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+            try:
+                assert len(admin.describe_cluster()["brokers"]) == 1
+            finally:
+                admin.close()
+    finally:
+        taken.close()
