@@ -72,12 +72,7 @@ def project_graph() -> dict[str, set[str]]:
     }
 
 
-def test_there_is_no_import_cycle_inside_sidecar() -> None:
-    graph = project_graph()
-    # Package __init__ files are parents, not peers: `sidecar.cache` -> its own
-    # submodules is how a package presents itself, not a cycle of the design.
-    for name, edges in graph.items():
-        graph[name] = {e for e in edges if not e.startswith(name + ".")}
+def assert_acyclic(graph: dict[str, set[str]], what: str) -> None:
     state: dict[str, int] = {}
     path: list[str] = []
 
@@ -87,7 +82,7 @@ def test_there_is_no_import_cycle_inside_sidecar() -> None:
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
                 cycle = path[path.index(nxt):] + [nxt]
-                pytest.fail("import cycle: " + " -> ".join(cycle))
+                pytest.fail(f"{what}: " + " -> ".join(cycle))
             if nxt not in state:
                 visit(nxt)
         path.pop()
@@ -96,6 +91,33 @@ def test_there_is_no_import_cycle_inside_sidecar() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+def test_there_is_no_import_cycle_inside_sidecar() -> None:
+    graph = project_graph()
+    # Package __init__ files are parents, not peers: `sidecar.cache` -> its own
+    # submodules is how a package presents itself, not a cycle of the design.
+    for name, edges in graph.items():
+        graph[name] = {e for e in edges if not e.startswith(name + ".")}
+    assert_acyclic(graph, "import cycle")
+
+
+def room_of(module: str) -> str:
+    """The room a module lives in: its package under sidecar/, or itself at the top."""
+    return module.split(".")[1] if module.count(".") >= 1 else module
+
+
+def test_rooms_import_downhill_only() -> None:
+    # Between rooms, every arrow points one way: no room imports a room that imports
+    # it back, directly or through others (a helper two rooms share lives below both).
+    rooms: dict[str, set[str]] = {}
+    for name, edges in project_graph().items():
+        rooms.setdefault(room_of(name), set()).update(
+            room_of(edge) for edge in edges if room_of(edge) != room_of(name))
+    for edges in list(rooms.values()):
+        for edge in edges:
+            rooms.setdefault(edge, set())
+    assert_acyclic(rooms, "rooms that import each other")
 
 
 @pytest.mark.parametrize("name", PURE)
