@@ -244,7 +244,8 @@ class KafkaCluster:
             raise BrokerError("no `java` on PATH: the Kafka broker needs a Java 17+ runtime")
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(level=self.log_level))
-        for attempt in range(1, START_ATTEMPTS + 1):
+        attempt = 1
+        while True:
             try:
                 self._start(java, lib)
                 return self
@@ -258,10 +259,10 @@ class KafkaCluster:
                 for node in self.nodes:
                     shutil.rmtree(node.directory, ignore_errors=True)
                 self.nodes.clear()
+                attempt += 1
             except BaseException:
                 self.stop()
                 raise
-        raise AssertionError("unreachable")
 
     def _start(self, java: str, lib: Path) -> None:
         cluster_id = kafka_uuid()
