@@ -36,6 +36,8 @@ SECTIONS: dict[str, type] = {
 # The option whose raw value is a file to read while loading (its keys join
 # auth_keys): read with the other sources, never while building the tree.
 KEYS_FILE = "auth_keys_file"
+# The default memory tier's bound, whatever the cache's size.
+DEFAULT_MEMORY_TIER_CAP = 256 * 1024 * 1024
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -167,6 +169,8 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             # Whole blocks, at least one.
             "max_coalesce_bytes": max(block_size, values["max_coalesce"]
                                       - values["max_coalesce"] % block_size),
+            "memory_tier_bytes": memory_tier_bytes(values["memory_tier"],
+                                                   values["cache_size"]),
         },
         "prefetch": {
             "max_window_blocks": max(1, values["prefetch_max_window"] // block_size),
@@ -182,6 +186,16 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             "allow_anonymous": bool(values["auth_allow_anonymous"]),
         },
     }
+
+
+def memory_tier_bytes(asked: int | None, cache_size: int) -> int:
+    """The memory tier's size: as asked, or by default (None) an eighth of the
+    cache up to 256 MiB, a share that holds the hot chunks of a catch-up
+    (each Kafka fetch starts in the chunk the last one ended in) without
+    making the sidecar's memory grow with its disk."""
+    if asked is not None:
+        return asked
+    return min(cache_size // 8, DEFAULT_MEMORY_TIER_CAP)
 
 
 def validate(values: Mapping[str, Any]) -> None:

@@ -29,6 +29,7 @@ from sidecar.config.parsing import (
     parse_rate,
     parse_sample_interval,
     parse_size,
+    parse_size_or_auto,
     positive_int,
 )
 
@@ -203,6 +204,10 @@ OPTIONS: tuple[Option, ...] = (
            "hashing them (a fetch starts in the chunk the last one ended in); 0: none",
            "SIZE", flag=False, group="cache",
            field="cache.recent_chunk_bytes"),
+    Option("memory_tier", parse_size_or_auto, "auto",
+           "memory of the sidecar's own (a sealed memfd, counted as shared memory, not RSS) "
+           "for verified chunks sent with sendfile: no disk read, no second hash; auto: "
+           "cache_size/8 up to 256MiB; 0: none", "SIZE|auto", flag=False, group="cache"),
     Option("scrub_rate", parse_rate, "64MiB/s",
            "after a restart, verify the recovered blocks' data in the background at this "
            "disk read rate (0: only when read)", "RATE", flag=False, group="cache",

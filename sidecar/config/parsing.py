@@ -38,6 +38,13 @@ def parse_size(value: object) -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[unit])
 
 
+def parse_size_or_auto(value: object) -> int | None:
+    """A size as ``parse_size``, or `auto` -> None (the default derived from other options)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
+    return parse_size(value)
+
+
 def parse_rate(value: object) -> int | None:
     """`100MiB/s` -> bytes per second; `unlimited` or 0 -> None."""
     text = str(value).strip()

@@ -71,6 +71,7 @@ class CacheConfig:
     drop_written_pages: bool
     direct_io: bool
     recent_chunk_bytes: int
+    memory_tier_bytes: int  # 0: no memory tier
     preallocate: bool
     scrub_rate: int | None  # bytes/s; None: recovered blocks are verified when read
 

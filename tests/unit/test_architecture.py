@@ -25,7 +25,7 @@ PURE = (
     "sidecar.s3.aws_chunked", "sidecar.http_fields",
     "sidecar.cache.slot_fifo", "sidecar.cache.index", "sidecar.cache.ident", "sidecar.cache.errors",
     "sidecar.cache.index", "sidecar.cache.slot_fifo",
-    "sidecar.cache.slot_format", "sidecar.cache.outcomes",
+    "sidecar.cache.slot_format", "sidecar.cache.outcomes", "sidecar.cache.tier_regions",
     "sidecar.origin.policy", "sidecar.isolation.lanes",
 )
 IO_MODULES = frozenset({

@@ -1,0 +1,258 @@
+"""The memory tier: verified chunks in memory the sidecar owns, sent with sendfile.
+
+One anonymous memory file (memfd_create(2)) of ``memory_tier`` bytes, cut into
+page-aligned regions of one chunk each. It is outside the Python heap and
+outside the page cache of the slab, so it neither grows the interpreter nor
+pushes the broker's pages out; it can be handed to ``sendfile(2)``, so a hit
+in it goes to the socket with no read of the disk, no second hash and no copy
+through Python.
+
+- **Bounded.** The file is sized once and sealed against growing and
+  shrinking (F_ADD_SEALS with F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL,
+  memfd_create(2)): whatever the load, its memory never exceeds its size.
+  The memory is shared memory (shmem): it counts toward a container's memory
+  limit, not toward the process's RSS (regions are filled with pwrite, not
+  through the mapping; the mapping is only read by the fallback below).
+- **Verified on entry.** A chunk enters from the origin after its checksum
+  was taken over the same bytes in hand, or from the disk after a direct read
+  verified it. Hits are served without hashing again (DESIGN: verified bytes
+  in the sidecar's own memory).
+- **No byte on the wire changes.** The kernel keeps references to the pages
+  a socket was handed until the peer read them. A region is therefore never
+  rewritten in place: an evicted region's pages are released first
+  (fallocate(2) FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, via ctypes: the
+  os module has no fallocate with flags), and the refill lands in fresh
+  pages while the old ones stay with the socket until sent. And a region is
+  pinned for as long as a send from it is under way (``TierSlice``), because
+  ``loop.sendfile`` hands the pages over in several calls as the socket
+  drains: the policy never picks a pinned region.
+
+Thread safe: the origin's worker threads and the disk executor put chunks in
+(``put``), the event loop looks them up and sends them (``slice``); the
+region table (``sidecar.cache.tier_regions``) is only touched under a lock,
+the copies into the file are made outside it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import mmap
+import os
+import threading
+from collections.abc import Callable
+
+from sidecar.cache.tier_regions import Key, RegionTable, TierCounts
+
+_FALLOC_FL_KEEP_SIZE = 0x01  # linux/falloc.h
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+Bytes = bytes | bytearray | memoryview
+
+
+class TierSlice:
+    """Bytes of one live region, pinned until ``release``: what a send takes.
+
+    ``fd``/``offset``/``count`` are for ``loop.sendfile``; ``view`` is the
+    same bytes in the mapping, for a transport that cannot send a file.
+    """
+
+    __slots__ = ("_region", "_tier", "count", "offset")
+
+    def __init__(self, tier: MemoryTier, region: int, offset: int, count: int) -> None:
+        self._tier = tier
+        self._region: int | None = region
+        self.offset = offset
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def file(self) -> int:
+        return self._tier.fd
+
+    def view(self) -> memoryview:
+        return self._tier.view(self.offset, self.count)
+
+    def release(self) -> None:
+        """The send is over (or will not happen): the region may be evicted
+        again. Idempotent."""
+        region, self._region = self._region, None
+        if region is not None:
+            self._tier.unpin(region)
+
+
+class MemoryTier:
+    def __init__(self, size_bytes: int, region_size: int) -> None:
+        page = mmap.PAGESIZE
+        # Regions start on page boundaries: a hole punched over one frees whole
+        # pages, and never a page of its neighbours.
+        self.region_size = -(-region_size // page) * page
+        regions = size_bytes // self.region_size
+        if regions < 1:
+            raise ValueError(f"memory_tier {size_bytes} cannot hold one chunk of "
+                             f"{region_size} bytes")
+        self.size_bytes = regions * self.region_size
+        self._table = RegionTable(regions, self.region_size)
+        self._lock = threading.Lock()
+        self.fd = os.memfd_create("sidecar-memory-tier", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(self.fd, self.size_bytes)
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+            self._map = mmap.mmap(self.fd, self.size_bytes, mmap.MAP_SHARED, mmap.PROT_READ)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self._closed = False
+        self._users = 0  # fills and sends under way
+
+    @classmethod
+    def create(cls, size_bytes: int, region_size: int) -> MemoryTier | None:
+        """The tier, or None when ``size_bytes`` is 0 (turned off)."""
+        return cls(size_bytes, region_size) if size_bytes else None
+
+    @property
+    def regions(self) -> int:
+        return self._table.regions
+
+    @property
+    def counts(self) -> TierCounts:
+        return self._table.counts
+
+    def used_bytes(self) -> int:
+        """Bytes of the chunks it holds."""
+        with self._lock:
+            return self._table.live_bytes
+
+    def held_bytes(self) -> int:
+        """Bytes of the regions that may hold pages (live, filling, or freed
+        once a send lets go): what the accounting allows in memory."""
+        with self._lock:
+            return self._table.held_regions * self.region_size
+
+    def resident_bytes(self) -> int:
+        """The memory the file holds now, as the kernel counts it."""
+        return os.fstat(self.fd).st_blocks * 512
+
+    def __contains__(self, key: Key) -> bool:
+        with self._lock:
+            return key in self._table
+
+    def put(self, key: Key, data: Bytes) -> bool:
+        """Keep a verified chunk; False when it is held already, no region is
+        free of sends, or the tier is closed. Any thread; the copy is made
+        outside the lock."""
+        length = len(data)
+        if not 0 < length <= self.region_size:
+            return False
+        with self._lock:
+            if self._closed or key in self._table:
+                return False
+            claimed = self._table.claim()
+            if claimed is None:
+                return False
+            self._users += 1  # the file stays open until this fill is over
+        region, offset = claimed.region, claimed.region * self.region_size
+        try:
+            try:
+                if claimed.evicted is not None:
+                    # Fresh pages for the refill: a socket may still hold the old ones.
+                    self._punch(offset)
+                self._fill(offset, data)
+                with self._lock:
+                    published = self._table.publish(region, key, length)
+            except BaseException:
+                self._give_back(region, offset)
+                raise
+            if not published:
+                self._give_back(region, offset)
+            return published
+        finally:
+            self._let_go()
+
+    def slice(self, key: Key, start: int, end: int) -> TierSlice | None:
+        """Bytes [start, end) of the chunk held under ``key``, pinned, or None."""
+        with self._lock:
+            if self._closed:
+                return None
+            found = self._table.find(key)
+            if found is None:
+                return None
+            region, length = found
+            if not 0 <= start < end <= length:
+                self._table.unpin(region)
+                raise ValueError(f"bytes {start}..{end} outside a chunk of {length}")
+            self._users += 1  # the file stays open until the send lets go
+        return TierSlice(self, region, region * self.region_size + start, end - start)
+
+    def forget(self, matches: Callable[[Key], bool]) -> None:
+        """Drop the chunks whose keys match (an object purged or rewritten)."""
+        with self._lock:
+            if self._closed:
+                return
+            freed = self._table.forget(matches)
+        for region in freed:
+            self._punch(region * self.region_size)
+
+    def forget_object(self, bucket: str, key: str) -> None:
+        self.forget(lambda held: held[0].bucket == bucket and held[0].key == key)
+
+    def unpin(self, region: int) -> None:
+        with self._lock:
+            freed = self._table.unpin(region) and not self._closed
+        if freed:
+            self._punch(region * self.region_size)
+        self._let_go()
+
+    def view(self, offset: int, count: int) -> memoryview:
+        return memoryview(self._map)[offset:offset + count]
+
+    def close(self) -> None:
+        """Let the memory go, once the fills and sends under way are over (a
+        worker thread may still be filling a region: the file must not close
+        under it, and its number be reused, before it is done)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._let_go(0)
+
+    def _let_go(self, users: int = 1) -> None:
+        with self._lock:
+            self._users -= users
+            fd = self.fd
+            last = self._closed and self._users == 0 and fd >= 0
+            if last:
+                self.fd = -1
+        if last:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # a view is still out: the mapping goes with the last one
+            os.close(fd)
+
+    def _give_back(self, region: int, offset: int) -> None:
+        try:
+            self._punch(offset)
+        finally:
+            with self._lock:
+                self._table.abandon(region)
+
+    def _fill(self, offset: int, data: Bytes) -> None:
+        # pwrite, not the mapping: the pages are never mapped into this
+        # process, so they do not count in its RSS, and the copy runs without
+        # the GIL (os.pwrite releases it).
+        view = memoryview(data).cast("B")
+        while view:
+            written = os.pwrite(self.fd, view, offset)
+            view, offset = view[written:], offset + written
+
+    def _punch(self, offset: int) -> None:
+        if _libc.fallocate(self.fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset,
+                           self.region_size) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))

@@ -1,0 +1,203 @@
+"""The memory tier's regions as pure bookkeeping: which region holds which
+chunk, which are free, being filled or sent from, and which leaves next.
+
+The tier (``sidecar.cache.memory_tier``) is one fixed-size memory file cut
+into regions of one chunk each. This table decides; the tier does the I/O it
+is told to (fill a region, punch its pages out). A region is in one of four
+states:
+
+    free       no pages (never filled, or punched): claimable
+    filling    claimed by one writer, which fills it and then publishes it
+               (or abandons it); invisible to readers, never a victim
+    live       holds a verified chunk under its key; in the eviction policy
+    doomed     its chunk was forgotten (object purged) while a send still
+               had it pinned: freed once the last pin goes
+
+Eviction is S3-FIFO over region numbers, the disk's own policy
+(``sidecar.cache.slot_fifo``, imported, not reimplemented): a replay read once
+leaves from the small FIFO without pushing out the chunks that many readers
+share. A pinned region (a send from it under way) is never a victim.
+
+The one rule that keeps bytes on the wire from changing: a region that held a
+chunk is never filled again before its pages were released (the caller
+punches a hole over it, ``Claimed.evicted``). Pages a socket still holds keep
+their content; the refill lands in fresh pages.
+
+Pure: no I/O, no clock, no lock (the tier holds one around every call).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sidecar.cache.ident import BlockIdent
+from sidecar.cache.slot_fifo import SlotFifo
+
+Key = tuple[BlockIdent, int, int]  # block, generation (low 32 bits), chunk
+
+FREE, FILLING, LIVE, DOOMED = 0, 1, 2, 3
+_FINGERPRINT_MASK = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A region given to one writer. ``evicted``: the key it held until now
+    (its pages must be released before the region is filled), or None."""
+
+    region: int
+    evicted: Key | None
+
+
+@dataclass
+class TierCounts:
+    """What the table did, for the metrics (counters in the core)."""
+
+    hits: int = 0
+    misses: int = 0
+    inserts: int = 0
+    evictions: int = 0
+    refused: int = 0  # no region to claim: every one filling or pinned
+
+
+class RegionTable:
+    def __init__(self, regions: int, region_size: int) -> None:
+        if regions < 1:
+            raise ValueError(f"a memory tier needs at least one region, got {regions}")
+        self.regions = regions
+        self.region_size = region_size
+        self.counts = TierCounts()
+        self._state = bytearray(regions)
+        self._pins = array("i", [0]) * regions
+        self._length = array("q", [0]) * regions
+        self._key_of: list[Key | None] = [None] * regions
+        self._region_of: dict[Key, int] = {}
+        # Lowest numbers last: the first claims take the file's front.
+        self._free = list(range(regions - 1, -1, -1))
+        self._policy = SlotFifo(regions, self._fingerprint_of_region)
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._region_of
+
+    def __len__(self) -> int:
+        return len(self._region_of)
+
+    def state(self, region: int) -> int:
+        return self._state[region]
+
+    def pins(self, region: int) -> int:
+        return self._pins[region]
+
+    @property
+    def held_regions(self) -> int:
+        """Regions whose pages may hold memory: every one but the free."""
+        return self.regions - len(self._free)
+
+    @property
+    def live_bytes(self) -> int:
+        return sum(self._length[region] for region in self._region_of.values())
+
+    def claim(self) -> Claimed | None:
+        """A region for a writer to fill: a free one, else the policy's victim
+        (not pinned, not being filled). None when there is none."""
+        if self._free:
+            region = self._free.pop()
+            self._state[region] = FILLING
+            return Claimed(region, None)
+        victims = self._policy.choose_victims(1, self._pinned)
+        if not victims:
+            self.counts.refused += 1
+            return None
+        region = victims[0]
+        evicted = self._key_of[region]
+        if evicted is not None:
+            del self._region_of[evicted]
+        self._key_of[region] = None
+        self._length[region] = 0
+        self._state[region] = FILLING
+        self.counts.evictions += 1
+        return Claimed(region, evicted)
+
+    def publish(self, region: int, key: Key, length: int) -> bool:
+        """The filled region holds ``key``'s chunk (``length`` bytes) from now on.
+        False (the region stays the writer's, to abandon) when the key is
+        already held: another writer published the same chunk first."""
+        self._expect(region, FILLING)
+        if not 0 < length <= self.region_size:
+            raise ValueError(f"a chunk of {length} bytes in a region of {self.region_size}")
+        if key in self._region_of:
+            return False
+        self._state[region] = LIVE
+        self._key_of[region] = key
+        self._length[region] = length
+        self._region_of[key] = region
+        self._policy.insert(region, self._fingerprint(key))
+        self.counts.inserts += 1
+        return True
+
+    def abandon(self, region: int) -> None:
+        """A claimed region given back unfilled, or filled but not published
+        (its pages released by the caller first)."""
+        self._expect(region, FILLING)
+        self._state[region] = FREE
+        self._free.append(region)
+
+    def find(self, key: Key) -> tuple[int, int] | None:
+        """The live region holding ``key`` and the chunk's length, pinned (a
+        send from it is about to start), or None. Counts a hit or a miss."""
+        region = self._region_of.get(key)
+        if region is None:
+            self.counts.misses += 1
+            return None
+        self._pins[region] += 1
+        self._policy.touch(region)
+        self.counts.hits += 1
+        return region, self._length[region]
+
+    def unpin(self, region: int) -> bool:
+        """A send from the region is over. True when that freed a doomed region:
+        the caller releases its pages."""
+        if self._pins[region] <= 0:
+            raise ValueError(f"region {region} is not pinned")
+        self._pins[region] -= 1
+        if self._pins[region] == 0 and self._state[region] == DOOMED:
+            self._state[region] = FREE
+            self._free.append(region)
+            return True
+        return False
+
+    def forget(self, matches: Callable[[Key], bool]) -> list[int]:
+        """Drop every chunk whose key ``matches``; the
+        regions freed now, whose pages the caller releases. Pinned ones are
+        freed when their sends end (``unpin``)."""
+        freed: list[int] = []
+        for key in [key for key in self._region_of if matches(key)]:
+            region = self._region_of.pop(key)
+            self._policy.remove(region)
+            self._key_of[region] = None
+            self._length[region] = 0
+            if self._pins[region]:
+                self._state[region] = DOOMED
+            else:
+                self._state[region] = FREE
+                self._free.append(region)
+                freed.append(region)
+        return freed
+
+    def _pinned(self, region: int) -> bool:
+        return self._pins[region] > 0
+
+    def _fingerprint_of_region(self, region: int) -> int:
+        key = self._key_of[region]
+        return 0 if key is None else self._fingerprint(key)
+
+    @staticmethod
+    def _fingerprint(key: Key) -> int:
+        # The ghost lives in memory only: the process's own hash names a key.
+        return hash(key) & _FINGERPRINT_MASK
+
+    def _expect(self, region: int, state: int) -> None:
+        if self._state[region] != state:
+            raise ValueError(f"region {region} is in state {self._state[region]}, "
+                             f"not {state}")

@@ -1,0 +1,273 @@
+"""The memory tier: its pure region accounting (sidecar.cache.tier_regions) and
+the memfd it keeps (sidecar.cache.memory_tier): bounded by its size whatever
+the load, refills in fresh pages, pinned regions never evicted."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from sidecar.cache.ident import BlockIdent
+from sidecar.cache.memory_tier import MemoryTier
+from sidecar.cache.tier_regions import DOOMED, FILLING, FREE, LIVE, Key, RegionTable
+
+MiB = 1024 * 1024
+
+
+def key(block: int, chunk: int = 0, name: str = "k", generation: int = 1) -> Key:
+    return (BlockIdent("b", name, "e", block), generation, chunk)
+
+
+def fill(table: RegionTable, which: Key, length: int = 100) -> int:
+    claimed = table.claim()
+    assert claimed is not None
+    assert table.publish(claimed.region, which, length)
+    return claimed.region
+
+
+# The pure accounting.
+
+
+def test_free_regions_are_claimed_before_anything_is_evicted() -> None:
+    table = RegionTable(3, 4096)
+    regions = [fill(table, key(i)) for i in range(3)]
+    assert sorted(regions) == [0, 1, 2]
+    assert table.counts.evictions == 0 and table.held_regions == 3
+    claimed = table.claim()
+    assert claimed is not None and claimed.evicted == key(0)  # the oldest, never hit
+    assert key(0) not in table and table.state(claimed.region) == FILLING
+    assert table.counts.evictions == 1
+
+
+def test_a_pinned_region_is_never_the_victim() -> None:
+    table = RegionTable(2, 4096)
+    fill(table, key(0))
+    fill(table, key(1))
+    first = table.find(key(0))
+    second = table.find(key(1))
+    assert first is not None and second is not None
+    assert table.claim() is None and table.counts.refused == 1
+    table.unpin(second[0])
+    claimed = table.claim()
+    assert claimed is not None and claimed.evicted == key(1)
+    assert key(0) in table
+
+
+def test_a_region_being_filled_is_neither_found_nor_evicted() -> None:
+    table = RegionTable(1, 4096)
+    claimed = table.claim()
+    assert claimed is not None
+    assert table.find(key(0)) is None and table.counts.misses == 1
+    assert table.claim() is None
+    table.abandon(claimed.region)
+    assert table.state(claimed.region) == FREE and table.held_regions == 0
+
+
+def test_the_same_chunk_published_twice_keeps_the_first() -> None:
+    table = RegionTable(2, 4096)
+    first, second = table.claim(), table.claim()
+    assert first is not None and second is not None
+    assert table.publish(first.region, key(0), 10)
+    assert not table.publish(second.region, key(0), 10)
+    table.abandon(second.region)
+    assert len(table) == 1 and table.counts.inserts == 1
+
+
+def test_scan_resistance_chunks_read_again_outlive_a_scan() -> None:
+    """S3-FIFO, as on the disk: chunks hit again survive a one-pass scan."""
+    table = RegionTable(10, 4096)
+    hot = [key(i, name="hot") for i in range(5)]
+    for which in hot:
+        fill(table, which)
+        found = table.find(which)
+        assert found is not None
+        table.unpin(found[0])
+    for i in range(100):
+        claimed = table.claim()
+        assert claimed is not None
+        assert claimed.evicted is None or claimed.evicted[0].key != "hot"
+        assert table.publish(claimed.region, key(i, name="scan"), 100)
+    assert all(which in table for which in hot)
+
+
+def test_a_chunk_forgotten_while_pinned_is_freed_when_its_send_ends() -> None:
+    table = RegionTable(2, 4096)
+    region = fill(table, key(0))
+    other = fill(table, key(0, name="other"))
+    found = table.find(key(0))
+    assert found is not None
+    assert table.forget(lambda held: held[0].key == "k") == []
+    assert table.state(region) == DOOMED and key(0) not in table
+    assert table.claim() is not None  # the other one: the doomed region is not claimable
+    assert table.state(other) == FILLING
+    assert table.unpin(region)
+    assert table.state(region) == FREE
+
+
+def test_bad_calls_are_refused() -> None:
+    table = RegionTable(1, 4096)
+    with pytest.raises(ValueError, match="not pinned"):
+        table.unpin(0)
+    claimed = table.claim()
+    assert claimed is not None
+    with pytest.raises(ValueError, match="4097 bytes"):
+        table.publish(claimed.region, key(0), 4097)
+    assert table.publish(claimed.region, key(0), 4096)
+    assert table.state(claimed.region) == LIVE
+    with pytest.raises(ValueError, match="state"):
+        table.abandon(claimed.region)
+    with pytest.raises(ValueError, match="at least one region"):
+        RegionTable(0, 4096)
+
+
+def test_accounting_holds_under_random_operations() -> None:
+    """Whatever the order of claims, sends and purges: no region is in two
+    states, live bytes never exceed the regions, pinned regions stay."""
+    rng = random.Random(31)
+    table = RegionTable(8, 4096)
+    pinned: list[tuple[int, Key]] = []
+    for _ in range(3000):
+        action = rng.random()
+        if action < 0.5:
+            claimed = table.claim()
+            if claimed is not None:
+                assert all(claimed.region != region for region, _ in pinned)
+                which = key(rng.randrange(40))
+                if not table.publish(claimed.region, which, rng.randrange(1, 4097)):
+                    table.abandon(claimed.region)
+        elif action < 0.8:
+            which = key(rng.randrange(40))
+            found = table.find(which)
+            if found is not None:
+                pinned.append((found[0], which))
+        elif action < 0.95 and pinned:
+            region, _ = pinned.pop(rng.randrange(len(pinned)))
+            table.unpin(region)
+        else:
+            gone = rng.randrange(40)
+            table.forget(lambda held: held[0].block == gone)  # noqa: B023 (called at once)
+        assert table.live_bytes <= table.regions * table.region_size
+        others = sum(1 for r in range(8) if table.state(r) in (FREE, FILLING, DOOMED))
+        assert len(table) + others == 8
+        for region, _ in pinned:
+            assert table.state(region) in (LIVE, DOOMED)
+
+
+# The memfd.
+
+
+def test_the_tier_keeps_and_gives_back_verified_bytes() -> None:
+    tier = MemoryTier(4 * MiB, MiB)
+    try:
+        data = os.urandom(MiB - 100)
+        assert tier.put(key(0), data)
+        assert not tier.put(key(0), data)  # held already
+        piece = tier.slice(key(0), 10, 5000)
+        assert piece is not None and len(piece) == 4990
+        assert bytes(piece.view()) == data[10:5000]
+        assert os.pread(piece.file, piece.count, piece.offset) == data[10:5000]
+        piece.release()
+        piece.release()  # idempotent
+        assert tier.slice(key(1), 0, 1) is None
+        assert tier.counts.hits == 1 and tier.counts.misses == 1
+        with pytest.raises(ValueError, match="outside"):
+            tier.slice(key(0), 0, MiB)
+        tier.forget_object("b", "k")
+        assert key(0) not in tier and tier.resident_bytes() == 0
+    finally:
+        tier.close()
+
+
+def test_the_file_is_sealed_against_resizing() -> None:
+    tier = MemoryTier(2 * MiB, MiB)
+    try:
+        with pytest.raises(PermissionError):
+            os.ftruncate(tier.fd, 64 * MiB)
+        with pytest.raises(PermissionError):
+            os.ftruncate(tier.fd, 0)
+        with pytest.raises(PermissionError):
+            os.pwrite(tier.fd, b"x", 2 * MiB)
+        assert os.fstat(tier.fd).st_size == 2 * MiB
+    finally:
+        tier.close()
+
+
+def test_memory_used_never_exceeds_the_tier_size_under_concurrent_load() -> None:
+    """Four threads put, one sends and purges: the kernel's count of the
+    file's pages never passes the tier's size, nor what the table holds."""
+    tier = MemoryTier(6 * MiB, MiB)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    worst = [0]
+
+    def putter(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            while not stop.is_set():
+                tier.put(key(rng.randrange(64)), os.urandom(rng.randrange(1, MiB + 1)))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=putter, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        rng = random.Random(7)
+        deadline = time.monotonic() + 20
+        # Until the putters have evicted and refilled regions many times over.
+        while tier.counts.evictions < 60:
+            assert time.monotonic() < deadline, "the putters evicted too little"
+            piece = tier.slice(key(rng.randrange(64)), 0, 1)
+            resident = tier.resident_bytes()
+            worst[0] = max(worst[0], resident)
+            assert resident <= tier.size_bytes
+            if piece is not None:
+                piece.release()
+            if rng.random() < 0.05:
+                gone = rng.randrange(64)
+                tier.forget(lambda held: held[0].block == gone)  # noqa: B023 (called at once)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert not errors, errors
+    assert worst[0] > 0
+    # At rest, the pages held are those of the live chunks, page-rounded.
+    assert tier.resident_bytes() <= tier.held_bytes() <= tier.size_bytes
+    tier.close()
+
+
+def test_an_evicted_region_is_refilled_in_fresh_pages() -> None:
+    """A page taken by reference before the eviction keeps the old bytes:
+    the refill does not write over it (what keeps queued sends intact)."""
+    tier = MemoryTier(MiB, MiB)
+    try:
+        old = b"o" * MiB
+        assert tier.put(key(0), old)
+        piece = tier.slice(key(0), 0, MiB)
+        assert piece is not None
+        # A pipe stands in for a socket: vmsplice-free, splice takes the page
+        # cache pages of the memfd by reference, as sendfile into a socket does.
+        read_end, write_end = os.pipe()
+        try:
+            os.set_blocking(write_end, False)
+            moved = os.splice(tier.fd, write_end, 65536, offset_src=piece.offset)
+            piece.release()
+            assert tier.put(key(1), b"n" * MiB)  # evicts key(0), same region
+            assert key(0) not in tier
+            assert os.read(read_end, moved) == old[:moved]
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+    finally:
+        tier.close()
+
+
+def test_a_tier_of_size_zero_is_none_and_too_small_a_one_is_refused() -> None:
+    assert MemoryTier.create(0, MiB) is None
+    with pytest.raises(ValueError, match="one chunk"):
+        MemoryTier(MiB - 1, MiB)
