@@ -128,6 +128,7 @@ class Sidecar:
                 preallocate=cache.preallocate, scrub_rate=cache.scrub_rate,
                 admit_to_main=self._small_objects(),
                 recent_chunk_bytes=cache.recent_chunk_bytes,
+                memory_tier_bytes=cache.memory_tier_bytes,
             )
         except OSError as exc:
             raise ConfigError(

@@ -22,6 +22,7 @@ from sidecar.cache.disk_faults import DiskFaults
 from sidecar.cache.disk_work import DiskWork
 from sidecar.cache.errors import ChecksumMismatch
 from sidecar.cache.ident import BlockIdent, SlotRecord
+from sidecar.cache.memory_tier import MemoryTier
 from sidecar.cache.outcomes import GENERATION_IN_INDEX, REASON_CHECKSUM
 from sidecar.cache.recent import RecentChunks
 from sidecar.cache.residency import NAMELESS, Residency
@@ -39,8 +40,10 @@ DIRECT_READ_CHUNKS = 4
 
 class SlotReader:
     def __init__(self, *, residency: Residency, slab: Slab, work: DiskWork,
-                 faults: DiskFaults, recent: RecentChunks) -> None:
+                 faults: DiskFaults, recent: RecentChunks,
+                 tier: MemoryTier | None = None) -> None:
         self._residency = residency
+        self._tier = tier
         self._slots = residency.slots
         self._slab = slab
         self._work = work
@@ -120,8 +123,10 @@ class SlotReader:
         run = max(chunk + 1, min(wanted, chunk + DIRECT_READ_CHUNKS))
 
         def read(slot: int, first: int, stop: int, expected: SlotRecord) -> list[memoryview]:
-            return self._slab.read_direct(slot, first, stop, expected.length,
-                                          expected.checksums)
+            views = self._slab.read_direct(slot, first, stop, expected.length,
+                                           expected.checksums)
+            self._into_tier(expected.ident, expected.generation, first, views)
+            return views
 
         views = await self.verified(read, record, chunk, run)
         if views is None:
@@ -150,8 +155,8 @@ class SlotReader:
                 # Landed on the disk, not in the page cache: this chunk and the
                 # landed ones after it, in one read.
                 views = await self._work.shielded(self._work.run(
-                    self._slab.read_direct, write.slot, chunk,
-                    self._landed_run(write, chunk, through), write.length, write.checksums))
+                    self._read_direct_landed, write, chunk,
+                    self._landed_run(write, chunk, through)))
                 self._keep_chunks(write.ident, write.generation, chunk, views)
                 return views[0][start - lo:end - lo]
             first, stop = (lo, hi) if keep else (start, end)
@@ -166,6 +171,23 @@ class SlotReader:
             raise ChecksumMismatch(write.slot, start // write.chunk_size) from exc
         finally:
             self._slots.unpin(write.slot)
+
+    def _read_direct_landed(self, write: BlockWrite, chunk: int, stop: int) -> list[memoryview]:
+        """Landed chunks [chunk, stop) of ``write`` read past the page cache and
+        verified (in the executor), then into the memory tier."""
+        views = self._slab.read_direct(write.slot, chunk, stop, write.length, write.checksums)
+        self._into_tier(write.ident, write.generation, chunk, views)
+        return views
+
+    def _into_tier(self, block: BlockIdent, generation: int, first: int,
+                   views: list[memoryview]) -> None:
+        """Chunks ``first``.. just read past the page cache and verified, into
+        the memory tier (in the executor: the copy is the thread's, not the
+        loop's). A hit there is sent from memory, with no read and no hash."""
+        if self._tier is None:
+            return
+        for chunk, view in enumerate(views, first):
+            self._tier.put((block, generation & GENERATION_IN_INDEX, chunk), view)
 
     def _landed_run(self, write: BlockWrite, chunk: int, through: int) -> int:
         """The end of the run of landed chunks from ``chunk`` on that a read past

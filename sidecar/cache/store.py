@@ -13,6 +13,8 @@ Each concept is a module of its own; ``BlockStore`` only wires them:
     snapshot      the index saved at close for the next start
     disk_faults   the disk's failures, counted towards bypass
     disk_work     the executor the disk work runs in, and the tasks under way
+    memory_tier   verified chunks in a sealed memfd, sent with sendfile
+                  (tier_regions: its accounting and eviction)
 
 Every disk touch runs in the executor handed in; the event loop only does
 bookkeeping, so it never waits for the disk. The in-memory state is only ever
@@ -35,7 +37,8 @@ from sidecar.cache.block_writes import BlockWrite, BlockWriter
 from sidecar.cache.disk_faults import DiskFaults
 from sidecar.cache.disk_work import DiskWork
 from sidecar.cache.ident import BlockIdent, SlotRecord
-from sidecar.cache.outcomes import CacheMetrics, Purged, Shrunk, Written
+from sidecar.cache.memory_tier import MemoryTier, TierSlice
+from sidecar.cache.outcomes import GENERATION_IN_INDEX, CacheMetrics, Purged, Shrunk, Written
 from sidecar.cache.recent import RecentChunks
 from sidecar.cache.recovery import RecoveredIndex, RecoveryReport, ScanMerge, ScrubProgress
 from sidecar.cache.residency import Residency
@@ -73,11 +76,14 @@ class BlockStore:
         admit_to_main: Callable[[BlockIdent], bool] | None = None,
         recent_chunk_bytes: int = RECENT_CHUNK_BYTES,
         scan: ScanMerge | None = None,
+        tier: MemoryTier | None = None,
     ) -> None:
         # Use BlockStore.open; this only adopts an opened slab (and the index
-        # recovered from it, or the scan that is to fill it).
+        # recovered from it, or the scan that is to fill it), and the memory
+        # tier, which it closes with the slab.
         recovered = recovered or empty_index(slab)
         self._slab = slab
+        self.tier = tier
         self._work = DiskWork(loop, executor)
         self._faults = DiskFaults(metrics, clock)
         self._slots = SlotStates(recovered.free, slab, self._work, metrics)
@@ -88,7 +94,7 @@ class BlockStore:
             drop_written_pages=drop_written_pages,
             admit_to_main=admit_to_main or _nothing_skips_probation, recent=recent, scan=scan)
         self._reader = SlotReader(residency=self._residency, slab=slab, work=self._work,
-                                  faults=self._faults, recent=recent)
+                                  faults=self._faults, recent=recent, tier=tier)
         self._writer = BlockWriter(residency=self._residency, slab=slab, work=self._work,
                                    faults=self._faults,
                                    next_generation=recovered.next_generation)
@@ -116,6 +122,7 @@ class BlockStore:
         recent_chunk_bytes: int = RECENT_CHUNK_BYTES,
         scan_batch: int = SCAN_BATCH_SLOTS,
         scan_pause: Callable[[int], Awaitable[None]] | None = None,
+        memory_tier_bytes: int = 0,
     ) -> BlockStore:
         """Open (or create) the slab in ``directory`` and recover its index.
 
@@ -128,7 +135,8 @@ class BlockStore:
         scanned so far (tests hold the scan part-way with it).
         With ``scrub_rate`` (bytes per second) the recovered blocks' data is
         then verified in the background at that rate (``start_scrub``), once
-        the scan is done.
+        the scan is done. With ``memory_tier_bytes`` verified chunks are also
+        kept in a memory tier of that size (``sidecar.cache.memory_tier``).
         """
         if scan_batch < 1:
             raise ValueError(f"scan_batch must be at least 1, got {scan_batch}")
@@ -139,10 +147,15 @@ class BlockStore:
             executor, Slab.open, directory, slot_count, block_size, preallocate, direct_io,
             read_buffers_for(recent_chunk_bytes, block_size),
         )
+        try:
+            tier = MemoryTier.create(memory_tier_bytes, slab.chunk_size)
+        except BaseException:
+            await loop.run_in_executor(executor, slab.close)
+            raise
         recovered, merge = await recover_index(slab, executor, loop)
         report = report_for(slab, recovered, merge)
         store = cls(slab=slab, executor=executor, metrics=metrics, loop=loop, clock=clock,
-                    recent_chunk_bytes=recent_chunk_bytes,
+                    recent_chunk_bytes=recent_chunk_bytes, tier=tier,
                     protected_share=protected_share, drop_written_pages=drop_written_pages,
                     recovered=recovered, report=report, admit_to_main=admit_to_main,
                     scan=merge)
@@ -215,6 +228,8 @@ class BlockStore:
 
     def invalidate_object(self, bucket: str, key: str) -> Purged:
         """Drop every cached block of the object, whatever its ETag."""
+        if self.tier is not None:
+            self.tier.forget_object(bucket, key)
         return self._residency.invalidate_object(bucket, key)
 
     def used_bytes(self) -> int:
@@ -248,6 +263,32 @@ class BlockStore:
         """Bytes ``start..end-1`` of the block, read and verified, or None if it
         is no longer cached (``SlotReader.read``)."""
         return await self._reader.read(record, start, end, through=through)
+
+    def tier_slice(
+        self, ident: BlockIdent, generation: int, start: int, end: int
+    ) -> TierSlice | None:
+        """Bytes [start, end) of one chunk of the block (that copy of it: its
+        generation), if the memory tier holds them: pinned until the caller's
+        send releases them, served with no read and no second hash."""
+        if self.tier is None:
+            return None
+        chunk = start // self._slab.chunk_size
+        lo = chunk * self._slab.chunk_size
+        return self.tier.slice((ident, generation & GENERATION_IN_INDEX, chunk),
+                               start - lo, end - lo)
+
+    def tier_landed(self, write: BlockWrite, at: int, data: memoryview) -> bool:
+        """The chunk of ``write`` at ``at`` just hashed in hand (the same bytes
+        its checksum was taken over) into the memory tier; whether it took it.
+        Only a whole chunk goes in. Any thread: the fetch's workers call it
+        before they reuse ``data``."""
+        size = self._slab.chunk_size
+        chunk = at // size
+        whole = at % size == 0 and len(data) == min(size, write.length - at)
+        if self.tier is None or not whole:
+            return False
+        return self.tier.put((write.ident, write.generation & GENERATION_IN_INDEX, chunk),
+                             data)
 
     async def read_landed(
         self, write: BlockWrite, start: int, end: int, *, through: int = 0
@@ -337,6 +378,8 @@ class BlockStore:
             else:
                 self._scan.log_unsaved()
         finally:
+            if self.tier is not None:
+                self.tier.close()
             await self._work.run(self._slab.close)
 
 

@@ -71,6 +71,9 @@ class RegionTable:
         self._state = bytearray(regions)
         self._pins = array("i", [0]) * regions
         self._length = array("q", [0]) * regions
+        # Whether the chunk was read since it entered: its first read (often
+        # the reader it was fetched for) is no sign of reuse to the policy.
+        self._read = bytearray(regions)
         self._key_of: list[Key | None] = [None] * regions
         self._region_of: dict[Key, int] = {}
         # Lowest numbers last: the first claims take the file's front.
@@ -132,6 +135,7 @@ class RegionTable:
         self._key_of[region] = key
         self._length[region] = length
         self._region_of[key] = region
+        self._read[region] = 0
         self._policy.insert(region, self._fingerprint(key))
         self.counts.inserts += 1
         return True
@@ -151,7 +155,9 @@ class RegionTable:
             self.counts.misses += 1
             return None
         self._pins[region] += 1
-        self._policy.touch(region)
+        if self._read[region]:
+            self._policy.touch(region)
+        self._read[region] = 1
         self.counts.hits += 1
         return region, self._length[region]
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
+from sidecar.cache.slot_format import chunk_size_for
 from sidecar.config.options import BY_NAME, OPTIONS, Option
 from sidecar.config.parsing import HostPort, parse_auth_keys_file
 from sidecar.config.tree import (
@@ -170,7 +171,7 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             "max_coalesce_bytes": max(block_size, values["max_coalesce"]
                                       - values["max_coalesce"] % block_size),
             "memory_tier_bytes": memory_tier_bytes(values["memory_tier"],
-                                                   values["cache_size"]),
+                                                   values["cache_size"], block_size),
         },
         "prefetch": {
             "max_window_blocks": max(1, values["prefetch_max_window"] // block_size),
@@ -188,14 +189,17 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def memory_tier_bytes(asked: int | None, cache_size: int) -> int:
+def memory_tier_bytes(asked: int | None, cache_size: int, block_size: int) -> int:
     """The memory tier's size: as asked, or by default (None) an eighth of the
     cache up to 256 MiB, a share that holds the hot chunks of a catch-up
     (each Kafka fetch starts in the chunk the last one ended in) without
-    making the sidecar's memory grow with its disk."""
+    making the sidecar's memory grow with its disk; whole chunks, none for a
+    cache too small to spare one."""
     if asked is not None:
         return asked
-    return min(cache_size // 8, DEFAULT_MEMORY_TIER_CAP)
+    chunk = chunk_size_for(block_size)
+    share = min(cache_size // 8, DEFAULT_MEMORY_TIER_CAP)
+    return share - share % chunk
 
 
 def validate(values: Mapping[str, Any]) -> None:
@@ -211,6 +215,12 @@ def validate(values: Mapping[str, Any]) -> None:
     if values["cache_size"] < block_size + 4096:
         raise ConfigError(
             f"--cache-size {values['cache_size']} cannot hold one block of {block_size} bytes"
+        )
+    chunk = chunk_size_for(block_size)
+    if values["memory_tier"] and values["memory_tier"] < chunk:
+        raise ConfigError(
+            f"memory_tier {values['memory_tier']} cannot hold one chunk of {chunk} bytes: "
+            "give it at least that, or 0 to turn it off"
         )
     # Foreground keeps connections of its own: a miss never waits for one that
     # read-ahead or warm-up holds.

@@ -25,10 +25,10 @@ from __future__ import annotations
 from sidecar.engine.facade import Engine
 from sidecar.engine.fetches import FOREGROUND_PARTS, max_coalesce_blocks
 from sidecar.engine.origin_reader import OriginReader, Sink
-from sidecar.engine.pieces import PIECE_SIZE, Piece, Source, piece_length
+from sidecar.engine.pieces import PIECE_SIZE, Piece, Source, TierSlice, piece_length
 from sidecar.engine.warm_up import WarmResult
 
 __all__ = [
     "FOREGROUND_PARTS", "PIECE_SIZE", "Engine", "OriginReader", "Piece", "Sink", "Source",
-    "WarmResult", "max_coalesce_blocks", "piece_length",
+    "TierSlice", "WarmResult", "max_coalesce_blocks", "piece_length",
 ]

@@ -276,8 +276,11 @@ class Fetches:
             at = offset - block * block_size
             chunk = at // chunk_size
             checksum = store.write_chunk(write, at, data)
-            # A reader waiting for this chunk (a miss's) gets it from memory.
-            copy = store.landed_copy(data) if in_flight.awaited(chunk) else None
+            # The bytes just hashed, into the memory tier (read-ahead and warm-up
+            # land there too); else a reader waiting for this chunk (a miss's)
+            # gets a copy of it from memory.
+            kept = store.tier_landed(write, at, data)
+            copy = store.landed_copy(data) if not kept and in_flight.awaited(chunk) else None
             loop.call_soon_threadsafe(self._chunk_landed, in_flight, chunk, checksum, copy)
 
         return write_chunk_into_slot

@@ -109,6 +109,12 @@ class RangeServer:
         while record is not None and lo < hi:
             # One chunk a piece: each is read and verified once.
             upto = min(hi, (lo // self._chunk_size + 1) * self._chunk_size)
+            held = self._store.tier_slice(ident, record.generation, lo, upto)
+            if held is not None:
+                # Verified when it entered the memory tier: sent from there.
+                lo = upto
+                yield held, Source.CACHE
+                continue
             data = await self._store.read(record, lo, upto, through=hi)
             if data is None:  # evicted meanwhile, or failed its checksum: refetch
                 self._evicted.left_cache((ident,))
@@ -156,7 +162,8 @@ class RangeServer:
                 write = await in_flight.wait_for(chunk)
                 upto = min(hi, (chunk + 1) * self._chunk_size)
                 in_flight.read = True
-                yield await self._store.read_landed(write, lo, upto, through=hi)
+                held = self._store.tier_slice(write.ident, write.generation, lo, upto)
+                yield held or await self._store.read_landed(write, lo, upto, through=hi)
                 lo = upto
         finally:
             self._detach(in_flight)

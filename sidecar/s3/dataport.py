@@ -11,6 +11,7 @@ body, as S3 sends none.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import secrets
 import socket
@@ -19,7 +20,7 @@ from contextlib import aclosing
 
 from aiohttp import web
 
-from sidecar.engine import Engine, Piece, Source, piece_length
+from sidecar.engine import Engine, Piece, Source, TierSlice, piece_length
 from sidecar.errors import (
     DownloadsPaused,
     OriginError,
@@ -313,10 +314,14 @@ class DataPort:
             async with aclosing(self._engine.stream(info, start, end, lazy=lazy,
                                                                  tally=tally)) as pieces:
                 async for piece, source in pieces:
-                    if not prepared:
-                        await response.prepare(request)
-                        prepared = True
-                    await self._send(response, piece, lazy)
+                    try:
+                        if not prepared:
+                            await response.prepare(request)
+                            prepared = True
+                        await self._send(request, response, piece, lazy)
+                    finally:
+                        if isinstance(piece, TierSlice):
+                            piece.release()  # sent or not: its region may be refilled
                     sources.add(source)
                     self._metrics.served_bytes.labels(source.value).inc(piece_length(piece))
                     request[BODY_BYTES] = request.get(BODY_BYTES, 0) + piece_length(piece)
@@ -354,9 +359,13 @@ class DataPort:
             return "partial"
         return "hit" if sources == {Source.CACHE} else "miss"
 
-    async def _send(self, response: web.StreamResponse, piece: Piece, lazy: bool) -> None:
+    async def _send(
+        self, request: web.Request, response: web.StreamResponse, piece: Piece, lazy: bool
+    ) -> None:
         """One piece to the client; a client that takes none of it within
         client_timeout is cut off (its connection and the piece are let go).
+
+        A piece of the memory tier goes out with sendfile (``_send_held``).
 
         An open-ended read goes out SEND_BUFFER_BYTES at a time: what the socket
         does not take at once is copied into the transport's buffer, and a whole
@@ -364,12 +373,44 @@ class DataPort:
         mostly never reads. One timer covers the whole piece, not one a write
         (bench/ANALYSIS.md has what each way cost)."""
         async with asyncio.timeout(self._client_timeout):
+            if isinstance(piece, TierSlice):
+                await self._send_held(request, response, piece)
+                return
             if not lazy:
                 await response.write(piece)
                 return
             view = memoryview(piece)
             for at in range(0, len(view), SEND_BUFFER_BYTES):
                 await response.write(view[at:at + SEND_BUFFER_BYTES])
+
+    @staticmethod
+    async def _send_held(
+        request: web.Request, response: web.StreamResponse, held: TierSlice
+    ) -> None:
+        """A piece of the memory tier, with sendfile(2) from its memfd: the kernel
+        hands the pages to the socket, no copy through Python and no hash (the
+        bytes were verified when they entered the tier). The headers went out
+        at prepare() (StreamResponse sends them at once); loop.sendfile waits
+        for the transport's buffer to empty before it starts, as aiohttp's own
+        FileResponse relies on. The slice stays pinned until this returns: the
+        pages are handed over in several calls as the socket drains.
+
+        A transport that cannot send a file (TLS) gets the mapping's bytes
+        written instead; asyncio's transports copy what the socket does not
+        take at once (Python 3.11), so nothing refers to the mapping after."""
+        transport = request.transport
+        if transport is None:
+            raise ConnectionResetError("the client went away")
+        with io.FileIO(held.file, "rb", closefd=False) as file:
+            try:
+                # fallback=False: asyncio's fallback would seek and read the
+                # shared file; the mapping does that job without either.
+                await asyncio.get_running_loop().sendfile(
+                    transport, file, held.offset, held.count, fallback=False)
+                return
+            except asyncio.SendfileNotAvailableError:
+                pass
+        await response.write(held.view())
 
     @staticmethod
     def _abort(request: web.Request) -> None:

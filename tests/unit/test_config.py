@@ -15,6 +15,8 @@ from sidecar.config import (
 from sidecar.config.parsing import parse_cpu_list, parse_host_port, parse_sample_interval
 from sidecar.errors import ConfigError
 
+MIB = 1024 * 1024
+
 
 @pytest.mark.parametrize(
     ("text", "size"),
@@ -165,3 +167,22 @@ def test_an_admin_port_off_loopback_without_a_token_names_every_way_to_set_one()
     assert message.startswith("admin_listen 0.0.0.0:9331 is not loopback: set admin_token")
     assert all(form in message for form in ("--admin-token", "SIDECAR_ADMIN_TOKEN",
                                             "admin_token in the config file"))
+
+
+def test_the_memory_tier_defaults_to_a_share_of_the_cache_and_refuses_too_small_a_size(
+) -> None:
+    from sidecar.config.loading import load_config
+
+    def tier(**flags: object) -> int:
+        return load_config({"cache_dir": "/c", **flags}, {}, {}).cache.memory_tier_bytes
+
+    assert tier(cache_size="4GiB") == 256 * MIB  # the cap
+    assert tier(cache_size="100MiB") == 12 * MIB  # an eighth, whole chunks
+    assert tier(cache_size="3MiB", block_size="64KiB") == 384 * 1024
+    assert tier(cache_size="4GiB", memory_tier="0") == 0
+    assert load_config({"cache_dir": "/c"}, {"SIDECAR_MEMORY_TIER": "32MiB"},
+                       {}).cache.memory_tier_bytes == 32 * MIB
+    with pytest.raises(ConfigError, match="memory_tier 4096 cannot hold one chunk"):
+        tier(memory_tier="4KiB")
+    with pytest.raises(ConfigError, match="size"):
+        tier(memory_tier="lots")

@@ -1,0 +1,111 @@
+"""The memory tier in the engine's path, over a real store (tests/unit/test_engine.py's
+rig): chunks enter verified from the origin and from direct reads of the disk,
+hits come out as pinned tier slices with the original bytes, a purge drops them."""
+
+from __future__ import annotations
+
+import os
+import random
+
+from sidecar.cache.memory_tier import TierSlice
+from sidecar.engine import Piece, Source
+from sidecar.model import ObjectInfo
+from tests.unit import test_engine
+from tests.unit.test_engine import BLOCK, MakeRig, Rig
+
+make_rig = test_engine.make_rig  # the engine tests' rig, as a fixture of this module too
+
+CHUNK = BLOCK  # blocks of 64 KiB are one chunk each
+
+
+async def pieces_of(rig: Rig, info: ObjectInfo, start: int, end: int
+                    ) -> list[tuple[Piece, Source]]:
+    """Every piece of the range, kept as it came (tier slices stay pinned)."""
+    return [piece async for piece in rig.engine.stream(info, start, end, lazy=False)]
+
+
+async def read(rig: Rig, info: ObjectInfo, start: int, end: int) -> tuple[bytes, list[bool]]:
+    """The range's bytes, each piece let go as it comes as the data port does,
+    and which pieces came from the tier."""
+    out, held = bytearray(), []
+    async for piece, _ in rig.engine.stream(info, start, end, lazy=False):
+        held.append(isinstance(piece, TierSlice))
+        out += contents([(piece, Source.CACHE)])
+    return bytes(out), held
+
+
+def contents(pieces: list[tuple[Piece, Source]]) -> bytes:
+    out = bytearray()
+    for piece, _ in pieces:
+        if isinstance(piece, TierSlice):
+            out += os.pread(piece.file, piece.count, piece.offset)
+            piece.release()
+        else:
+            out += piece
+    return bytes(out)
+
+
+async def test_origin_chunks_enter_the_tier_and_hits_are_sent_from_it(
+        make_rig: MakeRig) -> None:
+    data = random.Random(1).randbytes(4 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=8 * CHUNK)
+    first = await pieces_of(rig, rig.info, 0, len(data) - 1)
+    # A miss's reader takes each chunk from the tier as it lands.
+    assert all(isinstance(piece, TierSlice) for piece, _ in first)
+    assert contents(first) == data
+    await rig.engine.idle()
+    again = await pieces_of(rig, rig.info, 100, len(data) - 1)
+    assert all(isinstance(piece, TierSlice) and source is Source.CACHE
+               for piece, source in again)
+    assert contents(again) == data[100:]
+    assert len(rig.origin.calls) == 1  # one fetch, no second read of anything
+    tier = rig.store.tier
+    assert tier is not None and tier.counts.inserts == 4 and tier.counts.hits == 8
+
+
+async def test_a_verified_direct_read_of_the_disk_enters_the_tier(make_rig: MakeRig) -> None:
+    """A tier of two chunks: the first blocks were pushed out by the later ones,
+    so they are read from the slab (past the page cache, verified), and enter."""
+    data = random.Random(2).randbytes(4 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=2 * CHUNK, direct_io=True)
+    assert (await read(rig, rig.info, 0, len(data) - 1))[0] == data
+    await rig.engine.idle()
+    assert await read(rig, rig.info, 0, BLOCK - 1) == (data[:BLOCK], [False])
+    assert await read(rig, rig.info, 0, BLOCK - 1) == (data[:BLOCK], [True])
+    assert len(rig.origin.calls) == 1
+
+
+async def test_a_pinned_slice_keeps_its_bytes_while_the_tier_churns(
+        make_rig: MakeRig) -> None:
+    data = random.Random(3).randbytes(16 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=2 * CHUNK)
+    await pieces_of(rig, rig.info, 0, BLOCK - 1)  # block 0 into the tier, and sent
+    await rig.engine.idle()
+    held = await pieces_of(rig, rig.info, 0, BLOCK - 1)
+    piece = held[0][0]
+    assert isinstance(piece, TierSlice)
+    # Other blocks pass through the tier of two regions many times over.
+    for block in range(1, 16):
+        got = await read(rig, rig.info, block * BLOCK, (block + 1) * BLOCK - 1)
+        assert got[0] == data[block * BLOCK:(block + 1) * BLOCK]
+    await rig.engine.idle()
+    tier = rig.store.tier
+    assert tier is not None and tier.counts.evictions >= 10
+    assert os.pread(piece.file, piece.count, piece.offset) == data[:BLOCK]
+    piece.release()
+
+
+async def test_a_purged_object_leaves_the_tier(make_rig: MakeRig) -> None:
+    data = random.Random(4).randbytes(2 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=4 * CHUNK)
+    await read(rig, rig.info, 0, len(data) - 1)
+    await rig.engine.idle()
+    tier = rig.store.tier
+    assert tier is not None and tier.used_bytes() == len(data)
+    sending = await pieces_of(rig, rig.info, 0, BLOCK - 1)  # a send under way
+    rig.store.invalidate_object("b", "k")
+    assert tier.used_bytes() == 0 and tier.resident_bytes() == BLOCK
+    assert contents(sending) == data[:BLOCK]  # its pages went when it let go
+    assert tier.resident_bytes() == 0
+    assert (await read(rig, rig.info, 0, len(data) - 1))[0] == data
+    assert len(rig.origin.calls) == 2
