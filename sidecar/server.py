@@ -139,6 +139,8 @@ class Sidecar:
         self.metrics.cache_capacity.set_function(lambda: store.capacity_bytes())
         self.metrics.cache_used.set_function(lambda: store.used_bytes())
         self.metrics.cache_blocks.set_function(lambda: store.block_count())
+        if store.tier is not None:
+            self.metrics.memory_tier.watch(store.tier.figures)
         self._planner = self._read_ahead_planner(store.slot_count)
         self._engine = Engine(
             self._store, self.origin, self.metrics, cache.block_size,

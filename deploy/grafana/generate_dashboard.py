@@ -233,6 +233,32 @@ def build() -> dict[str, Any]:
                          f"(increase(sidecar_cache_disk_errors_total{{{SEL}}}[{RATE}]))",
                          "{{instance}} disk {{op}} errors")], "none", 6, min=0)
 
+    layout.row("Memory tier")
+    tier = "sidecar_memory_tier"
+    hits, misses = rate(tier + "_hits_total"), rate(tier + "_misses_total")
+    layout.panel("timeseries", "Memory tier used vs size",
+                 "Verified chunks held in the memory tier (a sealed memfd, sent with sendfile) "
+                 "and its size. It is shared memory: it counts toward a container's memory "
+                 "limit, not toward the process's RSS (deploy/README.md).",
+                 [target(f"sum by (instance) ({tier}_used_bytes{{{SEL}}})", "{{instance}} used"),
+                  target(f"sum by (instance) ({tier}_resident_bytes{{{SEL}}})",
+                         "{{instance}} resident"),
+                  target(f"sum by (instance) ({tier}_size_bytes{{{SEL}}})",
+                         "{{instance}} size")], "bytes", 8, min=0)
+    layout.panel("timeseries", "Memory tier hit ratio",
+                 "Share of chunk lookups answered from the memory tier: sent with no disk read "
+                 "and no second hash.",
+                 [target(f"sum ({hits})\n  / sum ({hits} + {misses})", "fleet"),
+                  target(f"sum by (instance) ({hits})\n  / sum by (instance) ({hits} + {misses})",
+                         "{{instance}}")], "percentunit", 8, min=0, max=1)
+    layout.panel("timeseries", "Memory tier inserts and evictions",
+                 "Verified chunks entering the tier (from the origin or a direct read of the "
+                 "disk) and leaving it to make room (their pages released), per second.",
+                 [target(f"sum by (instance) ({rate(tier + '_inserts_total')})",
+                         "{{instance}} inserts"),
+                  target(f"sum by (instance) ({rate(tier + '_evictions_total')})",
+                         "{{instance}} evictions")], "ops", 8, min=0)
+
     layout.row("Origin breaker and refused requests")
     layout.panel("state-timeline", "Origin circuit breaker",
                  "The breaker's state per instance. Open: the object store kept failing, and "
@@ -282,9 +308,12 @@ def build() -> dict[str, Any]:
                          "{{instance}} {{thread}}")], CORES, 6, min=0)
     layout.panel("timeseries", "Process memory",
                  "Resident memory of each sidecar process (the slab's page cache is not in "
-                 "it: see the cgroup's memory in deploy/README.md).",
+                 "it: see the cgroup's memory in deploy/README.md), and apart from it the "
+                 "memory tier's shared memory, which a container's limit counts too.",
                  [target(f"process_resident_memory_bytes{{{SEL}}}\n  {ONLY_SIDECARS}",
-                         "{{instance}} RSS")], "bytes", 6, min=0)
+                         "{{instance}} RSS"),
+                  target(f"sidecar_memory_tier_resident_bytes{{{SEL}}}",
+                         "{{instance}} memory tier (shared, not in RSS)")], "bytes", 6, min=0)
 
     return {
         "title": "Kafka cold-segment sidecar",

@@ -16,6 +16,7 @@ from sidecar.telemetry.metrics import (
     BREAKER_STATES,
     DISK_OPS,
     EVICTION_REASONS,
+    MEMORY_TIER_SERIES,
     ORIGIN_OUTCOMES,
     PREFETCH_OUTCOMES,
     WARM_OUTCOMES,
@@ -100,4 +101,16 @@ def stats_snapshot(metrics: Metrics | MetricsReading) -> dict[str, Any]:
             outcome: int(metrics.value("sidecar_warm_blocks_total", {"outcome": outcome}))
             for outcome in WARM_OUTCOMES
         },
+        "memory_tier": memory_tier_snapshot(metrics),
     }
+
+
+def memory_tier_snapshot(metrics: MetricsReading) -> dict[str, Any]:
+    """The memory tier's size, use and counts (sidecar_memory_tier_*), and the
+    share of its lookups it answered."""
+    figures = {
+        name: int(metrics.value(f"sidecar_memory_tier_{name}" + ("_total" if counter else "")))
+        for name, _, counter in MEMORY_TIER_SERIES
+    }
+    lookups = figures["hits"] + figures["misses"]
+    return {**figures, "hit_ratio": figures["hits"] / lookups if lookups else None}

@@ -135,8 +135,19 @@ class MemoryTier:
             return self._table.held_regions * self.region_size
 
     def resident_bytes(self) -> int:
-        """The memory the file holds now, as the kernel counts it."""
-        return os.fstat(self.fd).st_blocks * 512
+        """The memory the file holds now, as the kernel counts it (0 once closed)."""
+        try:
+            return os.fstat(self.fd).st_blocks * 512
+        except OSError:
+            return 0
+
+    def figures(self) -> dict[str, int]:
+        """Its size, use and counts, for the metrics (sidecar_memory_tier_*)."""
+        counts = self.counts
+        return {"size_bytes": self.size_bytes, "used_bytes": self.used_bytes(),
+                "resident_bytes": self.resident_bytes(),
+                "hits": counts.hits, "misses": counts.misses, "inserts": counts.inserts,
+                "evictions": counts.evictions}
 
     def __contains__(self, key: Key) -> bool:
         with self._lock:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import platform
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,6 +21,8 @@ from prometheus_client import (
     ProcessCollector,
 )
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from sidecar import installed_version
@@ -49,6 +51,19 @@ REQUEST_CACHE_RESULTS = ("hit", "partial", "miss")
 AUTH_FAILURE_REASONS = (
     "unsigned", "malformed", "unknown_key", "bad_signature", "expired", "skewed",
 )
+# sidecar_memory_tier_*: (name, help, counter?) of what the tier reports
+# (sidecar.cache.memory_tier), keyed as its figures are.
+MEMORY_TIER_SERIES = (
+    ("size_bytes", "Bytes the memory tier may hold: its sealed memfd's size (0: off)", False),
+    ("used_bytes", "Bytes of verified chunks held in the memory tier", False),
+    ("resident_bytes",
+     "Memory the tier's memfd holds as the kernel counts it: shared memory, which counts "
+     "toward a container's limit and is not in the process's resident set", False),
+    ("hits", "Chunk pieces sent from the memory tier (sendfile, no read, no hash)", True),
+    ("misses", "Lookups of a cached chunk the memory tier did not hold", True),
+    ("inserts", "Verified chunks that entered the memory tier (origin or disk)", True),
+    ("evictions", "Chunks the memory tier let go to make room (pages released)", True),
+)
 
 
 class Metrics:
@@ -66,6 +81,8 @@ class Metrics:
         self._declare_cache(registry)
         self._declare_read_ahead_and_warm_up(registry)
         self._declare_isolation(registry)
+        # sidecar_memory_tier_*: the tier's own figures, read at each collection.
+        self.memory_tier = MemoryTierCollector(registry)
 
     def _declare_process(self, registry: CollectorRegistry) -> None:
         ProcessCollector(registry=registry)
@@ -233,7 +250,7 @@ class Metrics:
         a time; `value` would collect the whole registry for each, the process
         collector's /proc reads included."""
         own = (collector for collector in vars(self).values()
-               if isinstance(collector, MetricWrapperBase))
+               if isinstance(collector, MetricWrapperBase | MemoryTierCollector))
         return MetricsReading(sample for collector in own
                               for family in collector.collect() for sample in family.samples)
 
@@ -250,6 +267,27 @@ class Metrics:
             if sample.name == name
             and all(sample.labels.get(k) == v for k, v in labels.items())
         )
+
+
+class MemoryTierCollector(Collector):
+    """sidecar_memory_tier_*, from the figures the tier keeps itself (counters
+    in the core, this exporter at the rim): zeros until ``watch`` names the
+    tier's, and when the tier is off."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._figures: Callable[[], Mapping[str, int]] = dict
+        registry.register(self)
+
+    def watch(self, figures: Callable[[], Mapping[str, int]]) -> None:
+        """What to read at each collection, as ``Gauge.set_function`` does."""
+        self._figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self._figures()
+        for name, help_text, counter in MEMORY_TIER_SERIES:
+            family = CounterMetricFamily if counter else GaugeMetricFamily
+            yield family(f"sidecar_memory_tier_{name}", help_text,
+                         value=figures.get(name, 0))
 
 
 class MetricsReading:

@@ -92,11 +92,19 @@ def test_a_slow_reader_receives_the_original_bytes_while_the_tier_refills_its_re
         client_port = reader.getsockname()[1]
         eventually(lambda: queued_bytes(address.port, client_port) + len(received) >= OBJECT,
                    "the whole response to be queued in the sockets")
+        # Every piece of it was sent from the tier (each chunk as it landed).
+        assert tiered_sidecar.metric("sidecar_memory_tier_hits_total") == OBJECT // MiB
 
         for key, body in others.items():
             with urllib.request.urlopen(f"{tiered_sidecar.data_url}/{bucket}/{key}",
                                         timeout=30) as response:
                 assert response.read() == body
+
+        # Every region was evicted and refilled several times meanwhile.
+        evictions = tiered_sidecar.metric("sidecar_memory_tier_evictions_total")
+        assert evictions >= (OTHERS * OBJECT) // MiB - TIER // MiB + OBJECT // MiB
+        assert tiered_sidecar.metric("sidecar_memory_tier_size_bytes") == TIER
+        assert 0 < tiered_sidecar.metric("sidecar_memory_tier_resident_bytes") <= TIER
 
         body = bytearray(received)
         while len(body) < OBJECT:
