@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
-from sidecar.cache.slot_format import chunk_size_for
 from sidecar.config.options import BY_NAME, OPTIONS, Option
 from sidecar.config.parsing import HostPort, parse_auth_keys_file
 from sidecar.config.tree import (
@@ -27,6 +26,7 @@ from sidecar.config.tree import (
     OriginConfig,
     PrefetchConfig,
     ServerConfig,
+    chunk_bytes,
 )
 from sidecar.errors import ConfigError
 
@@ -37,8 +37,6 @@ SECTIONS: dict[str, type] = {
 # The option whose raw value is a file to read while loading (its keys join
 # auth_keys): read with the other sources, never while building the tree.
 KEYS_FILE = "auth_keys_file"
-# The default memory tier's bound, whatever the cache's size.
-DEFAULT_MEMORY_TIER_CAP = 256 * 1024 * 1024
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -170,8 +168,6 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             # Whole blocks, at least one.
             "max_coalesce_bytes": max(block_size, values["max_coalesce"]
                                       - values["max_coalesce"] % block_size),
-            "memory_tier_bytes": memory_tier_bytes(values["memory_tier"],
-                                                   values["cache_size"], block_size),
         },
         "prefetch": {
             "max_window_blocks": max(1, values["prefetch_max_window"] // block_size),
@@ -189,19 +185,6 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def memory_tier_bytes(asked: int | None, cache_size: int, block_size: int) -> int:
-    """The memory tier's size: as asked, or by default (None) an eighth of the
-    cache up to 256 MiB, a share that holds the hot chunks of a catch-up
-    (each Kafka fetch starts in the chunk the last one ended in) without
-    making the sidecar's memory grow with its disk; whole chunks, none for a
-    cache too small to spare one."""
-    if asked is not None:
-        return asked
-    chunk = chunk_size_for(block_size)
-    share = min(cache_size // 8, DEFAULT_MEMORY_TIER_CAP)
-    return share - share % chunk
-
-
 def validate(values: Mapping[str, Any]) -> None:
     """The checks that take more than one option, with what to change."""
     block_size: int = values["block_size"]
@@ -216,7 +199,7 @@ def validate(values: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"--cache-size {values['cache_size']} cannot hold one block of {block_size} bytes"
         )
-    chunk = chunk_size_for(block_size)
+    chunk = chunk_bytes(block_size)
     if values["memory_tier"] and values["memory_tier"] < chunk:
         raise ConfigError(
             f"memory_tier {values['memory_tier']} cannot hold one chunk of {chunk} bytes: "

@@ -207,7 +207,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("memory_tier", parse_size_or_auto, "auto",
            "memory of the sidecar's own (a sealed memfd, counted as shared memory, not RSS) "
            "for verified chunks sent with sendfile: no disk read, no second hash; auto: "
-           "cache_size/8 up to 256MiB; 0: none", "SIZE|auto", flag=False, group="cache"),
+           "cache_size/8 up to 256MiB; 0: none", "SIZE|auto", flag=False, group="cache",
+           field="cache.memory_tier"),
     Option("scrub_rate", parse_rate, "64MiB/s",
            "after a restart, verify the recovered blocks' data in the background at this "
            "disk read rate (0: only when read)", "RATE", flag=False, group="cache",

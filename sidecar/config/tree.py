@@ -58,6 +58,31 @@ class OriginConfig:
     breaker_cooldown_s: float
 
 
+# The default memory tier's bound, whatever the cache's size.
+DEFAULT_MEMORY_TIER_CAP = 256 * 1024 * 1024
+# The cache's checksum chunk, the tier's unit (sidecar.cache.slot_format's
+# chunk_size_for; not imported: the config loads without the cache's
+# dependencies, and a test holds the two equal).
+MAX_CHUNK_BYTES = 1024 * 1024
+
+
+def chunk_bytes(block_size: int) -> int:
+    return min(MAX_CHUNK_BYTES, block_size)
+
+
+def memory_tier_bytes(asked: int | None, cache_size: int, block_size: int) -> int:
+    """The memory tier's size: as asked, or by default (None) an eighth of the
+    cache up to 256 MiB, a share that holds the hot chunks of a catch-up
+    (each Kafka fetch starts in the chunk the last one ended in) without
+    making the sidecar's memory grow with its disk; whole chunks, none for a
+    cache too small to spare one."""
+    if asked is not None:
+        return asked
+    chunk = chunk_bytes(block_size)
+    share = min(cache_size // 8, DEFAULT_MEMORY_TIER_CAP)
+    return share - share % chunk
+
+
 @dataclass(frozen=True)
 class CacheConfig:
     directory: Path
@@ -71,9 +96,16 @@ class CacheConfig:
     drop_written_pages: bool
     direct_io: bool
     recent_chunk_bytes: int
-    memory_tier_bytes: int  # 0: no memory tier
+    memory_tier: int | None  # as asked; None: auto (see memory_tier_bytes)
     preallocate: bool
     scrub_rate: int | None  # bytes/s; None: recovered blocks are verified when read
+
+    @property
+    def memory_tier_bytes(self) -> int:
+        """The memory tier's size (0: none). Derived here rather than when
+        loading, so that the option keeps what was asked: a reload that
+        changes only cache_size names only cache_size."""
+        return memory_tier_bytes(self.memory_tier, self.size_bytes, self.block_size)
 
 
 @dataclass(frozen=True)

@@ -125,8 +125,7 @@ def test_every_field_of_the_tree_is_filled_exactly_once() -> None:
     every = {f"{section}.{name}" for section, names in tree_fields().items() for name in names}
     assert sorted(named + derived) == sorted(every)
     feeds = {"cache_dir", "max_coalesce", "prefetch_max_window", "prefetch_share",
-             "warm_share", "auth_keys", "auth_keys_file", "auth_allow_anonymous",
-             "memory_tier"}
+             "warm_share", "auth_keys", "auth_keys_file", "auth_allow_anonymous"}
     assert {option.name for option in OPTIONS if not option.field} == feeds
 
 
@@ -186,3 +185,11 @@ def test_the_memory_tier_defaults_to_a_share_of_the_cache_and_refuses_too_small_
         tier(memory_tier="4KiB")
     with pytest.raises(ConfigError, match="size"):
         tier(memory_tier="lots")
+
+
+def test_the_config_knows_the_cache_chunk_size_the_slab_uses() -> None:
+    from sidecar.cache.slot_format import chunk_size_for
+    from sidecar.config.tree import chunk_bytes
+
+    for block_size in (64 * 1024, 1024 * 1024, 1536 * 1024, 8 * MIB, 256 * MIB):
+        assert chunk_bytes(block_size) == chunk_size_for(block_size)
