@@ -401,15 +401,18 @@ class DataPort:
         transport = request.transport
         if transport is None:
             raise ConnectionResetError("the client went away")
-        with io.FileIO(held.file, "rb", closefd=False) as file:
-            try:
-                # fallback=False: asyncio's fallback would seek and read the
-                # shared file; the mapping does that job without either.
-                await asyncio.get_running_loop().sendfile(
-                    transport, file, held.offset, held.count, fallback=False)
-                return
-            except asyncio.SendfileNotAvailableError:
-                pass
+        # A TLS transport cannot send a file (asyncio would refuse it with a
+        # RuntimeError, given no fallback); nor can every loop (NotImplementedError).
+        if transport.get_extra_info("sslcontext") is None:
+            with io.FileIO(held.file, "rb", closefd=False) as file:
+                try:
+                    # fallback=False: asyncio's fallback would seek and read the
+                    # shared file, racing other sends; the mapping needs neither.
+                    await asyncio.get_running_loop().sendfile(
+                        transport, file, held.offset, held.count, fallback=False)
+                    return
+                except (asyncio.SendfileNotAvailableError, NotImplementedError):
+                    pass
         await response.write(held.view())
 
     @staticmethod
