@@ -163,7 +163,7 @@ class MemoryTier:
         with self._lock:
             if self._closed or key in self._table:
                 return False
-            claimed = self._table.claim()
+            claimed = self._table.claim(key)
             if claimed is None:
                 return False
             self._users += 1  # the file stays open until this fill is over

@@ -184,8 +184,8 @@ class SlotReader:
         """Chunks ``first``.. just read past the page cache and verified, into
         the memory tier (in the executor: the copy is the thread's, not the
         loop's). A hit there is sent from memory, with no read and no hash."""
-        if self._tier is None:
-            return
+        if self._tier is None or block is NAMELESS:
+            return  # a recovered block read by slot: no reader could look it up by name
         for chunk, view in enumerate(views, first):
             self._tier.put((block, generation & GENERATION_IN_INDEX, chunk), view)
 

@@ -18,6 +18,15 @@ Eviction is S3-FIFO over region numbers, the disk's own policy
 leaves from the small FIFO without pushing out the chunks that many readers
 share. A pinned region (a send from it under way) is never a victim.
 
+Admission: while a region is free, every chunk offered gets one. Once the tier
+is full, a chunk takes a victim's place only the second time it is offered
+within about the tier's size of refusals (or when the policy's ghost remembers
+it): filling a region costs fresh pages (the old ones were released, see
+below), measurably more than the copy itself, and a replay larger than the
+tier would otherwise pay that for every chunk and keep none of them. The
+chunks a replay's next fetch starts in are the recent-chunk memory's job
+(``sidecar.cache.recent``), not the tier's.
+
 The one rule that keeps bytes on the wire from changing: a region that held a
 chunk is never filled again before its pages were released (the caller
 punches a hole over it, ``Claimed.evicted``). Pages a socket still holds keep
@@ -59,6 +68,7 @@ class TierCounts:
     inserts: int = 0
     evictions: int = 0
     refused: int = 0  # no region to claim: every one filling or pinned
+    declined: int = 0  # full, and the chunk not offered before: not admitted
 
 
 class RegionTable:
@@ -78,6 +88,8 @@ class RegionTable:
         self._region_of: dict[Key, int] = {}
         # Lowest numbers last: the first claims take the file's front.
         self._free = list(range(regions - 1, -1, -1))
+        # Keys declined lately, oldest first, at most one a region.
+        self._declined: dict[Key, None] = {}
         self._policy = SlotFifo(regions, self._fingerprint_of_region)
 
     def __contains__(self, key: Key) -> bool:
@@ -101,15 +113,20 @@ class RegionTable:
     def live_bytes(self) -> int:
         return sum(self._length[region] for region in self._region_of.values())
 
-    def claim(self) -> Claimed | None:
-        """A region for a writer to fill: a free one, else the policy's victim
-        (not pinned, not being filled). None when there is none."""
+    def claim(self, key: Key) -> Claimed | None:
+        """A region for a writer to fill with ``key``'s chunk: a free one, else
+        the policy's victim (not pinned, not being filled) if the chunk is
+        admitted (above). None when there is none, or it is not admitted."""
         if self._free:
             region = self._free.pop()
             self._state[region] = FILLING
             return Claimed(region, None)
+        if not self._admitted(key):
+            self.counts.declined += 1
+            return None
         victims = self._policy.choose_victims(1, self._pinned)
         if not victims:
+            self._declined[key] = None  # still admitted at its next offer
             self.counts.refused += 1
             return None
         region = victims[0]
@@ -190,6 +207,18 @@ class RegionTable:
                 self._free.append(region)
                 freed.append(region)
         return freed
+
+    def _admitted(self, key: Key) -> bool:
+        """Whether a chunk offered to a full tier takes a victim's place: the
+        second offer within about the tier's size of refusals, or one the
+        policy's ghost remembers (it left the small FIFO lately)."""
+        if key in self._declined or self._policy.in_ghost(self._fingerprint(key)):
+            self._declined.pop(key, None)
+            return True
+        self._declined[key] = None
+        if len(self._declined) > self.regions:
+            del self._declined[next(iter(self._declined))]
+        return False
 
     def _pinned(self, region: int) -> bool:
         return self._pins[region] > 0

@@ -113,12 +113,14 @@ async def make_rig(tmp_path: Path, executor: ThreadPoolExecutor) -> AsyncIterato
     async def make(data: bytes, slots: int = 32, max_run: int = 8,
                    planner: ReadAheadPlanner | None = None, key: str = "k",
                    block: int = BLOCK, parts: int = 1, recent_chunk_bytes: int = 64 * 2**20,
-                   memory_tier_bytes: int = 0, direct_io: bool = False) -> Rig:
+                   memory_tier_bytes: int = 0, direct_io: bool = False,
+                   drop_written_pages: bool = False) -> Rig:
         metrics = Metrics(CollectorRegistry())
         store = await BlockStore.open(tmp_path / f"cache{len(rigs)}", slots * (block + 4096),
                                       block, executor, metrics,
                                       recent_chunk_bytes=recent_chunk_bytes,
-                                      memory_tier_bytes=memory_tier_bytes, direct_io=direct_io)
+                                      memory_tier_bytes=memory_tier_bytes, direct_io=direct_io,
+                                      drop_written_pages=drop_written_pages)
         origin = ScriptedOrigin(data)
         info = origin.add(key, data)
         modes = ModeState()
