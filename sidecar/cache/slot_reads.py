@@ -154,9 +154,12 @@ class SlotReader:
             if keep and self._slab.direct_io:
                 # Landed on the disk, not in the page cache: this chunk and the
                 # landed ones after it, in one read.
+                # Not offered to the memory tier: the fetch offered each of
+                # these chunks as it landed, and a second offer of the same
+                # copy would be taken for reuse (tier_regions: admission).
                 views = await self._work.shielded(self._work.run(
-                    self._read_direct_landed, write, chunk,
-                    self._landed_run(write, chunk, through)))
+                    self._slab.read_direct, write.slot, chunk,
+                    self._landed_run(write, chunk, through), write.length, write.checksums))
                 self._keep_chunks(write.ident, write.generation, chunk, views)
                 return views[0][start - lo:end - lo]
             first, stop = (lo, hi) if keep else (start, end)
@@ -171,13 +174,6 @@ class SlotReader:
             raise ChecksumMismatch(write.slot, start // write.chunk_size) from exc
         finally:
             self._slots.unpin(write.slot)
-
-    def _read_direct_landed(self, write: BlockWrite, chunk: int, stop: int) -> list[memoryview]:
-        """Landed chunks [chunk, stop) of ``write`` read past the page cache and
-        verified (in the executor), then into the memory tier."""
-        views = self._slab.read_direct(write.slot, chunk, stop, write.length, write.checksums)
-        self._into_tier(write.ident, write.generation, chunk, views)
-        return views
 
     def _into_tier(self, block: BlockIdent, generation: int, first: int,
                    views: list[memoryview]) -> None:
