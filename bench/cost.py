@@ -6,8 +6,9 @@ no CRC work) and the CPU of each server process family read from /proc
 around every replay (bench/cpu.py):
 
   cost-4p   the 4-partition data set, every partition at once: the sidecar
-            cold then warm (the same replay again), nginx slice cold then
-            warm, and the origin direct; `rounds` times over, fresh servers
+            cold then warm (the same replay again), the same with its memory
+            tier off and with one that holds the whole data set, nginx slice
+            cold then warm, and the origin direct; `rounds` times over, fresh servers
             and caches each round, so the figures near a target come with
             their spread. Each round also replays through three servers that
             do nothing but serve the data set's files (bench/floor_server.py:
@@ -128,13 +129,25 @@ def _origin_for(bench: Bench, name: str, dataset: Dataset, listings: Path,
                        lambda port: origin_config(prefix, port, dataset.root, listings, by_raw))
 
 
-def _sidecar_pair(bench: Bench, number: int) -> dict[str, Any]:
+def _sidecar_pair(bench: Bench, number: int, name: str = "sidecar",
+                  env: dict[str, str] | None = None) -> dict[str, Any]:
     """A fresh sidecar replayed twice: cold, then warm."""
     dataset = bench.dataset
-    with bench.origin(f"cost-sidecar-{number}") as origin, bench.sidecar(origin) as sidecar:
-        return {when: light_replay(bench, f"cost-4p-sidecar-{when}-{number}", dataset,
+    label = name.replace("_", "-")
+    with bench.origin(f"cost-{label}-{number}") as origin, \
+            bench.sidecar(origin, env=env) as sidecar:
+        return {when: light_replay(bench, f"cost-4p-{label}-{when}-{number}", dataset,
                                    sidecar.data_url, sidecar.pid, origin, sidecar)
                 for when in ("cold", "warm")}
+
+
+def tier_variants(dataset: Dataset) -> tuple[tuple[str, dict[str, str]], ...]:
+    """The sidecar pairs beside the default one (whose memory tier is an eighth
+    of its cache, at most 256 MiB): the memory tier off, and one that holds the
+    whole data set, so that the warm replay is served from it."""
+    whole = -(-(dataset.total_bytes + 64 * MiB) // MiB)
+    return (("sidecar_tier_off", {"SIDECAR_MEMORY_TIER": "0"}),
+            ("sidecar_tier_whole", {"SIDECAR_MEMORY_TIER": f"{whole}MiB"}))
 
 
 def _slice_pair(bench: Bench, number: int) -> dict[str, Any]:
@@ -196,8 +209,12 @@ def run_cost_4p(bench: Bench) -> None:
     print(f"{scenario}: {dataset.spec.partitions} partitions at once, light client, "
           f"{rounds} rounds", file=sys.stderr, flush=True)
     runs = bench.scenarios[scenario]["runs"]
+    pairs: list[tuple[str, Any]] = [("sidecar", _sidecar_pair)]
+    pairs += [(name, partial(_sidecar_pair, name=name, env=env))
+              for name, env in tier_variants(dataset)]
+    pairs.append(("nginx_slice", _slice_pair))
     for number in range(1, rounds + 1):
-        for name, pair in (("sidecar", _sidecar_pair), ("nginx_slice", _slice_pair)):
+        for name, pair in pairs:
             bench.attempt(scenario, f"{name}_pair_{number}", partial(pair, bench, number))
             both = runs.pop(f"{name}_pair_{number}", None)
             runs[f"{name}_cold_{number}"] = both["cold"] if both else None

@@ -64,6 +64,10 @@ _COST_ROWS = {
                 ("nginx_slice_warm", "nginx slice 8m + proxy_cache, warm (same replay again)"),
                 ("sidecar_cold", "**sidecar, cold**"),
                 ("sidecar_warm", "**sidecar, warm** (same replay again)"),
+                ("sidecar_tier_off_cold", "sidecar, cold, memory_tier = 0"),
+                ("sidecar_tier_off_warm", "sidecar, warm, memory_tier = 0"),
+                ("sidecar_tier_whole_warm",
+                 "sidecar, warm, a memory tier that holds the data set"),
                 ("floor_aiohttp", "floor: aiohttp serving the files (preads, 128 KiB writes)"),
                 ("floor_protocol", "floor: bare asyncio protocol (preads, 128 KiB writes)"),
                 ("floor_sendfile", "floor: bare asyncio protocol, sendfile"),
@@ -85,11 +89,18 @@ _COST_ROWS = {
 }
 
 
+# Rows of runs older results files do not have: left out rather than shown failed.
+_OPTIONAL_ROWS = frozenset({"sidecar_tier_off_cold", "sidecar_tier_off_warm",
+                            "sidecar_tier_whole_warm"})
+
+
 def _cost_rows(results: Results, scenario: str) -> list[list[str]]:
     rows = []
     for run, label in _COST_ROWS[scenario]:
         runs = rounds_of(results, scenario, run) if run != "origin" else \
             [find_run(results, scenario, "origin_1")]
+        if not any(runs) and run in _OPTIONAL_ROWS:
+            continue
         if not any(runs):
             blanks = 12 if scenario == "wide-48p" else 10  # the table's other columns
             rows.append([label, "failed / not run", *["" for _ in range(blanks)]])

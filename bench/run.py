@@ -18,7 +18,8 @@ Scenarios (in this order; each starts its own servers, with fresh caches):
                nothing pinned; then foreground miss latency through a sidecar
                with --origin-bandwidth, idle and while a big warm-up runs
   cost-4p      the light client (no CRC work), four partitions at once: the
-               sidecar cold then warm, nginx slice cold then warm, the origin
+               sidecar cold then warm (also with its memory tier off, and with
+               one that holds the data set), nginx slice cold then warm, the origin
                direct, with each server's CPU-seconds per GiB from /proc;
                several rounds (bench/cost.py)
   wide-48p     48 partitions x one 24 MiB segment at once, light client:
