@@ -214,11 +214,12 @@ def test_corrupted_slab_bytes_are_detected_and_refetched(
     proxy: RecordingProxy, origin_s3: Any, bucket: str, tmp_path: Path
 ) -> None:
     (key, data), = put_objects(origin_s3, bucket, [6 * BLOCK + 99]).items()
-    # recent_chunks 0: the second read must come from the slab to be checked,
-    # not from the verified copies kept in memory after the first.
+    # recent_chunks and memory_tier 0: the second read must come from the slab
+    # to be checked, not from the verified copies kept in memory after the first.
     with SidecarProcess(proxy.endpoint, tmp_path, "--block-size", "64KiB",
                         "--cache-size", str(16 * SLOT),
-                        env={"SIDECAR_RECENT_CHUNKS": "0"}) as process:
+                        env={"SIDECAR_RECENT_CHUNKS": "0",
+                             "SIDECAR_MEMORY_TIER": "0"}) as process:
         client = s3_client(process.data_url)
         assert get(client, bucket, key, None)[1] == data
         # The last blocks may still be on their way into the slab after the

@@ -46,7 +46,7 @@ def start(local_s3: LocalS3, cache_dir: Path, **env: str) -> SidecarProcess:
         "--cache-size", str(SLOTS * (BLOCK + SLOT_HEADER_SIZE)),
         env={"SIDECAR_PREFETCH": "false", "SIDECAR_SCRUB_RATE": "0",
              # Every read goes to the slab: no verified chunk is kept in memory.
-             "SIDECAR_RECENT_CHUNKS": "0", **env},
+             "SIDECAR_RECENT_CHUNKS": "0", "SIDECAR_MEMORY_TIER": "0", **env},
     )
 
 

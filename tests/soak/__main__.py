@@ -46,6 +46,7 @@ ENV = {
     "SIDECAR_DISK_RESERVE": "4MiB",  # the 1 GiB default is more than the whole disk
     "SIDECAR_DISK_CHECK_INTERVAL": "500ms",
     "SIDECAR_RECENT_CHUNKS": "8MiB",  # hits read the slab, not memory, most of the time
+    "SIDECAR_MEMORY_TIER": "0",  # likewise: no chunk served from the memory tier
     "SIDECAR_HEAD_TTL": "5s",  # the rewritten objects are HEADed again often
     "SIDECAR_ORIGIN_DEADLINE": "3s",
     "SIDECAR_ORIGIN_CONNECT_TIMEOUT": "1s",
