@@ -500,6 +500,73 @@ def test_systemd_unit_installs_the_wheel_make_dist_builds() -> None:
     assert re.search(r"^dist:", (ROOT / "Makefile").read_text(), re.M)
 
 
+def header_commands() -> list[str]:
+    """The install steps of the unit's header comment, continuation lines joined."""
+    lines = [line.removeprefix("#").strip() for line in
+             UNIT.read_text(encoding="utf-8").split("\n[Unit]")[0].splitlines()]
+    return [step.split("  #")[0].strip() for step in
+            re.sub(r"\\\s+", " ", "\n".join(lines)).splitlines()
+            if re.match(r"(install|useradd|python3|sudo|systemctl|/opt/)", step)]
+
+
+def test_systemd_install_steps_put_every_file_where_the_unit_reads_it(tmp_path: Path) -> None:
+    """The header's steps, run as written, leave each path the unit names in place,
+    from files the checkout has; the example config they install passes the
+    unit's own --check-config command as it stands (a 2-core host needs no edit)."""
+    keys = unit_keys(UNIT.read_text(encoding="utf-8"))
+    installed: dict[str, str] = {}  # destination -> source in the checkout
+    for step in header_commands():
+        words = step.split()
+        if words[0] == "install" and "-d" not in words:
+            source, destination = words[-2], words[-1]
+            if source != "/dev/null":
+                assert (ROOT / source).is_file(), step
+            if destination.endswith("/"):
+                destination += Path(source).name
+            installed[destination] = source
+    assert installed["/etc/systemd/system/kafka-sidecar.service"] == \
+        "deploy/systemd/kafka-sidecar.service"
+    command = keys["ExecStart"].split()
+    config = command[command.index("--config") + 1]
+    assert installed[config] == "sidecar.example.toml"
+    assert keys["EnvironmentFile"] in installed
+    documentation = keys["Documentation"].removeprefix("file:")
+    assert installed[documentation] == "deploy/README.md"
+    directories = [step.split()[-1] for step in header_commands()
+                   if step.startswith("install -d")]
+    assert command[command.index("--cache-dir") + 1] in directories
+    assert command[0] == "/opt/kafka-sidecar/bin/sidecar"
+    assert any(step == "python3 -m venv /opt/kafka-sidecar" for step in header_commands())
+    assert "systemctl daemon-reload && systemctl enable --now kafka-sidecar" \
+        in header_commands()
+
+    # The unit's command with the checkout's example config and a cache dir here.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    arguments = [str(ROOT / "sidecar.example.toml") if word == config
+                 else str(cache) if word == command[command.index("--cache-dir") + 1]
+                 else word for word in command[1:]]
+    result = subprocess.run([sys.executable, "-m", "sidecar", *arguments, "--check-config"],
+                            capture_output=True, text=True, timeout=60, env=clean_env())
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^cpus = \"\"", result.stdout, re.M), "no cores pinned by default"
+
+
+def test_deploy_readme_shows_the_units_own_settings() -> None:
+    """The unit settings deploy/README.md quotes are the unit's, with no core pinned:
+    a quoted CPUAffinity=3 would fail on a host of fewer than 4 cores."""
+    keys = unit_keys(UNIT.read_text(encoding="utf-8"))
+    blocks = re.findall(r"```ini\n(.*?)```", (ROOT / "deploy" / "README.md").read_text(),
+                        re.S)
+    assert blocks
+    for block in blocks:
+        quoted = unit_keys(block)
+        assert "CPUAffinity" not in quoted
+        # systemd has no trailing comments: "3G  # ..." would be the value.
+        assert not [value for value in quoted.values() if "#" in value], quoted
+        assert quoted == {name: keys[name] for name in quoted}, quoted
+
+
 # --- Dockerfile ------------------------------------------------------------
 
 def dockerfile() -> dict[str, Any]:
