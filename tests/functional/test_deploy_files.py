@@ -328,6 +328,26 @@ def test_podmonitor_component_scrapes_the_admin_port_under_the_alerted_job() -> 
     assert not re.fullmatch(pattern[1], "kubernetes-pods")
 
 
+def test_annotation_scraped_pods_carry_the_label_sidecar_down_matches() -> None:
+    """Under annotation-based scraping every pod shares one job; the alert knows the
+    sidecar's targets by the pod label that job maps onto them (Prometheus' labelmap
+    of __meta_kubernetes_pod_label_<name>, <name> with each character outside
+    [a-zA-Z0-9_] made "_")."""
+    template = manifests()["DaemonSet"]["spec"]["template"]
+    annotations, labels = template["metadata"]["annotations"], template["metadata"]["labels"]
+    ports = {port["name"]: port["containerPort"] for port in container()["ports"]}
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == ports["admin"]
+    rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    (down,) = [rule for group in rules["groups"] for rule in group["rules"]
+               if rule.get("alert") == "SidecarDown"]
+    matchers = re.findall(r'up\{(\w+)="([^"]+)"\} == 0', down["expr"])
+    assert matchers, down["expr"]
+    mapped = {re.sub(r"[^a-zA-Z0-9_]", "_", name): value for name, value in labels.items()}
+    for name, value in matchers:
+        assert mapped.get(name) == value, (name, value, mapped)
+
+
 # --- kustomize --------------------------------------------------------------
 
 @pytest.fixture(scope="module")
