@@ -130,6 +130,23 @@ def test_daemonset_probes_annotations_and_ports() -> None:
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
+def test_startup_probe_allows_what_the_readme_says_start_up_takes() -> None:
+    """README.md's warm restart serves within a second, whatever the cache's size:
+    the probe gives a minute, not the minutes a scan before serving would need, and
+    its comment says the same as the README."""
+    probe = container()["startupProbe"]
+    budget = probe["periodSeconds"] * probe["failureThreshold"]
+    assert 30 <= budget <= 120, budget
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "**Warm restart.**" in readme and "serves within 0.1 s" in readme
+    text = (KUBE / "daemonset.yaml").read_text(encoding="utf-8")
+    start = text.index("startupProbe:")
+    comment = " ".join(line.strip().lstrip("# ") for line in
+                       text[start:text.index("httpGet:", start)].splitlines())
+    assert '"Warm restart"' in comment and "within a second" in comment, comment
+    assert "slot header of the slab to rebuild" not in comment
+
+
 def test_resources_are_guaranteed_whole_cpus() -> None:
     resources = container()["resources"]
     assert resources["requests"] == resources["limits"]
