@@ -106,11 +106,26 @@ def test_kustomization_lists_every_manifest_and_the_image() -> None:
     listed = sorted(base["resources"])
     on_disk = sorted(p.name for p in KUBE.glob("*.yaml") if p.name != "kustomization.yaml")
     assert listed == on_disk
-    assert [image["name"] for image in base["images"]] == [container()["image"]]
+    # The DaemonSet's image first, then the one components/warmup's Job and CronJob run.
+    images = [image["name"] for image in base["images"]]
+    assert images[0] == container()["image"]
+    used = {box["image"] for path in COMPONENTS.rglob("*.yaml")
+            for document in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+            for box in _containers(document) if "image" in box}  # patches name no image
+    assert set(images[1:]) == used - {container()["image"]}
     # The optional parts stay optional: a plain `kubectl apply -k` enables none.
     assert "components" not in base
     for component in sorted(COMPONENTS.iterdir()):
         assert f"components/{component.name}" in (KUBE / "kustomization.yaml").read_text()
+
+
+def _containers(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The containers of a workload's pod template (Job, CronJob, DaemonSet...)."""
+    spec = document.get("spec", {})
+    spec = spec.get("jobTemplate", {}).get("spec", spec)
+    containers: list[dict[str, Any]] = spec.get("template", {}).get("spec", {}).get(
+        "containers", [])
+    return containers
 
 
 def test_daemonset_probes_annotations_and_ports() -> None:
