@@ -2,7 +2,8 @@
 
 Nothing here deploys (no cluster, no docker on the test machines); the tests
 check what can be checked offline: the manifests parse and carry the fields
-operators rely on, kustomize (`kubectl kustomize`, where kubectl is installed)
+operators rely on, kustomize (`kubectl kustomize`, or where kubectl is missing a
+standalone kustomize that scripts/ensure-kustomize.sh builds from its Go module)
 renders them with and without the optional components and refuses to render
 without the operator's credentials, the ConfigMap's sidecar.toml passes
 `--check-config` with the credentials' keys, the unit passes `systemd-analyze
@@ -383,15 +384,17 @@ def test_annotation_scraped_pods_carry_the_label_sidecar_down_matches() -> None:
 # --- kustomize --------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        pytest.skip("kubectl (with its built-in kustomize) is not installed")
-    return path
+def renderer() -> list[str]:
+    """`kubectl kustomize`, or a standalone kustomize where kubectl is missing
+    (scripts/ensure-kustomize.sh builds it once): never skipped."""
+    result = subprocess.run(["sh", str(ROOT / "scripts" / "ensure-kustomize.sh")],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"ensure-kustomize.sh failed:\n{result.stderr}"
+    return result.stdout.split()
 
 
-def kustomize(kubectl: str, directory: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True,
+def kustomize(renderer: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*renderer, str(directory)], capture_output=True,
                           text=True, timeout=120)
 
 
@@ -409,18 +412,18 @@ def base_copy(tmp_path: Path, components: tuple[str, ...] = ()) -> Path:
 
 
 def test_kustomize_refuses_to_render_without_the_credentials_file(
-    kubectl: str, tmp_path: Path,
+    renderer: list[str], tmp_path: Path,
 ) -> None:
     copy = tmp_path / "kubernetes"
     shutil.copytree(KUBE, copy, ignore=shutil.ignore_patterns("credentials.env"))
-    result = kustomize(kubectl, copy)
+    result = kustomize(renderer, copy)
     assert result.returncode != 0 and "credentials.env" in result.stderr, result.stderr
 
 
 def test_kustomize_renders_the_base_with_the_generated_secret(
-    kubectl: str, tmp_path: Path,
+    renderer: list[str], tmp_path: Path,
 ) -> None:
-    result = kustomize(kubectl, base_copy(tmp_path))
+    result = kustomize(renderer, base_copy(tmp_path))
     assert result.returncode == 0, result.stderr
     rendered = by_kind(list(yaml.safe_load_all(result.stdout)))
     assert set(rendered) == {"PriorityClass", "ConfigMap", "Secret", "Service", "NetworkPolicy",
@@ -440,9 +443,10 @@ def test_kustomize_renders_the_base_with_the_generated_secret(
     assert [volume["name"] for volume in pod["volumes"] if "hostPath" in volume] == ["cache"]
 
 
-def test_kustomize_renders_the_optional_components(kubectl: str, tmp_path: Path) -> None:
+def test_kustomize_renders_the_optional_components(renderer: list[str], tmp_path: Path
+                                                   ) -> None:
     copy = base_copy(tmp_path, ("podmonitor", "protect-log-dirs"))
-    result = kustomize(kubectl, copy)
+    result = kustomize(renderer, copy)
     assert result.returncode == 0, result.stderr
     rendered = by_kind(list(yaml.safe_load_all(result.stdout)))
     assert rendered["PodMonitor"]["metadata"]["namespace"] == "kafka"

@@ -33,13 +33,13 @@ from tests.functional.test_deploy_files import (
     by_kind,
     configmap_toml,
     container,
-    kubectl,
     kustomization,
     kustomize,
     manifests,
+    renderer,
 )
 
-__all__ = ["kubectl"]  # the fixture, used by name below
+__all__ = ["renderer"]  # the fixture, used by name below
 
 WARMUP = KUBE / "components" / "warmup"
 DOCKERFILE = ROOT / "warmup.Dockerfile"
@@ -102,9 +102,9 @@ def test_the_access_log_is_on_rotates_on_its_own_volume_and_is_shipped() -> None
 
 
 def test_kustomize_renders_the_warmup_component_with_every_reference_resolved(
-    kubectl: str, tmp_path: Path,
+    renderer: list[str], tmp_path: Path,
 ) -> None:
-    result = kustomize(kubectl, base_copy(tmp_path, ("warmup",)))
+    result = kustomize(renderer, base_copy(tmp_path, ("warmup",)))
     assert result.returncode == 0, result.stderr
     documents = list(yaml.safe_load_all(result.stdout))
     names = {(d["kind"], d["metadata"]["name"]) for d in documents}
