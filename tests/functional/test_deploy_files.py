@@ -29,6 +29,7 @@ import yaml
 
 from sidecar.config import OPTIONS, flatten_sections, parse_host_port
 from tests.support.deploy_files import context_sources, dockerfile_stages, wheel_name
+from tests.support.installs import ensure
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -485,9 +486,7 @@ def unit_keys(text: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def systemd_analyze() -> str:
-    result = subprocess.run(["sh", str(ROOT / "scripts" / "ensure-systemd.sh")],
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"ensure-systemd.sh failed:\n{result.stdout}{result.stderr}"
+    ensure("ensure-systemd.sh")
     return "systemd-analyze"
 
 

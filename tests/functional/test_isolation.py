@@ -21,7 +21,7 @@ import pytest
 
 from sidecar.tools.local_s3 import LocalS3
 from tests.functional.conftest import s3_client
-from tests.functional.test_data_port import raw_request
+from tests.support.loopback_http import raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
 

@@ -33,7 +33,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from sidecar.layout import parse_aiven_key
-from sidecar.tools.broker import TIERED_TOPIC, KafkaCluster, RemoteStorage, free_port
+from sidecar.tools.broker import TIERED_TOPIC, KafkaCluster, RemoteStorage
 from sidecar.tools.catch_up import catch_up, commit_group, produce
 from sidecar.tools.kafka_segments import (
     SegmentObject,
@@ -41,6 +41,7 @@ from sidecar.tools.kafka_segments import (
     iter_segment_batches,
 )
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.ports import free_port
 from spark_warmup.job import RunResult, run
 from spark_warmup.plan import PlanError, parse_plan
 from spark_warmup.routing import rendezvous_node

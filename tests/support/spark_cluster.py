@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import urllib.request
 from collections.abc import Mapping
@@ -19,16 +18,11 @@ from types import TracebackType
 
 import pyspark
 
+from sidecar.tools.ports import free_port
 from tests.support.waiting import eventually
 
 SPARK_HOME = Path(pyspark.__file__ or "").parent
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class StandaloneCluster:
