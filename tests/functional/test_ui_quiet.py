@@ -12,10 +12,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from sidecar.tools.local_s3 import LocalS3
-from tests.functional.test_observability import Chromium, Page, ensure, save_artifact
+from tests.support.chromium import Chromium, Page
+from tests.support.installs import save_artifact
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
 
@@ -58,11 +57,6 @@ QUIET_STATE = """(() => {
             .match(/a point every ([\\d.]+) s/)[1]),
           latency: document.getElementById("tile-latency").innerText};
 })()"""
-
-
-@pytest.fixture(scope="module")
-def chromium_installed() -> None:
-    ensure("ensure-chromium.sh")
 
 
 def read(url: str) -> bytes:
