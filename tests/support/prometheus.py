@@ -23,10 +23,14 @@ POLL_S = 0.2
 class Prometheus:
     """Debian's prometheus scraping one target every second, rules loaded, storage in tmp."""
 
-    def __init__(self, directory: Path, target: str, rule_files: list[Path]) -> None:
+    def __init__(self, directory: Path, target: str, rule_files: list[Path],
+                 scrape_configs: list[dict[str, Any]] | None = None) -> None:
+        """`scrape_configs`: in place of one job named "sidecar" scraping `target`."""
         self.directory = directory
         self.target = target
         self.rule_files = rule_files
+        self.scrape_configs = scrape_configs or [
+            {"job_name": "sidecar", "static_configs": [{"targets": [target]}]}]
         self.url = ""
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -37,8 +41,7 @@ class Prometheus:
         config.write_text(json.dumps({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(path) for path in self.rule_files],
-            "scrape_configs": [{"job_name": "sidecar",
-                                "static_configs": [{"targets": [self.target]}]}],
+            "scrape_configs": self.scrape_configs,
         }))
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
