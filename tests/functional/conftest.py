@@ -15,6 +15,7 @@ from tests.support.fault_proxy import FaultProxy
 from tests.support.installs import ensure
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
+from tests.support.s3_clients import close_clients
 from tests.support.verifying_proxy import VerifyingProxy
 
 BLOCK = 64 * 1024  # small blocks: many block boundaries with little data
@@ -54,23 +55,10 @@ def proxy(local_s3: LocalS3) -> Iterator[RecordingProxy]:
         yield recording
 
 
-_clients: list[Any] = []
-
-
-def s3_client(endpoint: str) -> Any:
-    """A boto3 client, closed after the test that made it (see _close_clients)."""
-    client = loopback_client(endpoint)
-    _clients.append(client)
-    return client
-
-
 @pytest.fixture(autouse=True)
 def _close_clients() -> Iterator[None]:
-    # Unclosed pooled sockets would be reported against whichever later test
-    # happens to run when they are garbage-collected.
     yield
-    while _clients:
-        _clients.pop().close()
+    close_clients()
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sidecar.engine import FOREGROUND_PARTS
-from tests.functional.conftest import BLOCK, s3_client
+from tests.functional.conftest import BLOCK
 from tests.support.loopback_http import raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 SLOT = BLOCK + 4096  # a slot is a 4 KiB header plus one block (sidecar/cache/slab.py)

@@ -23,9 +23,9 @@ from botocore.exceptions import ClientError
 from botocore.httpchecksum import StreamingChecksumBody
 
 from sidecar.tools.local_s3 import loopback_client
-from tests.functional.conftest import s3_client
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 BLOCK = 64 * 1024

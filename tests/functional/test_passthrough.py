@@ -25,8 +25,8 @@ from botocore.exceptions import ClientError
 
 from sidecar.tools.kafka_segments import generate_topic_segments, iter_segment_batches
 from sidecar.tools.local_s3 import CREDENTIALS, loopback_client
-from tests.functional.conftest import s3_client
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.signed_chunks import crc32_trailer, signed_chunked
 from tests.support.verifying_proxy import VerifyingProxy
 from tests.support.waiting import eventually
