@@ -18,6 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from sidecar.config import parse_host_port, parse_size
@@ -25,7 +26,7 @@ from sidecar.config.parsing import parse_s3_location
 from spark_warmup.__main__ import parse_args as warmup_args
 from spark_warmup.capacity.__main__ import parse_args as capacity_args
 from spark_warmup.plan import parse_plan
-from tests.functional.test_deploy_files import (
+from tests.support.deploy_files import (
     FILLED_CREDENTIALS,
     KUBE,
     ROOT,
@@ -36,10 +37,14 @@ from tests.functional.test_deploy_files import (
     kustomization,
     kustomize,
     manifests,
-    renderer,
+    renderer_command,
 )
 
-__all__ = ["renderer"]  # the fixture, used by name below
+
+@pytest.fixture(scope="module")
+def renderer() -> list[str]:
+    return list(renderer_command())
+
 
 WARMUP = KUBE / "components" / "warmup"
 DOCKERFILE = ROOT / "warmup.Dockerfile"
