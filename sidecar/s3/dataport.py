@@ -34,7 +34,7 @@ from sidecar.s3.auth import Authenticator
 from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
 from sidecar.s3.operations import OTHER_OPERATION, Operation, classify
 from sidecar.s3.passthrough import PassThrough
-from sidecar.s3.payload import BadPayload
+from sidecar.s3.payload import BadPayload, connection_named
 from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
 from sidecar.s3.ranges import unsatisfied_content_range
 from sidecar.s3.sigv4 import Reason, SignatureRejected
@@ -178,6 +178,13 @@ class DataPort:
             raise S3Error(403, "AccessDenied", exc.message) from None
         if verified is None:
             return True
+        # RFC 9110 section 7.6.1: a proxy drops the fields Connection names, and
+        # the sidecar re-signs without them; a signed one (an encryption or
+        # object-lock header, a precondition) would silently not reach the origin.
+        dropped = sorted(connection_named(request.headers.items()) & verified.signed_headers)
+        if dropped:
+            raise S3Error(400, "InvalidArgument",
+                          f"The Connection header names the signed header {dropped[0]}.")
         # A signed aws-chunked body must chain to this signature (checked as the
         # pass-through decodes it).
         request[PassThrough.CHUNK_SIGNER] = verified.chunk_signer
