@@ -47,11 +47,13 @@ OTHER_OPERATION = "Other"
 
 
 # What an anonymous request may do when access keys are configured
-# (sidecar.s3.auth): read objects and list them, never write or delete with the
-# sidecar's credentials. Bucket configuration (GetBucketConfig) stays private.
+# (sidecar.s3.auth), and a key scoped to `read` (sidecar.s3.access): read
+# objects and list them, never write or delete with the sidecar's credentials.
+# Bucket configuration (GetBucketConfig) stays private, and so does the list of
+# the buckets the sidecar's identity has (ListBuckets: sidecar.s3.access).
 READ_OPERATIONS = frozenset({
     "GetObject", "HeadObject", "ListObjects", "ListObjectsV2", "ListObjectVersions",
-    "ListMultipartUploads", "HeadBucket", "GetBucketLocation", "ListBuckets",
+    "ListMultipartUploads", "HeadBucket", "GetBucketLocation",
     "ListParts", "GetObjectTagging", "GetObjectAcl", "GetObjectAttributes",
     "GetObjectRetention", "GetObjectLegalHold", "GetObjectTorrent",
 })

@@ -14,9 +14,10 @@ forwarded). A signed aws-chunked body reaches the origin decoded, so its chunk
 signatures are checked here instead, against the ChunkSigner of the verified
 request; decoded bytes past the signed x-amz-decoded-content-length are refused
 as they arrive, and the last declared byte is held back until the whole chain
-holds, so the origin never stores a body that is over-long or whose chain fails. Writes and deletes invalidate the cached blocks and the remembered
-HEAD of their keys once the origin accepted them, so an object written through
-the sidecar reads back through it at once.
+holds, so the origin never stores a body that is over-long or whose chain
+fails. Writes and deletes invalidate the cached blocks and the remembered HEAD
+of their keys once the origin accepted them, so an object written through the
+sidecar reads back through it at once.
 """
 
 from __future__ import annotations
