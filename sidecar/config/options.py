@@ -245,10 +245,10 @@ OPTIONS: tuple[Option, ...] = (
            "a file of AKID:SECRET lines (e.g. a Kubernetes Secret mount), added to auth_keys",
            "PATH", flag=False),
     Option("auth_allow_anonymous", parse_bool, False,
-           "serve unsigned requests, for reading only (GET/HEAD of objects and their "
-           "sub-resources, listings, HeadBucket, GetBucketLocation, ListBuckets): writes and "
-           "deletes always need a signature, as they reach the origin with the sidecar's "
-           "credentials", "BOOL", flag=False),
+           "serve unsigned requests, for reading the served buckets only (GET/HEAD of "
+           "objects and their sub-resources, listings, HeadBucket, GetBucketLocation; never "
+           "ListBuckets): writes and deletes always need a signature, as they reach the "
+           "origin with the sidecar's credentials", "BOOL", flag=False),
     Option("auth_scopes", parse_key_scopes, "",
            "narrow configured keys: a TOML table {AKID = \"read:BUCKET,...\"} or "
            "AKID=read-write;AKID2=read:BUCKET (read or read-write, then the buckets it may "
