@@ -131,6 +131,7 @@ class DataPort:
             refusal = self._access.refusal(caller, operation.name, bucket,
                                            request.headers.get("x-amz-copy-source"))
             if refusal is not None:
+                self._metrics.access_denied.labels(operation.name).inc()
                 raise S3Error(403, "AccessDenied", refusal)
             if not operation.cached:
                 response = await self._pass_through(request, operation, bucket, key)

@@ -100,6 +100,8 @@ def test_only_the_served_bucket_reaches_the_origin(
     denied(s3.put_object, Bucket=other, Key="x", Body=b"x")
     denied(s3.delete_objects, Bucket=other, Delete={"Objects": [{"Key": "seg.log"}]})
     assert [r for r in recorder.requests if other in r.path] == []
+    assert sidecar.metric("sidecar_access_denied_total", op="GetObject") >= 1
+    assert sidecar.metric("sidecar_access_denied_total", op="DeleteObjects") >= 1
 
 
 def test_bucket_administration_is_refused_before_the_origin(
