@@ -36,6 +36,7 @@ from sidecar.model import PREFETCH, WARM
 from sidecar.origin.client import Origin
 from sidecar.prefetch.planner import ReadAheadPlanner
 from sidecar.prefetch.streams import StreamTable
+from sidecar.s3.access import AccessPolicy
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
 from sidecar.s3.passthrough import PassThrough
@@ -171,10 +172,11 @@ class Sidecar:
         )
         await self._passthrough.start()
         self._say_who_may_sign(auth.keys, auth.allow_anonymous)
+        self._say_what_is_served(self.config)
         data = self._data_port = DataPort(
             self._engine, self.origin, self.metrics, server.max_requests,
             server.client_timeout_s, self._access_log, self._authenticator(self.config),
-            passthrough=self._passthrough)
+            passthrough=self._passthrough, access=self._access(self.config))
         admin = AdminPort(
             self.metrics, lambda: self._ready, self._engine, self.origin,
             server.admin_token, self.modes,
@@ -214,6 +216,10 @@ class Sidecar:
         return Authenticator(config.auth.keys, config.auth.allow_anonymous,
                              origin_key=self.origin.own_key)
 
+    @staticmethod
+    def _access(config: Config) -> AccessPolicy:
+        return AccessPolicy.of(config.access, config.auth.scopes)
+
     async def reload_from_source(self) -> Reload:
         """Read the configuration again (SIGHUP, POST /api/v1/reload) and take
         what can change live. Raises ConfigError, and changes nothing, when
@@ -230,10 +236,10 @@ class Sidecar:
         new = plan.config
         if new.origin != self.config.origin:
             self.origin.set_limiter(self._lanes(new))
-        if self._data_port is not None and (new.server, new.auth) != (
-                self.config.server, self.config.auth):
+        if self._data_port is not None and (new.server, new.auth, new.access) != (
+                self.config.server, self.config.auth, self.config.access):
             self._data_port.configure(new.server.max_requests, new.server.client_timeout_s,
-                                      self._authenticator(new))
+                                      self._authenticator(new), self._access(new))
         if self._planner is not None:
             self._planner.table.max_window = new.prefetch.max_window_blocks
         self.config = new
@@ -259,6 +265,17 @@ class Sidecar:
         elif not allow_anonymous:
             log.warning("data port: no origin credentials and no [auth] keys, so no "
                         "request can be signed: every request will get 403")
+
+    @staticmethod
+    def _say_what_is_served(config: Config) -> None:
+        access = config.access
+        if access.buckets:
+            log.info("data port: serving bucket(s) %s%s", ", ".join(access.buckets),
+                     "; bucket administration allowed" if access.bucket_admin else "")
+        else:
+            log.warning("data port: access_buckets is empty, so every bucket the origin "
+                        "credentials reach is served; set it to the tiered-storage bucket "
+                        "([access] buckets = [\"...\"])")
 
     def _disk_recovered(self, store: BlockStore) -> None:
         store.disk_recovered()

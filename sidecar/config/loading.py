@@ -20,6 +20,7 @@ from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
 from sidecar.config.options import BY_NAME, OPTIONS, Option
 from sidecar.config.parsing import HostPort, parse_auth_keys_file
 from sidecar.config.tree import (
+    AccessConfig,
     AuthConfig,
     CacheConfig,
     Config,
@@ -31,7 +32,7 @@ from sidecar.errors import ConfigError
 
 SECTIONS: dict[str, type] = {
     "server": ServerConfig, "origin": OriginConfig, "cache": CacheConfig,
-    "prefetch": PrefetchConfig, "auth": AuthConfig,
+    "prefetch": PrefetchConfig, "auth": AuthConfig, "access": AccessConfig,
 }
 # The option whose raw value is a file to read while loading (its keys join
 # auth_keys): read with the other sources, never while building the tree.
@@ -223,6 +224,20 @@ def validate(values: Mapping[str, Any]) -> None:
             f"admin_listen {admin} is not loopback: set admin_token (--admin-token, "
             "SIDECAR_ADMIN_TOKEN or admin_token in the config file) to protect the admin port"
         )
+    _validate_access(values)
+
+
+def _validate_access(values: Mapping[str, Any]) -> None:
+    """Key scopes name configured keys, within the served buckets."""
+    served = set(values["access_buckets"])
+    for akid, scope in values["auth_scopes"].items():
+        if akid not in values["auth_keys"]:
+            raise ConfigError(f"auth_scopes names {akid}, which is not among auth_keys "
+                              "(nor in auth_keys_file)")
+        outside = sorted(set(scope.buckets) - served) if served else []
+        if outside:
+            raise ConfigError(f"auth_scopes gives {akid} bucket {outside[0]}, which is not "
+                              "among access_buckets")
 
 
 def tree_fields() -> dict[str, set[str]]:

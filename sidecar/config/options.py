@@ -18,10 +18,12 @@ from sidecar.config.parsing import (
     optional_str,
     parse_auth_keys,
     parse_bool,
+    parse_bucket_list,
     parse_cpu_list,
     parse_duration,
     parse_host_port,
     parse_ionice,
+    parse_key_scopes,
     parse_layout_name,
     parse_log_format,
     parse_nice,
@@ -250,9 +252,30 @@ OPTIONS: tuple[Option, ...] = (
            "a file of AKID:SECRET lines (e.g. a Kubernetes Secret mount), added to auth_keys",
            "PATH", flag=False),
     Option("auth_allow_anonymous", parse_bool, False,
-           "serve unsigned requests, for reading only (GET/HEAD of objects and their "
-           "sub-resources, listings, HeadBucket, GetBucketLocation, ListBuckets): writes and "
-           "deletes always need a signature, as they reach the origin with the sidecar's "
-           "credentials", "BOOL", flag=False),
+           "serve unsigned requests, for reading the served buckets only (GET/HEAD of "
+           "objects and their sub-resources, listings, HeadBucket, GetBucketLocation; never "
+           "ListBuckets): writes and deletes always need a signature, as they reach the "
+           "origin with the sidecar's credentials", "BOOL", flag=False),
+    Option("auth_scopes", parse_key_scopes, "",
+           "narrow configured keys: a TOML table {AKID = \"read:BUCKET,...\"} or "
+           "AKID=read-write;AKID2=read:BUCKET (read or read-write, then the buckets it may "
+           "use, none: every served bucket); a key not named is read-write on every served "
+           "bucket, as are the sidecar's own origin credentials", "SCOPES", flag=False,
+           field="auth.scopes"),
+    # What the data port serves at all ([access] in TOML): requests reach the
+    # origin with the sidecar's credentials, which may reach far more.
+    Option("access_buckets", parse_bucket_list, "",
+           "the buckets the data port serves (the tiered-storage plugin's); every other "
+           "bucket gets 403 AccessDenied before the origin is asked. Empty: every bucket the "
+           "origin credentials reach (a warning at start), as before this option existed",
+           "BUCKETS", flag=False, field="access.buckets"),
+    Option("access_bucket_admin", parse_bool, False,
+           "let signed callers create and delete buckets and change bucket configuration "
+           "(policy, ACL, lifecycle, versioning...) and object ACLs; a Kafka fleet needs "
+           "none of it", "BOOL", flag=False, field="access.bucket_admin"),
+    Option("access_copy_sources", parse_bucket_list, "",
+           "buckets CopyObject and UploadPartCopy may copy from besides the served ones "
+           "(with access_buckets empty, any)", "BUCKETS", flag=False,
+           field="access.copy_sources"),
 )
 BY_NAME = {option.name: option for option in OPTIONS}

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sidecar.config.parsing import HostPort, S3Location
+from sidecar.config.parsing import HostPort, KeyScope, S3Location
 from sidecar.layout import Layout
 
 
@@ -93,6 +93,16 @@ class AuthConfig:
 
     keys: Mapping[str, str] = field(repr=False)  # secrets
     allow_anonymous: bool
+    scopes: Mapping[str, KeyScope]  # access key id -> scope; a key not here: unscoped
+
+
+@dataclass(frozen=True)
+class AccessConfig:
+    """What the data port serves at all, whoever signs (sidecar.s3.access)."""
+
+    buckets: tuple[str, ...]  # empty: every bucket the origin credentials reach
+    bucket_admin: bool  # bucket creation/deletion, bucket configuration, ACLs
+    copy_sources: tuple[str, ...]  # buckets a copy may read besides the served ones
 
 
 @dataclass(frozen=True)
@@ -102,3 +112,4 @@ class Config:
     cache: CacheConfig
     prefetch: PrefetchConfig
     auth: AuthConfig
+    access: AccessConfig

@@ -12,11 +12,12 @@ client's payload hash: the origin still verifies the body against the hash the
 client computed (sidecar.s3.operations.plan_payload says how each payload mode is
 forwarded). A signed aws-chunked body reaches the origin decoded, so its chunk
 signatures are checked here instead, against the ChunkSigner of the verified
-request (known only when access keys are configured); the last piece is held
-back until the whole chain holds, so the origin never stores a body whose chain
-fails. Writes and deletes invalidate the cached blocks and the remembered
-HEAD of their keys once the origin accepted them, so an object written through
-the sidecar reads back through it at once.
+request; decoded bytes past the signed x-amz-decoded-content-length are refused
+as they arrive, and the last declared byte is held back until the whole chain
+holds, so the origin never stores a body that is over-long or whose chain
+fails. Writes and deletes invalidate the cached blocks and the remembered HEAD
+of their keys once the origin accepted them, so an object written through the
+sidecar reads back through it at once.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
-from urllib.parse import parse_qsl
 
 import aiohttp
 from aiobotocore.session import get_session
@@ -38,6 +38,7 @@ from yarl import URL
 
 from sidecar.config import OriginConfig
 from sidecar.errors import OriginUnavailable
+from sidecar.s3.addressing import query_pairs
 from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker, SignatureChain
 from sidecar.s3.operations import (
     MAX_DELETE_BODY,
@@ -49,6 +50,7 @@ from sidecar.s3.operations import (
 )
 from sidecar.s3.payload import (
     BadPayload,
+    DeclaredLength,
     Payload,
     PayloadMode,
     outbound_headers,
@@ -144,7 +146,7 @@ class PassThrough:
         chain = None
         if chunk_signer is not None and payload.signed_streaming is not None:
             chain = SignatureChain.of(chunk_signer, payload.signed_streaming)
-        query = parse_qsl(request.raw_path.partition("?")[2], keep_blank_values=True)
+        query = query_pairs(request.raw_path.partition("?")[2])
         path = outbound_path(bucket, key)
         encoded_query = outbound_query(query)
         url = self._base + path + (f"?{encoded_query}" if encoded_query else "")
@@ -247,33 +249,33 @@ class PassThrough:
             return
         decoder = AwsChunkedDecoder(chain)
         rechunker = Rechunker(REFRAME_CHUNK) if payload.mode is PayloadMode.REFRAME else None
-        # The last decoded piece (re-framed: the final chunk and trailer) is held
-        # back until the framing has ended well and every chunk signature held:
-        # the origin must not receive all Content-Length bytes (and store the
-        # object) from a body that turns out to be cut short, malformed or forged.
-        held = b""
+        # Decoded bytes past the signed x-amz-decoded-content-length are refused
+        # as they arrive, and the last declared one (re-framed: with the final
+        # chunk and trailer) is held back until the framing has ended well and
+        # every chunk signature held: the origin must not receive all
+        # Content-Length bytes (and store the object) from a body that turns
+        # out to be cut short, over-long, malformed or forged.
+        gate = DeclaredLength(payload.decoded_length)
         try:
             while chunk := await self._read(request):
                 for piece in decoder.feed(chunk):
-                    if rechunker is not None:
-                        for framed in rechunker.feed(piece):
-                            yield framed
+                    admitted = gate.admit(piece)
+                    if rechunker is None:
+                        if admitted:
+                            yield bytes(admitted)
                         continue
-                    if held:
-                        yield held
-                    held = bytes(piece)
+                    for framed in rechunker.feed(admitted):
+                        yield framed
         except ChunkedFormatError as exc:
             raise BadPayload(str(exc), "IncompleteBody") from exc
         if not decoder.done:
             raise BadPayload("the aws-chunked body ended early", "IncompleteBody")
-        if decoder.decoded_bytes != _expected(payload, request):
-            raise BadPayload("the aws-chunked body does not match x-amz-decoded-content-length",
-                             "IncompleteBody")
+        last = gate.release()
         if rechunker is not None:
             trailers = [(n, v) for n, v in decoder.trailers if n == payload.trailer]
-            yield rechunker.finish(trailers)
-        elif held:
-            yield held
+            yield b"".join(rechunker.feed(last)) + rechunker.finish(trailers)
+        elif last:
+            yield last
 
     async def _small_body(
         self, request: web.Request, payload: Payload, chain: SignatureChain | None
@@ -286,8 +288,3 @@ class PassThrough:
             if len(collected) > MAX_DELETE_BODY:
                 raise BadPayload("Your request was too big.", "MaxMessageLengthExceeded")
         return bytes(collected)
-
-
-def _expected(payload: Payload, request: web.Request) -> int:
-    declared = request.headers.get("x-amz-decoded-content-length", "")
-    return int(declared) if declared.isdigit() else -1

@@ -162,6 +162,9 @@ class Verified:
 
     access_key: str
     chunk_signer: ChunkSigner
+    # The lower-cased names of the headers the signature covers: none of them
+    # may be dropped on the way to the origin (sidecar.s3.dataport).
+    signed_headers: frozenset[str] = frozenset()
 
 
 SigningKeyFor = Callable[[Credential], bytes | None]
@@ -496,4 +499,5 @@ def verify(
     return Verified(
         signed.credential.access_key,
         ChunkSigner(key, signed.timestamp, signed.credential.scope, signed.signature),
+        frozenset(signed.signed_headers),
     )

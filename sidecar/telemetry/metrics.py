@@ -117,6 +117,12 @@ class Metrics:
             "Data-port requests refused 403 AccessDenied by SigV4 verification, by reason",
             ["reason"], registry=registry,
         )
+        self.access_denied = Counter(
+            "sidecar_access_denied",
+            "Data-port requests refused 403 AccessDenied by [access] or a key's scope "
+            "(a bucket not served, bucket administration, a copy from elsewhere), by operation",
+            ["op"], registry=registry,
+        )
         for result in ("hit", "miss"):
             self.cache_lookups.labels(result)
         for source in ("cache", "origin"):

@@ -113,6 +113,17 @@ class RemoteStorage:
             "rsm.config.key.prefix": self.key_prefix,
         }
 
+    def sidecar_settings(self) -> dict[str, str]:
+        """What a sidecar in front of this storage serves, as env vars: the
+        plugin's bucket alone, and the plugin's key scoped to it. The plugin
+        needs nothing else: PutObject and multipart uploads, GetObject,
+        HeadObject, DeleteObjects and ListObjectsV2 on that bucket (no bucket
+        administration, no copies)."""
+        return {
+            "SIDECAR_ACCESS_BUCKETS": self.bucket,
+            "SIDECAR_AUTH_SCOPES": f"{self.access_key}=read-write:{self.bucket}",
+        }
+
 
 #: Topic settings that send closed segments to remote storage and off the broker's
 #: disk within seconds (local retention one second, deletion without delay).

@@ -114,15 +114,18 @@ def _run(stack: ExitStack, listen: str, admin_listen: str, seconds: float | None
     secret = secrets.token_urlsafe(18)
     cache = run_dir / "cache"
     cache.mkdir()
+    # The broker's storage settings need the sidecar's address, known once it
+    # serves; what the sidecar serves depends only on the bucket and the key.
+    served = RemoteStorage("", BUCKET, BROKER_KEY, secret).sidecar_settings()
     sidecar = stack.enter_context(ServeProcess(
         {"--listen": listen, "--admin-listen": admin_listen,
          "--origin-endpoint": origin.endpoint, "--cache-dir": str(cache),
          "--cache-size": CACHE_SIZE},
         {**CREDENTIALS,
          # The secure default, spelled out: only signed requests, by the sidecar's
-         # own origin key or the broker's.
+         # own origin key or the broker's, and only the broker's bucket.
          "SIDECAR_AUTH_ALLOW_ANONYMOUS": "false",
-         "SIDECAR_AUTH_KEYS": f"{BROKER_KEY}:{secret}"},
+         "SIDECAR_AUTH_KEYS": f"{BROKER_KEY}:{secret}", **served},
         run_dir / "sidecar.log"))
     storage = RemoteStorage(sidecar.data_url, BUCKET, BROKER_KEY, secret)
     cluster = stack.enter_context(KafkaCluster(run_dir / "kafka", storage))

@@ -73,6 +73,8 @@ def demo_config(
     flags = {
         "origin_endpoint": endpoint, "cache_dir": str(cache_dir), "cache_size": "256MiB",
         "listen": listen, "admin_listen": admin_listen,
+        # The demo's one bucket, as a fleet serves its tiered-storage bucket only.
+        "access_buckets": BUCKET,
     }
     if access_log is not None:
         flags |= {"access_log": str(access_log), "node_name": "demo"}

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import random
+import struct
 import time
 from array import array
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,9 @@ from sidecar.cache.slot_fifo import SlotFifo
 from sidecar.cache.slot_format import SlotScan, generation_of
 from tests.support.cache_metrics import RecordingMetrics
 from tests.support.waiting import eventually_async
+
+# The identity key of every index here (sidecar.cache.index, "Identity hash").
+KEY = bytes(range(16))
 
 BLOCK = 64 * 1024
 SLOT = BLOCK + 4096
@@ -474,11 +478,11 @@ def test_the_scan_merge_is_deterministic_on_equal_generations() -> None:
             found.slots.append(record.slot)
             found.generations.append(record.generation)
             found.lengths.append(record.length)
-            found.hashes.extend(ident_hash(record.ident))
+            found.hashes.extend(ident_hash(record.ident, KEY))
             found.checksums.extend(array("Q", record.checksums))
             found.main.append(0)
         found.empty.extend([0, 1, 2, 4, 6])
-        index = SlotIndex(8, 4096, 4096)
+        index = SlotIndex(8, 4096, 4096, KEY)
         policy = SlotFifo(8, index.fingerprint_of)
         merge = ScanMerge(index, policy, first_generation=1 << 40)
         dropped: list[int] = []
@@ -490,7 +494,7 @@ def test_the_scan_merge_is_deterministic_on_equal_generations() -> None:
             dropped.append(slot)
 
         merged = merge.merge(found, 8, drop)
-        assert index.find(ident_hash(ident(1))) == 7 and len(index) == 1
+        assert index.find(ident_hash(ident(1), KEY)) == 7 and len(index) == 1
         assert index.checksums_of(7) == (2,) and policy.queue("small") == [7]
         assert merge.corrupt_headers == 1 and merge.duplicates == 1
         assert merge.blocks_recovered == 1 and merge.bytes_recovered == 10
@@ -689,5 +693,27 @@ async def test_a_snapshot_that_cannot_be_saved_costs_a_scan_not_the_stop(
     try:
         assert store.recovery is not None and store.recovery.index == "scan"
         assert all(store.lookup(b, touch=False) is not None for b in blocks)
+    finally:
+        await store.close()
+
+
+async def test_a_snapshot_of_unkeyed_identities_is_not_used_and_the_scan_keys_anew(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    # Version 1 of the snapshot held unkeyed identity hashes: taking it over
+    # would keep them (and their collisions). It is of another format: the
+    # slot headers are scanned, every block comes back under a new key.
+    store = await open_store(tmp_path, executor, slots=24)
+    blocks = await fill(store, random.Random(SEED), 12)
+    await store.close()
+    snap = bytearray((tmp_path / "index.snap").read_bytes())
+    struct.pack_into("<H", snap, 8, 1)  # the version field of a version-1 snapshot
+    (tmp_path / "index.snap").write_bytes(snap)
+    store = await open_store(tmp_path, executor, slots=24, snapshot=True)
+    try:
+        assert store.recovery is not None and store.recovery.index == "scan"
+        for block_ident, data in blocks.items():
+            record = store.lookup(block_ident, touch=False)
+            assert record is not None and await store.read(record, 0, len(data)) == data
     finally:
         await store.close()
