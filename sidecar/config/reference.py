@@ -57,7 +57,8 @@ _TITLES = dict(GROUPS)
 # The access log's options start like [access]'s but are no part of it (what
 # the data port serves): not shown as `[access] log = ...`, which is legal all
 # the same.
-_NOT_IN_TABLE = frozenset({"access_log", "access_log_max_size", "access_log_backups"})
+_NOT_IN_TABLE = frozenset({"access_log", "access_log_max_size", "access_log_backups",
+                           "access_log_upload"})
 
 SECRET_SET = "<set>"
 SECRET_UNSET = "<unset>"

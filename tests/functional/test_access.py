@@ -13,15 +13,13 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
-from tests.functional.conftest import _clients
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
+from tests.support.s3_clients import s3_client
 
 READER, READER_SECRET = "AKIDREADER", "reader-secret-Qm4x"
 WRITER, WRITER_SECRET = "AKIDWRITER", "writer-secret-Lp7z"
@@ -59,13 +57,7 @@ def sidecar(recorder: RecordingProxy, buckets: tuple[str, str],
 
 
 def client(sidecar: SidecarProcess, key: tuple[str, str] = OWN) -> Any:
-    made = boto3.client(
-        "s3", endpoint_url=sidecar.data_url, region_name="us-east-1",
-        aws_access_key_id=key[0], aws_secret_access_key=key[1],
-        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
-    )
-    _clients.append(made)  # closed after the test, as s3_client's are
-    return made
+    return s3_client(sidecar.data_url, key=key[0], secret=key[1])
 
 
 def denied(call: Any, **kwargs: Any) -> str:

@@ -12,9 +12,10 @@ from sidecar.tools.local_s3 import loopback_client
 _open: list[Any] = []
 
 
-def s3_client(endpoint: str) -> Any:
-    """A path-style client with one attempt, closed at the end of the test."""
-    client = loopback_client(endpoint)
+def s3_client(endpoint: str, *, key: str | None = None, secret: str | None = None) -> Any:
+    """A path-style client with one attempt, closed at the end of the test; signing
+    with KEY and SECRET when given, else with the environment's credentials."""
+    client = loopback_client(endpoint, key=key, secret=secret)
     _open.append(client)
     return client
 
