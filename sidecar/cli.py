@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar import installed_version
+from sidecar.admin.token import client_token
 from sidecar.config import OPTIONS, Config, Setting, build_config, read_toml, resolve
 from sidecar.config.reference import NEGATED_FLAGS, effective_values, render_effective
 from sidecar.errors import ConfigError, MissingExtra, OriginUnavailable
@@ -139,6 +140,10 @@ def _add_stats(commands: argparse._SubParsersAction[_Parser]) -> None:
     stats.add_argument("--admin", default="http://127.0.0.1:9331", metavar="URL",
                        help="the sidecar's admin port, URL or HOST:PORT "
                             "(default http://127.0.0.1:9331)")
+    stats.add_argument("--admin-token-file", type=Path, default=None, metavar="PATH",
+                       help="the admin token's file, for an admin port off loopback "
+                            "(default: SIDECAR_ADMIN_TOKEN, else SIDECAR_ADMIN_TOKEN_FILE, "
+                            "else admin.token under SIDECAR_CACHE_DIR)")
     stats.add_argument("--json", action="store_true", help="print the raw JSON")
 
 
@@ -162,6 +167,11 @@ def _serve(args: argparse.Namespace) -> None:
         sys.stdout.write(render_effective(settings, source))
         return
     configure_logging(config.server.log_format)
+    if "admin_token" in flags:
+        # Every user of the host reads a process's arguments (/proc/PID/cmdline).
+        logging.getLogger("sidecar").warning(
+            "--admin-token shows in ps to every user of this host: prefer "
+            "SIDECAR_ADMIN_TOKEN or admin_token_file")
 
     def load() -> Config:
         # The flags and the environment stay as they were; the file may have changed.
@@ -314,8 +324,11 @@ def _format_stats(stats: dict[str, Any]) -> str:
 def _stats(args: argparse.Namespace) -> None:
     admin = args.admin if "://" in args.admin else f"http://{args.admin}"
     url = admin.rstrip("/") + "/api/v1/stats"
+    token = client_token(os.environ, args.admin_token_file)
+    request = urllib.request.Request(
+        url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5) as response:
             stats = json.load(response)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise ConfigError(f"cannot read {url}: {exc}") from None

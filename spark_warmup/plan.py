@@ -37,8 +37,10 @@ A replay may name a consumer group instead of a start: `{"group": "billing",
 "topic": "orders"}` (partitions optional) reads from the group's committed
 offset of each partition to the partition's end (or `to_offset` / `to_time`).
 
-Optional keys beyond the contract's example: `admin_token` (else the
-SIDECAR_ADMIN_TOKEN env var), `warm_rate` (`"200MiB/s"`, or one per sidecar
+Optional keys beyond the contract's example: `admin_token` or
+`admin_token_file` (else the SIDECAR_ADMIN_TOKEN env var, else the file named by
+SIDECAR_ADMIN_TOKEN_FILE), `ca_file` (PEM certificates to verify https:// sidecars
+with, else the system's), `warm_rate` (`"200MiB/s"`, or one per sidecar
 name; default 100MiB/s; only for the dry run's estimate), `block_size` (the
 sidecars' block size, default 8MiB; only to estimate blocks where no sidecar
 answered), `concurrency` (warm calls in flight per sidecar, default 4) and
@@ -71,7 +73,7 @@ DEFAULT_CONCURRENCY = 4
 DEFAULT_RETRIES = 3
 
 _TOP = ("origin", "layout", "sidecars", "assignment", "kafka", "replays", "ttl_s", "warm_rate",
-        "admin_token", "block_size", "concurrency", "retries")
+        "admin_token", "admin_token_file", "ca_file", "block_size", "concurrency", "retries")
 _KAFKA = ("bootstrap_servers", "sidecar_url", "sidecars", "replica", "security", "timeout_s")
 # kafka-python's client settings for SASL and SSL (KafkaAdminClient's names) that a
 # JSON plan can carry; objects (ssl_context, token providers) cannot be written in one.
@@ -201,9 +203,7 @@ def parse_plan(document: object, env: Mapping[str, str]) -> Plan:
             raise PlanError(f"{replay.where}.group: needs the plan's \"kafka\" cluster, "
                             "where the group's committed offsets are read")
     warm_rate = top.get("warm_rate")
-    token = top.get("admin_token", env.get("SIDECAR_ADMIN_TOKEN") or None)
-    if token is not None and (not isinstance(token, str) or not token):
-        raise PlanError("admin_token: must be a non-empty string")
+    token = _admin_token(top, env)
     return Plan(
         origin=origin, sidecars=sidecars, assignment=assignment, replays=replays,
         ttl_s=_ttl(top.get("ttl_s", DEFAULT_TTL_S)),
@@ -217,6 +217,38 @@ def parse_plan(document: object, env: Mapping[str, str]) -> Plan:
         layout=layout,
         kafka=kafka,
     )
+
+
+def _admin_token(top: Mapping[str, object], env: Mapping[str, str]) -> str | None:
+    """`admin_token`, else `admin_token_file` (the file a sidecar generates its
+    token into, mode 0600), else SIDECAR_ADMIN_TOKEN, else SIDECAR_ADMIN_TOKEN_FILE."""
+    if "admin_token" in top and "admin_token_file" in top:
+        raise PlanError("admin_token, admin_token_file: give one of them, not both")
+    token = top.get("admin_token")
+    where = "admin_token"
+    if token is None and "admin_token_file" in top:
+        token, where = _token_file(top["admin_token_file"], "admin_token_file"), \
+            "admin_token_file"
+    if token is None:
+        token = env.get("SIDECAR_ADMIN_TOKEN") or None
+    if token is None and env.get("SIDECAR_ADMIN_TOKEN_FILE"):
+        token = _token_file(env["SIDECAR_ADMIN_TOKEN_FILE"], "SIDECAR_ADMIN_TOKEN_FILE")
+    if token is not None and (not isinstance(token, str) or not token):
+        raise PlanError(f"{where}: must be a non-empty string")
+    return token
+
+
+def _token_file(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise PlanError(f"{where}: must be the path of the sidecars' admin token file")
+    try:
+        token = Path(value).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not ASCII text"
+        raise PlanError(f"{where}: cannot read {value}: {reason}") from None
+    if not token or not token.isprintable() or " " in token:
+        raise PlanError(f"{where}: {value} does not hold one token")
+    return token
 
 
 def _origin(value: object) -> OriginSpec:

@@ -20,6 +20,9 @@ class ServerConfig:
     listen: HostPort
     admin_listen: HostPort
     admin_token: str | None = field(repr=False)  # a secret: kept out of reprs
+    # Where the token is kept when admin_token is None (generated at the first start).
+    admin_token_file: Path
+    metrics_listen: HostPort | None  # a tokenless /metrics-only listener; None: none
     cpus: tuple[int, ...] | None
     io_threads: int
     ionice: tuple[str, int] | None

@@ -126,7 +126,10 @@ def test_daemonset_probes_annotations_and_ports() -> None:
     assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
     annotations = pod["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
-    assert annotations["prometheus.io/port"] == str(ports["admin"])
+    # Prometheus scrapes the token-free metrics listener: off loopback the admin
+    # port's /metrics wants the admin token.
+    assert ports["metrics"] == parse_host_port(config["metrics_listen"]).port
+    assert annotations["prometheus.io/port"] == str(ports["metrics"])
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
@@ -304,7 +307,7 @@ def test_protect_log_dirs_component_mounts_what_it_protects() -> None:
     assert not set(volumes) & base_names
 
 
-def test_podmonitor_component_scrapes_the_admin_port_under_the_alerted_job() -> None:
+def test_podmonitor_component_scrapes_the_metrics_listener_under_the_alerted_job() -> None:
     _, (monitor,) = component("podmonitor")
     assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
     labels = manifests()["DaemonSet"]["spec"]["template"]["metadata"]["labels"]
@@ -312,7 +315,7 @@ def test_podmonitor_component_scrapes_the_admin_port_under_the_alerted_job() -> 
     assert spec["selector"]["matchLabels"].items() <= labels.items()
     ports = {port["name"]: port["containerPort"] for port in container()["ports"]}
     (endpoint,) = spec["podMetricsEndpoints"]
-    assert ports[endpoint["port"]] == parse_host_port(configmap_toml()["admin_listen"]).port
+    assert ports[endpoint["port"]] == parse_host_port(configmap_toml()["metrics_listen"]).port
     assert endpoint["path"] == "/metrics"
     # The job label it gives is one the SidecarDown alert knows.
     job = labels[spec["jobLabel"]]
