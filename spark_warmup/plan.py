@@ -57,12 +57,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from spark_warmup.sidecar_urls import SidecarUrlError, check_sidecar_url
 from spark_warmup.units import parse_rate, parse_size
 
 DEFAULT_TTL_S = 3600.0
@@ -151,6 +153,7 @@ class Plan:
     ttl_s: float = DEFAULT_TTL_S
     warm_rates: Mapping[str, float] | None = None  # node -> bytes/s; missing = default
     admin_token: str | None = None
+    ca_file: str | None = None  # PEM CAs for https:// sidecars (on every executor)
     block_size: int = DEFAULT_BLOCK_SIZE
     concurrency: int = DEFAULT_CONCURRENCY
     retries: int = DEFAULT_RETRIES
@@ -211,6 +214,7 @@ def parse_plan(document: object, env: Mapping[str, str]) -> Plan:
         default_warm_rate=(_rate(warm_rate, "warm_rate") if isinstance(warm_rate, str)
                            else DEFAULT_WARM_RATE),
         admin_token=token,
+        ca_file=_ca_file(top.get("ca_file")),
         block_size=_block_size(top.get("block_size", DEFAULT_BLOCK_SIZE)),
         concurrency=_bounded_int(top.get("concurrency", DEFAULT_CONCURRENCY), "concurrency", 1, 64),
         retries=_bounded_int(top.get("retries", DEFAULT_RETRIES), "retries", 0, 10),
@@ -236,6 +240,21 @@ def _admin_token(top: Mapping[str, object], env: Mapping[str, str]) -> str | Non
     if token is not None and (not isinstance(token, str) or not token):
         raise PlanError(f"{where}: must be a non-empty string")
     return token
+
+
+def _ca_file(value: object) -> str | None:
+    """A PEM file of CA certificates the driver can load (executors read the same
+    path, so it must be there on every node)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise PlanError("ca_file: must be the path of a PEM file of CA certificates")
+    try:
+        ssl.create_default_context(cafile=value)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise PlanError(f"ca_file: cannot load CA certificates from {value}: {reason}") from None
+    return value
 
 
 def _token_file(value: object, where: str) -> str:
@@ -278,8 +297,15 @@ def _sidecars(value: object) -> dict[str, str]:
     for name, url in sidecars.items():
         if not name:
             raise PlanError("sidecars: a node name must not be empty")
-        result[name] = _url(url, f"sidecars.{name}").rstrip("/")
+        result[name] = _sidecar_url(url, f"sidecars.{name}")
     return result
+
+
+def _sidecar_url(value: object, where: str) -> str:
+    try:
+        return check_sidecar_url(value)
+    except SidecarUrlError as exc:
+        raise PlanError(f"{where}: {exc}") from None
 
 
 def _kafka(value: object) -> KafkaSpec:
@@ -338,7 +364,7 @@ def _template(value: object, where: str) -> str:
     except (KeyError, IndexError, ValueError):
         raise PlanError(f"{where}: only {{host}}, {{id}} and {{rack}} may be filled in, "
                         f"got {value!r}") from None
-    _url(sample, where)
+    _sidecar_url(sample, where)
     return value.rstrip("/")
 
 
