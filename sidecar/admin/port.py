@@ -23,6 +23,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -49,6 +50,8 @@ HISTORY_SAMPLES = 450
 # The stats' `window`: long enough to hold a few Kafka fetches of every reader,
 # short enough that a collapse shows within the minute.
 WINDOW_S = 60.0
+# `?since=`: seconds since the epoch, ASCII decimal with an optional fraction.
+_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
 
 # The index at `/` (GET): every endpoint of this port and what it is for.
 ENDPOINTS = {
@@ -279,10 +282,9 @@ class AdminPort:
         self.authorize_read(request)
         since: float | None = None
         if "since" in request.query:
-            try:
-                since = float(request.query["since"])
-            except ValueError:
-                since = math.nan
+            # ASCII digits and one point only: float() also takes '١', '1_0' and ' 1 '.
+            text = request.query["since"]
+            since = float(text) if _SECONDS.fullmatch(text) else math.nan
             if not math.isfinite(since):
                 return web.json_response(
                     {"error": "since: must be a time in seconds since the epoch"}, status=400)

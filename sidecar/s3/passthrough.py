@@ -38,6 +38,7 @@ from yarl import URL
 
 from sidecar.config import OriginConfig
 from sidecar.errors import OriginUnavailable
+from sidecar.numerals import is_decimal, parse_decimal
 from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker, SignatureChain
 from sidecar.s3.operations import (
     MAX_DELETE_BODY,
@@ -290,4 +291,4 @@ class PassThrough:
 
 def _expected(payload: Payload, request: web.Request) -> int:
     declared = request.headers.get("x-amz-decoded-content-length", "")
-    return int(declared) if declared.isdigit() else -1
+    return parse_decimal(declared) if is_decimal(declared) else -1
