@@ -439,8 +439,10 @@ def _canonical_requests(
     tail = (
         f"{_canonical_headers(signed, headers)}\n{';'.join(signed.signed_headers)}\n{payload_hash}"
     )
+    # The method as sent: methods are case-sensitive (RFC 9110 section 9.1), so a
+    # signature over GET does not vouch for a "get" (found by tests/fuzz).
     return [
-        f"{method.upper()}\n{uri}\n{canonical_query}\n{tail}"
+        f"{method}\n{uri}\n{canonical_query}\n{tail}"
         for uri in _canonical_uri_candidates(path)
         for canonical_query in _canonical_query_candidates(query, signed.presigned)
     ]
