@@ -39,7 +39,7 @@ from sidecar.prefetch.planner import ReadAheadPlanner
 from sidecar.prefetch.streams import StreamTable
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
-from sidecar.s3.passthrough import PassThrough
+from sidecar.s3.passthrough import PassThrough, PassThroughLimits
 from sidecar.telemetry.access_log import AccessLog, NodeFacts
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.thread_names import name_this_thread
@@ -162,7 +162,9 @@ class Sidecar:
                                   f"{exc.strerror}") from None
         auth = self.config.auth
         self._passthrough = PassThrough(
-            self.config.origin, self._written(self._engine), server.client_timeout_s
+            self.config.origin, self._written(self._engine), server.client_timeout_s,
+            PassThroughLimits(server.passthrough_acquire_timeout_s,
+                              server.passthrough_timeout_s, server.passthrough_per_client),
         )
         await self._passthrough.start()
         self._say_who_may_sign(auth.keys, auth.allow_anonymous)

@@ -214,6 +214,9 @@ def validate(values: Mapping[str, Any]) -> None:
             f"prefetch_max_in_flight + warm_concurrency ({lower_lanes}) must leave at least 4 "
             f"of origin_max_connections ({values['origin_max_connections']}) to foreground reads"
         )
+    for name in ("passthrough_acquire_timeout", "passthrough_timeout"):
+        if values[name] <= 0:
+            raise ConfigError(f"{name} must be more than 0 (every pass-through would fail)")
     if values["origin_deadline"] <= 0:
         raise ConfigError("origin_deadline must be more than 0 (every origin read would fail)")
     admin: HostPort = values["admin_listen"]

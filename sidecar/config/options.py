@@ -185,6 +185,22 @@ OPTIONS: tuple[Option, ...] = (
     Option("client_timeout", parse_duration, "30s",
            "a client that takes no bytes for this long is cut off", "DURATION", flag=False,
            field="server.client_timeout_s"),
+    Option("passthrough_acquire_timeout", parse_duration, "5s",
+           "a pass-through request (upload, delete, listing) waits at most this long for "
+           "one of the origin_max_connections it may use; then 503 SlowDown", "DURATION",
+           flag=False, group="server",
+           field="server.passthrough_acquire_timeout_s"),
+    Option("passthrough_timeout", parse_duration, "15m",
+           "the longest one pass-through request may hold an origin connection, its upload "
+           "and answer included (a trickling uploader is cut off: 400 RequestTimeout, or "
+           "the connection closed once the answer started)", "DURATION",
+           flag=False, group="server",
+           field="server.passthrough_timeout_s"),
+    Option("passthrough_per_client", positive_int, 16,
+           "pass-through requests one client address may have in flight at once; more get "
+           "503 SlowDown (one client never holds every origin connection)", "N",
+           flag=False, group="server",
+           field="server.passthrough_per_client"),
     Option("protect_path", parse_path_list, "",
            "refuse a cache dir on the same device as this path (repeatable), e.g. log.dirs",
            "PATH", kind="list",
