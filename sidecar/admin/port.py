@@ -57,11 +57,13 @@ _SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
 ENDPOINTS = {
     "GET /healthz": "the process is up",
     "GET /readyz": "ready to serve (503 while not), with the mode and any disk problem",
-    "GET /metrics": "Prometheus metrics",
-    "GET /ui": "the operator's page: state, last-minute rates, charts, recent warm calls",
+    "GET /metrics": "Prometheus metrics (admin token off loopback; metrics_listen serves "
+                    "them without one)",
+    "GET /ui": "the operator's page: state, last-minute rates, charts, recent warm calls "
+               "(admin token off loopback)",
     "GET /api/v1/stats": "hit rates, bytes and the cache, as JSON, with the rates of the "
                          "last minute; ?history=1 (or ?since=UNIX_TIME) adds the samples "
-                         "behind /ui's charts",
+                         "behind /ui's charts (admin token off loopback)",
     "POST /api/v1/warm": 'warm blocks: {"objects": [{"bucket", "key", "start", "end"}], '
                          '"ttl_s"} (admin token)',
     "GET /api/v1/mode": "the download mode",
