@@ -138,3 +138,34 @@ def test_the_token_flag_warns_that_it_shows_in_ps(local_s3: LocalS3, tmp_path: P
                     bearer("flag-token-1"))[0] == 200
     warnings: list[Any] = [line for line in sidecar.stderr_lines if "shows in ps" in line]
     assert len(warnings) == 1 and "SIDECAR_ADMIN_TOKEN" in warnings[0]
+
+
+def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
+    return subprocess.run([sys.executable, "-m", "sidecar", *args], capture_output=True,
+                          text=True, timeout=60, env={**clean, **env})
+
+
+def test_the_mode_and_purge_commands_find_the_generated_token(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    origin_s3.put_object(Bucket=bucket, Key="dir/a b.bin", Body=b"z" * 5000)
+    with SidecarProcess(local_s3.endpoint, tmp_path) as sidecar:
+        with urllib.request.urlopen(f"{sidecar.data_url}/{bucket}/dir/a%20b.bin") as response:
+            assert response.read() == b"z" * 5000
+        admin = ["--admin", sidecar.admin_url]
+        # On the node: the token is found in the cache dir the sidecar uses.
+        on_node = {"SIDECAR_CACHE_DIR": str(tmp_path)}
+        shown = run_cli("mode", *admin, env={})
+        assert shown.returncode == 0 and json.loads(shown.stdout)["mode"] == "normal"
+        refused = run_cli("mode", "bypass", *admin, env={})
+        assert refused.returncode == 2 and "no admin token found" in refused.stderr
+        wrong = run_cli("mode", "bypass", *admin, env={"SIDECAR_ADMIN_TOKEN": "nope"})
+        assert wrong.returncode == 2 and "401" in wrong.stderr
+        assert json.loads(call(sidecar.admin_url + "/api/v1/mode")[1])["requested"] == "normal"
+        changed = run_cli("mode", "bypass", *admin, env=on_node)
+        assert changed.returncode == 0, changed.stderr
+        assert json.loads(changed.stdout)["requested"] == "bypass"
+        purged = run_cli("purge", bucket, "dir/a b.bin", *admin, env=on_node)
+        assert purged.returncode == 0, purged.stderr
+        assert json.loads(purged.stdout) == {"purged_blocks": 1}
