@@ -41,6 +41,7 @@ from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
 from sidecar.s3.passthrough import PassThrough, PassThroughLimits
 from sidecar.telemetry.access_log import AccessLog, NodeFacts
+from sidecar.telemetry.log_shipping import LogShipper
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.thread_names import name_this_thread
 
@@ -103,6 +104,7 @@ class Sidecar:
         self.origin = Origin(config.origin, self.metrics, limiter=self._lanes(config))
         self._watcher: asyncio.Task[None] | None = None
         self._access_log: AccessLog | None = None
+        self._shipper: LogShipper | None = None
         self._store: BlockStore | None = None
         self._engine: Engine | None = None
         self._passthrough: PassThrough | None = None
@@ -150,13 +152,19 @@ class Sidecar:
             planner=self._planner,
         )
         if server.access_log is not None:
+            node = server.node_name or socket.gethostname()
+            if server.access_log_upload is not None:
+                self._shipper = LogShipper(
+                    server.access_log_upload, node, self.origin.upload, self._executor,
+                    lambda outcome: self.metrics.access_log_uploads.labels(outcome).inc(),
+                    server.access_log_backups)
+                self._shipper.start()
             try:
                 self._access_log = AccessLog(
-                    server.access_log,
-                    NodeFacts(server.node_name or socket.gethostname(), cache.block_size,
-                              cache.size_bytes),
+                    server.access_log, NodeFacts(node, cache.block_size, cache.size_bytes),
                     max_bytes=server.access_log_max_bytes, backups=server.access_log_backups,
-                    dropped=self._access_log_dropped)
+                    dropped=self._access_log_dropped,
+                    rotated=self._shipper.rotated if self._shipper is not None else None)
             except OSError as exc:
                 raise ConfigError(f"cannot open the access log {server.access_log}: "
                                   f"{exc.strerror}") from None
@@ -355,7 +363,11 @@ class Sidecar:
         for runner in reversed(self._runners):
             await runner.cleanup()
         if self._access_log is not None:
-            self._access_log.close()
+            # Joins the writer thread, which writes (and rotates) the last lines.
+            await asyncio.get_running_loop().run_in_executor(self._executor,
+                                                             self._access_log.close)
+        if self._shipper is not None:
+            await self._shipper.stop()
         if self._engine is not None:
             await self._engine.close()
         if self._store is not None:

@@ -26,7 +26,12 @@ the broker that serves it (`spark_warmup.cluster` reads it, `routing` decides):
                            "sasl_plain_username": "warmup", "sasl_plain_password": "..."},
               "timeout_s": 30}
 
-`sidecar_url` is a template (`{host}`, `{id}`, `{rack}` of the broker);
+`sidecar_url` is a template (`{host}`, `{id}`, `{rack}` of the broker; in
+Kubernetes also `{node}`, `{node_ip}` and `{sidecar_ip}`: the node the broker's pod
+runs on, its address, and the pod IP of the sidecar there, which
+`spark_warmup.placement` asks the API server for, as `kafka.kubernetes` says:
+`{"api": URL, "namespace": NS, "broker_namespace": NS, "sidecar_selector":
+"app.kubernetes.io/name=kafka-cold-sidecar"}`, all optional);
 `sidecars` maps broker ids to sidecar URLs and wins over the template; one of
 the two is required. `replica`: `leader` (default), `rack:RACK` (the in-sync
 replica in that rack, as fetch-from-follower reads, else the leader) or `all`
@@ -62,6 +67,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from string import Formatter
 from urllib.parse import urlsplit
 
 from spark_warmup.sidecar_urls import SidecarUrlError, check_sidecar_url
@@ -76,7 +82,9 @@ DEFAULT_RETRIES = 3
 
 _TOP = ("origin", "layout", "sidecars", "assignment", "kafka", "replays", "ttl_s", "warm_rate",
         "admin_token", "admin_token_file", "ca_file", "block_size", "concurrency", "retries")
-_KAFKA = ("bootstrap_servers", "sidecar_url", "sidecars", "replica", "security", "timeout_s")
+_KAFKA = ("bootstrap_servers", "sidecar_url", "sidecars", "replica", "security", "timeout_s",
+          "kubernetes")
+_KUBERNETES = ("api", "namespace", "broker_namespace", "sidecar_selector")
 # kafka-python's client settings for SASL and SSL (KafkaAdminClient's names) that a
 # JSON plan can carry; objects (ssl_context, token providers) cannot be written in one.
 _SECURITY_STRINGS = (
@@ -88,6 +96,9 @@ _SECURITY_BOOLS = ("ssl_check_hostname",)
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = ("PLAIN", "GSSAPI", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _TEMPLATE_FIELDS = ("host", "id", "rack")
+# Filled from where the broker's pod runs (spark_warmup.placement).
+PLACEMENT_FIELDS = ("node", "node_ip", "sidecar_ip")
+DEFAULT_SIDECAR_SELECTOR = "app.kubernetes.io/name=kafka-cold-sidecar"
 DEFAULT_KAFKA_TIMEOUT_S = 30.0
 _ORIGIN = ("endpoint", "bucket", "prefix", "region")
 _REPLAY = ("topic", "partitions", "from_offset", "to_offset", "from_time", "to_time", "group")
@@ -132,16 +143,33 @@ class Replay:
 
 
 @dataclass(frozen=True)
+class KubernetesSpec:
+    """Where the API server and the pods are, for a template's placement fields."""
+
+    api: str | None = None  # None: in the cluster (the service account's token and CA)
+    namespace: str | None = None  # the sidecars'; None: the service account's own
+    broker_namespace: str | None = None  # the brokers'; None: the sidecars'
+    sidecar_selector: str = DEFAULT_SIDECAR_SELECTOR
+
+
+@dataclass(frozen=True)
 class KafkaSpec:
     """The cluster whose metadata routes partitions (and holds the groups' offsets)."""
 
     bootstrap_servers: tuple[str, ...]
-    sidecar_url: str | None = None  # template: {host}, {id}, {rack}
+    sidecar_url: str | None = None  # template: {host}, {id}, {rack}, PLACEMENT_FIELDS
     broker_sidecars: Mapping[int, str] = field(default_factory=dict)  # broker id -> URL
     replica: str = "leader"  # "leader", "all" or "rack"
     rack: str | None = None  # for replica "rack"
     security: Mapping[str, str | bool] = field(default_factory=dict)
     timeout_s: float = DEFAULT_KAFKA_TIMEOUT_S
+    kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
+
+    @property
+    def needs_placement(self) -> bool:
+        """Whether the template names where a broker's pod runs."""
+        return self.sidecar_url is not None and any(
+            name in PLACEMENT_FIELDS for _, name, _, _ in Formatter().parse(self.sidecar_url))
 
 
 @dataclass(frozen=True)
@@ -337,7 +365,22 @@ def _kafka(value: object) -> KafkaSpec:
         raise PlanError(f"kafka.timeout_s: must be a number of seconds, > 0 and at most 600, "
                         f"got {timeout!r}")
     return KafkaSpec(servers, template, broker_sidecars, replica, rack,
-                     _security(kafka.get("security", {})), float(timeout))
+                     _security(kafka.get("security", {})), float(timeout),
+                     _kubernetes(kafka.get("kubernetes", {})))
+
+
+def _kubernetes(value: object) -> KubernetesSpec:
+    spec = _mapping(value, "kafka.kubernetes")
+    _known(spec, _KUBERNETES, "kafka.kubernetes")
+    strings: dict[str, str] = {}
+    for name, setting in spec.items():
+        if not isinstance(setting, str) or not setting.strip():
+            raise PlanError(f"kafka.kubernetes.{name}: must be a non-empty string, "
+                            f"got {setting!r}")
+        strings[name] = setting.strip()
+    if "api" in strings:
+        strings["api"] = _url(strings["api"], "kafka.kubernetes.api").rstrip("/")
+    return KubernetesSpec(**strings)
 
 
 def _bootstrap_servers(value: object) -> tuple[str, ...]:
@@ -360,9 +403,11 @@ def _template(value: object, where: str) -> str:
         raise PlanError(f"{where}: must be a URL template such as \"http://{{host}}:9331\", "
                         f"got {value!r}")
     try:
-        sample = value.format(host="broker.example", id=1, rack="rack")
+        sample = value.format(host="broker.example", id=1, rack="rack", node="node-1",
+                              node_ip="10.0.0.1", sidecar_ip="10.1.0.1")
     except (KeyError, IndexError, ValueError):
-        raise PlanError(f"{where}: only {{host}}, {{id}} and {{rack}} may be filled in, "
+        raise PlanError(f"{where}: only {{host}}, {{id}} and {{rack}} (and in Kubernetes "
+                        f"{{node}}, {{node_ip}} and {{sidecar_ip}}) may be filled in, "
                         f"got {value!r}") from None
     _sidecar_url(sample, where)
     return value.rstrip("/")

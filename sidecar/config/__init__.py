@@ -25,6 +25,7 @@ from sidecar.config.loading import (
 from sidecar.config.options import OPTIONS, Option
 from sidecar.config.parsing import (
     HostPort,
+    S3Location,
     parse_bool,
     parse_duration,
     parse_host_port,
@@ -42,7 +43,7 @@ from sidecar.config.tree import (
 
 __all__ = [
     "OPTIONS", "AuthConfig", "CacheConfig", "Config", "HostPort", "Option", "OriginConfig",
-    "PrefetchConfig", "ServerConfig", "Setting", "build_config", "flatten_sections",
+    "PrefetchConfig", "S3Location", "ServerConfig", "Setting", "build_config", "flatten_sections",
     "load_config", "parse_bool", "parse_duration", "parse_host_port", "parse_rate",
     "parse_size", "read_toml", "resolve",
 ]

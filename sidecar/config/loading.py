@@ -219,6 +219,14 @@ def validate(values: Mapping[str, Any]) -> None:
             raise ConfigError(f"{name} must be more than 0 (every pass-through would fail)")
     if values["origin_deadline"] <= 0:
         raise ConfigError("origin_deadline must be more than 0 (every origin read would fail)")
+    if values["access_log_upload"] is not None and (
+            values["access_log"] in (None, "-") or not values["access_log_max_size"]
+            or not values["access_log_backups"]):
+        # Only a rotated file is shipped: the log must be a file that rotates into
+        # PATH.1, where the shipper finds it.
+        raise ConfigError(
+            "access_log_upload ships rotated access log files: it needs access_log set to a "
+            "file path (not -), access_log_max_size above 0 and access_log_backups of 1 or more")
     admin: HostPort = values["admin_listen"]
     if not admin.is_loopback and values["admin_token"] is None \
             and values["admin_token_file"] is None:

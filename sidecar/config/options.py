@@ -28,6 +28,7 @@ from sidecar.config.parsing import (
     parse_optional_host_port,
     parse_path_list,
     parse_rate,
+    parse_s3_location,
     parse_sample_interval,
     parse_size,
     positive_int,
@@ -248,6 +249,12 @@ OPTIONS: tuple[Option, ...] = (
            "rotated access log files kept (PATH.1 .. PATH.N); 0: the file is emptied "
            "when full", "N", flag=False, group="server",
            field="server.access_log_backups"),
+    Option("access_log_upload", parse_s3_location, "",
+           "ship each rotated access log file to the origin at s3://BUCKET/PREFIX, as "
+           "PREFIX/NODE/TIME.jsonl (through the sidecar's origin credentials, in the "
+           "background, up to access_log_backups files waiting); empty: keep them local",
+           "S3URL", flag=False, group="server",
+           field="server.access_log_upload"),
     Option("node_name", optional_str, "",
            "this node's name in the access log (capacity analysis groups by it); "
            "empty: the host name", "NAME", flag=False, group="server",

@@ -203,6 +203,37 @@ def parse_nice(value: object) -> int:
     return number
 
 
+@dataclass(frozen=True)
+class S3Location:
+    """A bucket and a key prefix at the origin ("" or ending in "/")."""
+
+    bucket: str
+    prefix: str
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+# S3's bucket naming rules (3-63 characters of lower-case letters, digits, dots and
+# hyphens, a letter or digit at each end): Amazon S3 User Guide, "Bucket naming rules".
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def parse_s3_location(value: object) -> S3Location | None:
+    """`s3://bucket/prefix/` -> S3Location; empty -> None. The prefix gets a
+    trailing "/" so that every node's objects go under a folder of their own."""
+    text = str(value).strip()
+    if not text:
+        return None
+    bucket, _, prefix = text.removeprefix("s3://").partition("/")
+    if not text.startswith("s3://") or not _BUCKET_RE.match(bucket):
+        raise ConfigError(f"not an s3://BUCKET/PREFIX location: {value!r} "
+                          "(expected e.g. s3://kafka-logs/sidecar-access/)")
+    prefix = prefix.strip("/")
+    return S3Location(bucket, prefix + "/" if prefix else "")
+
+
 def optional_str(value: object) -> str | None:
     text = str(value).strip()
     return text or None

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sidecar.config.parsing import HostPort
+from sidecar.config.parsing import HostPort, S3Location
 from sidecar.layout import Layout
 
 
@@ -36,6 +36,7 @@ class ServerConfig:
     access_log: str | None  # a path, "-" for stdout, None: no access log
     access_log_max_bytes: int  # rotate the access log file at this size; 0: never
     access_log_backups: int  # rotated files kept
+    access_log_upload: S3Location | None  # where rotated files are shipped; None: nowhere
     node_name: str | None  # the access log's `node`; None: the host name
     log_format: str  # auto | json | text (cli.py sets logging up with it)
     stats_interval_s: float  # the admin port samples its counters this often

@@ -100,6 +100,12 @@ class Metrics:
             "disk failed or is full (disk); serving goes on either way",
             ["reason"], registry=registry,
         )
+        self.access_log_uploads = Counter(
+            "sidecar_access_log_uploads",
+            "Rotated access log files shipped to access_log_upload (ok), uploads that "
+            "failed and will be tried again (failed), files given up (dropped)",
+            ["outcome"], registry=registry,
+        )
         self.client_disconnects = Counter(
             "sidecar_client_disconnects",
             "Answers a client stopped reading by closing its connection, before the "
@@ -117,6 +123,8 @@ class Metrics:
             self.served_bytes.labels(source)
         for reason in ("queue", "disk"):
             self.access_log_dropped.labels(reason)
+        for outcome in ("ok", "failed", "dropped"):
+            self.access_log_uploads.labels(outcome)
         for cache_result in REQUEST_CACHE_RESULTS:
             self.request_duration.labels("GetObject", cache_result)
         for op, code in (("GetObject", "200"), ("GetObject", "206"), ("HeadObject", "200")):

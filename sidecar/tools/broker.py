@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from sidecar.layout import parse_aiven_key
+from sidecar.tools.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 #: Where `make kafka` puts the broker's jars (see tests/kafka/pom.xml).
@@ -63,12 +64,6 @@ logger.started.level = info
 class BrokerError(RuntimeError):
     """A broker that could not be started (missing jars, a failed format, no readiness)."""
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def kafka_uuid() -> str:

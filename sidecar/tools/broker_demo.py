@@ -33,7 +33,6 @@ from tempfile import TemporaryDirectory
 from types import FrameType
 from typing import Any
 
-import boto3
 from kafka.errors import KafkaError
 
 from sidecar.errors import ConfigError
@@ -47,7 +46,7 @@ from sidecar.tools.broker import (
 )
 from sidecar.tools.catch_up import CatchUp, CatchUpError, catch_up, produce
 from sidecar.tools.commands import program
-from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3, loopback_client
 from sidecar.tools.serve_process import ServeError, ServeProcess
 
 BUCKET = "tiered"
@@ -190,10 +189,9 @@ def _hold_signals() -> None:
 
 
 def _s3(endpoint: str) -> Any:
-    return boto3.client(
-        "s3", endpoint_url=endpoint, region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
-        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    return loopback_client(endpoint, key=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                           secret=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                           region=CREDENTIALS["AWS_DEFAULT_REGION"])
 
 
 def _create_topic(bootstrap: str) -> None:

@@ -20,14 +20,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import boto3
 from prometheus_client import CollectorRegistry
 
 from sidecar.config import Config, load_config
 from sidecar.server import Sidecar
 from sidecar.tools.commands import DEMO_SPARK_CONF, program, python_module
 from sidecar.tools.kafka_segments import aiven_segment_objects, generate_topic_segments
-from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3, loopback_client
 from sidecar.tools.warmup_example import example_instructions, example_plan
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,7 @@ DEMO_TOPICS = (
 def seed_bucket(endpoint: str, topics: tuple[DemoTopic, ...] = DEMO_TOPICS) -> list[str]:
     """Create the bucket and upload each segment's objects as Aiven's plugin does
     (`.log`, `.indexes`, `.rsm-manifest`); returns the keys written, in that order."""
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    s3 = loopback_client(endpoint)
     s3.create_bucket(Bucket=BUCKET)
     keys = []
     for seed, topic in enumerate(topics):

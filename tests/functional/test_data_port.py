@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import random
 import secrets
 import socket
@@ -16,9 +15,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sidecar.engine import FOREGROUND_PARTS
-from tests.functional.conftest import BLOCK, s3_client
+from tests.functional.conftest import BLOCK
+from tests.support.loopback_http import raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 SLOT = BLOCK + 4096  # a slot is a 4 KiB header plus one block (sidecar/cache/slab.py)
@@ -238,18 +239,6 @@ def test_corrupted_slab_bytes_are_detected_and_refetched(
         # The refetched blocks are good again: served from cache without failures.
         assert get(client, bucket, key, f"bytes=0-{len(data) - 1}")[1] == data
         assert process.metric("sidecar_cache_checksum_failures_total") == 7
-
-
-def raw_request(url: str, method: str, path: str, headers: dict[str, str] | None = None
-                ) -> tuple[int, dict[str, str], bytes]:
-    address = urlsplit(url)
-    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
-    try:
-        connection.request(method, path, headers=headers or {})
-        response = connection.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        connection.close()
 
 
 @pytest.mark.parametrize(

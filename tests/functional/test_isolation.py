@@ -20,9 +20,9 @@ import psutil
 import pytest
 
 from sidecar.tools.local_s3 import LocalS3
-from tests.functional.conftest import s3_client
-from tests.functional.test_data_port import raw_request
+from tests.support.loopback_http import raw_request
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 MiB = 1024 * 1024

@@ -17,18 +17,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-import boto3
 import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.config import Config as BotoConfig
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from sidecar.tools.kafka_segments import generate_topic_segments, iter_segment_batches
-from sidecar.tools.local_s3 import CREDENTIALS
-from tests.functional.conftest import s3_client
+from sidecar.tools.local_s3 import CREDENTIALS, loopback_client
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.signed_chunks import crc32_trailer, signed_chunked
 from tests.support.verifying_proxy import VerifyingProxy
 from tests.support.waiting import eventually
@@ -284,8 +282,7 @@ def test_a_sigv2_presigned_get_is_refused_and_never_forwarded(
     # words, and the origin never sees it.
     data = random.Random(9).randbytes(BLOCK + 7)
     origin_s3.put_object(Bucket=bucket, Key="v2.log", Body=data)
-    v2 = boto3.client("s3", endpoint_url=sidecar.data_url, region_name="us-east-1",
-                      config=BotoConfig(signature_version="s3", s3={"addressing_style": "path"}))
+    v2 = loopback_client(sidecar.data_url, signature_version="s3")
     try:
         url = v2.generate_presigned_url(
             "get_object", Params={"Bucket": bucket, "Key": "v2.log"}, ExpiresIn=300)

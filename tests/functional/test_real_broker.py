@@ -36,9 +36,9 @@ from sidecar.tools.broker import (
 )
 from sidecar.tools.catch_up import catch_up, produce
 from sidecar.tools.local_s3 import LocalS3
-from tests.functional.conftest import s3_client
 from tests.support.fault_proxy import FaultProxy
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.functional

@@ -22,6 +22,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sidecar.tools.local_s3 import CREDENTIALS
+from tests.support.installs import ensure
 from tests.support.processes import SidecarProcess
 from tests.support.verifying_proxy import VerifyingProxy
 from tests.support.waiting import eventually
@@ -33,9 +34,7 @@ RUN_TIMEOUT_S = 120
 
 @pytest.fixture(scope="session")
 def s3_clients_installed() -> None:
-    result = subprocess.run([str(ROOT / "scripts" / "ensure-s3-clients.sh")],
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"ensure-s3-clients.sh failed:\n{result.stderr}"
+    ensure("ensure-s3-clients.sh")
 
 
 @pytest.fixture(scope="module")

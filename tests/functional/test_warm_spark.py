@@ -33,7 +33,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from sidecar.layout import parse_aiven_key
-from sidecar.tools.broker import TIERED_TOPIC, KafkaCluster, RemoteStorage, free_port
+from sidecar.tools.broker import TIERED_TOPIC, KafkaCluster, RemoteStorage
 from sidecar.tools.catch_up import catch_up, commit_group, produce
 from sidecar.tools.kafka_segments import (
     SegmentObject,
@@ -41,12 +41,11 @@ from sidecar.tools.kafka_segments import (
     iter_segment_batches,
 )
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.ports import free_port
 from spark_warmup.job import RunResult, run
 from spark_warmup.plan import PlanError, parse_plan
 from spark_warmup.routing import rendezvous_node
 from spark_warmup.units import format_bytes
-from tests.functional.conftest import s3_client
-from tests.functional.test_replay import replay_json
 from tests.support.kafka_broker import (
     FakeKafkaCluster,
     FixtureBroker,
@@ -55,7 +54,9 @@ from tests.support.kafka_broker import (
     running_cluster,
 )
 from tests.support.processes import SidecarProcess
-from tests.support.spark_cluster import StandaloneCluster
+from tests.support.replay_cli import replay_json
+from tests.support.s3_clients import s3_client
+from tests.support.spark_cluster import StandaloneCluster, executor_python
 
 MIB = 1024 * 1024
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -628,31 +629,6 @@ def test_cluster_plans_that_cannot_run_exit_2_before_spark_starts(
     assert result.stderr.strip().startswith(f"spark_warmup: error: {plan}: {message}"), \
         result.stderr
     assert "Spark" not in result.stderr  # no JVM was started for it
-
-
-def executor_python(tmp_path: Path) -> Path:
-    """An interpreter with this venv's libraries but not this project.
-
-    A venv whose .pth adds our site-packages as a plain path: the editable
-    install's own .pth (which makes `sidecar` and `spark_warmup` importable) is
-    not processed there. Executors using it can only import the job's code from
-    the zip the job ships with addPyFile.
-    """
-    import sysconfig
-
-    venv = tmp_path / "executor-venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    packages = sysconfig.get_paths()["purelib"]
-    python = venv / "bin" / "python"
-    site_dir = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    Path(site_dir, "main-venv.pth").write_text(packages + "\n")
-    probe = subprocess.run([str(python), "-c", "import boto3, pyspark; import spark_warmup"],
-                           capture_output=True, text=True, cwd=tmp_path)
-    assert "No module named 'spark_warmup'" in probe.stderr, probe.stderr
-    return python
 
 
 def test_the_same_plan_on_a_standalone_cluster(
