@@ -21,7 +21,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry
 
-from sidecar.admin.port import AdminPort
+from sidecar.admin.port import AdminPort, metrics_app
+from sidecar.admin.token import ensure_token_file
 from sidecar.cache import BlockIdent, BlockStore
 from sidecar.config import Config, HostPort
 from sidecar.config.reloading import Reload, plan_reload
@@ -39,7 +40,7 @@ from sidecar.prefetch.streams import StreamTable
 from sidecar.s3.access import AccessPolicy
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
-from sidecar.s3.passthrough import PassThrough
+from sidecar.s3.passthrough import PassThrough, PassThroughLimits
 from sidecar.telemetry.access_log import AccessLog, NodeFacts
 from sidecar.telemetry.log_shipping import LogShipper
 from sidecar.telemetry.metrics import Metrics
@@ -113,6 +114,8 @@ class Sidecar:
         self._ready = False
         self.data_url = ""
         self.admin_url = ""
+        self.metrics_url = ""  # the metrics_listen one, "" when there is none
+        self.admin_token_file = ""  # where the admin token came from, "" when configured
 
     async def start(self) -> None:
         cache = self.config.cache
@@ -168,7 +171,9 @@ class Sidecar:
                                   f"{exc.strerror}") from None
         auth = self.config.auth
         self._passthrough = PassThrough(
-            self.config.origin, self._written(self._engine), server.client_timeout_s
+            self.config.origin, self._written(self._engine), server.client_timeout_s,
+            PassThroughLimits(server.passthrough_acquire_timeout_s,
+                              server.passthrough_timeout_s, server.passthrough_per_client),
         )
         await self._passthrough.start()
         self._say_who_may_sign(auth.keys, auth.allow_anonymous)
@@ -179,9 +184,10 @@ class Sidecar:
             passthrough=self._passthrough, access=self._access(self.config))
         admin = AdminPort(
             self.metrics, lambda: self._ready, self._engine, self.origin,
-            server.admin_token, self.modes,
+            await self._admin_token(), self.modes,
             cache_recovery=store.recovery_stats, reload=self.reload_from_source,
             sample_interval_s=server.stats_interval_s,
+            guard_reads=not server.admin_listen.is_loopback,
         )
         watcher = DiskWatcher(
             cache.directory, cache.disk_reserve_bytes, cache.disk_check_interval_s,
@@ -198,7 +204,26 @@ class Sidecar:
                  device.device, device.source, device.mount_point)
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
+        if server.metrics_listen is not None:
+            self.metrics_url = await self._listen(metrics_app(self.metrics),
+                                                  server.metrics_listen)
         self._ready = True
+
+    async def _admin_token(self) -> str:
+        """The operator's token, else the one kept in (or now generated into) the
+        token file; a token always guards the admin port's mutating calls."""
+        server = self.config.server
+        if server.admin_token is not None:
+            return server.admin_token
+        path = server.admin_token_file
+        token, generated = await asyncio.get_running_loop().run_in_executor(
+            self._executor, ensure_token_file, path)
+        self.admin_token_file = str(path)
+        if generated:
+            log.warning("admin token generated into %s (mode 0600): `sidecar stats` and the "
+                        "warm-up job read it from there (SIDECAR_ADMIN_TOKEN_FILE)", path,
+                        extra={"event": "admin_token_generated", "path": str(path)})
+        return token
 
     def _access_log_dropped(self, reason: str, lines: int) -> None:
         # Called from the log's writer thread: prometheus_client counters are
@@ -402,7 +427,9 @@ async def serve(config: Config, summary: Mapping[str, object] | None = None,
     try:
         await sidecar.start()
         print(json.dumps({"event": "ready", "data": sidecar.data_url,
-                          "admin": sidecar.admin_url, "pid": os.getpid()}), flush=True)
+                          "admin": sidecar.admin_url, "pid": os.getpid(),
+                          "metrics": sidecar.metrics_url or None,
+                          "admin_token_file": sidecar.admin_token_file or None}), flush=True)
         # One record that says what this process runs with (logged only once
         # serving, so a failed start still ends in its one line on stderr).
         log.info("serving S3 reads on %s, admin on %s, cache %s (%d bytes, blocks of %d)",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from spark_warmup.metadata import NO_LEADER, Broker, ClusterFacts, PartitionReplicas, Placement
 from spark_warmup.placement import url_fields
 from spark_warmup.plan import KafkaSpec, Plan, PlanError
+from spark_warmup.sidecar_urls import SidecarUrlError, check_sidecar_url
 
 
 def partition_name(topic: str, partition: int) -> str:
@@ -89,8 +90,15 @@ def sidecar_url(broker: Broker, spec: KafkaSpec,
         fields = url_fields(placement)
     # An IPv6 literal goes in brackets in a URL (RFC 3986, section 3.2.2).
     host = f"[{broker.host}]" if ":" in broker.host else broker.host
-    return spec.sidecar_url.format(host=host, id=broker.node_id, rack=broker.rack or "",
-                                   **fields)
+    url = spec.sidecar_url.format(host=host, id=broker.node_id, rack=broker.rack or "",
+                                  **fields)
+    # The host, rack and placement come from the cluster's metadata and the API
+    # server: checked before the admin token goes there (spark_warmup.sidecar_urls).
+    try:
+        return check_sidecar_url(url)
+    except SidecarUrlError as exc:
+        raise PlanError(f"kafka.sidecar_url: broker {broker.node_id} advertises host "
+                        f"{broker.host!r}, which makes no sidecar URL: {exc}") from None
 
 
 @dataclass(frozen=True)

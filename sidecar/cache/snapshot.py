@@ -58,7 +58,9 @@ never outlive the next write to the slab. The protocol makes sure of it:
   directory) before the store exists, so before any write to the slab: a
   crash later leaves no snapshot, and the start after it scans the headers.
   If the file cannot be deleted it is not used.
-- It is used only if both checksums match, the geometry is the slab's, and
+- It is used only if both checksums match, every slot number and count in it
+  lies inside the slab (a file with the right checksums may still come from
+  another writer), the geometry is the slab's, and
   the slab file is the same file (inode) of the same size and modification
   time, kept whole (``Opening.state`` "reused"); anything else is a scan,
   with a log line. The time catches a slab written after the snapshot by
@@ -88,7 +90,7 @@ from pathlib import Path
 import xxhash
 
 from sidecar.cache.index import HASH_BYTES, IDENTITY_KEY_BYTES, SlotIndex
-from sidecar.cache.slot_fifo import SlotFifo
+from sidecar.cache.slot_fifo import MAX_STATE, SlotFifo
 
 # The store's log lines keep the logger name they always had.
 log = logging.getLogger("sidecar.cache.store")
@@ -222,9 +224,37 @@ def _read(file: BufferedReader, slab_path: Path, slot_count: int, block_size: in
         body.update(view)
     if file.read(1) or body.intdigest() != body_digest:
         return None, "index snapshot damaged (its body checksum): scanning the slots"
+    wrong = _out_of_range(index, policy, free, tuple(queues), count, used_bytes)
+    if wrong is not None:
+        return None, f"index snapshot damaged ({wrong} out of range): scanning the slots"
     index.restored(count, used_bytes)
     policy.restored(tuple(queues))
     return Restored(index, policy, free, next_generation), None
+
+
+def _out_of_range(index: SlotIndex, policy: SlotFifo, free: array[int],
+                  queues: tuple[int, ...], count: int, used_bytes: int) -> str | None:
+    """The first slot number or count of a snapshot that lies outside the slab,
+    or None. The checksums prove the file is what some writer wrote, not that
+    the writer was this code: a slot number past the arrays would raise an
+    IndexError mid-request, or, negative, index from their end. min() and
+    max() over the arrays run in C: milliseconds for a million slots."""
+    slots = index.slot_count
+    table = index.buffers()[5]  # i32 slot numbers, -1 empty
+    prev, following, states = policy.buffers()
+    for name, numbers, lowest in (("a hash table slot", table, -1), ("a FIFO link", prev, -1),
+                                  ("a FIFO link", following, -1), ("a free slot", free, 0)):
+        if numbers and (min(numbers) < lowest or max(numbers) >= slots):
+            return name
+    if states and max(states) > MAX_STATE:
+        return "a FIFO state"
+    for at in (0, 3):  # (tail, head, length) of small, then of main
+        tail, head, length = queues[at:at + 3]
+        if not (-1 <= tail < slots and -1 <= head < slots and 0 <= length <= slots):
+            return "a FIFO queue"
+    if not 0 <= count <= slots or not 0 <= used_bytes <= slots * index.block_size:
+        return "the block count"
+    return None
 
 
 def _sync_directory(directory: Path) -> None:

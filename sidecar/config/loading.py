@@ -37,6 +37,9 @@ SECTIONS: dict[str, type] = {
 # The option whose raw value is a file to read while loading (its keys join
 # auth_keys): read with the other sources, never while building the tree.
 KEYS_FILE = "auth_keys_file"
+# The admin token's file under the cache dir when admin_token_file is not set
+# (sidecar.admin.token generates and reads it).
+TOKEN_FILE_NAME = "admin.token"
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -172,6 +175,11 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "prefetch": {
             "max_window_blocks": max(1, values["prefetch_max_window"] // block_size),
         },
+        "server": {
+            # Beside the cache: the one directory a sidecar surely owns and writes.
+            "admin_token_file": Path(values["admin_token_file"]
+                                     or Path(values["cache_dir"]) / TOKEN_FILE_NAME),
+        },
         "origin": {
             # A share of 0 would starve the lane: it means "no share of its own".
             "prefetch_share": values["prefetch_share"] or 1.0,
@@ -207,6 +215,9 @@ def validate(values: Mapping[str, Any]) -> None:
             f"prefetch_max_in_flight + warm_concurrency ({lower_lanes}) must leave at least 4 "
             f"of origin_max_connections ({values['origin_max_connections']}) to foreground reads"
         )
+    for name in ("passthrough_acquire_timeout", "passthrough_timeout"):
+        if values[name] <= 0:
+            raise ConfigError(f"{name} must be more than 0 (every pass-through would fail)")
     if values["origin_deadline"] <= 0:
         raise ConfigError("origin_deadline must be more than 0 (every origin read would fail)")
     if values["access_log_upload"] is not None and (
@@ -218,11 +229,15 @@ def validate(values: Mapping[str, Any]) -> None:
             "access_log_upload ships rotated access log files: it needs access_log set to a "
             "file path (not -), access_log_max_size above 0 and access_log_backups of 1 or more")
     admin: HostPort = values["admin_listen"]
-    if not admin.is_loopback and values["admin_token"] is None:
+    if not admin.is_loopback and values["admin_token"] is None \
+            and values["admin_token_file"] is None:
         # Named in every form: the listen address may have come from a file or the env.
+        # A token generated into the default file would be one nobody off the node
+        # knows of: off loopback the operator chooses where the token comes from.
         raise ConfigError(
             f"admin_listen {admin} is not loopback: set admin_token (--admin-token, "
-            "SIDECAR_ADMIN_TOKEN or admin_token in the config file) to protect the admin port"
+            "SIDECAR_ADMIN_TOKEN or admin_token in the config file) or admin_token_file "
+            "to protect the admin port"
         )
     _validate_access(values)
 

@@ -27,6 +27,7 @@ from sidecar.config.parsing import (
     parse_layout_name,
     parse_log_format,
     parse_nice,
+    parse_optional_host_port,
     parse_path_list,
     parse_rate,
     parse_s3_location,
@@ -67,9 +68,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("admin_listen", parse_host_port, "127.0.0.1:9331", "admin port address", "H:P",
            field="server.admin_listen"),
     Option("admin_token", optional_str, "",
-           "bearer token for mutating admin calls (required off loopback)", "TOKEN",
+           "bearer token for mutating admin calls and, off loopback, for /metrics, /ui and "
+           "/api/v1/stats too; empty: the token of admin_token_file (on the command line it "
+           "shows in ps: prefer SIDECAR_ADMIN_TOKEN or the file)", "TOKEN",
            secret=True,
            field="server.admin_token"),
+    Option("admin_token_file", optional_str, "",
+           "where the admin token is kept when admin_token is not set: read at start, or "
+           "generated there (mode 0600) at the first start; empty: <cache_dir>/admin.token. "
+           "`sidecar stats` and the warm-up job read it (SIDECAR_ADMIN_TOKEN_FILE)", "PATH",
+           flag=False, group="server"),
+    Option("metrics_listen", parse_optional_host_port, "",
+           "a second listener serving GET /metrics only, without a token (for Prometheus "
+           "when the admin port is off loopback and guarded); empty: none", "H:P",
+           field="server.metrics_listen"),
     Option("origin_endpoint", optional_str, "",
            "object store URL (default: AWS from the region)", "URL",
            field="origin.endpoint"),
@@ -176,6 +188,22 @@ OPTIONS: tuple[Option, ...] = (
     Option("client_timeout", parse_duration, "30s",
            "a client that takes no bytes for this long is cut off", "DURATION", flag=False,
            field="server.client_timeout_s"),
+    Option("passthrough_acquire_timeout", parse_duration, "5s",
+           "a pass-through request (upload, delete, listing) waits at most this long for "
+           "one of the origin_max_connections it may use; then 503 SlowDown", "DURATION",
+           flag=False, group="server",
+           field="server.passthrough_acquire_timeout_s"),
+    Option("passthrough_timeout", parse_duration, "15m",
+           "the longest one pass-through request may hold an origin connection, its upload "
+           "and answer included (a trickling uploader is cut off: 400 RequestTimeout, or "
+           "the connection closed once the answer started)", "DURATION",
+           flag=False, group="server",
+           field="server.passthrough_timeout_s"),
+    Option("passthrough_per_client", positive_int, 16,
+           "pass-through requests one client address may have in flight at once; more get "
+           "503 SlowDown (one client never holds every origin connection)", "N",
+           flag=False, group="server",
+           field="server.passthrough_per_client"),
     Option("protect_path", parse_path_list, "",
            "refuse a cache dir on the same device as this path (repeatable), e.g. log.dirs",
            "PATH", kind="list",

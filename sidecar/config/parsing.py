@@ -95,9 +95,16 @@ class HostPort:
 def parse_host_port(value: object) -> HostPort:
     host, sep, port = str(value).strip().rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ConfigError(f"not a HOST:PORT address: {value!r}")
     return HostPort(host, int(port))
+
+
+def parse_optional_host_port(value: object) -> HostPort | None:
+    """A HOST:PORT address, or None for an empty value (the listener is off)."""
+    if value is None or str(value).strip() == "":
+        return None
+    return parse_host_port(value)
 
 
 def parse_cpu_list(value: object) -> tuple[int, ...] | None:

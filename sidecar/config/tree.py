@@ -20,6 +20,9 @@ class ServerConfig:
     listen: HostPort
     admin_listen: HostPort
     admin_token: str | None = field(repr=False)  # a secret: kept out of reprs
+    # Where the token is kept when admin_token is None (generated at the first start).
+    admin_token_file: Path
+    metrics_listen: HostPort | None  # a tokenless /metrics-only listener; None: none
     cpus: tuple[int, ...] | None
     io_threads: int
     ionice: tuple[str, int] | None
@@ -27,6 +30,9 @@ class ServerConfig:
     max_requests: int
     max_buffered_bytes: int
     client_timeout_s: float
+    passthrough_acquire_timeout_s: float  # wait for an origin connection, then SlowDown
+    passthrough_timeout_s: float  # one pass-through request, upload and answer
+    passthrough_per_client: int  # pass-through requests in flight per client address
     access_log: str | None  # a path, "-" for stdout, None: no access log
     access_log_max_bytes: int  # rotate the access log file at this size; 0: never
     access_log_backups: int  # rotated files kept

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -37,7 +38,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from sidecar.config import OriginConfig
-from sidecar.errors import OriginUnavailable
+from sidecar.errors import OriginUnavailable, Overloaded
 from sidecar.s3.addressing import query_pairs
 from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker, SignatureChain
 from sidecar.s3.operations import (
@@ -84,6 +85,15 @@ class _ClientHashSigner(S3SigV4Auth):  # type: ignore[misc]
         return self._payload_hash
 
 
+@dataclass(frozen=True)
+class PassThroughLimits:
+    """How long and how many: what one client or one slow upload may hold."""
+
+    acquire_timeout_s: float = 5.0  # wait for one of the origin connections
+    timeout_s: float = 15 * 60.0  # one request, upload and answer included
+    per_client: int = 16  # requests in flight from one client address
+
+
 @dataclass
 class _BodyFailure:
     """Why reading the client's body failed, if it did (seen after the upload)."""
@@ -102,10 +112,16 @@ class PassThrough:
         config: OriginConfig,
         invalidate: Callable[[str, str], object],
         client_timeout_s: float = 30.0,
+        limits: PassThroughLimits | None = None,
     ) -> None:
         self._config = config
         self._invalidate = invalidate
         self._client_timeout = client_timeout_s
+        self._limits = limits or PassThroughLimits()
+        # The origin connections pass-through requests may hold, and how many
+        # each client address holds now.
+        self._slots = asyncio.Semaphore(config.max_connections)
+        self._per_client: Counter[str] = Counter()
         self._base = (config.endpoint or f"https://s3.{config.region}.amazonaws.com").rstrip("/")
         self._session: aiohttp.ClientSession | None = None
         self._credentials: Any = None
@@ -137,10 +153,36 @@ class PassThrough:
 
         With `chunk_signer` (the verified request's), a signed aws-chunked body
         must chain to it. Raises BadPayload (a 400) for a body S3 would refuse,
-        SignatureRejected (a 403) for a chunk signature that does not hold, and
+        SignatureRejected (a 403) for a chunk signature that does not hold,
         OriginUnavailable (a 503) when the origin cannot be reached before an
-        answer started.
+        answer started, and Overloaded (503 SlowDown) when the client already
+        has `per_client` requests in flight or no origin connection comes free
+        within `acquire_timeout_s`.
         """
+        client = request.remote or ""
+        if self._per_client[client] >= self._limits.per_client:
+            raise Overloaded(f"{client} has {self._limits.per_client} pass-through "
+                             "requests in flight")
+        self._per_client[client] += 1
+        try:
+            try:
+                await asyncio.wait_for(self._slots.acquire(), self._limits.acquire_timeout_s)
+            except TimeoutError:
+                raise Overloaded("no origin connection came free for a pass-through "
+                                 f"within {self._limits.acquire_timeout_s:g}s") from None
+            try:
+                return await self._forward(request, operation, bucket, key, chunk_signer)
+            finally:
+                self._slots.release()
+        finally:
+            self._per_client[client] -= 1
+            if not self._per_client[client]:
+                del self._per_client[client]
+
+    async def _forward(
+        self, request: web.Request, operation: Operation, bucket: str, key: str,
+        chunk_signer: ChunkSigner | None,
+    ) -> web.StreamResponse:
         assert self._session is not None, "start() first"
         payload = plan_payload(request.headers, REFRAME_CHUNK)
         chain = None
@@ -164,10 +206,16 @@ class PassThrough:
             body = self._stream_body(request, payload, chain, failure)
         else:
             body = None
+        started = asyncio.get_running_loop().time()
         try:
             async with self._session.request(
                 request.method, URL(url, encoded=True), headers=headers, data=body,
                 allow_redirects=False,
+                # Upload and answer together: a client trickling its body a byte
+                # under client_timeout at a time holds the connection no longer.
+                timeout=aiohttp.ClientTimeout(
+                    total=self._limits.timeout_s, sock_connect=self._config.connect_timeout_s,
+                    sock_read=self._config.read_timeout_s),
             ) as upstream:
                 if 200 <= upstream.status < 300:
                     for each in keys:
@@ -178,6 +226,11 @@ class PassThrough:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if failure.error is not None:
                 raise failure.error from exc
+            if isinstance(exc, TimeoutError) and \
+                    asyncio.get_running_loop().time() - started >= self._limits.timeout_s:
+                raise BadPayload(
+                    f"The request took longer than {self._limits.timeout_s:g}s "
+                    "(passthrough_timeout).", "RequestTimeout") from None
             raise OriginUnavailable(
                 f"{operation.name} {bucket}/{key}: origin unreachable: {exc!r}"
             ) from exc

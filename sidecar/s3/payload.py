@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 # Also pure: the framing's length is part of deciding how a body is forwarded.
+from sidecar.numerals import parse_decimal
 from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, unsigned_trailer_length
 
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
@@ -87,9 +88,11 @@ def plan_payload(headers: Mapping[str, str], reframe_chunk: int) -> Payload:
     if match is None:
         raise BadPayload(f"x-amz-content-sha256 {declared[:80]!r} is not a payload hash S3 accepts")
     decoded = lower.get("x-amz-decoded-content-length", "").strip()
-    if not decoded.isdigit():
-        raise BadPayload("a streaming upload needs x-amz-decoded-content-length")
-    length = int(decoded)
+    try:
+        length = parse_decimal(decoded)
+    except ValueError:
+        raise BadPayload("a streaming upload needs x-amz-decoded-content-length, "
+                         "a number of ASCII digits") from None
     trailer = lower.get("x-amz-trailer", "").strip().lower()
     if match.group(2) and trailer:
         framed = unsigned_trailer_length(length, reframe_chunk, trailer)

@@ -155,8 +155,10 @@ async def _serve(run_dir: Path, cache: Path, listen: str, admin_listen: str,
             loop.add_signal_handler(signum, stop.set)
         try:
             await sidecar.start()
+            # The token the sidecar generated into its cache dir guards the warm calls.
             plan = example_plan(origin.endpoint, BUCKET, sidecar.admin_url,
-                                [(topic.name, topic.partitions) for topic in DEMO_TOPICS])
+                                [(topic.name, topic.partitions) for topic in DEMO_TOPICS],
+                                admin_token_file=sidecar.admin_token_file)
             plan_path = run_dir / "warmup-plan.json"
             plan_path.write_text(json.dumps(plan, indent=2) + "\n")
             warm_up = example_instructions(str(plan_path), plan, sidecar.data_url, CREDENTIALS,

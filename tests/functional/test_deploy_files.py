@@ -114,7 +114,10 @@ def test_daemonset_probes_annotations_and_ports() -> None:
     assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
     annotations = pod["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
-    assert annotations["prometheus.io/port"] == str(ports["admin"])
+    # Prometheus scrapes the token-free metrics listener: off loopback the admin
+    # port's /metrics wants the admin token.
+    assert ports["metrics"] == parse_host_port(config["metrics_listen"]).port
+    assert annotations["prometheus.io/port"] == str(ports["metrics"])
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
@@ -309,7 +312,7 @@ def test_protect_log_dirs_component_mounts_what_it_protects() -> None:
     assert not set(volumes) & base_names
 
 
-def test_podmonitor_component_scrapes_the_admin_port_under_the_alerted_job() -> None:
+def test_podmonitor_component_scrapes_the_metrics_listener_under_the_alerted_job() -> None:
     _, (monitor,) = component("podmonitor")
     assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
     labels = manifests()["DaemonSet"]["spec"]["template"]["metadata"]["labels"]
@@ -317,7 +320,7 @@ def test_podmonitor_component_scrapes_the_admin_port_under_the_alerted_job() -> 
     assert spec["selector"]["matchLabels"].items() <= labels.items()
     ports = {port["name"]: port["containerPort"] for port in container()["ports"]}
     (endpoint,) = spec["podMetricsEndpoints"]
-    assert ports[endpoint["port"]] == parse_host_port(configmap_toml()["admin_listen"]).port
+    assert ports[endpoint["port"]] == parse_host_port(configmap_toml()["metrics_listen"]).port
     assert endpoint["path"] == "/metrics"
     # The job label it gives is one the SidecarDown alert knows.
     job = labels[spec["jobLabel"]]
@@ -342,7 +345,8 @@ def test_annotation_scraped_pods_carry_the_label_sidecar_down_matches() -> None:
     annotations, labels = template["metadata"]["annotations"], template["metadata"]["labels"]
     ports = {port["name"]: port["containerPort"] for port in container()["ports"]}
     assert annotations["prometheus.io/scrape"] == "true"
-    assert int(annotations["prometheus.io/port"]) == ports["admin"]
+    # The token-free metrics listener: off loopback the admin port's /metrics is guarded.
+    assert int(annotations["prometheus.io/port"]) == ports["metrics"]
     rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
     (down,) = [rule for group in rules["groups"] for rule in group["rules"]
                if rule.get("alert") == "SidecarDown"]

@@ -141,7 +141,7 @@ def test_foreground_miss_never_waits_for_lower_lanes_bytes(
         warm = threading.Thread(target=admin_call, args=(
             sidecar.admin_url, "POST", "/api/v1/warm",
             {"objects": [{"bucket": bucket, "key": warm_key, "start": 0, "end": None}],
-             "ttl_s": 600}, None))
+             "ttl_s": 600}, sidecar.admin_token))
         reader.start()
         warm.start()
         try:

@@ -247,10 +247,13 @@ def test_every_panel_and_rule_returns_series_from_a_real_prometheus(
     prometheus_installed: None, local_s3: LocalS3, seeded: str,
     segments: tuple[SegmentObject, ...], tmp_path: Path,
 ) -> None:
-    with start_sidecar(local_s3.endpoint, tmp_path) as sidecar, \
-            Prometheus(tmp_path / "prometheus", sidecar.admin_url.removeprefix("http://"),
+    # Prometheus scrapes the token-free metrics listener, as in Kubernetes
+    # (deploy/kubernetes: metrics_listen), where the admin port is guarded.
+    with start_sidecar(local_s3.endpoint, tmp_path, "--metrics-listen", "127.0.0.1:0"
+                       ) as sidecar, \
+            Prometheus(tmp_path / "prometheus", sidecar.metrics_url.removeprefix("http://"),
                        RULE_FILES) as prom:
-        instance = sidecar.admin_url.removeprefix("http://")
+        instance = sidecar.metrics_url.removeprefix("http://")
         eventually(lambda: prom.query('up{job="sidecar"} == 1') or None, "the first scrape",
                    WAIT_S, POLL_S)
         report = run_replay(sidecar, local_s3.endpoint, seeded)
@@ -554,7 +557,8 @@ async def test_ui_first_paint_has_the_figures_and_polls_keep_them_current(
         # which misses (foreground), reads ahead (prefetch) and hits the warmed one.
         warm_key = segments[0].key
         warmed = admin_post(sidecar.admin_url + "/api/v1/warm",
-                            {"objects": [{"bucket": seeded, "key": warm_key}]})
+                            {"objects": [{"bucket": seeded, "key": warm_key}]},
+                            sidecar.admin_token)
         assert warmed["fetched"] > 0 and warmed["failed"] == 0, warmed
         run_replay(sidecar, local_s3.endpoint, seeded)
         sidecar.wait_idle()
@@ -617,9 +621,10 @@ async def test_ui_first_paint_has_the_figures_and_polls_keep_them_current(
             assert page.exceptions() == []
 
 
-def admin_post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+def admin_post(url: str, body: dict[str, Any], token: str) -> dict[str, Any]:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=60) as response:
         result: dict[str, Any] = json.load(response)
         return result

@@ -49,10 +49,15 @@ def test_the_kubernetes_block_is_checked_field_by_field() -> None:
 
 
 def test_a_placement_fills_the_template_and_a_missing_sidecar_fills_nothing() -> None:
-    spec = kafka_plan(sidecar_url="http://{sidecar_ip}:9331/{node}/{node_ip}")
+    # A sidecar URL has no path (spark_warmup.sidecar_urls): each field fills a host.
+    spec = kafka_plan(sidecar_url="http://{sidecar_ip}:9331")
     broker = Broker(1, "b1.example", 9092)
-    assert sidecar_url(broker, spec, Placement("n1", "fd00::1", "fd00:1::9")) \
-        == "http://[fd00:1::9]:9331/n1/[fd00::1]"
+    placed = Placement("n1", "fd00::1", "fd00:1::9")
+    assert sidecar_url(broker, spec, placed) == "http://[fd00:1::9]:9331"
+    assert sidecar_url(broker, kafka_plan(sidecar_url="http://{node_ip}:9331"), placed) \
+        == "http://[fd00::1]:9331"
+    assert sidecar_url(broker, kafka_plan(sidecar_url="http://sidecar.{node}.example:1"),
+                       placed) == "http://sidecar.n1.example:1"
     assert sidecar_url(broker, spec, Placement("n1", "10.0.0.1", None, "no pod")) is None
     assert sidecar_url(broker, spec) is None
     explicit = kafka_plan(sidecar_url="http://{sidecar_ip}:9331", sidecars={"1": "http://a:1"})
