@@ -73,14 +73,16 @@ def main() -> None:
 class LocalS3:
     """Context manager: a moto server child process; `endpoint` once entered."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: tuple[str, ...] = ()) -> None:
+        """`prefix`: a command that runs the server, e.g. in another network namespace."""
         self.endpoint = ""
+        self._prefix = prefix
         self._process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> LocalS3:
         env = {**os.environ, **CREDENTIALS}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "sidecar.tools.local_s3"],
+            [*self._prefix, sys.executable, "-m", "sidecar.tools.local_s3"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
         )
         assert self._process.stdout is not None

@@ -15,7 +15,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sidecar.tools.local_s3 import LocalS3
+from tests.support.private_network import PrivateNetwork
 from tests.support.processes import SidecarProcess
 
 
@@ -88,43 +91,56 @@ def test_mutating_bodies_must_be_declared_json(local_s3: LocalS3, tmp_path: Path
 
 
 def test_off_loopback_the_pages_need_the_token_and_prometheus_gets_its_own_listener(
-    local_s3: LocalS3, tmp_path: Path
+    tmp_path: Path
 ) -> None:
     token_file = tmp_path / "secrets" / "admin.token"
     token_file.parent.mkdir()
     cache = tmp_path / "cache"
     cache.mkdir()
-    # The last --admin-listen wins over the helper's loopback one.
-    sidecar = SidecarProcess(local_s3.endpoint, cache, "--admin-listen", "0.0.0.0:0",
-                             "--metrics-listen", "127.0.0.1:0",
-                             env={"SIDECAR_ADMIN_TOKEN_FILE": str(token_file)})
-    with sidecar:
+    # The admin port on 0.0.0.0, as in a pod, in a network namespace of its own
+    # with its own S3 server: nothing outside the test reaches it. The last
+    # --admin-listen wins over the helper's loopback one.
+    with PrivateNetwork() as network, LocalS3(network.prefix) as origin, SidecarProcess(
+            origin.endpoint, cache, "--admin-listen", "0.0.0.0:0",
+            "--metrics-listen", "127.0.0.1:0", env={"SIDECAR_ADMIN_TOKEN_FILE": str(token_file)},
+            program=(*network.prefix, sys.executable, "-m", "sidecar")) as sidecar:
         admin = loopback(sidecar.admin_url)
+        assert sidecar.admin_url.startswith("http://0.0.0.0:")
         assert sidecar.admin_token_file == str(token_file)
         token = sidecar.admin_token
-        for path in ("/metrics", "/ui", "/api/v1/stats"):
-            status, answer = call(admin + path)
-            assert status == 401 and b"admin token" in answer, path
-            status, answer = call(admin + path, headers={"Authorization": f"Bearer {token}"})
-            assert status == 200, path
-        # Probes stay open: the kubelet sends no token.
-        assert call(admin + "/healthz")[0] == 200 and call(admin + "/readyz")[0] == 200
-        # The metrics listener: counters only, no token, nothing else served.
-        status, metrics = call(sidecar.metrics_url + "/metrics")
-        assert status == 200 and b"sidecar_requests_total" in metrics
-        for path in ("/ui", "/api/v1/stats", "/api/v1/mode"):
-            assert call(sidecar.metrics_url + path)[0] == 404, path
+
+        def pages() -> None:
+            for path in ("/metrics", "/ui", "/api/v1/stats"):
+                status, answer = call(admin + path)
+                assert status == 401 and b"admin token" in answer, path
+                status, answer = call(admin + path,
+                                      headers={"Authorization": f"Bearer {token}"})
+                assert status == 200, path
+            # Probes stay open: the kubelet sends no token.
+            assert call(admin + "/healthz")[0] == 200 and call(admin + "/readyz")[0] == 200
+            # The metrics listener: counters only, no token, nothing else served.
+            status, metrics = call(sidecar.metrics_url + "/metrics")
+            assert status == 200 and b"sidecar_requests_total" in metrics
+            for path in ("/ui", "/api/v1/stats", "/api/v1/mode"):
+                assert call(sidecar.metrics_url + path)[0] == 404, path
+
+        network.run(pages)
+        with pytest.raises(OSError):  # from the machine's own network: nothing there
+            call(admin + "/healthz")
         # `sidecar stats` finds the token in the file it is given, or fails clearly.
-        stats = run_stats(admin, {"SIDECAR_ADMIN_TOKEN_FILE": str(token_file)})
+        inside = network.prefix
+        stats = run_stats(admin, {"SIDECAR_ADMIN_TOKEN_FILE": str(token_file)}, inside)
         assert stats.returncode == 0, stats.stderr
         assert json.loads(stats.stdout)["mode"] == "normal"
-        refused = run_stats(admin, {})
+        refused = run_stats(admin, {}, inside)
         assert refused.returncode == 2 and "401" in refused.stderr
 
 
-def run_stats(admin: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_stats(admin: str, env: dict[str, str], prefix: tuple[str, ...] = ()
+              ) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}
-    return subprocess.run([sys.executable, "-m", "sidecar", "stats", "--admin", admin, "--json"],
+    return subprocess.run([*prefix, sys.executable, "-m", "sidecar", "stats", "--admin", admin,
+                           "--json"],
                           capture_output=True, text=True, timeout=60, env={**clean, **env})
 
 
