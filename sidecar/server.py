@@ -39,7 +39,7 @@ from sidecar.prefetch.streams import StreamTable
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
 from sidecar.s3.passthrough import PassThrough
-from sidecar.telemetry.access_log import AccessLog, NodeFacts
+from sidecar.telemetry.access_log import AccessLog, NodeFacts, fetch_entry
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.thread_names import name_this_thread
 
@@ -157,6 +157,9 @@ class Sidecar:
             except OSError as exc:
                 raise ConfigError(f"cannot open the access log {server.access_log}: "
                                   f"{exc.strerror}") from None
+            access_log = self._access_log
+            self._engine.tell_background_fetches(lambda done: access_log.write(
+                fetch_entry(now=time.time(), done=done, node=access_log.node)))
         auth = self.config.auth
         self._passthrough = PassThrough(
             self.config.origin, self._written(self._engine), server.client_timeout_s
@@ -329,10 +332,11 @@ class Sidecar:
             await asyncio.gather(self._watcher, return_exceptions=True)
         for runner in reversed(self._runners):
             await runner.cleanup()
-        if self._access_log is not None:
-            self._access_log.close()
         if self._engine is not None:
             await self._engine.close()
+        # After the engine: the fetches it stopped have their lines too.
+        if self._access_log is not None:
+            self._access_log.close()
         if self._store is not None:
             await self._store.close()
         if self._passthrough is not None:
