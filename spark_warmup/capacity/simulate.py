@@ -101,6 +101,8 @@ class Outcome:
     hit_blocks: int
     origin_foreground: int
     origin_prefetch: int
+    # Read-ahead that left the cache unread: origin bytes for nothing.
+    prefetch_wasted: int = 0
 
     @property
     def origin_bytes(self) -> int:
@@ -113,6 +115,10 @@ class Outcome:
     @property
     def origin_per_served(self) -> float:
         return self.origin_bytes / self.served_bytes if self.served_bytes else 0.0
+
+    @property
+    def wasted_per_served(self) -> float:
+        return self.prefetch_wasted / self.served_bytes if self.served_bytes else 0.0
 
 
 def slots_for(cache_bytes: int, block_size: int) -> int:
@@ -156,6 +162,8 @@ class Replay:
             self._know(bucket, key, etag, size)
         self.served = self.hit_bytes = self.blocks = self.hit_blocks = 0
         self.origin_foreground = self.origin_prefetch = 0
+        self.prefetch_wasted = 0
+        self._ahead_unread: set[BlockIdent] = set()  # read ahead, cached, not yet read
 
     def _know(self, bucket: str, key: str, etag: str, size: int) -> None:
         if (bucket, key) not in self._objects:
@@ -167,7 +175,8 @@ class Replay:
 
     def outcome(self) -> Outcome:
         return Outcome(self.cache_bytes, self.slots, self.served, self.hit_bytes, self.blocks,
-                       self.hit_blocks, self.origin_foreground, self.origin_prefetch)
+                       self.hit_blocks, self.origin_foreground, self.origin_prefetch,
+                       self.prefetch_wasted)
 
     def read(self, read: Read) -> None:
         self.now = read.time_s
@@ -190,6 +199,7 @@ class Replay:
             delivered = min(end, block_end) - max(read.first_byte, block_start)
             self.blocks += 1
             self.served += delivered
+            self._ahead_unread.discard(ident)
             if block in started:
                 self._land(ident)  # the reader waits for it: read as it lands
             elif ident in self._writing:  # joined a fetch on its way
@@ -261,6 +271,9 @@ class Replay:
         del self._slot_of[victim]
         self._free.append(slot)
         self.unread.discard(victim)
+        if victim in self._ahead_unread:
+            self._ahead_unread.discard(victim)
+            self.prefetch_wasted += self._block_bytes(victim)
         if self.planner is not None:
             self.planner.on_evicted(victim)
 
@@ -288,6 +301,11 @@ class Replay:
             assert self.planner is not None
             self.planner.finished(ident, cached=True)
 
+    def _block_bytes(self, ident: BlockIdent) -> int:
+        _, size = self._objects[(ident.bucket, ident.key)]
+        start = ident.block * self.settings.block_size
+        return max(0, min(size, start + self.settings.block_size) - start)
+
     def _length(self, info: ObjectInfo, block: int) -> int:
         start = block * self.settings.block_size
         return max(0, min(info.size, start + self.settings.block_size) - start)
@@ -309,6 +327,7 @@ class Replay:
                 return
             if self._reserve(ident, read=False):
                 self.origin_prefetch += self._length(info, block)
+                self._ahead_unread.add(ident)
                 # In flight (against the planner's bound) until it lands.
                 self._reading_ahead.add(ident)
             else:
