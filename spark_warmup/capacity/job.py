@@ -238,7 +238,12 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
                             settings))
     curve_plans = len(plans)
     plans += bound_plans
-    outcomes = simulate(reads, plans)
+    # Read-ahead lands when its fetch completes: the median of each node's
+    # FETCH lines' durations (none in older logs: at once).
+    fetch_s = {row["node"]: float(row["fetch_s"] or 0.0) for row in
+               lines.where(F.col("kind") == "fetch").groupBy("node")
+               .agg(F.percentile_approx("duration_s", 0.5).alias("fetch_s")).collect()}
+    outcomes = simulate(reads, plans, fetch_s)
     bounds = {plan[0]: outcome.byte_hit_ratio
               for plan, outcome in zip(plans[curve_plans:], outcomes[curve_plans:],
                                        strict=True)}
@@ -285,9 +290,11 @@ def _table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                  and k.endswith("ratio") else v) for k, v in row.items()} for row in rows]
 
 
-def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
-             ) -> list[Outcome]:
-    """Replay each plan's (node, size) on its own Spark partition."""
+def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]],
+             fetch_s: Mapping[str, float] | None = None) -> list[Outcome]:
+    """Replay each plan's (node, size) on its own Spark partition (`fetch_s`: how
+    long each node's read-ahead takes to land)."""
+    landing = dict(fetch_s or {})
     if not plans:
         return []
     by_node: dict[str, list[int]] = {}
@@ -299,7 +306,8 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
     def keyed(row: Any) -> Iterable[tuple[int, Read]]:
         node = row["node"]
         read = Read(row["time_s"], row["bucket"], row["key"], row["etag"],
-                    row["object_size"], row["first_byte"], row["bytes"], row["lazy"])
+                    row["object_size"], row["first_byte"], row["bytes"], row["lazy"],
+                    row["duration_s"] or 0.0)
         return ((index, read) for index in by_node[node])
 
     def replayed(items: Iterable[tuple[int, Read]]) -> Iterator[tuple[int, Outcome]]:
@@ -307,9 +315,9 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
         for index, read in items:
             grouped.setdefault(index, []).append(read)
         for index, node_reads in grouped.items():
-            _, size, rate, settings = plan_list[index]
+            node, size, rate, settings = plan_list[index]
             node_reads.sort(key=lambda r: r.time_s)
-            yield index, replay(settings, size, node_reads, rate)
+            yield index, replay(settings, size, node_reads, rate, landing.get(node, 0.0))
 
     # Only the sampled reads leave the JVM for the replays.
     kept = None
@@ -318,7 +326,7 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
         kept = condition if kept is None else kept | condition
     assert kept is not None
     columns = reads.where(kept).select("node", "time_s", "bucket", "key", "etag", "object_size",
-                           "first_byte", "bytes", "lazy")
+                           "first_byte", "bytes", "lazy", "duration_s")
     results = dict(columns.rdd.flatMap(keyed)
                    .partitionBy(len(plans), lambda index: index)
                    .mapPartitions(replayed).collect())

@@ -30,7 +30,9 @@ cache R times smaller, so the caller replays it at capacity * R.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import heapq
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -62,6 +64,11 @@ class Read(NamedTuple):
     first_byte: int
     bytes: int
     lazy: bool
+    duration_s: float = 0.0  # from arrival to last byte (the log's `time` is the end)
+
+    @property
+    def arrival_s(self) -> float:
+        return self.time_s - self.duration_s
 
 
 @dataclass(frozen=True)
@@ -129,7 +136,7 @@ class Replay:
     """One node's cache at one size, fed reads in time order."""
 
     def __init__(self, settings: Settings, cache_bytes: int, sample_rate: float = 1.0,
-                 keys: Iterable[tuple[str, str, str, int]] = ()) -> None:
+                 keys: Iterable[tuple[str, str, str, int]] = (), fetch_s: float = 0.0) -> None:
         self.settings = settings
         self.cache_bytes = cache_bytes
         self.slots = slots_for(int(cache_bytes * sample_rate), settings.block_size)
@@ -143,7 +150,8 @@ class Replay:
         self.unread: set[BlockIdent] = set()
         # Blocks being fetched: a slot reserved, not yet in the policy (-> whether
         # a reader read them as they landed, and the slot).
-        self._writing: dict[BlockIdent, tuple[bool, int]] = {}
+        self._writing: dict[BlockIdent, tuple[bool, int | None]] = {}
+        self._slotless: deque[BlockIdent] = deque()  # of those, read-ahead without a slot yet
         self._reading_ahead: set[BlockIdent] = set()  # of those, read-ahead fetches
         self.planner: ReadAheadPlanner | None = None
         if settings.read_ahead:
@@ -164,6 +172,12 @@ class Replay:
         self.origin_foreground = self.origin_prefetch = 0
         self.prefetch_wasted = 0
         self._ahead_unread: set[BlockIdent] = set()  # read ahead, cached, not yet read
+        # Read-ahead lands when its fetch completes, `fetch_s` after it starts:
+        # (when, order, block), earliest first.
+        self.fetch_s = fetch_s
+        self._due: list[tuple[float, int, BlockIdent]] = []
+        self._issued = 0
+        self._pins: dict[int, int] = {}  # slot -> reads reading it now (never a victim)
 
     def _know(self, bucket: str, key: str, etag: str, size: int) -> None:
         if (bucket, key) not in self._objects:
@@ -178,52 +192,131 @@ class Replay:
                        self.hit_blocks, self.origin_foreground, self.origin_prefetch,
                        self.prefetch_wasted)
 
+    def run(self, reads: Iterable[Read]) -> None:
+        """Every read, its blocks interleaved with those of the reads in progress at
+        the same time, as the log's arrivals and durations place them."""
+        ordered = sorted(reads, key=lambda r: (r.arrival_s, r.time_s))
+        waiting: list[tuple[float, int, Iterator[float]]] = []
+        arrivals = iter(enumerate(ordered))
+        upcoming = next(arrivals, None)
+        while waiting or upcoming is not None:
+            if upcoming is not None and (not waiting or upcoming[1].arrival_s <= waiting[0][0]):
+                number, read = upcoming
+                upcoming = next(arrivals, None)
+                self.advance(read.arrival_s)
+                steps = self.steps(read)
+            else:
+                when, number, steps = heapq.heappop(waiting)
+                self.advance(when)
+            following = next(steps, None)
+            if following is not None:
+                heapq.heappush(waiting, (following, number, steps))
+        self.finish()
+
     def read(self, read: Read) -> None:
-        self.now = read.time_s
+        """One read alone, from its arrival to its end."""
+        self.advance(read.arrival_s)
+        for when in self.steps(read):
+            self.advance(when)
+
+    def advance(self, now: float) -> None:
+        """The clock moves on to `now`: read-ahead fetches due by then land."""
+        self.now = max(self.now, now)
+        while self._due and self._due[0][0] <= self.now:
+            _, _, ident = heapq.heappop(self._due)
+            self._land(ident, read=None)
+
+    def steps(self, read: Read) -> Iterator[float]:
+        """Serve `read` block by block; before each block, the time it is reached
+        (the read's duration shared out over its blocks), for the caller to
+        interleave with other reads."""
         block_size = self.settings.block_size
         piece = min(PIECE_SIZE, block_size)
         info = ObjectInfo(read.bucket, read.key, read.object_size, read.etag, _EPOCH)
         self._know(read.bucket, read.key, read.etag, read.object_size)
-        self._land()  # what the previous request started has landed
         stream = self.planner.on_request(info, read.first_byte) if self.planner else None
         if stream is not None:
             self._read_ahead(stream, info, read.first_byte)
         end = read.first_byte + read.bytes  # exclusive
-        last_block = (end - 1) // block_size
+        first_block, last_block = read.first_byte // block_size, (end - 1) // block_size
         position = read.first_byte
         started: set[int] = set()  # blocks this request's own fetches brought
-        for block in range(read.first_byte // block_size, last_block + 1):
-            ident = BlockIdent(read.bucket, read.key, read.etag, block)
-            block_start = block * block_size
-            block_end = min(read.object_size, block_start + block_size)
-            delivered = min(end, block_end) - max(read.first_byte, block_start)
-            self.blocks += 1
-            self.served += delivered
-            self._ahead_unread.discard(ident)
-            if block in started:
-                self._land(ident)  # the reader waits for it: read as it lands
-            elif ident in self._writing:  # joined a fetch on its way
-                self.hit_blocks += 1
-                self.hit_bytes += delivered
-                self._land(ident)
-            elif ident in self._slot_of:
-                self.hit_blocks += 1
-                self.hit_bytes += delivered
-                if ident in self.unread:
-                    self.unread.discard(ident)
-                else:
-                    self.policy.touch(self._slot_of[ident])
+        pinned: BlockIdent | None = None  # the block being read: not evicted under it
+        try:
+            for block in range(first_block, last_block + 1):
+                yield read.arrival_s + read.duration_s * (block - first_block) / \
+                    (last_block - first_block + 1)
+                ident = BlockIdent(read.bucket, read.key, read.etag, block)
+                self._unpin(pinned)
+                block_start = block * block_size
+                block_end = min(read.object_size, block_start + block_size)
+                upto = min(end, block_end)
+                on_its_way = self._serve_block(
+                    info, ident, upto - max(read.first_byte, block_start), started,
+                    last_block if not read.lazy else block)
+                # A reader of a block on its way pins its slot until done with it
+                # (the engine's _attach); a cached block's reads pin it only
+                # while each chunk is read, too briefly to count here.
+                pinned = self._pin(ident) if on_its_way else None
+                # Its bytes are out by the block's share of the read's duration;
+                # read-ahead follows what was delivered.
+                yield read.arrival_s + read.duration_s * (block - first_block + 1) / \
+                    (last_block - first_block + 1)
+                while position < upto:
+                    position = min(upto, (position // piece + 1) * piece)
+                    if stream is not None:
+                        self._read_ahead(stream, info, position)
+        finally:
+            self._unpin(pinned)
+            for number in started:  # fetched for this read, never reached (it ended)
+                self._land(BlockIdent(read.bucket, read.key, read.etag, number), read=None)
+
+    def _serve_block(self, info: ObjectInfo, ident: BlockIdent, delivered: int,
+                     started: set[int], last_wanted: int) -> bool:
+        """One block of a read: found cached, joined on its way, or fetched;
+        whether it was on its way (joined or fetched) when the reader came."""
+        self.blocks += 1
+        self.served += delivered
+        self._ahead_unread.discard(ident)
+        on_its_way = ident.block in started or ident in self._writing
+        if ident.block in started:
+            self._land(ident)  # the reader waits for it: read as it lands
+        elif ident in self._writing:  # joined a fetch on its way
+            self.hit_blocks += 1
+            self.hit_bytes += delivered
+            self._land(ident)
+        elif ident in self._slot_of:
+            self.hit_blocks += 1
+            self.hit_bytes += delivered
+            if ident in self.unread:
+                self.unread.discard(ident)
             else:
-                started.update(self._fetch_foreground(
-                    info, block, last_block if not read.lazy else block))
-                self._land(ident)
-            if self.planner is not None:
-                self.planner.on_block_read(ident)
-            upto = min(end, block_end)
-            while position < upto:
-                position = min(upto, (position // piece + 1) * piece)
-                if stream is not None:
-                    self._read_ahead(stream, info, position)
+                self.policy.touch(self._slot_of[ident])
+        else:
+            started.update(self._fetch_foreground(info, ident.block, last_wanted))
+            self._land(ident)
+            on_its_way = True
+        if self.planner is not None:
+            self.planner.on_block_read(ident)
+        return on_its_way
+
+    def _pin(self, ident: BlockIdent) -> BlockIdent | None:
+        slot = self._slot_of.get(ident)
+        if slot is None:
+            return None
+        self._pins[slot] = self._pins.get(slot, 0) + 1
+        return ident
+
+    def _unpin(self, ident: BlockIdent | None) -> None:
+        slot = None if ident is None else self._slot_of.get(ident)
+        if slot is None or slot not in self._pins:
+            return
+        self._pins[slot] -= 1
+        if not self._pins[slot]:
+            del self._pins[slot]
+
+    def _pinned(self, slot: int) -> bool:
+        return slot in self._pins
 
     def _present(self, ident: BlockIdent) -> bool:
         return ident in self._slot_of or ident in self._writing
@@ -242,29 +335,77 @@ class Replay:
         for number in range(block, run_end):
             self.origin_foreground += self._length(info, number)
             self._reserve(BlockIdent(info.bucket, info.key, info.etag, number),
-                          read=number == block)
+                          read=number == block, may_wait=number == block)
         return range(block, run_end)
 
     def _main(self, ident: BlockIdent) -> bool:
         return self.settings.layout is Layout.AIVEN and \
             is_small_object(ident.key, self.settings.layout_prefix)
 
-    def _reserve(self, ident: BlockIdent, read: bool) -> bool:
+    def _reserve(self, ident: BlockIdent, read: bool, may_wait: bool = True,
+                 ahead: bool = False) -> bool:
         """A slot for a block about to be fetched, as BlockStore.begin_write takes
-        one: a free slot, else a victim chosen now; while other writes are on
-        their way into probation, from the small FIFO only (or, when it has
-        none, once the earliest of them landed). False: no slot (uncached)."""
-        while len(self.policy) + len(self._writing) >= self.slots:
-            joining = any(not self._main(other) for other in self._writing)
-            victims = self.policy.choose_victims(1, probation_only=joining)
+        one: a free slot, else a victim chosen now. While other writes are on
+        their way into probation, a fetch's first block takes its victim from
+        the small FIFO only, and when it has none waits for the next of them to
+        land (the rest of a run may not wait, and take any victim). A read-ahead
+        fetch that must wait is on its way all the same (the engine's in-flight
+        table has it, readers join it): it gets its slot when one is free for
+        it, and lands `fetch_s` later. False: no slot (uncached)."""
+        while not self._free:
+            joining = may_wait and self._joining_probation()
+            victims = self.policy.choose_victims(1, self._pinned, probation_only=joining)
             if victims:
                 self._evicted(victims[0])
                 break
+            if ahead and joining:
+                self._writing[ident] = (read, None)
+                self._slotless.append(ident)
+                return True
             if not joining:
                 return False
-            self._land(next(iter(self._writing)), read=None)
+            # A reader's fetch waits for the next write to land; by then its
+            # readers (that fetch's and others') have read or pinned it, and
+            # the wait ends in a victim that is not read-ahead left unread.
+            victims = self.policy.choose_victims(1, self._pinned)
+            if not victims:
+                return False
+            self._evicted(victims[0])
+            break
         self._writing[ident] = (read, self._free.pop())
         return True
+
+    def _joining_probation(self) -> bool:
+        return any(slot is not None and not self._main(other)
+                   for other, (_, slot) in self._writing.items())
+
+    def _grant(self) -> None:
+        """Read-ahead waiting for a slot gets one, in the order it asked, as
+        victims in probation come free (BlockStore.begin_write's wait)."""
+        while self._slotless:
+            ident = self._slotless[0]
+            if ident not in self._writing:
+                self._slotless.popleft()
+                continue
+            if not self._free:
+                victims = self.policy.choose_victims(1, self._pinned, probation_only=True)
+                if not victims:
+                    return
+                self._evicted(victims[0])
+            self._slotless.popleft()
+            read, _ = self._writing[ident]
+            self._writing[ident] = (read, self._free.pop())
+            self._issued += 1
+            heapq.heappush(self._due, (self.now + self.fetch_s, self._issued, ident))
+
+    def _next_landing(self) -> BlockIdent:
+        """The write that lands first: the read-ahead due soonest, else the
+        oldest foreground write."""
+        while self._due and self._writing.get(self._due[0][2], (False, None))[1] is None:
+            heapq.heappop(self._due)
+        if self._due:
+            return self._due[0][2]
+        return next(ident for ident, (_, slot) in self._writing.items() if slot is not None)
 
     def _evicted(self, slot: int) -> None:
         victim = self._ident_at.pop(slot)
@@ -288,18 +429,40 @@ class Replay:
             return
         if ident not in self._writing:
             return
-        landed_read, slot = self._writing.pop(ident)
+        landed_read, slot = self._writing[ident]
+        if slot is None:
+            # Still waiting for a slot when its reader needs it: the reader waits
+            # with it, for a victim anywhere if probation has none.
+            slot = self._any_slot()
+            if slot is None:  # every slot pinned: read uncached
+                del self._writing[ident]
+                self._finished_ahead(ident, cached=False)
+                return
+        del self._writing[ident]
         read = landed_read if read is None else read or landed_read
         self._slot_of[ident] = slot
         self._ident_at[slot] = ident
-        for victim in self.policy.insert(slot, _fingerprint(ident), main=self._main(ident)):
+        for victim in self.policy.insert(slot, _fingerprint(ident), self._pinned,
+                                         main=self._main(ident)):
             self._evicted(victim)  # not with a slot per block: kept correct regardless
         if not read:
             self.unread.add(ident)
+        self._finished_ahead(ident, cached=True)
+        self._grant()
+
+    def _finished_ahead(self, ident: BlockIdent, cached: bool) -> None:
         if ident in self._reading_ahead:
             self._reading_ahead.discard(ident)
             assert self.planner is not None
-            self.planner.finished(ident, cached=True)
+            self.planner.finished(ident, cached=cached)
+
+    def _any_slot(self) -> int | None:
+        if not self._free:
+            victims = self.policy.choose_victims(1, self._pinned)
+            if not victims:
+                return None
+            self._evicted(victims[0])
+        return self._free.pop()
 
     def _block_bytes(self, ident: BlockIdent) -> int:
         _, size = self._objects[(ident.bucket, ident.key)]
@@ -325,13 +488,21 @@ class Replay:
                 continue
             if not self.planner.admit(ident, stream):
                 return
-            if self._reserve(ident, read=False):
+            if self._reserve(ident, read=False, ahead=True):
                 self.origin_prefetch += self._length(info, block)
                 self._ahead_unread.add(ident)
                 # In flight (against the planner's bound) until it lands.
                 self._reading_ahead.add(ident)
+                if self._writing[ident][1] is not None:
+                    self._issued += 1
+                    heapq.heappush(self._due, (self.now + self.fetch_s, self._issued, ident))
             else:
+                # No slot yet: asked again at the stream's next delivery, as a
+                # bound's refusal is (ReadAheadPlanner.admit).
                 self.planner.finished(ident, cached=False)
+                if ident.key == stream.object_id[1]:
+                    stream.ahead_to = min(stream.ahead_to, ident.block)
+                return
 
     def _into_next_segment(self, wanted: NextSegment) -> None:
         assert self.planner is not None
@@ -347,6 +518,13 @@ class Replay:
                           self.planner.continue_into(wanted, next_info))
 
 
+def fetch_seconds(durations: Iterable[float]) -> float:
+    """How long a read-ahead fetch takes to land: the median of the log's
+    FETCH lines' durations (0, at once, for a log without them)."""
+    ordered = sorted(durations)
+    return ordered[len(ordered) // 2] if ordered else 0.0
+
+
 def _fingerprint(ident: BlockIdent) -> int:
     """A 64-bit name of a block for the policy's ghost. The store uses its
     index's identity hash; any stable 64-bit hash remembers the same blocks
@@ -356,12 +534,11 @@ def _fingerprint(ident: BlockIdent) -> int:
 
 
 def replay(settings: Settings, cache_bytes: int, reads: Iterable[Read],
-           sample_rate: float = 1.0) -> Outcome:
-    """Replay `reads` (in time order) in a cache of `cache_bytes`."""
+           sample_rate: float = 1.0, fetch_s: float = 0.0) -> Outcome:
+    """Replay `reads` in a cache of `cache_bytes`, read-ahead landing `fetch_s`
+    after it starts."""
     reads = list(reads)
     keys = [(r.bucket, r.key, r.etag, r.object_size) for r in reads]
-    simulation = Replay(settings, cache_bytes, sample_rate, keys)
-    for read in reads:
-        simulation.read(read)
-    simulation.finish()
+    simulation = Replay(settings, cache_bytes, sample_rate, keys, fetch_s)
+    simulation.run(reads)
     return simulation.outcome()
