@@ -27,6 +27,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from spark_warmup.capacity.accuracy import load_cells, nearest
 from spark_warmup.capacity.curve import (
     Point,
     best_size,
@@ -265,8 +266,20 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
 
     summary = _summary(options, node_rows, topic_rows, curves, plans, kinds, problems,
                        window)
+    # The node's regime (partitions read in the same window, on average; the
+    # cache's share of the footprint) and the benchmark's error nearest to it.
+    streams = {row["node"]: float(row["streams"]) for row in
+               breakdown.where(F.col("served_bytes") > 0).groupBy("node", "window_start")
+               .count().groupBy("node").agg(F.avg("count").alias("streams")).collect()}
+    cells = load_cells()
     for node, bound in bounds.items():
-        summary["nodes"][node]["hit_ratio_bound"] = round(bound, 6)
+        facts = summary["nodes"][node]
+        facts["hit_ratio_bound"] = round(bound, 6)
+        share = (facts["current_cache_bytes"] or 0) / footprints[node] if footprints[node] \
+            else 0.0
+        facts["regime"] = {"streams": round(streams.get(node, 1.0), 2),
+                           "cache_share": round(share, 4)}
+        facts["accuracy"] = nearest(cells, streams.get(node, 1.0), share)
     spark.createDataFrame(_table_rows(curve_rows)).write.mode("overwrite").parquet(
         str(report / "curves.parquet"))
     # 0: the log does not say (a column of nulls alone has no type to infer).

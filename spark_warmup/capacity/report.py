@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from spark_warmup.capacity.accuracy import trust_text
+
 # The page's width for charts: a 1,400 px window less the body's margins.
 PAGE_WIDTH = 1340
 GAP = 24
@@ -286,6 +288,9 @@ def _curves(nodes: Mapping[str, Any], target: float) -> list[str]:
                    f"<figcaption>{html.escape(node)}: origin bytes per served byte "
                    "(what the object store bills)</figcaption></figure>")
         out.append("</div>")
+        if "accuracy" in facts:
+            out.append(f'<p class="note trust">{html.escape(trust_text(facts["accuracy"]))}'
+                       "</p>")
         note = unreached_note(node, facts, target)
         if note:
             out.append(note)

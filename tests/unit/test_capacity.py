@@ -20,6 +20,7 @@ from sidecar.telemetry.access_log import (
     fetch_entry,
     format_entry,
 )
+from spark_warmup.capacity.accuracy import load_cells, nearest, trust_text
 from spark_warmup.capacity.curve import (
     Point,
     SizeError,
@@ -32,7 +33,7 @@ from spark_warmup.capacity.curve import (
 )
 from spark_warmup.capacity.report import render_html, size_ticks, time_ticks, unreached_note
 from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
-from spark_warmup.capacity.simulate import Read, Settings, replay
+from spark_warmup.capacity.simulate import Read, Replay, Settings, replay
 from spark_warmup.capacity.sources import Split, Unreadable, expand, read_split
 from spark_warmup.capacity.trace import Fetch, Malformed, Other, Request, parse_line
 
@@ -255,3 +256,48 @@ def test_an_unreached_target_names_the_first_read_bound_and_the_best_size() -> N
     assert unreached_note("b1", {**facts, "recommended_cache_bytes": MiB}, 0.99) is None
     curve = [Point(100, 0.5, 0.5), Point(200, 0.9702, 0.1), Point(400, 0.9705, 0.1)]
     assert best_size(curve) == curve[1]  # within SAME_RATIO of the best: the smaller size
+
+
+def test_read_ahead_lands_when_its_fetch_completes_and_readers_join_it_meanwhile() -> None:
+    reads = reads_of([(0.0, 0)], size=8 * MiB)
+    simulation = Replay(SETTINGS, 64 * (BLOCK + 4096), keys=[
+        (r.bucket, r.key, r.etag, r.object_size) for r in reads], fetch_s=1.0)
+    for read in reads[:3]:  # a stream by then: read-ahead goes out
+        simulation.read(read)
+    ahead = set(simulation._reading_ahead)
+    assert ahead and all(ident in simulation._writing for ident in ahead)
+    simulation.advance(reads[2].time_s + 0.5)
+    assert ahead <= set(simulation._writing)  # not yet: a second after it went out
+    simulation.advance(reads[2].time_s + 1.0)
+    assert all(ident in simulation._slot_of for ident in ahead)
+    # Landing later costs no hit: a reader that comes first joins the fetch.
+    late = replay(SETTINGS, 64 * (BLOCK + 4096), reads, fetch_s=0.5)
+    early = replay(SETTINGS, 64 * (BLOCK + 4096), reads, fetch_s=0.0)
+    assert late.hit_bytes == early.hit_bytes and late.origin_bytes == early.origin_bytes
+
+
+def test_readers_at_the_same_time_share_one_fetch() -> None:
+    """Two readers of one block, the second arriving while the first one's fetch
+    is on its way (the log's time is each answer's end, duration_s before it
+    the arrival): one origin read, the second reader's bytes a hit."""
+    first = Read(1.0, "tiered", KEY, '"e"', 4 * MiB, 0, MiB, False, duration_s=1.0)
+    second = Read(0.8, "tiered", KEY, '"e"', 4 * MiB, 0, MiB, False, duration_s=0.3)
+    outcome = replay(replace(SETTINGS, read_ahead=False), 8 * (BLOCK + 4096), [second, first])
+    assert (outcome.origin_bytes, outcome.hit_bytes, outcome.served_bytes) == \
+        (MiB, MiB, 2 * MiB)
+
+
+def test_the_trust_line_is_the_nearest_cell_of_the_benchmark(tmp_path: Path) -> None:
+    table = tmp_path / "accuracy.json"
+    table.write_text(json.dumps({"cells": [
+        {"streams": 1, "pattern": "one-group", "share": 0.1, "hit_error": 0.01,
+         "origin_error": -0.02},
+        {"streams": 16, "pattern": "groups", "share": 0.25, "hit_error": -0.015,
+         "origin_error": 0.08},
+        {"streams": 48, "pattern": "lagging", "share": 1.0, "hit_error": 0.0,
+         "origin_error": 0.0}]}))
+    cells = load_cells(table)
+    cell = nearest(cells, streams=12, share=0.3)
+    assert cell is not None and (cell["streams"], cell["share"]) == (16, 0.25)
+    assert "-1.5 points of byte hit ratio and +8.0% of origin bytes" in trust_text(cell)
+    assert load_cells(tmp_path / "missing.json") == [] and nearest([], 4, 0.5) is None
