@@ -284,7 +284,12 @@ class Replay:
         elif ident in self._writing:  # joined a fetch on its way
             self.hit_blocks += 1
             self.hit_bytes += delivered
-            self._land(ident)
+            if ident in self._reading_ahead:
+                # Read as it lands, which is when its fetch completes: until
+                # then it counts against the read-ahead bounds.
+                self._writing[ident] = (True, self._writing[ident][1])
+            else:
+                self._land(ident)
         elif ident in self._slot_of:
             self.hit_blocks += 1
             self.hit_bytes += delivered
