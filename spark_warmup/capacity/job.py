@@ -83,6 +83,7 @@ LINE_SCHEMA = StructType([
     StructField("origin_warm", LongType(), True),
     StructField("unit", StringType(), True),
     StructField("unit_hash", DoubleType(), True),  # spatial sampling: keep when < rate
+    StructField("warm_bytes", LongType(), True),  # a warm-up's fetch: the bytes it fetched
 ])
 _EMPTY = (None,) * (len(LINE_SCHEMA.fields) - 2)
 
@@ -120,14 +121,17 @@ def line_rows(split: Split, layout_prefix: str) -> Iterator[tuple[Any, ...]]:
                    parsed.lazy, parsed.block_size, parsed.topic, parsed.partition,
                    parsed.cache_bytes, parsed.duration_s, tally.blocks, tally.hit_blocks,
                    tally.hit_bytes, tally.origin_foreground, tally.origin_prefetch,
-                   tally.origin_warm, unit, unit_hash(unit))
+                   tally.origin_warm, unit, unit_hash(unit), None)
         elif isinstance(parsed, Fetch):
-            # Origin bytes of the background lanes: no request, nothing served.
+            # Origin bytes of the background lanes: no request, nothing served;
+            # a warm-up's fetch is replayed as one.
+            warm = parsed.lane == "warm"
+            unit = partition_prefix(parsed, layout_prefix)
             yield ("fetch", None, parsed.node, parsed.time_s, parsed.bucket, parsed.key,
-                   None, None, None, 0, None, None, parsed.topic, parsed.partition, None,
-                   parsed.duration_s, 0, 0, 0, 0,
-                   parsed.origin_bytes if parsed.lane == "prefetch" else 0,
-                   parsed.origin_bytes if parsed.lane == "warm" else 0, None, None)
+                   parsed.etag, parsed.object_size, parsed.first_byte, 0, False, None,
+                   parsed.topic, parsed.partition, None, parsed.duration_s, 0, 0, 0, 0,
+                   0 if warm else parsed.origin_bytes, parsed.origin_bytes if warm else 0,
+                   unit, unit_hash(unit), parsed.length if warm else None)
         else:
             yield ("other", None, parsed.node, *_EMPTY[1:])
 
@@ -244,7 +248,8 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
     fetch_s = {row["node"]: float(row["fetch_s"] or 0.0) for row in
                lines.where(F.col("kind") == "fetch").groupBy("node")
                .agg(F.percentile_approx("duration_s", 0.5).alias("fetch_s")).collect()}
-    outcomes = simulate(reads, plans, fetch_s)
+    outcomes = simulate(lines.where((F.col("kind") == "read") | (F.col("warm_bytes") > 0)),
+                        plans, fetch_s)
     bounds = {plan[0]: outcome.byte_hit_ratio
               for plan, outcome in zip(plans[curve_plans:], outcomes[curve_plans:],
                                        strict=True)}
@@ -318,9 +323,11 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
 
     def keyed(row: Any) -> Iterable[tuple[int, Read]]:
         node = row["node"]
+        warm = row["warm_bytes"] is not None
         read = Read(row["time_s"], row["bucket"], row["key"], row["etag"],
-                    row["object_size"], row["first_byte"], row["bytes"], row["lazy"],
-                    row["duration_s"] or 0.0)
+                    row["object_size"], row["first_byte"],
+                    row["warm_bytes"] if warm else row["bytes"], bool(row["lazy"]),
+                    row["duration_s"] or 0.0, warm)
         return ((index, read) for index in by_node[node])
 
     def replayed(items: Iterable[tuple[int, Read]]) -> Iterator[tuple[int, Outcome]]:
@@ -339,7 +346,7 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
         kept = condition if kept is None else kept | condition
     assert kept is not None
     columns = reads.where(kept).select("node", "time_s", "bucket", "key", "etag", "object_size",
-                           "first_byte", "bytes", "lazy", "duration_s")
+                           "first_byte", "bytes", "lazy", "duration_s", "warm_bytes")
     results = dict(columns.rdd.flatMap(keyed)
                    .partitionBy(len(plans), lambda index: index)
                    .mapPartitions(replayed).collect())

@@ -65,6 +65,9 @@ class Read(NamedTuple):
     bytes: int
     lazy: bool
     duration_s: float = 0.0  # from arrival to last byte (the log's `time` is the end)
+    # A warm-up's fetch of these bytes (the log's FETCH line on the warm lane),
+    # not a reader's: cached and kept from eviction until read.
+    warm: bool = False
 
     @property
     def arrival_s(self) -> float:
@@ -82,6 +85,9 @@ class Settings:
     max_in_flight: int = 16
     cache_share: float = 0.25
     stream_idle_s: float = 60.0
+    # Of the slots, warmed blocks may hold at most this many, protected
+    # (BlockStore's protected_share; not imported: the store does I/O).
+    protected_share: float = 0.5
     layout: Layout = Layout.AIVEN
     layout_prefix: str = ""
 
@@ -110,10 +116,11 @@ class Outcome:
     origin_prefetch: int
     # Read-ahead that left the cache unread: origin bytes for nothing.
     prefetch_wasted: int = 0
+    origin_warm: int = 0
 
     @property
     def origin_bytes(self) -> int:
-        return self.origin_foreground + self.origin_prefetch
+        return self.origin_foreground + self.origin_prefetch + self.origin_warm
 
     @property
     def byte_hit_ratio(self) -> float:
@@ -178,6 +185,12 @@ class Replay:
         self._due: list[tuple[float, int, BlockIdent]] = []
         self._issued = 0
         self._pins: dict[int, int] = {}  # slot -> reads reading it now (never a victim)
+        # Warmed blocks: kept from eviction until read, within a share of the
+        # slots (the store's Residency.protect; the TTL is not in the log).
+        self._protected: set[int] = set()
+        self._max_protected = int(self.slots * settings.protected_share)
+        self._warming: set[BlockIdent] = set()  # warm fetches on their way
+        self.origin_warm = 0
 
     def _know(self, bucket: str, key: str, etag: str, size: int) -> None:
         if (bucket, key) not in self._objects:
@@ -190,7 +203,7 @@ class Replay:
     def outcome(self) -> Outcome:
         return Outcome(self.cache_bytes, self.slots, self.served, self.hit_bytes, self.blocks,
                        self.hit_blocks, self.origin_foreground, self.origin_prefetch,
-                       self.prefetch_wasted)
+                       self.prefetch_wasted, self.origin_warm)
 
     def run(self, reads: Iterable[Read]) -> None:
         """Every read, its blocks interleaved with those of the reads in progress at
@@ -234,6 +247,9 @@ class Replay:
         piece = min(PIECE_SIZE, block_size)
         info = ObjectInfo(read.bucket, read.key, read.object_size, read.etag, _EPOCH)
         self._know(read.bucket, read.key, read.etag, read.object_size)
+        if read.warm:
+            self._warm(read)
+            return
         stream = self.planner.on_request(info, read.first_byte) if self.planner else None
         if stream is not None:
             self._read_ahead(stream, info, read.first_byte)
@@ -293,6 +309,7 @@ class Replay:
         elif ident in self._slot_of:
             self.hit_blocks += 1
             self.hit_bytes += delivered
+            self._protected.discard(self._slot_of[ident])  # warmed "until read": it was
             if ident in self.unread:
                 self.unread.discard(ident)
             else:
@@ -321,7 +338,28 @@ class Replay:
             del self._pins[slot]
 
     def _pinned(self, slot: int) -> bool:
-        return slot in self._pins
+        return slot in self._pins or slot in self._protected
+
+    def _warm(self, read: Read) -> None:
+        """A warm-up's fetch (POST /api/v1/warm, sidecar.engine.warm_up): each
+        block not cached or on its way is fetched on the warm lane, landing when
+        the logged fetch ended; cached ones are protected from then on."""
+        block_size = self.settings.block_size
+        last = (read.first_byte + read.bytes - 1) // block_size
+        for block in range(read.first_byte // block_size, last + 1):
+            ident = BlockIdent(read.bucket, read.key, read.etag, block)
+            slot = self._slot_of.get(ident)
+            if slot is not None:
+                self._protect(slot)
+            elif ident not in self._writing and self._reserve(ident, read=False):
+                self.origin_warm += self._block_bytes(ident)
+                self._warming.add(ident)
+                self._issued += 1
+                heapq.heappush(self._due, (read.time_s, self._issued, ident))
+
+    def _protect(self, slot: int) -> None:
+        if len(self._protected) < self._max_protected:
+            self._protected.add(slot)
 
     def _present(self, ident: BlockIdent) -> bool:
         return ident in self._slot_of or ident in self._writing
@@ -416,6 +454,7 @@ class Replay:
         victim = self._ident_at.pop(slot)
         del self._slot_of[victim]
         self._free.append(slot)
+        self._protected.discard(slot)
         self.unread.discard(victim)
         if victim in self._ahead_unread:
             self._ahead_unread.discard(victim)
@@ -452,6 +491,10 @@ class Replay:
             self._evicted(victim)  # not with a slot per block: kept correct regardless
         if not read:
             self.unread.add(ident)
+        if ident in self._warming:
+            self._warming.discard(ident)
+            if not read:
+                self._protect(slot)
         self._finished_ahead(ident, cached=True)
         self._grant()
 

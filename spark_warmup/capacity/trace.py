@@ -123,6 +123,19 @@ class Fetch:
     duration_s: float
     topic: str
     partition: int
+    etag: str = ""
+    object_size: int = 0
+    block_size: int = 0
+
+    @property
+    def first_byte(self) -> int:
+        return self.first_block * self.block_size
+
+    @property
+    def length(self) -> int:
+        """The bytes of the blocks it fetched (the last one may end short)."""
+        end = min(self.object_size, (self.first_block + self.blocks) * self.block_size)
+        return max(0, end - self.first_byte)
 
 
 @dataclass(frozen=True)
@@ -244,10 +257,13 @@ def _fetch(doc: dict[str, object], node: str, time_s: float, layout_prefix: str)
         duration_s=_duration(doc),
         topic=segment.topic if segment is not None else NO_TOPIC,
         partition=segment.partition if segment is not None else -1,
+        etag=str(_field(doc, "etag", str)),
+        object_size=int(_field(doc, "object_size", int)),  # type: ignore[call-overload]
+        block_size=int(_field(doc, "block_size", int)),  # type: ignore[call-overload]
     )
 
 
-def partition_prefix(request: Request, layout_prefix: str = "") -> str:
+def partition_prefix(request: Request | Fetch, layout_prefix: str = "") -> str:
     """What spatial sampling hashes: the partition (all its segments, so read-ahead
     across segment boundaries keeps what it needs), else the object."""
     segment = parse_aiven_key(request.key, layout_prefix)

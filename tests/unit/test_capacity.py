@@ -11,7 +11,7 @@ import pytest
 
 from sidecar.cache.slot_format import SLOT_HEADER_SIZE
 from sidecar.layout import Layout
-from sidecar.model import PREFETCH, FetchDone, ObjectInfo
+from sidecar.model import PREFETCH, WARM, FetchDone, ObjectInfo
 from sidecar.tally import CACHED, FETCHED, JOINED, ReadTally
 from sidecar.telemetry.access_log import (
     NodeFacts,
@@ -301,3 +301,32 @@ def test_the_trust_line_is_the_nearest_cell_of_the_benchmark(tmp_path: Path) -> 
     assert cell is not None and (cell["streams"], cell["share"]) == (16, 0.25)
     assert "-1.5 points of byte hit ratio and +8.0% of origin bytes" in trust_text(cell)
     assert load_cells(tmp_path / "missing.json") == [] and nearest([], 4, 0.5) is None
+
+
+def test_warmed_blocks_stay_until_read_within_their_share() -> None:
+    """A warm-up's fetch (a FETCH line on the warm lane) is replayed as one: its
+    blocks are kept from eviction until read, as the store protects them, so a
+    scan between the warm-up and the replay does not push them out."""
+    other = "orders-AAAAAAAAAAAAAAAAAAAAAA/1/00000000000000000000-CCCCCCCCCCCCCCCCCCCCCC.log"
+    warm = Read(0.5, "tiered", KEY, '"e"', 4 * MiB, 0, 4 * MiB, False, 0.5, warm=True)
+    scan = reads_of([(1.0, 0)], size=16 * MiB, key=other)
+    replayed = reads_of([(10.0, 0)], size=4 * MiB)
+    settings = replace(SETTINGS, read_ahead=False)
+    kept = replay(settings, 10 * (BLOCK + 4096), [warm, *scan, *replayed])
+    assert kept.origin_warm == 4 * MiB
+    assert kept.hit_bytes == 4 * MiB  # the replayed blocks, all of them
+    unprotected = replay(replace(settings, protected_share=0.0), 10 * (BLOCK + 4096),
+                         [warm, *scan, *replayed])
+    assert unprotected.hit_bytes < 4 * MiB
+    assert kept.origin_bytes == 4 * MiB + 16 * MiB  # the warm-up's and the scan's
+
+
+def test_a_warm_fetch_line_parses_into_what_the_replay_warms() -> None:
+    info = ObjectInfo("tiered", KEY, 8 * MiB + 5, '"e"', datetime(2026, 9, 1, tzinfo=UTC))
+    line = format_entry(fetch_entry(
+        now=1_790_000_001.0, node=NodeFacts("b1", BLOCK, 64 * MiB),
+        done=FetchDone(WARM, info, 7, 8, MiB + 5, 0.02, ok=True)))
+    fetch = parse_line(line)
+    assert isinstance(fetch, Fetch)
+    assert (fetch.first_byte, fetch.length, fetch.etag, fetch.object_size) == \
+        (7 * MiB, MiB + 5, '"e"', 8 * MiB + 5)
