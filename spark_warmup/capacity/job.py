@@ -243,11 +243,11 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
                             settings))
     curve_plans = len(plans)
     plans += bound_plans
-    # Read-ahead lands when its fetch completes: the median of each node's
-    # FETCH lines' durations (none in older logs: at once).
+    # Read-ahead lands when its fetch completes: the mean of each node's FETCH
+    # lines' durations (simulate.fetch_seconds; none in older logs: at once).
     fetch_s = {row["node"]: float(row["fetch_s"] or 0.0) for row in
                lines.where(F.col("kind") == "fetch").groupBy("node")
-               .agg(F.percentile_approx("duration_s", 0.5).alias("fetch_s")).collect()}
+               .agg(F.avg("duration_s").alias("fetch_s")).collect()}
     outcomes = simulate(lines.where((F.col("kind") == "read") | (F.col("warm_bytes") > 0)),
                         plans, fetch_s)
     bounds = {plan[0]: outcome.byte_hit_ratio

@@ -567,10 +567,13 @@ class Replay:
 
 
 def fetch_seconds(durations: Iterable[float]) -> float:
-    """How long a read-ahead fetch takes to land: the median of the log's
-    FETCH lines' durations (0, at once, for a log without them)."""
-    ordered = sorted(durations)
-    return ordered[len(ordered) // 2] if ordered else 0.0
+    """How long a read-ahead fetch takes to land: the mean of the log's FETCH
+    lines' durations (0, at once, for a log without them). The mean, not the
+    median: how many fetches are in flight against the read-ahead bound goes by
+    the mean time in flight (Little's law), and with many streams at once the
+    durations have a long tail (a median of 63 ms beside a mean of 381 ms)."""
+    values = list(durations)
+    return sum(values) / len(values) if values else 0.0
 
 
 def _fingerprint(ident: BlockIdent) -> int:
