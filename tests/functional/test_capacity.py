@@ -227,6 +227,12 @@ def test_the_summary_keeps_its_contract_and_the_logs_figures(analysed: Analysed)
     # A cache holding everything misses only first reads: no size on the curve passes it.
     assert max(ratios) - 0.005 <= node["hit_ratio_bound"] < 1
     assert node["best_predicted_cache_bytes"] in [p["cache_bytes"] for p in node["curve"]]
+    # How far to trust the curve: the benchmark's cell nearest this node's regime
+    # (3 partitions read at once at most; the small cache's share of the footprint).
+    assert 1 <= node["regime"]["streams"] <= 3, node["regime"]
+    assert 0 < node["regime"]["cache_share"] < 1
+    assert node["accuracy"]["streams"] in (1, 4) and "hit_error" in node["accuracy"]
+    assert "How far to trust this curve" in (analysed.report / "report.html").read_text()
     recommended = node["recommended_cache_bytes"]
     assert recommended is None or recommended <= 2 * LARGE_CACHE
     assert node["origin_bytes"] > 0 and node["requests"] > 0
