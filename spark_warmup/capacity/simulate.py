@@ -43,6 +43,7 @@ from sidecar.layout import Layout, is_small_object
 from sidecar.model import ObjectInfo
 from sidecar.prefetch.planner import NextSegment, ReadAheadPlanner
 from sidecar.prefetch.streams import Stream, StreamTable
+from spark_warmup.capacity.holdings import Catalogue, Held
 
 # Bytes of each slot's header in the slab (sidecar/cache/slot_format.py SLOT_HEADER_SIZE,
 # asserted equal by the tests): not imported here, the format needs xxhash, which
@@ -169,12 +170,7 @@ class Replay:
                 table, max_in_flight=settings.max_in_flight,
                 max_pending=int(self.slots * settings.cache_share),
                 layout=settings.layout, layout_prefix=settings.layout_prefix)
-        # The objects the trace knows, for read-ahead into a partition's next
-        # segment: (bucket, key) -> (etag, size); keys per bucket.
-        self._objects: dict[tuple[str, str], tuple[str, int]] = {}
-        self._keys: dict[str, list[str]] = {}
-        for bucket, key, etag, size in keys:
-            self._know(bucket, key, etag, size)
+        self.catalogue = Catalogue(settings.block_size, keys)
         self.served = self.hit_bytes = self.blocks = self.hit_blocks = 0
         self.origin_foreground = self.origin_prefetch = 0
         self.prefetch_wasted = 0
@@ -184,18 +180,9 @@ class Replay:
         self.fetch_s = fetch_s
         self._due: list[tuple[float, int, BlockIdent]] = []
         self._issued = 0
-        self._pins: dict[int, int] = {}  # slot -> reads reading it now (never a victim)
-        # Warmed blocks: kept from eviction until read, within a share of the
-        # slots (the store's Residency.protect; the TTL is not in the log).
-        self._protected: set[int] = set()
-        self._max_protected = int(self.slots * settings.protected_share)
+        self._pinned = Held(int(self.slots * settings.protected_share))
         self._warming: set[BlockIdent] = set()  # warm fetches on their way
         self.origin_warm = 0
-
-    def _know(self, bucket: str, key: str, etag: str, size: int) -> None:
-        if (bucket, key) not in self._objects:
-            self._keys.setdefault(bucket, []).append(key)
-        self._objects[(bucket, key)] = (etag, size)
 
     def finish(self) -> None:
         self._land()
@@ -246,7 +233,7 @@ class Replay:
         block_size = self.settings.block_size
         piece = min(PIECE_SIZE, block_size)
         info = ObjectInfo(read.bucket, read.key, read.object_size, read.etag, _EPOCH)
-        self._know(read.bucket, read.key, read.etag, read.object_size)
+        self.catalogue.know(read.bucket, read.key, read.etag, read.object_size)
         if read.warm:
             self._warm(read)
             return
@@ -309,7 +296,7 @@ class Replay:
         elif ident in self._slot_of:
             self.hit_blocks += 1
             self.hit_bytes += delivered
-            self._protected.discard(self._slot_of[ident])  # warmed "until read": it was
+            self._pinned.release(self._slot_of[ident])  # warmed "until read": it was
             if ident in self.unread:
                 self.unread.discard(ident)
             else:
@@ -326,19 +313,13 @@ class Replay:
         slot = self._slot_of.get(ident)
         if slot is None:
             return None
-        self._pins[slot] = self._pins.get(slot, 0) + 1
+        self._pinned.pin(slot)
         return ident
 
     def _unpin(self, ident: BlockIdent | None) -> None:
         slot = None if ident is None else self._slot_of.get(ident)
-        if slot is None or slot not in self._pins:
-            return
-        self._pins[slot] -= 1
-        if not self._pins[slot]:
-            del self._pins[slot]
-
-    def _pinned(self, slot: int) -> bool:
-        return slot in self._pins or slot in self._protected
+        if slot is not None:
+            self._pinned.unpin(slot)
 
     def _warm(self, read: Read) -> None:
         """A warm-up's fetch (POST /api/v1/warm, sidecar.engine.warm_up): each
@@ -350,16 +331,12 @@ class Replay:
             ident = BlockIdent(read.bucket, read.key, read.etag, block)
             slot = self._slot_of.get(ident)
             if slot is not None:
-                self._protect(slot)
+                self._pinned.protect(slot)
             elif ident not in self._writing and self._reserve(ident, read=False):
-                self.origin_warm += self._block_bytes(ident)
+                self.origin_warm += self.catalogue.length(ident)
                 self._warming.add(ident)
                 self._issued += 1
                 heapq.heappush(self._due, (read.time_s, self._issued, ident))
-
-    def _protect(self, slot: int) -> None:
-        if len(self._protected) < self._max_protected:
-            self._protected.add(slot)
 
     def _present(self, ident: BlockIdent) -> bool:
         return ident in self._slot_of or ident in self._writing
@@ -376,9 +353,9 @@ class Replay:
                 break
             run_end += 1
         for number in range(block, run_end):
-            self.origin_foreground += self._length(info, number)
-            self._reserve(BlockIdent(info.bucket, info.key, info.etag, number),
-                          read=number == block, may_wait=number == block)
+            ident = BlockIdent(info.bucket, info.key, info.etag, number)
+            self.origin_foreground += self.catalogue.length(ident)
+            self._reserve(ident, read=number == block, may_wait=number == block)
         return range(block, run_end)
 
     def _main(self, ident: BlockIdent) -> bool:
@@ -454,11 +431,11 @@ class Replay:
         victim = self._ident_at.pop(slot)
         del self._slot_of[victim]
         self._free.append(slot)
-        self._protected.discard(slot)
+        self._pinned.release(slot)
         self.unread.discard(victim)
         if victim in self._ahead_unread:
             self._ahead_unread.discard(victim)
-            self.prefetch_wasted += self._block_bytes(victim)
+            self.prefetch_wasted += self.catalogue.length(victim)
         if self.planner is not None:
             self.planner.on_evicted(victim)
 
@@ -494,7 +471,7 @@ class Replay:
         if ident in self._warming:
             self._warming.discard(ident)
             if not read:
-                self._protect(slot)
+                self._pinned.protect(slot)
         self._finished_ahead(ident, cached=True)
         self._grant()
 
@@ -512,15 +489,6 @@ class Replay:
             self._evicted(victims[0])
         return self._free.pop()
 
-    def _block_bytes(self, ident: BlockIdent) -> int:
-        _, size = self._objects[(ident.bucket, ident.key)]
-        start = ident.block * self.settings.block_size
-        return max(0, min(size, start + self.settings.block_size) - start)
-
-    def _length(self, info: ObjectInfo, block: int) -> int:
-        start = block * self.settings.block_size
-        return max(0, min(info.size, start + self.settings.block_size) - start)
-
     def _read_ahead(self, stream: Stream, info: ObjectInfo, position: int) -> None:
         assert self.planner is not None
         plan = self.planner.on_delivered(stream, info, position)
@@ -537,7 +505,7 @@ class Replay:
             if not self.planner.admit(ident, stream):
                 return
             if self._reserve(ident, read=False, ahead=True):
-                self.origin_prefetch += self._length(info, block)
+                self.origin_prefetch += self.catalogue.length(ident)
                 self._ahead_unread.add(ident)
                 # In flight (against the planner's bound) until it lands.
                 self._reading_ahead.add(ident)
@@ -555,13 +523,11 @@ class Replay:
     def _into_next_segment(self, wanted: NextSegment) -> None:
         assert self.planner is not None
         bucket = wanted.after.bucket
-        keys = [key for key in self._keys.get(bucket, ())
-                if key.startswith(wanted.partition_prefix)]
-        next_key = self.planner.next_key(wanted, keys)
+        next_key = self.planner.next_key(
+            wanted, self.catalogue.under(bucket, wanted.partition_prefix))
         if next_key is None:
             return
-        etag, size = self._objects[(bucket, next_key)]
-        next_info = ObjectInfo(bucket, next_key, size, etag, _EPOCH)
+        next_info = self.catalogue.info(bucket, next_key)
         self._fetch_ahead(wanted.stream, next_info,
                           self.planner.continue_into(wanted, next_info))
 
