@@ -17,10 +17,20 @@ What the engine adds around them is modelled here as it does it:
 - manifests and indexes of the Aiven layout skip probation (admit_to_main);
 - the slab holds capacity // (block_size + slot header) blocks.
 
-Fetches land at once: a block read ahead is there when its reader comes, which
-the real sidecar counts as a hit too (joined, it costs no origin read of the
-reader's own). What is counted: bytes delivered, those found resident, and
-the bytes fetched from the origin per lane (foreground, prefetch).
+- reads happen in time as the log places them: from arrival (`time` less
+  `duration_s`), their blocks reached over their duration and interleaved with
+  the other reads in progress; a block on its way when its reader comes is
+  joined (a hit, no origin read of the reader's own), and its reader pins it;
+- read-ahead lands when its fetch completes (`fetch_s` after it starts, the
+  mean of the log's FETCH durations) and counts against the planner's bounds
+  until then; one that finds no victim in probation while writes are on their
+  way waits for its slot, on its way meanwhile (BlockStore.begin_write);
+- a warm-up's fetch lands when the logged one ended and is protected until
+  read, within the store's protected share.
+
+What is counted: bytes delivered, those found resident, the bytes fetched
+from the origin per lane (foreground, prefetch, warm), and the read-ahead
+evicted before anyone read it.
 
 Sampling (SHARDS, Waldspurger et al., FAST '15): a trace sampled spatially at
 rate R (whole partitions kept when hash < R) behaves like the whole trace in a
