@@ -48,8 +48,9 @@ Writing never happens on the event loop: a line is formatted there and queued
 (bounded); a thread writes it. A writer that falls behind or a log disk that
 fails or fills drops lines, counted in sidecar_access_log_dropped_lines_total,
 and service goes on. The file rotates at `access_log_max_size` (PATH.1 the
-newest old file, up to `access_log_backups`); "-" writes to stdout for an
-orchestrator to collect.
+newest old file, up to `access_log_backups`), and each file rotated out is handed
+to `rotated` (sidecar.telemetry.log_shipping ships it to the object store); "-"
+writes to stdout for an orchestrator to collect.
 """
 
 from __future__ import annotations
@@ -191,12 +192,15 @@ def format_entry(item: AccessEntry) -> str:
 
 class RotatingFile:
     """Appends to PATH; at `max_bytes` PATH becomes PATH.1 (PATH.1 PATH.2 ...) and
-    a new PATH starts. Used by the writer thread only."""
+    a new PATH starts; `rotated` is told "PATH.1" each time. Used by the writer
+    thread only."""
 
-    def __init__(self, path: str, max_bytes: int, backups: int) -> None:
+    def __init__(self, path: str, max_bytes: int, backups: int,
+                 rotated: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
+        self._rotated = rotated
         self._file: IO[bytes] | None = None
         self._size = 0
         self.open()
@@ -237,10 +241,20 @@ class RotatingFile:
                 if os.path.exists(older):
                     os.replace(older, f"{self.path}.{number + 1}")
             os.replace(self.path, f"{self.path}.1")
+            if self._rotated is not None:
+                self._rotated(f"{self.path}.1")
             self.open()
         else:
             self._file = open(self.path, "wb")  # noqa: SIM115
             self._size = 0
+
+    def rotate_out(self) -> None:
+        """Rotate now if anything was written (at stop, so that a shipped log
+        leaves nothing behind in PATH)."""
+        if self._file is None:
+            self.open()
+        if self._size:
+            self._rotate()
 
     def close(self) -> None:
         if self._file is not None:
@@ -257,10 +271,12 @@ class AccessLog:
     def __init__(
         self, target: str, node: NodeFacts | None = None, *, max_bytes: int = 0,
         backups: int = 0, dropped: Callable[[str, int], None] | None = None,
-        queue_lines: int = QUEUE_LINES,
+        queue_lines: int = QUEUE_LINES, rotated: Callable[[str], None] | None = None,
     ) -> None:
         self.node = node or NodeFacts("", 0, 0)
-        self._file = None if target == "-" else RotatingFile(target, max_bytes, backups)
+        self._rotates_out = rotated is not None
+        self._file = None if target == "-" else RotatingFile(target, max_bytes, backups,
+                                                               rotated)
         self._dropped = dropped or (lambda reason, lines: None)
         self._queue: queue.Queue[str | None] = queue.Queue(maxsize=queue_lines)
         self._thread = threading.Thread(target=self._run, name="sidecar-access-log",
@@ -306,8 +322,14 @@ class AccessLog:
                 self._file.close()
 
     def close(self) -> None:
-        """Write what is queued and close the file."""
+        """Write what is queued and close the file (rotated out first when rotated
+        files are shipped). Blocking: call it off the event loop."""
         self._queue.put(None)
         self._thread.join()
         if self._file is not None:
+            if self._rotates_out:
+                try:
+                    self._file.rotate_out()
+                except OSError:
+                    pass  # the lines are in PATH still, where the next start appends
             self._file.close()

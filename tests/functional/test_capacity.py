@@ -24,10 +24,10 @@ import pytest
 
 from sidecar.tools.kafka_segments import SegmentObject, generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
-from tests.functional.test_observability import Chromium, ensure, save_artifact
-from tests.functional.test_warm_spark import executor_python
+from tests.support.chromium import Chromium
+from tests.support.installs import ensure, save_artifact
 from tests.support.processes import SidecarProcess
-from tests.support.spark_cluster import StandaloneCluster
+from tests.support.spark_cluster import StandaloneCluster, executor_python
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 64 * 1024
