@@ -41,7 +41,7 @@ from sidecar.s3.access import AccessPolicy
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
 from sidecar.s3.passthrough import PassThrough, PassThroughLimits
-from sidecar.telemetry.access_log import AccessLog, NodeFacts
+from sidecar.telemetry.access_log import AccessLog, NodeFacts, fetch_entry
 from sidecar.telemetry.log_shipping import LogShipper
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.thread_names import name_this_thread
@@ -169,6 +169,9 @@ class Sidecar:
             except OSError as exc:
                 raise ConfigError(f"cannot open the access log {server.access_log}: "
                                   f"{exc.strerror}") from None
+            access_log = self._access_log
+            self._engine.tell_background_fetches(lambda done: access_log.write(
+                fetch_entry(now=time.time(), done=done, node=access_log.node)))
         auth = self.config.auth
         self._passthrough = PassThrough(
             self.config.origin, self._written(self._engine), server.client_timeout_s,
@@ -379,14 +382,15 @@ class Sidecar:
             await asyncio.gather(self._watcher, return_exceptions=True)
         for runner in reversed(self._runners):
             await runner.cleanup()
+        if self._engine is not None:
+            await self._engine.close()
+        # After the engine: the fetches it stopped have their lines too.
         if self._access_log is not None:
             # Joins the writer thread, which writes (and rotates) the last lines.
             await asyncio.get_running_loop().run_in_executor(self._executor,
                                                              self._access_log.close)
         if self._shipper is not None:
             await self._shipper.stop()
-        if self._engine is not None:
-            await self._engine.close()
         if self._store is not None:
             await self._store.close()
         if self._passthrough is not None:

@@ -544,7 +544,9 @@ def test_a_request_pattern_counts_kinds_ranges_sizes_and_connections() -> None:
              line("indexes", "bytes=100-299", 200), "not json", json.dumps({"key": ""}),
              *(line("log", f"bytes={n * chunk}-{(n + 1) * chunk - 1}", chunk)
                for n in range(6)),
-             line("log", "bytes=0-", 1000), line("log", None, 0, method="HEAD")]
+             line("log", "bytes=0-", 1000), line("log", None, 0, method="HEAD"),
+             # The sidecar's own read-ahead: no request of the client's.
+             line("log", None, 0, method="FETCH")]
     requests = sidecar_requests(lines)
     assert len(requests) == 11
     pattern = summarize(requests, connections=4)

@@ -156,3 +156,23 @@ def test_the_admin_token_is_required_when_set(
         assert warm_bytes(sidecar) == 0
         status, answer = post(sidecar.admin_url, "s3cret", body)
         assert status == 200 and answer["fetched"] == 3
+
+
+def test_warm_fetches_have_access_log_lines_adding_up_to_the_counter(
+    proxy: RecordingProxy, bucket: str, objects: dict[str, bytes], tmp_path: Path
+) -> None:
+    """The warm lane's origin bytes are in the access log (a FETCH line each), as
+    the capacity report reads them, and they add up to the sidecar's counter."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    log = tmp_path / "access.log"
+    with SidecarProcess(proxy.endpoint, cache, "--block-size", "1MiB", "--cache-size", "32MiB",
+                        "--no-prefetch", "--access-log", str(log)) as sidecar:
+        body = {"objects": [{"bucket": bucket, "key": key, "start": 0, "end": None}
+                            for key in objects], "ttl_s": 600}
+        assert post(sidecar.admin_url, body)[0] == 200
+        counted = warm_bytes(sidecar)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {(line["method"], line["lane"], line["status"]) for line in lines} == \
+        {("FETCH", "warm", 200)}
+    assert len(lines) == 6 and sum(line["origin_bytes"] for line in lines) == counted == 2 * SIZE
