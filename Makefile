@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck clean kafka
+.PHONY: run test lint typecheck clean kafka fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,14 @@ typecheck: $(STAMP)
 
 test: $(STAMP) $(KAFKA_STAMP) lint typecheck
 	$(BIN)/pytest
+
+# The parsers that take what a client sends (SigV4, Range and preconditions,
+# aws-chunked, slot headers, the index snapshot) under many more hypothesis
+# examples than `make test` gives them (tests/fuzz; the seeds in
+# tests/fuzz/corpus are replayed either way). FUZZ_EXAMPLES=N per property
+# (default 20000); failures found are remembered in test-artifacts/hypothesis.
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/fuzz -q
 
 clean:
 	rm -rf $(VENV) $(BUILD_VENV) build dist *.egg-info

@@ -206,10 +206,7 @@ def _copy_bucket(client: Any, root: Path) -> tuple[list[StoredObject], str]:
 
 def _prepare(bench: Bench, stack: ExitStack) -> Setup:
     """Start the broker against moto, write both topics, tier one, copy the bucket out."""
-    import boto3
-    from botocore.config import Config
-
-    from sidecar.tools.local_s3 import LocalS3
+    from sidecar.tools.local_s3 import LocalS3, loopback_client
 
     settings = bench.settings
     segment = settings.broker_segment_bytes
@@ -217,10 +214,7 @@ def _prepare(bench: Bench, stack: ExitStack) -> Setup:
     work = bench.workdir("broker")
     root = work / "origin-files"
     with LocalS3() as s3:
-        client = boto3.client(
-            "s3", endpoint_url=s3.endpoint, region_name="us-east-1",
-            aws_access_key_id=PLUGIN_KEY, aws_secret_access_key=PLUGIN_SECRET,
-            config=Config(s3={"addressing_style": "path"}))
+        client = loopback_client(s3.endpoint, key=PLUGIN_KEY, secret=PLUGIN_SECRET)
         try:
             client.create_bucket(Bucket=BUCKET)
             storage = RemoteStorage(s3.endpoint, BUCKET, PLUGIN_KEY, PLUGIN_SECRET,

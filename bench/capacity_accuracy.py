@@ -1,22 +1,34 @@
-"""How well the capacity curve predicts a cache size it was not measured at.
+"""How well the capacity curve predicts cache sizes it was not measured at, over a grid.
 
-    python -m bench.capacity_accuracy
+    python -m bench.capacity_accuracy [--streams 1,4,16,48] [--patterns one-group,...]
+                                      [--shares 0.1,0.25,0.5,1] [--out DIR]
 
-The workload, sizes and sidecar settings of tests/functional/test_capacity.py
-(a consumer group reading every partition, a second group replaying an
-overlapping range later, a lagging consumer catching up), served by real
-sidecars in front of moto at each cache size in turn; then
-`python -m spark_warmup.capacity` on the first (smallest) run's access log
-predicts every size, set beside what each run's own counters measured.
-Results go to bench/results/capacity-accuracy.json and capacity-accuracy.md.
+(also `python -m bench --only capacity-accuracy`, and `make bench`, which run
+the whole grid). The cells are bench/capacity_grid.py's: streams x patterns x
+cache shares of the working set. Each (streams, pattern) is served by a real
+sidecar in front of moto at every share, its consumers reading at once, one
+thread and one connection each, as Kafka's remote readers do; then the curve
+built from the REFERENCE_SHARE run's access log (the replay of
+`python -m spark_warmup.capacity`, run here without Spark) predicts every
+share, set beside what each run's own counters measured
+(sidecar_served_bytes_total, sidecar_origin_bytes_total).
+Results: bench/results/capacity-accuracy.json and capacity-accuracy.md (spliced
+into BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
+import argparse
+import http.client
 import json
 import os
 import sys
 import tempfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,97 +36,294 @@ from typing import Any
 import boto3
 from botocore.config import Config as BotoConfig
 
+from bench.capacity_grid import (
+    BLOCK,
+    HIT_POINTS,
+    ORIGIN_SHARE,
+    PATTERNS,
+    REFERENCE_SHARE,
+    SEGMENTS_PER_PARTITION,
+    SHARES,
+    STREAMS,
+    Reader,
+    cache_bytes,
+    judged,
+    readers,
+    segment_bytes,
+    working_set_blocks,
+    worst,
+)
 from bench.machine import machine_info
 from sidecar.tools.kafka_segments import generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
-from tests.functional.test_capacity import (
-    BLOCK,
-    SEGMENT_BYTES,
-    run_capacity,
-    serve,
-    sidecar_config,
-    workload,
-)
+from spark_warmup.capacity.__main__ import replay_settings
+from spark_warmup.capacity.accuracy import TABLE as TRUST_TABLE
+from spark_warmup.capacity.local import replay_log
+from tests.support.processes import SidecarProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SIZES_BLOCKS = (24, 40, 64, 112, 160)
+BUCKET = "capacity-grid"
+NODE = "grid"
 
 
-def main() -> int:
+@dataclass(frozen=True)
+class Measured:
+    cache_bytes: int
+    log: Path
+    served_cache: float
+    served_origin: float
+    origin_bytes: float
+
+    @property
+    def served(self) -> float:
+        return self.served_cache + self.served_origin
+
+    @property
+    def byte_hit_ratio(self) -> float:
+        return self.served_cache / self.served if self.served else 0.0
+
+    @property
+    def origin_per_served(self) -> float:
+        return self.origin_bytes / self.served if self.served else 0.0
+
+
+def sidecar_config(path: Path) -> Path:
+    """The configuration every run shares and the replay follows: 64 KiB blocks
+    and a read-ahead window of four, as for a cache of a few hundred blocks."""
+    path.write_text(f'cache_dir = "{path.parent / "unused"}"\n'
+                    f'block_size = "{BLOCK // 1024}KiB"\n'
+                    'prefetch_max_window = "256KiB"\n')
+    return path
+
+
+class Progress:
+    """Fetches done per group, and the starts waiting on them."""
+
+    def __init__(self, consumers: Sequence[Reader]) -> None:
+        self._totals: dict[str, int] = {}
+        for reader in consumers:
+            self._totals[reader.group] = self._totals.get(reader.group, 0) + len(reader.fetches)
+        self._done = dict.fromkeys(self._totals, 0)
+        self._changed = threading.Condition()
+
+    def one_done(self, group: str) -> None:
+        with self._changed:
+            self._done[group] += 1
+            self._changed.notify_all()
+
+    def wait_for(self, group: str, share: float) -> None:
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._done[group] >= share * self._totals[group], timeout=600)
+
+
+def consume(data_url: str, bucket: str, reader: Reader, progress: Progress,
+            failures: list[str]) -> None:
+    if reader.after is not None:
+        progress.wait_for(reader.after, reader.at)
+    where = urllib.parse.urlsplit(data_url)
+    connection = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port,
+                                            timeout=60)
+    try:
+        for key, first, last in reader.fetches:
+            connection.request("GET", f"/{bucket}/{key}",
+                               headers={"Range": f"bytes={first}-{last}"})
+            response = connection.getresponse()
+            body = response.read()
+            if response.status != 206 or len(body) != last - first + 1:
+                failures.append(f"{reader.name}: {key} {first}-{last}: {response.status}")
+            progress.one_done(reader.group)
+    except OSError as exc:
+        failures.append(f"{reader.name}: {exc}")
+    finally:
+        connection.close()
+
+
+def serve(endpoint: str, consumers: Sequence[Reader], size: int, config: Path,
+          work: Path, bucket: str = BUCKET) -> Measured:
+    """One run: a fresh sidecar of `size`, every consumer reading at once."""
+    cache = work / "cache"
+    cache.mkdir(parents=True)
+    log = work / "access.log"
+    progress = Progress(consumers)
+    failures: list[str] = []
+    with SidecarProcess(endpoint, cache, "--config", str(config), "--cache-size", str(size),
+                        "--access-log", str(log), env={"SIDECAR_NODE_NAME": NODE}) as sidecar:
+        threads = [threading.Thread(target=consume, args=(sidecar.data_url, bucket, reader,
+                                                          progress, failures))
+                   for reader in consumers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        sidecar.wait_idle(timeout=60)
+        measured = Measured(
+            size, log, sidecar.metric("sidecar_served_bytes_total", source="cache"),
+            sidecar.metric("sidecar_served_bytes_total", source="origin"),
+            sidecar.metric("sidecar_origin_bytes_total"))
+    if failures:
+        raise RuntimeError(f"{len(failures)} fetches failed, first: {failures[0]}")
+    return measured
+
+
+def run_cell(endpoint: str, s3: Any, streams: int, pattern: str, shares: Sequence[float],
+             work: Path, bucket: str = BUCKET) -> list[dict[str, Any]]:
+    """Every share of one (streams, pattern): measured, and predicted from the
+    reference share's log."""
+    topic = f"grid{streams}"
+    segments = list(generate_topic_segments(
+        topic=topic, partitions=streams, segments_per_partition=SEGMENTS_PER_PARTITION,
+        segment_bytes=segment_bytes(streams), value_size=1024, seed=34))
+    for segment in segments:
+        s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+    blocks = working_set_blocks(segments)
+    consumers = readers(pattern, segments)
+    work.mkdir(parents=True, exist_ok=True)
+    config = sidecar_config(work / "sidecar.toml")
+    wanted = sorted(set(shares) | {REFERENCE_SHARE})
+    sizes = {share: cache_bytes(share, blocks) for share in wanted}
+    measured = {}
+    for share in wanted:
+        started = time.monotonic()
+        measured[share] = serve(endpoint, consumers, sizes[share], config,
+                                work / f"{pattern}-{streams}-{share}", bucket)
+        print(f"capacity-accuracy: {streams} streams, {pattern}, {share:.0%}: "
+              f"{time.monotonic() - started:.1f} s", file=sys.stderr)
+    settings = replay_settings(config)
+    predicted = replay_log(measured[REFERENCE_SHARE].log, settings, list(sizes.values()))
+    rows = []
+    for share in shares:
+        run, outcome = measured[share], predicted[sizes[share]]
+        rows.append(judged({
+            "streams": streams, "pattern": pattern, "share": share,
+            "cache_bytes": sizes[share], "cache_blocks": sizes[share] // (BLOCK + 4096),
+            "working_set_blocks": blocks, "requests": sum(len(r.fetches) for r in consumers),
+            "measured_byte_hit_ratio": run.byte_hit_ratio,
+            "predicted_byte_hit_ratio": outcome.byte_hit_ratio,
+            "measured_origin_per_served": run.origin_per_served,
+            "predicted_origin_per_served": outcome.origin_per_served,
+            "predicted_read_ahead_wasted_per_served": outcome.wasted_per_served,
+        }))
+    return rows
+
+
+def run_grid(streams: Sequence[int], patterns: Sequence[str], shares: Sequence[float],
+             out: Path) -> dict[str, Any]:
     os.environ.update(CREDENTIALS)
+    started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="capacity-accuracy-"))
-    sizes = [blocks * (BLOCK + 4096) for blocks in SIZES_BLOCKS]
+    rows: list[dict[str, Any]] = []
     with LocalS3() as local_s3:
         s3 = boto3.client("s3", endpoint_url=local_s3.endpoint, region_name="us-east-1",
                           config=BotoConfig(s3={"addressing_style": "path"}))
-        s3.create_bucket(Bucket="capacity-accuracy")
-        segments = list(generate_topic_segments(
-            topic="orders", partitions=3, segments_per_partition=3,
-            segment_bytes=SEGMENT_BYTES, value_size=1024, seed=18))
-        for segment in segments:
-            s3.put_object(Bucket="capacity-accuracy", Key=segment.key, Body=segment.data)
-        fetches = workload(segments)
-        config = sidecar_config(work / "sidecar.toml")
-        measured = [serve(local_s3, "capacity-accuracy", fetches, size, config,
-                          work / f"run-{size}") for size in sizes]
-    report = work / "report"
-    result = run_capacity("--logs", str(measured[0].log), "--report", str(report),
-                          "--master", "local[2]", "--sizes", ",".join(map(str, sizes)),
-                          "--sidecar-config", str(config), "--conf", "spark.ui.enabled=false")
-    if result.returncode != 0:
-        print(result.stderr[-4000:], file=sys.stderr)
-        return 1
-    summary = json.loads((report / "summary.json").read_text())
-    curve = {p["cache_bytes"]: p for p in next(iter(summary["nodes"].values()))["curve"]}
-    rows: list[dict[str, Any]] = []
-    for size, blocks, run in zip(sizes, SIZES_BLOCKS, measured, strict=True):
-        served = run.served_cache + run.served_origin
-        predicted = curve[size]
-        rows.append({
-            "cache_bytes": size, "blocks": blocks,
-            "measured_byte_hit_ratio": run.byte_hit_ratio,
-            "predicted_byte_hit_ratio": predicted["byte_hit_ratio"],
-            "measured_origin_bytes": int(run.origin_bytes),
-            "predicted_origin_bytes": int(predicted["origin_bytes_per_served_byte"] * served),
-        })
-    document = {"command": "python -m bench.capacity_accuracy",
-                "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
-                "machine": machine_info(ROOT), "requests": len(fetches),
-                "block_size": BLOCK, "rows": rows}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "capacity-accuracy.json").write_text(json.dumps(document, indent=1) + "\n")
-    (RESULTS / "capacity-accuracy.md").write_text(render(document))
-    print(render(document))
-    return 0
+        s3.create_bucket(Bucket=BUCKET)
+        for count in streams:
+            for pattern in patterns:
+                rows += run_cell(local_s3.endpoint, s3, count, pattern, shares,
+                                 work / f"s{count}")
+    full = (tuple(streams), tuple(patterns), tuple(shares)) == (STREAMS, PATTERNS, SHARES)
+    document = {
+        "command": "python -m bench.capacity_accuracy" + ("" if full else (
+            f" --streams {','.join(map(str, streams))} --patterns {','.join(patterns)} "
+            f"--shares {','.join(map(str, shares))}")),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+        "seconds": round(time.monotonic() - started, 1),
+        "machine": machine_info(ROOT), "block_size": BLOCK, "full_grid": full,
+        "reference_share": REFERENCE_SHARE, "rows": rows, "worst": worst(rows),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "capacity-accuracy.json").write_text(json.dumps(document, indent=1) + "\n")
+    (out / "capacity-accuracy.md").write_text(render(document))
+    if out == RESULTS:
+        write_trust_table(document)
+    return document
+
+
+def write_trust_table(document: dict[str, Any]) -> None:
+    """The errors per cell the capacity report quotes for each node
+    (spark_warmup/capacity/accuracy.py)."""
+    cells = [{key: row[key] for key in ("streams", "pattern", "share", "hit_error",
+                                        "origin_error")} for row in document["rows"]]
+    TRUST_TABLE.write_text(json.dumps({"command": document["command"],
+                                       "date": document["date"], "cells": cells},
+                                      indent=1) + "\n")
+
+
+def run_capacity_accuracy(bench: Any) -> None:
+    """`python -m bench`'s step (bench/run.py): the whole grid, its table written
+    beside the results as a fragment of BENCHMARKS.md."""
+    def grid() -> dict[str, Any]:
+        document = run_grid(STREAMS, PATTERNS, SHARES, RESULTS)
+        bad = document["worst"] or {}
+        return {"kind": "capacity-accuracy", "cells": len(document["rows"]),
+                "within": sum(1 for row in document["rows"] if row["within"]),
+                "worst": f"{bad.get('streams')} streams, {bad.get('pattern')}, "
+                         f"{bad.get('share', 0):.0%}: {100 * bad.get('hit_error', 0):+.1f} "
+                         f"points, {100 * bad.get('origin_error', 0):+.1f}% origin",
+                "results": "bench/results/capacity-accuracy.json"}
+    bench.attempt("capacity-accuracy", "grid", grid)
 
 
 def render(document: dict[str, Any]) -> str:
     machine = document["machine"]
+    rows = document["rows"]
+    within = sum(1 for row in rows if row["within"])
     lines = [
         "## Capacity curve accuracy\n",
-        f"`{document['command']}`, {document['date']} (UTC), on "
-        f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores. The workload of "
-        "tests/functional/test_capacity.py "
-        f"({document['requests']} fetches: a consumer group reading three partitions, a "
-        "second group re-reading an overlapping range later, a lagging consumer catching "
-        "up; 64 KiB blocks, a 256 KiB read-ahead window) served by a real sidecar in front "
-        "of moto at each cache size. The predictions all come from the curve built from "
-        f"the first ({document['rows'][0]['blocks']}-block) run's access log; the measured "
-        "figures are each run's own counters (sidecar_served_bytes_total, "
-        "sidecar_origin_bytes_total).\n",
-        "| cache | measured byte hit ratio | predicted | measured origin bytes | predicted "
-        "| origin error |",
-        "|---|---|---|---|---|---|",
+        f"`{document['command']}`, {document['date']} (UTC), {document['seconds']:.0f} s, on "
+        f"{machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores"
+        + ("" if document["full_grid"] else " (a subset of the grid; `make bench` runs all "
+           "of it)") + ". Each (streams, pattern) is served by a real sidecar in front of "
+        "moto at each cache size (a share of the working set; 64 KiB blocks, a 256 KiB "
+        "read-ahead window), its consumers reading at once; the predictions all come from "
+        f"the curve built from the {document['reference_share']:.0%} run's access log; the "
+        "measured figures are each run's own counters (sidecar_served_bytes_total, "
+        "sidecar_origin_bytes_total). Target: within "
+        f"{HIT_POINTS * 100:.0f} points of byte hit ratio and {ORIGIN_SHARE:.0%} of origin "
+        f"bytes per served byte. **{within} of {len(rows)} cells within.**\n",
+        "| streams | pattern | cache | byte hit measured | predicted | error (points) "
+        "| origin/served measured | predicted | error | read-ahead waste predicted |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in document["rows"]:
-        error = row["predicted_origin_bytes"] / row["measured_origin_bytes"] - 1
+    for row in rows:
+        mark = "" if row["within"] else " **out**"
         lines.append(
-            f"| {row['blocks']} blocks ({row['cache_bytes'] / 1024 ** 2:.1f} MiB) | "
-            f"{row['measured_byte_hit_ratio']:.4f} | {row['predicted_byte_hit_ratio']:.4f} | "
-            f"{row['measured_origin_bytes']:,} | {row['predicted_origin_bytes']:,} | "
-            f"{100 * error:+.1f}% |")
+            f"| {row['streams']} | {row['pattern']} | {row['share']:.0%} "
+            f"({row['cache_blocks']} of {row['working_set_blocks']} blocks) | "
+            f"{row['measured_byte_hit_ratio']:.3f} | {row['predicted_byte_hit_ratio']:.3f} | "
+            f"{100 * row['hit_error']:+.1f} | {row['measured_origin_per_served']:.3f} | "
+            f"{row['predicted_origin_per_served']:.3f} | {100 * row['origin_error']:+.1f}%"
+            f"{mark} | {row['predicted_read_ahead_wasted_per_served']:.3f} |")
+    bad = document.get("worst")
+    if bad:
+        lines.append(
+            f"\nWorst cell: {bad['streams']} streams, {bad['pattern']}, cache "
+            f"{bad['share']:.0%}: byte hit {100 * bad['hit_error']:+.1f} points, origin bytes "
+            f"per served byte {100 * bad['origin_error']:+.1f}%.")
     return "\n".join(lines) + "\n"
+
+
+def _list(text: str, kind: type) -> list[Any]:
+    return [kind(item) for item in text.split(",") if item.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.capacity_accuracy")
+    parser.add_argument("--streams", default=",".join(map(str, STREAMS)))
+    parser.add_argument("--patterns", default=",".join(PATTERNS))
+    parser.add_argument("--shares", default=",".join(map(str, SHARES)))
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    streams, patterns = _list(args.streams, int), _list(args.patterns, str)
+    shares = _list(args.shares, float)
+    unknown = sorted(set(patterns) - set(PATTERNS))
+    if unknown or not streams or not shares or min(streams) < 1:
+        parser.error(f"--patterns: known {', '.join(PATTERNS)}; --streams and --shares: "
+                     "positive lists")
+    document = run_grid(streams, patterns, shares, args.out)
+    print(render(document))
+    return 0
 
 
 if __name__ == "__main__":

@@ -209,14 +209,9 @@ async def drive(
 
 
 def upload(endpoint: str, bucket: str, bodies: dict[str, bytes]) -> None:
-    import boto3
-    from botocore.config import Config as BotoConfig
+    from sidecar.tools.local_s3 import loopback_client
 
-    s3 = boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench",
-        aws_secret_access_key="bench-secret",
-        config=BotoConfig(s3={"addressing_style": "path"}),
-    )
+    s3 = loopback_client(endpoint, key="bench", secret="bench-secret")
     try:
         s3.create_bucket(Bucket=bucket)
         for key, body in bodies.items():

@@ -46,6 +46,7 @@ from pathlib import Path
 from types import TracebackType
 
 from bench.dataset import BUCKET, S3_XMLNS, delimited_listing_name
+from sidecar.tools.ports import free_port
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -96,12 +97,6 @@ def echo_module_path() -> Path:
             f"{path} is missing: install libnginx-mod-http-echo (bench/install-deps.sh)")
     return path
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _quote(value: str) -> str:

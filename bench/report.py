@@ -138,6 +138,10 @@ def console_summary(results: Results) -> str:
                     lines.append(f"  {scenario:12} {'misses ' + phase:22} p50 {total.get('p50')} "
                                  f"ms  p99 {total.get('p99')} ms  "
                                  f"({(data.get(phase) or {}).get('counted')} counted)")
+            elif data.get("kind") == "capacity-accuracy":
+                lines.append(f"  {scenario:12} {run:22} {data.get('within')} of "
+                             f"{data.get('cells')} cells within the target; worst: "
+                             f"{data.get('worst')}")
             elif "median_seconds" in data:
                 lines.append(f"  {scenario:12} {run:22} indexed in {data.get('seconds')} s "
                              f"(recovered {data.get('recovered')})")

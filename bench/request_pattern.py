@@ -86,6 +86,8 @@ def sidecar_requests(lines: Iterable[str]) -> list[Request]:
             continue
         if not isinstance(entry, dict) or not entry.get("key"):
             continue
+        if entry.get("method") == "FETCH":
+            continue  # the sidecar's own read-ahead or warm fetch, not a client's request
         found.append(Request(str(entry.get("method")), str(entry["key"]), entry.get("range"),
                              int(entry.get("status") or 0), int(entry.get("bytes") or 0)))
     return found

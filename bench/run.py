@@ -29,6 +29,11 @@ Scenarios (in this order; each starts its own servers, with fresh caches):
                into a fresh sidecar whose warm lane has a 160 MiB/s budget, then
                replay everything through it: warm-lane rate and hit ratio
   restart      restart after a kill -9 over 100k slots, 3 times (bench/recovery.py)
+  capacity-accuracy
+               the capacity curve's predictions against real sidecars over a grid:
+               1, 4, 16 and 48 streams, one group, several groups, a lagging
+               consumer, caches of 10-100% of the working set
+               (bench/capacity_accuracy.py; its table is spliced in as a fragment)
   broker       a real Kafka broker (tests/kafka, `make kafka`): consumers catch up on
                512 MiB tiered over 4 partitions (64 MiB with --quick) through its
                remote storage manager straight to the origin, with the manager's own
@@ -57,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker import run_broker
+from bench.capacity_accuracy import run_capacity_accuracy
 from bench.cold_1p import run_cold_1p
 from bench.cost import run_cost_4p, run_wide
 from bench.dataset import Dataset, ensure_dataset
@@ -81,6 +87,7 @@ class Scenario:
 
     names: tuple[str, ...]
     run: Callable[[Bench, set[str]], None]
+    needs_dataset: bool = True  # the 1 GiB data set (bench/dataset.py)
 
 
 # In the order they run. cold-4p, warm-replay and warm-ranges are one step: the
@@ -93,6 +100,8 @@ STEPS = (
     Scenario(("isolation",), lambda bench, _: run_isolation(bench)),
     Scenario(("warmup",), lambda bench, _: run_warmup(bench)),
     Scenario(("restart",), lambda bench, _: run_restart(bench)),
+    Scenario(("capacity-accuracy",), lambda bench, _: run_capacity_accuracy(bench),
+             needs_dataset=False),
     Scenario(("broker",), lambda bench, _: run_broker(bench)),
 )
 SCENARIOS = tuple(name for step in STEPS for name in step.names)
@@ -240,7 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench: data set {settings.dataset.name} "
           f"({settings.dataset.nominal_bytes / 2**20:.0f} MiB) in {DATA}", file=sys.stderr)
     built_at = time.monotonic()
-    dataset, built = ensure_dataset(settings.dataset, DATA)
+    if any(step.needs_dataset for step in STEPS if selected & set(step.names)):
+        dataset, built = ensure_dataset(settings.dataset, DATA)
+    else:  # nothing selected reads it: not written for nothing
+        dataset, built = Dataset(DATA, settings.dataset, "", ()), False
     build_seconds = time.monotonic() - built_at
     print(f"bench: data set {'written' if built else 'reused'}: {len(dataset.objects)} segments, "
           f"{dataset.total_bytes / 2**20:.1f} MiB ({build_seconds:.1f} s)", file=sys.stderr)

@@ -58,6 +58,7 @@ class SidecarServer:
         self.extra_env = dict(env or {})
         self.data_url = ""
         self.admin_url = ""
+        self.admin_token = ""
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> SidecarServer:
@@ -98,6 +99,8 @@ class SidecarServer:
             ready = self._ready_line()
             if ready is not None:
                 self.data_url, self.admin_url = ready["data"], ready["admin"]
+                # Generated at the first start into the cache dir (mode 0600).
+                self.admin_token = Path(ready["admin_token_file"]).read_text().strip()
                 return
             if self._process.poll() is not None:
                 break
@@ -173,7 +176,8 @@ class SidecarServer:
         body = json.dumps({"objects": objects, "ttl_s": ttl_s}).encode()
         request = urllib.request.Request(
             self.admin_url + "/api/v1/warm", data=body, method="POST",
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json",
+                     "Authorization": f"Bearer {self.admin_token}"},
         )
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:

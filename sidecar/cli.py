@@ -1,4 +1,4 @@
-"""`sidecar serve|demo|replay|stats`: the command line.
+"""`sidecar serve|demo|replay|stats|mode|purge`: the command line.
 
 Every start-up failure ends in one line on stderr and an exit code that says
 whether to retry: 2 for what only the operator can fix (a bad flag, size or
@@ -21,11 +21,14 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 from sidecar import installed_version
+from sidecar.admin.token import client_token
 from sidecar.config import OPTIONS, Config, Setting, build_config, read_toml, resolve
 from sidecar.config.reference import NEGATED_FLAGS, effective_values, render_effective
 from sidecar.errors import ConfigError, MissingExtra, OriginUnavailable
+from sidecar.isolation.modes import Mode
 from sidecar.telemetry.logs import RequestIdFilter, choose_format, formatter_for
 
 EXIT_USAGE = 2
@@ -133,13 +136,31 @@ def _add_replay(commands: argparse._SubParsersAction[_Parser]) -> None:
     replay.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_admin_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where a running sidecar's admin port is, and its token."""
+    parser.add_argument("--admin", default="http://127.0.0.1:9331", metavar="URL",
+                        help="the sidecar's admin port, URL or HOST:PORT "
+                             "(default http://127.0.0.1:9331)")
+    parser.add_argument("--admin-token-file", type=Path, default=None, metavar="PATH",
+                        help="the admin token's file (default: SIDECAR_ADMIN_TOKEN, else "
+                             "SIDECAR_ADMIN_TOKEN_FILE, else admin.token under "
+                             "SIDECAR_CACHE_DIR)")
+
+
 def _add_stats(commands: argparse._SubParsersAction[_Parser]) -> None:
-    """`sidecar stats`: a running sidecar's hit-rate summary."""
+    """`sidecar stats`: a running sidecar's hit-rate summary; `mode` and `purge`:
+    its mutating calls, with the admin token found as `stats` finds it."""
     stats = commands.add_parser("stats", help="the hit-rate summary of a running sidecar")
-    stats.add_argument("--admin", default="http://127.0.0.1:9331", metavar="URL",
-                       help="the sidecar's admin port, URL or HOST:PORT "
-                            "(default http://127.0.0.1:9331)")
+    _add_admin_arguments(stats)
     stats.add_argument("--json", action="store_true", help="print the raw JSON")
+    mode = commands.add_parser("mode", help="show or set a running sidecar's download mode")
+    _add_admin_arguments(mode)
+    mode.add_argument("mode", nargs="?", choices=[m.value for m in Mode],
+                      help="the mode to set (default: show the mode)")
+    purge = commands.add_parser("purge", help="drop an object's blocks from a sidecar's cache")
+    _add_admin_arguments(purge)
+    purge.add_argument("bucket", help="the bucket of the object")
+    purge.add_argument("key", help="the object's key, as stored (not URL-encoded)")
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -162,6 +183,11 @@ def _serve(args: argparse.Namespace) -> None:
         sys.stdout.write(render_effective(settings, source))
         return
     configure_logging(config.server.log_format)
+    if "admin_token" in flags:
+        # Every user of the host reads a process's arguments (/proc/PID/cmdline).
+        logging.getLogger("sidecar").warning(
+            "--admin-token shows in ps to every user of this host: prefer "
+            "SIDECAR_ADMIN_TOKEN or admin_token_file")
 
     def load() -> Config:
         # The flags and the environment stay as they were; the file may have changed.
@@ -311,15 +337,55 @@ def _format_stats(stats: dict[str, Any]) -> str:
     return "\n".join(f"{label:<{width}}{value}" for label, value in lines)
 
 
-def _stats(args: argparse.Namespace) -> None:
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """The admin token goes to the URL given, never to where a 3xx points."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _admin_call(args: argparse.Namespace, method: str, path: str,
+                body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One call to the admin port, with the admin token when one is found
+    (mutating calls: required). ConfigError (exit 2) saying what went wrong."""
     admin = args.admin if "://" in args.admin else f"http://{args.admin}"
-    url = admin.rstrip("/") + "/api/v1/stats"
+    url = admin.rstrip("/") + path
+    token = client_token(os.environ, args.admin_token_file)
+    if token is None and method != "GET":
+        raise ConfigError("no admin token found: set SIDECAR_ADMIN_TOKEN, "
+                          "SIDECAR_ADMIN_TOKEN_FILE or --admin-token-file (the sidecar "
+                          "keeps a generated one in admin.token in its cache dir)")
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            stats = json.load(response)
+        with urllib.request.build_opener(_NoRedirects()).open(request, timeout=5) as response:
+            answer: dict[str, Any] = json.load(response)
+            return answer
+    except urllib.error.HTTPError as exc:
+        with exc:
+            text = exc.read(2000).decode(errors="replace")
+        raise ConfigError(f"{method} {url}: {exc.code} {text.strip()}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise ConfigError(f"cannot read {url}: {exc}") from None
+
+
+def _stats(args: argparse.Namespace) -> None:
+    stats = _admin_call(args, "GET", "/api/v1/stats")
     print(json.dumps(stats, indent=2) if args.json else _format_stats(stats))
+
+
+def _mode(args: argparse.Namespace) -> None:
+    answer = (_admin_call(args, "GET", "/api/v1/mode") if args.mode is None else
+              _admin_call(args, "PUT", "/api/v1/mode", {"mode": args.mode}))
+    print(json.dumps(answer))
+
+
+def _purge(args: argparse.Namespace) -> None:
+    path = f"/api/v1/cache/{quote(args.bucket, safe='')}/{quote(args.key, safe='/')}"
+    print(json.dumps(_admin_call(args, "DELETE", path)))
 
 
 def configure_logging(setting: str) -> None:
@@ -348,7 +414,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # is reported by load_config; here it just means auto).
     early = os.environ.get("SIDECAR_LOG_FORMAT", "auto").strip().lower()
     configure_logging(early if early in ("json", "text") else "auto")
-    handlers = {"serve": _serve, "demo": _demo, "stats": _stats, "replay": _replay}
+    handlers = {"serve": _serve, "demo": _demo, "stats": _stats, "replay": _replay,
+                "mode": _mode, "purge": _purge}
     try:
         handlers[args.command](args)
     except ConfigError as exc:

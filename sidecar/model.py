@@ -32,3 +32,20 @@ class ObjectInfo:
     # The whole object's checksums and their type (checksum_headers): only for
     # an answer of the whole object to a request that asked for them.
     checksums: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class FetchDone:
+    """A background fetch (prefetch or warm lane) that ended: what the access log
+    records of it, so the log's origin bytes add up to the origin counters.
+
+    `origin_bytes` counts the blocks that landed whole (all of them when `ok`);
+    `first_block`..`last_block` is the run asked for."""
+
+    lane: str
+    info: ObjectInfo
+    first_block: int
+    last_block: int
+    origin_bytes: int
+    duration_s: float
+    ok: bool

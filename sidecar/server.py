@@ -21,7 +21,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CollectorRegistry
 
-from sidecar.admin.port import AdminPort
+from sidecar.admin.port import AdminPort, metrics_app
+from sidecar.admin.token import ensure_token_file
 from sidecar.cache import BlockIdent, BlockStore
 from sidecar.config import Config, HostPort
 from sidecar.config.reloading import Reload, plan_reload
@@ -36,10 +37,12 @@ from sidecar.model import PREFETCH, WARM
 from sidecar.origin.client import Origin
 from sidecar.prefetch.planner import ReadAheadPlanner
 from sidecar.prefetch.streams import StreamTable
+from sidecar.s3.access import AccessPolicy
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
-from sidecar.s3.passthrough import PassThrough
-from sidecar.telemetry.access_log import AccessLog, NodeFacts
+from sidecar.s3.passthrough import PassThrough, PassThroughLimits
+from sidecar.telemetry.access_log import AccessLog, NodeFacts, fetch_entry
+from sidecar.telemetry.log_shipping import LogShipper
 from sidecar.telemetry.metrics import Metrics
 from sidecar.telemetry.thread_names import name_this_thread
 
@@ -102,6 +105,7 @@ class Sidecar:
         self.origin = Origin(config.origin, self.metrics, limiter=self._lanes(config))
         self._watcher: asyncio.Task[None] | None = None
         self._access_log: AccessLog | None = None
+        self._shipper: LogShipper | None = None
         self._store: BlockStore | None = None
         self._engine: Engine | None = None
         self._passthrough: PassThrough | None = None
@@ -110,6 +114,8 @@ class Sidecar:
         self._ready = False
         self.data_url = ""
         self.admin_url = ""
+        self.metrics_url = ""  # the metrics_listen one, "" when there is none
+        self.admin_token_file = ""  # where the admin token came from, "" when configured
 
     async def start(self) -> None:
         cache = self.config.cache
@@ -150,31 +156,44 @@ class Sidecar:
             planner=self._planner,
         )
         if server.access_log is not None:
+            node = server.node_name or socket.gethostname()
+            if server.access_log_upload is not None:
+                self._shipper = LogShipper(
+                    server.access_log_upload, node, self.origin.upload, self._executor,
+                    lambda outcome: self.metrics.access_log_uploads.labels(outcome).inc(),
+                    server.access_log_backups)
+                self._shipper.start()
             try:
                 self._access_log = AccessLog(
-                    server.access_log,
-                    NodeFacts(server.node_name or socket.gethostname(), cache.block_size,
-                              cache.size_bytes),
+                    server.access_log, NodeFacts(node, cache.block_size, cache.size_bytes),
                     max_bytes=server.access_log_max_bytes, backups=server.access_log_backups,
-                    dropped=self._access_log_dropped)
+                    dropped=self._access_log_dropped,
+                    rotated=self._shipper.rotated if self._shipper is not None else None)
             except OSError as exc:
                 raise ConfigError(f"cannot open the access log {server.access_log}: "
                                   f"{exc.strerror}") from None
+            access_log = self._access_log
+            self._engine.tell_background_fetches(lambda done: access_log.write(
+                fetch_entry(now=time.time(), done=done, node=access_log.node)))
         auth = self.config.auth
         self._passthrough = PassThrough(
-            self.config.origin, self._written(self._engine), server.client_timeout_s
+            self.config.origin, self._written(self._engine), server.client_timeout_s,
+            PassThroughLimits(server.passthrough_acquire_timeout_s,
+                              server.passthrough_timeout_s, server.passthrough_per_client),
         )
         await self._passthrough.start()
         self._say_who_may_sign(auth.keys, auth.allow_anonymous)
+        self._say_what_is_served(self.config)
         data = self._data_port = DataPort(
             self._engine, self.origin, self.metrics, server.max_requests,
             server.client_timeout_s, self._access_log, self._authenticator(self.config),
-            passthrough=self._passthrough)
+            passthrough=self._passthrough, access=self._access(self.config))
         admin = AdminPort(
             self.metrics, lambda: self._ready, self._engine, self.origin,
-            server.admin_token, self.modes,
+            await self._admin_token(), self.modes,
             cache_recovery=store.recovery_stats, reload=self.reload_from_source,
             sample_interval_s=server.stats_interval_s,
+            guard_reads=not server.admin_listen.is_loopback,
         )
         watcher = DiskWatcher(
             cache.directory, cache.disk_reserve_bytes, cache.disk_check_interval_s,
@@ -191,7 +210,26 @@ class Sidecar:
                  device.device, device.source, device.mount_point)
         self.data_url = await self._listen(data.app(), self.config.server.listen)
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
+        if server.metrics_listen is not None:
+            self.metrics_url = await self._listen(metrics_app(self.metrics),
+                                                  server.metrics_listen)
         self._ready = True
+
+    async def _admin_token(self) -> str:
+        """The operator's token, else the one kept in (or now generated into) the
+        token file; a token always guards the admin port's mutating calls."""
+        server = self.config.server
+        if server.admin_token is not None:
+            return server.admin_token
+        path = server.admin_token_file
+        token, generated = await asyncio.get_running_loop().run_in_executor(
+            self._executor, ensure_token_file, path)
+        self.admin_token_file = str(path)
+        if generated:
+            log.warning("admin token generated into %s (mode 0600): `sidecar stats` and the "
+                        "warm-up job read it from there (SIDECAR_ADMIN_TOKEN_FILE)", path,
+                        extra={"event": "admin_token_generated", "path": str(path)})
+        return token
 
     def _access_log_dropped(self, reason: str, lines: int) -> None:
         # Called from the log's writer thread: prometheus_client counters are
@@ -209,6 +247,10 @@ class Sidecar:
         return Authenticator(config.auth.keys, config.auth.allow_anonymous,
                              origin_key=self.origin.own_key)
 
+    @staticmethod
+    def _access(config: Config) -> AccessPolicy:
+        return AccessPolicy.of(config.access, config.auth.scopes)
+
     async def reload_from_source(self) -> Reload:
         """Read the configuration again (SIGHUP, POST /api/v1/reload) and take
         what can change live. Raises ConfigError, and changes nothing, when
@@ -225,10 +267,10 @@ class Sidecar:
         new = plan.config
         if new.origin != self.config.origin:
             self.origin.set_limiter(self._lanes(new))
-        if self._data_port is not None and (new.server, new.auth) != (
-                self.config.server, self.config.auth):
+        if self._data_port is not None and (new.server, new.auth, new.access) != (
+                self.config.server, self.config.auth, self.config.access):
             self._data_port.configure(new.server.max_requests, new.server.client_timeout_s,
-                                      self._authenticator(new))
+                                      self._authenticator(new), self._access(new))
         if self._planner is not None:
             self._planner.table.max_window = new.prefetch.max_window_blocks
         self.config = new
@@ -254,6 +296,17 @@ class Sidecar:
         elif not allow_anonymous:
             log.warning("data port: no origin credentials and no [auth] keys, so no "
                         "request can be signed: every request will get 403")
+
+    @staticmethod
+    def _say_what_is_served(config: Config) -> None:
+        access = config.access
+        if access.buckets:
+            log.info("data port: serving bucket(s) %s%s", ", ".join(access.buckets),
+                     "; bucket administration allowed" if access.bucket_admin else "")
+        else:
+            log.warning("data port: access_buckets is empty, so every bucket the origin "
+                        "credentials reach is served; set it to the tiered-storage bucket "
+                        "([access] buckets = [\"...\"])")
 
     def _disk_recovered(self, store: BlockStore) -> None:
         store.disk_recovered()
@@ -332,10 +385,15 @@ class Sidecar:
             await asyncio.gather(self._watcher, return_exceptions=True)
         for runner in reversed(self._runners):
             await runner.cleanup()
-        if self._access_log is not None:
-            self._access_log.close()
         if self._engine is not None:
             await self._engine.close()
+        # After the engine: the fetches it stopped have their lines too.
+        if self._access_log is not None:
+            # Joins the writer thread, which writes (and rotates) the last lines.
+            await asyncio.get_running_loop().run_in_executor(self._executor,
+                                                             self._access_log.close)
+        if self._shipper is not None:
+            await self._shipper.stop()
         if self._store is not None:
             await self._store.close()
         if self._passthrough is not None:
@@ -376,7 +434,9 @@ async def serve(config: Config, summary: Mapping[str, object] | None = None,
     try:
         await sidecar.start()
         print(json.dumps({"event": "ready", "data": sidecar.data_url,
-                          "admin": sidecar.admin_url, "pid": os.getpid()}), flush=True)
+                          "admin": sidecar.admin_url, "pid": os.getpid(),
+                          "metrics": sidecar.metrics_url or None,
+                          "admin_token_file": sidecar.admin_token_file or None}), flush=True)
         # One record that says what this process runs with (logged only once
         # serving, so a failed start still ends in its one line on stderr).
         log.info("serving S3 reads on %s, admin on %s, cache %s (%d bytes, blocks of %d)",

@@ -11,6 +11,13 @@ letter per block touched, in block order from the first one:
 
 A request's blocks are consecutive (it reads one range), so the first block
 and the letters say it all, in a few bytes per line.
+
+`origin_bytes` is what the request's own origin reads brought: the whole blocks
+of the fetches it started (a coalesced run counts whole even if the client
+leaves before its end) and what it read straight from the origin, uncached.
+Read-ahead and warm fetches are logged on lines of their own, when they end
+(sidecar.telemetry.access_log), so the log's origin bytes, summed, are the
+sidecar's `sidecar_origin_bytes_total`.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ class ReadTally:
     first_block: int | None = None
     found: list[str] = field(default_factory=list)
     joined_lanes: list[str] = field(default_factory=list)  # the lane of each joined fetch
+    origin_bytes: int = 0  # brought by this request's own origin reads
 
     def add(self, block: int, how: str, lane: str = FOREGROUND) -> None:
         """Block `block` was found `how` (a block told twice keeps the later word:

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from spark_warmup.metadata import Broker, ClusterFacts, GroupPosition, PartitionReplicas
+from spark_warmup.placement import place_brokers
 from spark_warmup.plan import KafkaSpec, Plan, PlanError, Replay
 
 CLIENT_ID = "spark_warmup"
@@ -41,7 +42,8 @@ def read_cluster(plan: Plan) -> ClusterFacts | None:
             index: _group_positions(admin, replay, partitions, where)
             for index, replay in enumerate(plan.replays) if replay.group is not None
         }
-    return ClusterFacts(where, brokers, partitions, groups)
+    placements = place_brokers(brokers, spec) if spec.needs_placement else {}
+    return ClusterFacts(where, brokers, partitions, groups, placements)
 
 
 @contextmanager

@@ -134,7 +134,8 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
     if dry_run:
         # What the real run would meet first: every sidecar of the plan answers.
         problems = tuple(problem for node, url in sidecars.items()
-                         if (problem := unanswered(node, url)) is not None)
+                         if (problem := unanswered(node, url, ca_file=plan.ca_file))
+                         is not None)
         for problem in problems:
             print(f"dry run: {problem}", file=out, flush=True)
     return RunResult(tuple(rows), summary, problems, chosen.groups, chosen.routes.hashed)
@@ -206,7 +207,7 @@ def warm(spark: SparkSession, plan: Plan, planned: Sequence[PlannedSegment],
             node=node, url=urls[node], bucket=plan.origin.bucket,
             segments=tuple(s for s in planned if s.node == node), ttl_s=plan.ttl_s,
             token=plan.admin_token, concurrency=plan.concurrency, retries=plan.retries,
-            block_size=plan.block_size,
+            block_size=plan.block_size, ca_file=plan.ca_file,
         )
         for node in sorted({s.node for s in planned})
     ]

@@ -41,6 +41,18 @@ class GroupPosition:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where a broker's pod runs in Kubernetes (spark_warmup.placement): its node's
+    name and address, and the pod IP of the sidecar on that node (None, with
+    `problem` saying why, where the node has no ready sidecar)."""
+
+    node: str
+    node_ip: str
+    sidecar_ip: str | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
 class ClusterFacts:
     bootstrap: str  # for messages: where the facts came from
     brokers: Mapping[int, Broker] = field(default_factory=dict)
@@ -48,3 +60,5 @@ class ClusterFacts:
     partitions: Mapping[tuple[str, int], PartitionReplicas] = field(default_factory=dict)
     # replay index -> {partition: position}, for the replays that name a group
     groups: Mapping[int, Mapping[int, GroupPosition]] = field(default_factory=dict)
+    # broker id -> where its pod runs, for templates with placement fields
+    placements: Mapping[int, Placement] = field(default_factory=dict)

@@ -26,7 +26,12 @@ the broker that serves it (`spark_warmup.cluster` reads it, `routing` decides):
                            "sasl_plain_username": "warmup", "sasl_plain_password": "..."},
               "timeout_s": 30}
 
-`sidecar_url` is a template (`{host}`, `{id}`, `{rack}` of the broker);
+`sidecar_url` is a template (`{host}`, `{id}`, `{rack}` of the broker; in
+Kubernetes also `{node}`, `{node_ip}` and `{sidecar_ip}`: the node the broker's pod
+runs on, its address, and the pod IP of the sidecar there, which
+`spark_warmup.placement` asks the API server for, as `kafka.kubernetes` says:
+`{"api": URL, "namespace": NS, "broker_namespace": NS, "sidecar_selector":
+"app.kubernetes.io/name=kafka-cold-sidecar"}`, all optional);
 `sidecars` maps broker ids to sidecar URLs and wins over the template; one of
 the two is required. `replica`: `leader` (default), `rack:RACK` (the in-sync
 replica in that rack, as fetch-from-follower reads, else the leader) or `all`
@@ -37,8 +42,10 @@ A replay may name a consumer group instead of a start: `{"group": "billing",
 "topic": "orders"}` (partitions optional) reads from the group's committed
 offset of each partition to the partition's end (or `to_offset` / `to_time`).
 
-Optional keys beyond the contract's example: `admin_token` (else the
-SIDECAR_ADMIN_TOKEN env var), `warm_rate` (`"200MiB/s"`, or one per sidecar
+Optional keys beyond the contract's example: `admin_token` or
+`admin_token_file` (else the SIDECAR_ADMIN_TOKEN env var, else the file named by
+SIDECAR_ADMIN_TOKEN_FILE), `ca_file` (PEM certificates to verify https:// sidecars
+with, else the system's), `warm_rate` (`"200MiB/s"`, or one per sidecar
 name; default 100MiB/s; only for the dry run's estimate), `block_size` (the
 sidecars' block size, default 8MiB; only to estimate blocks where no sidecar
 answered), `concurrency` (warm calls in flight per sidecar, default 4) and
@@ -55,12 +62,15 @@ from __future__ import annotations
 import json
 import math
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from string import Formatter
 from urllib.parse import urlsplit
 
+from spark_warmup.sidecar_urls import SidecarUrlError, check_sidecar_url
 from spark_warmup.units import parse_rate, parse_size
 
 DEFAULT_TTL_S = 3600.0
@@ -71,8 +81,10 @@ DEFAULT_CONCURRENCY = 4
 DEFAULT_RETRIES = 3
 
 _TOP = ("origin", "layout", "sidecars", "assignment", "kafka", "replays", "ttl_s", "warm_rate",
-        "admin_token", "block_size", "concurrency", "retries")
-_KAFKA = ("bootstrap_servers", "sidecar_url", "sidecars", "replica", "security", "timeout_s")
+        "admin_token", "admin_token_file", "ca_file", "block_size", "concurrency", "retries")
+_KAFKA = ("bootstrap_servers", "sidecar_url", "sidecars", "replica", "security", "timeout_s",
+          "kubernetes")
+_KUBERNETES = ("api", "namespace", "broker_namespace", "sidecar_selector")
 # kafka-python's client settings for SASL and SSL (KafkaAdminClient's names) that a
 # JSON plan can carry; objects (ssl_context, token providers) cannot be written in one.
 _SECURITY_STRINGS = (
@@ -84,6 +96,9 @@ _SECURITY_BOOLS = ("ssl_check_hostname",)
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = ("PLAIN", "GSSAPI", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _TEMPLATE_FIELDS = ("host", "id", "rack")
+# Filled from where the broker's pod runs (spark_warmup.placement).
+PLACEMENT_FIELDS = ("node", "node_ip", "sidecar_ip")
+DEFAULT_SIDECAR_SELECTOR = "app.kubernetes.io/name=kafka-cold-sidecar"
 DEFAULT_KAFKA_TIMEOUT_S = 30.0
 _ORIGIN = ("endpoint", "bucket", "prefix", "region")
 _REPLAY = ("topic", "partitions", "from_offset", "to_offset", "from_time", "to_time", "group")
@@ -128,16 +143,33 @@ class Replay:
 
 
 @dataclass(frozen=True)
+class KubernetesSpec:
+    """Where the API server and the pods are, for a template's placement fields."""
+
+    api: str | None = None  # None: in the cluster (the service account's token and CA)
+    namespace: str | None = None  # the sidecars'; None: the service account's own
+    broker_namespace: str | None = None  # the brokers'; None: the sidecars'
+    sidecar_selector: str = DEFAULT_SIDECAR_SELECTOR
+
+
+@dataclass(frozen=True)
 class KafkaSpec:
     """The cluster whose metadata routes partitions (and holds the groups' offsets)."""
 
     bootstrap_servers: tuple[str, ...]
-    sidecar_url: str | None = None  # template: {host}, {id}, {rack}
+    sidecar_url: str | None = None  # template: {host}, {id}, {rack}, PLACEMENT_FIELDS
     broker_sidecars: Mapping[int, str] = field(default_factory=dict)  # broker id -> URL
     replica: str = "leader"  # "leader", "all" or "rack"
     rack: str | None = None  # for replica "rack"
     security: Mapping[str, str | bool] = field(default_factory=dict)
     timeout_s: float = DEFAULT_KAFKA_TIMEOUT_S
+    kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
+
+    @property
+    def needs_placement(self) -> bool:
+        """Whether the template names where a broker's pod runs."""
+        return self.sidecar_url is not None and any(
+            name in PLACEMENT_FIELDS for _, name, _, _ in Formatter().parse(self.sidecar_url))
 
 
 @dataclass(frozen=True)
@@ -149,6 +181,7 @@ class Plan:
     ttl_s: float = DEFAULT_TTL_S
     warm_rates: Mapping[str, float] | None = None  # node -> bytes/s; missing = default
     admin_token: str | None = None
+    ca_file: str | None = None  # PEM CAs for https:// sidecars (on every executor)
     block_size: int = DEFAULT_BLOCK_SIZE
     concurrency: int = DEFAULT_CONCURRENCY
     retries: int = DEFAULT_RETRIES
@@ -201,9 +234,7 @@ def parse_plan(document: object, env: Mapping[str, str]) -> Plan:
             raise PlanError(f"{replay.where}.group: needs the plan's \"kafka\" cluster, "
                             "where the group's committed offsets are read")
     warm_rate = top.get("warm_rate")
-    token = top.get("admin_token", env.get("SIDECAR_ADMIN_TOKEN") or None)
-    if token is not None and (not isinstance(token, str) or not token):
-        raise PlanError("admin_token: must be a non-empty string")
+    token = _admin_token(top, env)
     return Plan(
         origin=origin, sidecars=sidecars, assignment=assignment, replays=replays,
         ttl_s=_ttl(top.get("ttl_s", DEFAULT_TTL_S)),
@@ -211,12 +242,60 @@ def parse_plan(document: object, env: Mapping[str, str]) -> Plan:
         default_warm_rate=(_rate(warm_rate, "warm_rate") if isinstance(warm_rate, str)
                            else DEFAULT_WARM_RATE),
         admin_token=token,
+        ca_file=_ca_file(top.get("ca_file")),
         block_size=_block_size(top.get("block_size", DEFAULT_BLOCK_SIZE)),
         concurrency=_bounded_int(top.get("concurrency", DEFAULT_CONCURRENCY), "concurrency", 1, 64),
         retries=_bounded_int(top.get("retries", DEFAULT_RETRIES), "retries", 0, 10),
         layout=layout,
         kafka=kafka,
     )
+
+
+def _admin_token(top: Mapping[str, object], env: Mapping[str, str]) -> str | None:
+    """`admin_token`, else `admin_token_file` (the file a sidecar generates its
+    token into, mode 0600), else SIDECAR_ADMIN_TOKEN, else SIDECAR_ADMIN_TOKEN_FILE."""
+    if "admin_token" in top and "admin_token_file" in top:
+        raise PlanError("admin_token, admin_token_file: give one of them, not both")
+    token = top.get("admin_token")
+    where = "admin_token"
+    if token is None and "admin_token_file" in top:
+        token, where = _token_file(top["admin_token_file"], "admin_token_file"), \
+            "admin_token_file"
+    if token is None:
+        token = env.get("SIDECAR_ADMIN_TOKEN") or None
+    if token is None and env.get("SIDECAR_ADMIN_TOKEN_FILE"):
+        token = _token_file(env["SIDECAR_ADMIN_TOKEN_FILE"], "SIDECAR_ADMIN_TOKEN_FILE")
+    if token is not None and (not isinstance(token, str) or not token):
+        raise PlanError(f"{where}: must be a non-empty string")
+    return token
+
+
+def _ca_file(value: object) -> str | None:
+    """A PEM file of CA certificates the driver can load (executors read the same
+    path, so it must be there on every node)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise PlanError("ca_file: must be the path of a PEM file of CA certificates")
+    try:
+        ssl.create_default_context(cafile=value)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise PlanError(f"ca_file: cannot load CA certificates from {value}: {reason}") from None
+    return value
+
+
+def _token_file(value: object, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise PlanError(f"{where}: must be the path of the sidecars' admin token file")
+    try:
+        token = Path(value).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not ASCII text"
+        raise PlanError(f"{where}: cannot read {value}: {reason}") from None
+    if not token or not token.isprintable() or " " in token:
+        raise PlanError(f"{where}: {value} does not hold one token")
+    return token
 
 
 def _origin(value: object) -> OriginSpec:
@@ -246,8 +325,15 @@ def _sidecars(value: object) -> dict[str, str]:
     for name, url in sidecars.items():
         if not name:
             raise PlanError("sidecars: a node name must not be empty")
-        result[name] = _url(url, f"sidecars.{name}").rstrip("/")
+        result[name] = _sidecar_url(url, f"sidecars.{name}")
     return result
+
+
+def _sidecar_url(value: object, where: str) -> str:
+    try:
+        return check_sidecar_url(value)
+    except SidecarUrlError as exc:
+        raise PlanError(f"{where}: {exc}") from None
 
 
 def _kafka(value: object) -> KafkaSpec:
@@ -279,7 +365,22 @@ def _kafka(value: object) -> KafkaSpec:
         raise PlanError(f"kafka.timeout_s: must be a number of seconds, > 0 and at most 600, "
                         f"got {timeout!r}")
     return KafkaSpec(servers, template, broker_sidecars, replica, rack,
-                     _security(kafka.get("security", {})), float(timeout))
+                     _security(kafka.get("security", {})), float(timeout),
+                     _kubernetes(kafka.get("kubernetes", {})))
+
+
+def _kubernetes(value: object) -> KubernetesSpec:
+    spec = _mapping(value, "kafka.kubernetes")
+    _known(spec, _KUBERNETES, "kafka.kubernetes")
+    strings: dict[str, str] = {}
+    for name, setting in spec.items():
+        if not isinstance(setting, str) or not setting.strip():
+            raise PlanError(f"kafka.kubernetes.{name}: must be a non-empty string, "
+                            f"got {setting!r}")
+        strings[name] = setting.strip()
+    if "api" in strings:
+        strings["api"] = _url(strings["api"], "kafka.kubernetes.api").rstrip("/")
+    return KubernetesSpec(**strings)
 
 
 def _bootstrap_servers(value: object) -> tuple[str, ...]:
@@ -302,11 +403,13 @@ def _template(value: object, where: str) -> str:
         raise PlanError(f"{where}: must be a URL template such as \"http://{{host}}:9331\", "
                         f"got {value!r}")
     try:
-        sample = value.format(host="broker.example", id=1, rack="rack")
+        sample = value.format(host="broker.example", id=1, rack="rack", node="node-1",
+                              node_ip="10.0.0.1", sidecar_ip="10.1.0.1")
     except (KeyError, IndexError, ValueError):
-        raise PlanError(f"{where}: only {{host}}, {{id}} and {{rack}} may be filled in, "
+        raise PlanError(f"{where}: only {{host}}, {{id}} and {{rack}} (and in Kubernetes "
+                        f"{{node}}, {{node_ip}} and {{sidecar_ip}}) may be filled in, "
                         f"got {value!r}") from None
-    _url(sample, where)
+    _sidecar_url(sample, where)
     return value.rstrip("/")
 
 

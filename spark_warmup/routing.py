@@ -22,8 +22,10 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from spark_warmup.metadata import NO_LEADER, Broker, ClusterFacts, PartitionReplicas
+from spark_warmup.metadata import NO_LEADER, Broker, ClusterFacts, PartitionReplicas, Placement
+from spark_warmup.placement import url_fields
 from spark_warmup.plan import KafkaSpec, Plan, PlanError
+from spark_warmup.sidecar_urls import SidecarUrlError, check_sidecar_url
 
 
 def partition_name(topic: str, partition: int) -> str:
@@ -72,16 +74,31 @@ def serving_brokers(replicas: PartitionReplicas, replica: str, rack: str | None,
     return leader
 
 
-def sidecar_url(broker: Broker, spec: KafkaSpec) -> str | None:
-    """The admin URL of the sidecar on `broker`: the plan's map, else its template."""
+def sidecar_url(broker: Broker, spec: KafkaSpec,
+                placement: Placement | None = None) -> str | None:
+    """The admin URL of the sidecar on `broker`: the plan's map, else its template
+    (None where the template needs a sidecar that the broker's node lacks)."""
     explicit = spec.broker_sidecars.get(broker.node_id)
     if explicit is not None:
         return explicit
     if spec.sidecar_url is None:
         return None
+    fields = {}
+    if spec.needs_placement:
+        if placement is None or placement.sidecar_ip is None:
+            return None
+        fields = url_fields(placement)
     # An IPv6 literal goes in brackets in a URL (RFC 3986, section 3.2.2).
     host = f"[{broker.host}]" if ":" in broker.host else broker.host
-    return spec.sidecar_url.format(host=host, id=broker.node_id, rack=broker.rack or "")
+    url = spec.sidecar_url.format(host=host, id=broker.node_id, rack=broker.rack or "",
+                                  **fields)
+    # The host, rack and placement come from the cluster's metadata and the API
+    # server: checked before the admin token goes there (spark_warmup.sidecar_urls).
+    try:
+        return check_sidecar_url(url)
+    except SidecarUrlError as exc:
+        raise PlanError(f"kafka.sidecar_url: broker {broker.node_id} advertises host "
+                        f"{broker.host!r}, which makes no sidecar URL: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -131,11 +148,13 @@ def _from_cluster(topic: str, partition: int, where: str, spec: KafkaSpec,
     names = []
     for node_id in chosen:
         broker = cluster.brokers[node_id]
-        url = sidecar_url(broker, spec)
+        placement = cluster.placements.get(node_id)
+        url = sidecar_url(broker, spec, placement)
         if url is None:
+            where_not = f" ({placement.problem})" if placement and placement.problem else ""
             raise PlanError(
                 f"kafka.sidecars: broker {node_id} ({broker.host}:{broker.port}), which serves "
-                f"{name}, has no sidecar; add kafka.sidecars.\"{node_id}\" or a "
+                f"{name}, has no sidecar{where_not}; add kafka.sidecars.\"{node_id}\" or a "
                 "kafka.sidecar_url template")
         node = broker_node(node_id)
         if nodes.setdefault(node, url) != url:

@@ -11,7 +11,9 @@ A node whose calls keep failing on the network after all retries is taken as
 down for the rest of the run: its remaining segments are reported failed at
 once rather than each waiting out its own retries.
 
-HTTP is the standard library's urllib, to keep what executors need small.
+HTTP is the standard library's urllib, to keep what executors need small; it
+follows no redirect and verifies TLS against the plan's CA file
+(spark_warmup.sidecar_http).
 """
 
 from __future__ import annotations
@@ -20,21 +22,19 @@ import json
 import threading
 import time
 import urllib.error
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sidecar.blocks import block_count
 from spark_warmup.outcome import WarmRow
+from spark_warmup.sidecar_http import Post, opener, poster
 
 _BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 5.0
 # Calls on a node that fail on the network in a row before it is taken as down.
 _DOWN_AFTER = 2
 
-# (url, body, headers, timeout_s) -> (status, body); raises OSError on the network.
-Post = Callable[[str, bytes, Mapping[str, str], float], tuple[int, bytes]]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ class NodeBatch:
     concurrency: int
     retries: int
     block_size: int  # only to count the blocks of a segment no sidecar answered for
+    ca_file: str | None = None  # PEM CAs for https:// sidecars; None: the system's
 
 
 class WarmCallError(Exception):
@@ -78,22 +79,13 @@ class WarmCallError(Exception):
         self.transient = transient
 
 
-def urllib_post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
-                ) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status), bytes(response.read())
-    except urllib.error.HTTPError as exc:  # an answer, just not a 2xx one
-        with exc:
-            return exc.code, exc.read()
-
-
-def unanswered(node: str, url: str, timeout: float = 5.0) -> str | None:
+def unanswered(node: str, url: str, timeout: float = 5.0,
+               ca_file: str | None = None) -> str | None:
     """Why the sidecar at `url` does not answer its admin port (GET /healthz),
     or None when it does: a dry run checks what a real run would meet."""
     try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/healthz", timeout=timeout) as response:
+        with opener(ca_file).open(f"{url.rstrip('/')}/healthz",
+                                  timeout=timeout) as response:
             if response.status == 200:
                 return None
             return f"sidecar {node} at {url} answered {response.status} to /healthz"
@@ -131,17 +123,32 @@ def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
                 return counts
             failure = WarmCallError(
                 f"sidecar {batch.node} answered {status}: {_error_text(answer)}", status >= 500
-            )
+            ) if not 300 <= status < 400 else WarmCallError(
+                f"sidecar {batch.node} answered a redirect ({status}), which is not followed: "
+                "the admin token goes only to the URL the plan names", False)
         if not failure.transient or attempt >= batch.retries:
             raise failure
         sleep(min(_MAX_BACKOFF_S, _BACKOFF_S * 2 ** attempt))
         attempt += 1
 
 
-def warm_node(batch: NodeBatch, post: Post = urllib_post,
+def warm_node(batch: NodeBatch, post: Post | None = None,
               sleep: Callable[[float], None] = time.sleep,
               clock: Callable[[], float] = time.monotonic) -> list[WarmRow]:
-    """Warm every segment of the batch on its sidecar; one report row per segment."""
+    """Warm every segment of the batch on its sidecar; one report row per segment.
+    `post`: how to send a call (default: urllib, no redirects, the batch's CAs)."""
+    if post is None:
+        try:
+            post = poster(batch.ca_file)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            error = f"cannot use ca_file {batch.ca_file}: {exc}"
+            return [_failed(WarmRow(s.topic, s.partition, s.key, batch.node, s.bytes), s,
+                            batch, error, 0.0) for s in batch.segments]
+    return _warm_all(batch, post, sleep, clock)
+
+
+def _warm_all(batch: NodeBatch, post: Post, sleep: Callable[[float], None],
+              clock: Callable[[], float]) -> list[WarmRow]:
     lock = threading.Lock()
     network_failures = 0
     down: str | None = None

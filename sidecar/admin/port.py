@@ -1,7 +1,14 @@
 """Admin port: /healthz, /readyz, /metrics, /ui, /api/v1/stats and the mutating calls.
 
-Mutating calls need `Authorization: Bearer <token>` when an admin token is set
-(docs/ARCHITECTURE.md); the config refuses a non-loopback admin address without one.
+Mutating calls always need `Authorization: Bearer <token>` (docs/ARCHITECTURE.md):
+the operator's token, or the one generated into the token file at the first start
+(sidecar.admin.token). Their bodies must be `application/json` (415 otherwise): a
+browser sends a cross-site form post only as form data or text/plain without a
+CORS preflight (Fetch standard, "CORS-safelisted request-header"), so no page a
+local user opens can drive the port. Off loopback, /metrics, /ui and
+/api/v1/stats need the token too (they name objects and show origin errors);
+Prometheus then scrapes the token-free `metrics_app`, which serves /metrics only,
+on its own address (`metrics_listen`).
 
 While the port runs, a sampler reads the counters every `sample_interval_s` into a
 bounded ring (sidecar.admin.history): the stats' last-minute `window` and the
@@ -16,6 +23,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -42,16 +50,20 @@ HISTORY_SAMPLES = 450
 # The stats' `window`: long enough to hold a few Kafka fetches of every reader,
 # short enough that a collapse shows within the minute.
 WINDOW_S = 60.0
+# `?since=`: seconds since the epoch, ASCII decimal with an optional fraction.
+_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
 
 # The index at `/` (GET): every endpoint of this port and what it is for.
 ENDPOINTS = {
     "GET /healthz": "the process is up",
     "GET /readyz": "ready to serve (503 while not), with the mode and any disk problem",
-    "GET /metrics": "Prometheus metrics",
-    "GET /ui": "the operator's page: state, last-minute rates, charts, recent warm calls",
+    "GET /metrics": "Prometheus metrics (admin token off loopback; metrics_listen serves "
+                    "them without one)",
+    "GET /ui": "the operator's page: state, last-minute rates, charts, recent warm calls "
+               "(admin token off loopback)",
     "GET /api/v1/stats": "hit rates, bytes and the cache, as JSON, with the rates of the "
                          "last minute; ?history=1 (or ?since=UNIX_TIME) adds the samples "
-                         "behind /ui's charts",
+                         "behind /ui's charts (admin token off loopback)",
     "POST /api/v1/warm": 'warm blocks: {"objects": [{"bucket", "key", "start", "end"}], '
                          '"ttl_s"} (admin token)',
     "GET /api/v1/mode": "the download mode",
@@ -77,6 +89,31 @@ async def _refuse_undecodable_headers(
     return await handler(request)
 
 
+def _is_json(request: web.Request) -> bool:
+    """A body declared as JSON, or no body at all (a bodiless POST such as a reload
+    is no form post: a form always declares its type)."""
+    if request.content_type == "application/json":
+        return True
+    return "Content-Type" not in request.headers and not request.body_exists
+
+
+def metrics_app(metrics: Metrics) -> web.Application:
+    """The token-free listener for Prometheus (`metrics_listen`): GET /metrics and
+    nothing else, so what it shows is counters, never object names or errors."""
+    async def serve_metrics(request: web.Request) -> web.Response:
+        return _exposition(metrics)
+
+    application = web.Application(middlewares=[_refuse_undecodable_headers])
+    application.router.add_get("/metrics", serve_metrics)
+    return application
+
+
+def _exposition(metrics: Metrics) -> web.Response:
+    response = web.Response(body=generate_latest(metrics.registry))
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response
+
+
 class AdminPort:
     def __init__(
         self,
@@ -89,8 +126,12 @@ class AdminPort:
         cache_recovery: Callable[[], dict[str, Any] | None] | None = None,
         reload: Callable[[], Awaitable[Reload]] | None = None,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
+        guard_reads: bool = False,
     ) -> None:
+        """`token`: the admin token (None: every mutating call is refused);
+        `guard_reads`: /metrics, /ui and /api/v1/stats need it too (off loopback)."""
         self._metrics = metrics
+        self._guard_reads = guard_reads
         self._sample_interval_s = sample_interval_s
         self._samples = SampleRing(HISTORY_SAMPLES, sample_interval_s, started=time.time())
         self.warm_calls = warm.RecentWarmCalls()
@@ -104,17 +145,28 @@ class AdminPort:
         self._reload = reload
 
     def authorize(self, request: web.Request) -> None:
-        """Raise 401 unless the request carries the admin token (when one is set)."""
-        if self._token is None:
-            return
+        """Raise 401 unless the request carries the admin token; 415 when it carries
+        a body that is not declared JSON."""
         given = request.headers.get("Authorization", "")
         # Constant-time: the token is a secret compared with attacker input.
-        if not hmac.compare_digest(given.encode(), f"Bearer {self._token}".encode()):
+        if self._token is None or not hmac.compare_digest(
+                given.encode(), f"Bearer {self._token}".encode()):
             raise web.HTTPUnauthorized(
                 text='{"error": "missing or wrong admin token"}',
                 content_type="application/json",
                 headers={"WWW-Authenticate": 'Bearer realm="sidecar-admin"'},
             )
+        if request.method in ("POST", "PUT") and not _is_json(request):
+            raise web.HTTPUnsupportedMediaType(
+                text=json.dumps({"error": "the body must be application/json, got "
+                                          f"{request.content_type}"}),
+                content_type="application/json",
+            )
+
+    def authorize_read(self, request: web.Request) -> None:
+        """Off loopback, the pages that name objects and show errors need the token."""
+        if self._guard_reads:
+            self.authorize(request)
 
     def app(self) -> web.Application:
         application = web.Application(middlewares=[_refuse_undecodable_headers])
@@ -213,12 +265,11 @@ class AdminPort:
         return web.json_response({"purged_blocks": self._engine.invalidate(bucket, key)})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(self._metrics.registry)
-        response = web.Response(body=body)
-        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return response
+        self.authorize_read(request)
+        return _exposition(self._metrics)
 
     async def ui(self, request: web.Request) -> web.Response:
+        self.authorize_read(request)
         # The page arrives with the stats and the whole history in it: its first
         # paint shows figures and charts, not a placeholder waiting for a poll.
         return web.Response(
@@ -230,12 +281,12 @@ class AdminPort:
     async def stats(self, request: web.Request) -> web.Response:
         # Without a parameter the answer stays small, for `sidecar stats` and scripts;
         # the page asks ?since= the last point it has.
+        self.authorize_read(request)
         since: float | None = None
         if "since" in request.query:
-            try:
-                since = float(request.query["since"])
-            except ValueError:
-                since = math.nan
+            # ASCII digits and one point only: float() also takes '١', '1_0' and ' 1 '.
+            text = request.query["since"]
+            since = float(text) if _SECONDS.fullmatch(text) else math.nan
             if not math.isfinite(since):
                 return web.json_response(
                     {"error": "since: must be a time in seconds since the epoch"}, status=400)

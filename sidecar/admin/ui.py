@@ -14,7 +14,9 @@ Stable hooks for tests and scripts: every figure is an element with an id whose
 chart's <canvas> carries `data-points` (points drawn), `data-draws`,
 `data-x-ticks` and `data-y-ticks` (the axis labels, JSON lists) and
 `data-series` (JSON: each series' label, its points with a value, its largest
-value); <body> carries `data-samples` (snapshots shown, the embedded one
+value); a chart's legend holds one `.key` per series and a `.note` that, where no
+series has a value at the point shown, says what is missing instead ("no GETs in
+the last 2 s"); <body> carries `data-samples` (snapshots shown, the embedded one
 included), `data-polls` (successful polls) and `data-error` (the last failure);
 the warm-call table's rows carry `data-started`.
 """

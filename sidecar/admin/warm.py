@@ -88,6 +88,9 @@ def parse_warm_body(raw: bytes) -> WarmRequest:
         document = json.loads(raw, parse_constant=_reject_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, _ConstantError) as exc:
         raise WarmRequestError(f"body: not JSON: {exc}") from None
+    except ValueError:
+        # int()'s digit limit: a JSON integer of more than 4,300 digits.
+        raise WarmRequestError("body: a number in it is too long") from None
     return validate_warm_request(document)
 
 

@@ -31,7 +31,7 @@ SCAN_BATCH = 1024  # slot headers asked of the disk at once
 
 
 def scan_headers(
-    fd: int, slot_count: int, block_size: int, first: int, stop: int,
+    fd: int, slot_count: int, block_size: int, first: int, stop: int, identity_key: bytes,
     admit_to_main: Callable[[BlockIdent], bool] | None = None,
     *, advised: int = 0, ahead: int = 0,
 ) -> SlotScan:
@@ -47,7 +47,9 @@ def scan_headers(
     releases the GIL while the disk works, so a few threads scanning
     disjoint runs keep the disk busy, and no page fault stalls a thread
     that holds the GIL. Data pages are never read here.
-    ``admit_to_main`` marks the blocks the policy keeps out of probation.
+    ``admit_to_main`` marks the blocks the policy keeps out of probation;
+    identities are hashed with ``identity_key``, the index's
+    (``sidecar.cache.index``, "Identity hash").
     """
     if not 0 <= first <= stop <= slot_count:
         raise IndexError(f"slots {first}..{stop} outside 0..{slot_count}")
@@ -87,11 +89,11 @@ def scan_headers(
             length, block, generation, count, bucket, key, etag, names_end = parsed
             if key != last_key or bucket != last_bucket:
                 last_bucket, last_key = bucket, key
-                last_object = object_hash(bucket, key)
+                last_object = object_hash(bucket, key, identity_key)
             found.slots.append(slot)
             found.generations.append(generation)
             found.lengths.append(length)
-            found.hashes.extend(block_hash(last_object, etag, block))
+            found.hashes.extend(block_hash(last_object, etag, block, identity_key))
             found.checksums.frombytes(header[names_end:names_end + 8 * count])
             found.checksums.extend(padding[chunks - count])
             found.main.append(admit_to_main is not None and admit_to_main(BlockIdent(

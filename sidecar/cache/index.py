@@ -19,12 +19,12 @@ Identity hash
 =============
 
 A block is named by (bucket, key, ETag, block number). The index keeps 12
-bytes of it, from two xxh3_64 digests (big-endian, as ``xxh3_64_digest``
-gives them):
+bytes of it, from two BLAKE2b digests of 8 bytes each, keyed with the index's
+``identity_key`` (16 random bytes drawn when the index is made):
 
-    O             xxh3_64 of  u16 len(bucket) | u16 len(key) | bucket | key
+    O             BLAKE2b-64(identity_key) of  u16 len(bucket) | u16 len(key) | bucket | key
     bytes 0..3    O[0..3], the object's tag
-    bytes 4..11   xxh3_64 of  O | u16 len(etag) | u64 block | etag
+    bytes 4..11   BLAKE2b-64(identity_key) of  O | u16 len(etag) | u64 block | etag
 
 (lengths and the block little-endian, names in UTF-8; the length prefixes make
 the encoding injective). The tag names the object, so that dropping an object
@@ -35,8 +35,15 @@ with the same tag loses its blocks too (a miss, never wrong bytes), with
 odds of 2**-32 a block. Bytes 4..11 cover every name: two different blocks
 share an identity only if those 64-bit digests collide, about 1e-7 for all
 the 2**21 x 2**21 / 2 pairs of a full 2-million-slot cache taken together.
-The full names stay in the slot header on disk, where recovery reads them.
 
+Keyed, because a hit trusts the identity alone (the names stay in the slot
+header on disk, where recovery reads them): with an unkeyed 64-bit hash
+(xxh3, before) whoever chooses object keys and contents could search offline
+for a pair that collides and have their bytes served for the other object.
+Without the key, which never leaves the process but in the index snapshot
+beside the slab (``sidecar.cache.snapshot``), a collision is a blind guess.
+The key lives with the index: a start from the snapshot takes its key, a
+start that scans the slot headers draws a new one and hashes the names anew.
 The generation is kept to 32 bits: in memory it only tells two writes of a
 slot apart (``SlotRecord.generation``); the slab's 64-bit counter is on disk.
 
@@ -49,11 +56,11 @@ Pure bookkeeping, no I/O: ``sidecar.cache.store`` drives it.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import struct
 from array import array
 from collections.abc import Sequence
-
-import xxhash
 
 from sidecar.cache.ident import BlockIdent
 
@@ -66,20 +73,30 @@ _NAME_LENGTHS = struct.Struct("<HH")
 _VERSION = struct.Struct("<HQ")
 
 
-def object_hash(bucket: bytes, key: bytes) -> bytes:
+# Bytes of the identity key (BLAKE2b takes keys of up to 64).
+IDENTITY_KEY_BYTES = 16
+
+
+def new_identity_key() -> bytes:
+    return secrets.token_bytes(IDENTITY_KEY_BYTES)
+
+
+def object_hash(bucket: bytes, key: bytes, identity_key: bytes) -> bytes:
     """O of the identity hash: the object, whatever its version (8 bytes)."""
-    return xxhash.xxh3_64_digest(_NAME_LENGTHS.pack(len(bucket), len(key)) + bucket + key)
+    return hashlib.blake2b(_NAME_LENGTHS.pack(len(bucket), len(key)) + bucket + key,
+                           digest_size=8, key=identity_key).digest()
 
 
-def block_hash(object_digest: bytes, etag: bytes, block: int) -> bytes:
+def block_hash(object_digest: bytes, etag: bytes, block: int, identity_key: bytes) -> bytes:
     """The 12-byte identity hash of a block of the object ``object_digest`` names."""
-    return object_digest[:TAG_BYTES] + xxhash.xxh3_64_digest(
-        object_digest + _VERSION.pack(len(etag), block) + etag)
+    return object_digest[:TAG_BYTES] + hashlib.blake2b(
+        object_digest + _VERSION.pack(len(etag), block) + etag, digest_size=8,
+        key=identity_key).digest()
 
 
-def ident_hash(ident: BlockIdent) -> bytes:
-    return block_hash(object_hash(ident.bucket.encode(), ident.key.encode()),
-                      ident.etag.encode(), ident.block)
+def ident_hash(ident: BlockIdent, identity_key: bytes) -> bytes:
+    return block_hash(object_hash(ident.bucket.encode(), ident.key.encode(), identity_key),
+                      ident.etag.encode(), ident.block, identity_key)
 
 
 def table_size(slot_count: int) -> int:
@@ -95,9 +112,14 @@ def fingerprint(digest: bytes) -> int:
 class SlotIndex:
     """Slot -> (identity hash, length, chunk checksums), and hash -> slot."""
 
-    def __init__(self, slot_count: int, block_size: int, chunk_size: int) -> None:
+    def __init__(self, slot_count: int, block_size: int, chunk_size: int,
+                 identity_key: bytes | None = None) -> None:
         if slot_count < 1 or not 0 < chunk_size <= block_size:
             raise ValueError("an index needs at least one slot, and chunks within blocks")
+        if identity_key is not None and len(identity_key) != IDENTITY_KEY_BYTES:
+            raise ValueError(f"an identity key is {IDENTITY_KEY_BYTES} bytes")
+        # The key of every identity hash in this index (see "Identity hash").
+        self.identity_key = identity_key or new_identity_key()
         self._slots = slot_count
         self._block_size = block_size
         self._chunk_size = chunk_size

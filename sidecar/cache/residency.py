@@ -102,7 +102,7 @@ class Residency:
         """
         if self.slots.closed:
             return None
-        slot = self.index.find(ident_hash(ident))
+        slot = self.index.find(ident_hash(ident, self.index.identity_key))
         if slot < 0:
             return None
         if touch:
@@ -127,14 +127,15 @@ class Residency:
                 or index.generation(slot) != record.generation & GENERATION_IN_INDEX \
                 or index.checksums_of(slot) != record.checksums:
             return False
-        return record.ident is NAMELESS or index.hash_of(slot) == ident_hash(record.ident)
+        return record.ident is NAMELESS or \
+            index.hash_of(slot) == ident_hash(record.ident, index.identity_key)
 
     def protect(self, ident: BlockIdent, ttl_s: float) -> bool:
         """Keep a cached block from eviction until it is read or ttl_s passes.
 
         False when the block is not cached or the protected share is full.
         """
-        slot = self.index.find(ident_hash(ident))
+        slot = self.index.find(ident_hash(ident, self.index.identity_key))
         if slot < 0:
             return False
         if slot not in self._protected and len(self._protected) >= self._max_protected:
@@ -205,7 +206,7 @@ class Residency:
         if cancelled:
             self.slots.retire(slot, clear_on_disk=True)
             return Written(None)
-        digest = ident_hash(ident)
+        digest = ident_hash(ident, self.index.identity_key)
         previous = self.index.find(digest)
         if previous >= 0:
             # Replaced while we wrote (or before): the new slot takes the old
@@ -283,7 +284,7 @@ class Residency:
     def release_pages(self, ident: BlockIdent) -> None:
         """A reader went past this block: write its pages back and drop them from
         the page cache, unless someone is reading it now (with drop_written_pages)."""
-        slot = self.index.find(ident_hash(ident))
+        slot = self.index.find(ident_hash(ident, self.index.identity_key))
         if slot < 0 or not self._drop_written_pages or slot in self.slots.pins:
             return
         self._work.start(self._write_back(slot))
@@ -298,7 +299,7 @@ class Residency:
 
     def invalidate_object(self, bucket: str, key: str) -> Purged:
         """Drop every cached block of the object, whatever its ETag."""
-        digest = object_hash(bucket.encode(), key.encode())
+        digest = object_hash(bucket.encode(), key.encode(), self.index.identity_key)
         slots = self.index.slots_of_object(digest)
         if self.scan_merge is not None:
             # Its blocks in slots not scanned yet must not come back.

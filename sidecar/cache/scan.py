@@ -139,8 +139,8 @@ class BackgroundScan:
         # Its own task (the store's disk work): close waits for a batch being
         # read before it closes the slab, even when the scan itself was cancelled.
         return self._work.start(self._work.run(functools.partial(
-            self._slab.scan, first, stop, admit_to_main, advised=advised,
-            ahead=SCAN_AHEAD_SLOTS)))
+            self._slab.scan, first, stop, self._residency.index.identity_key, admit_to_main,
+            advised=advised, ahead=SCAN_AHEAD_SLOTS)))
 
     def _merge_batch(self, merge: ScanMerge, report: RecoveryReport, found: SlotScan,
                      slots: int) -> None:

@@ -390,16 +390,17 @@ class Slab:
         )
 
     def scan(
-        self, first: int, stop: int,
+        self, first: int, stop: int, identity_key: bytes,
         admit_to_main: Callable[[BlockIdent], bool] | None = None,
         *, advised: int = 0, ahead: int = 0,
     ) -> SlotScan:
-        """The slot headers of slots ``first..stop-1`` (recovery; see
+        """The slot headers of slots ``first..stop-1``, their identities hashed
+        with ``identity_key`` (recovery; see
         ``sidecar.cache.header_scan.scan_headers``). Blocking."""
         if self._closed:
             raise ValueError("slab is closed")
         return scan_headers(self._fd, self._slot_count, self._block_size, first, stop,
-                            admit_to_main, advised=advised, ahead=ahead)
+                            identity_key, admit_to_main, advised=advised, ahead=ahead)
 
     def erase_header(self, slot: int) -> None:
         """Zero the magic, version and flags of the slot's header: an empty slot

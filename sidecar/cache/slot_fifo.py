@@ -68,6 +68,9 @@ _SEGMENT = 0x0C
 _SMALL = 0x04
 _MAIN = 0x08
 _NIL = -1
+# The largest state byte a slot can hold (main, at the highest frequency): the
+# index snapshot checks what it reads against it.
+MAX_STATE = _MAIN | _MAX_FREQ
 _BLOOM_PROBES = 3
 _BLOOM_BITS_PER_ID = 10
 

@@ -11,7 +11,7 @@ File ``index.snap`` in the cache directory (integers little-endian)::
 
     offset  size  field
     0       8     magic b"KCINDEX1"
-    8       2     format version, u16 = 1
+    8       2     format version, u16 = 2
     10      2     identity hash bytes, u16 = 12
     12      4     chunks a block (C), u32
     16      8     slot_count (N), u64
@@ -26,9 +26,11 @@ File ``index.snap`` in the cache directory (integers little-endian)::
     88      8     free slots (F), u64
     96      48    S3-FIFO queues: tail, head, length of small, then of main,
                   i64 each
-    144     8     xxh3_64 (seed 0) of the body
-    152     8     xxh3_64 (seed 0) of bytes 0..151
-    160     body, the arrays in this order (T = N + N // 4 + 1):
+    144     16    the index's identity key (``sidecar.cache.index``, "Identity
+                  hash"): the identity hashes below are keyed with it
+    160     8     xxh3_64 (seed 0) of the body
+    168     8     xxh3_64 (seed 0) of bytes 0..167
+    176     body, the arrays in this order (T = N + N // 4 + 1):
             4*N   identity hash tags (bytes 0..3 of each)
             8*N   identity hashes (bytes 4..11 of each)
             4*N   lengths, u32 (0xFFFFFFFF: no block)
@@ -56,12 +58,18 @@ never outlive the next write to the slab. The protocol makes sure of it:
   directory) before the store exists, so before any write to the slab: a
   crash later leaves no snapshot, and the start after it scans the headers.
   If the file cannot be deleted it is not used.
-- It is used only if both checksums match, the geometry is the slab's, and
+- It is used only if both checksums match, every slot number and count in it
+  lies inside the slab (a file with the right checksums may still come from
+  another writer), the geometry is the slab's, and
   the slab file is the same file (inode) of the same size and modification
   time, kept whole (``Opening.state`` "reused"); anything else is a scan,
   with a log line. The time catches a slab written after the snapshot by
   other means (an older version of the sidecar that knows no snapshots,
   say), unless within the file system's timestamp granularity.
+
+Version 1 (before the identity key) held unkeyed identity hashes: it is "of
+another format", and the start scans the slot headers, whose names are hashed
+anew with a new key. The slab file itself did not change.
 
 Even a stale snapshot could not serve wrong bytes: every read verifies the
 chunks it serves against the checksums in the index, which were taken from
@@ -81,18 +89,18 @@ from pathlib import Path
 
 import xxhash
 
-from sidecar.cache.index import HASH_BYTES, SlotIndex
-from sidecar.cache.slot_fifo import SlotFifo
+from sidecar.cache.index import HASH_BYTES, IDENTITY_KEY_BYTES, SlotIndex
+from sidecar.cache.slot_fifo import MAX_STATE, SlotFifo
 
 # The store's log lines keep the logger name they always had.
 log = logging.getLogger("sidecar.cache.store")
 
 SNAPSHOT_FILE_NAME = "index.snap"
 MAGIC = b"KCINDEX1"
-VERSION = 1
-_HEAD = struct.Struct("<8sHHIQQQQQQQQQQqqqqqqQ")
+VERSION = 2
+_HEAD = struct.Struct(f"<8sHHIQQQQQQQQQQqqqqqq{IDENTITY_KEY_BYTES}sQ")
 _HEAD_SIZE = _HEAD.size + 8
-assert _HEAD.size == 152
+assert _HEAD.size == 168
 
 
 @dataclass(frozen=True)
@@ -125,7 +133,8 @@ def save(directory: Path, slab_path: Path, index: SlotIndex, policy: SlotFifo,
         MAGIC, VERSION, HASH_BYTES, index.chunks_per_block, index.slot_count,
         index.block_size, index.chunk_size, stat.st_ino, stat.st_size, stat.st_mtime_ns,
         next_generation,
-        len(index), index.used_bytes, len(free), *policy.queues(), body.intdigest())
+        len(index), index.used_bytes, len(free), *policy.queues(), index.identity_key,
+        body.intdigest())
     head = fields + struct.pack("<Q", xxhash.xxh3_64_intdigest(fields))
     path = directory / SNAPSHOT_FILE_NAME
     partial = path.with_name(SNAPSHOT_FILE_NAME + ".tmp")
@@ -188,11 +197,14 @@ def take(directory: Path, slab_path: Path, slot_count: int, block_size: int,
 def _read(file: BufferedReader, slab_path: Path, slot_count: int, block_size: int,
           chunk_size: int) -> tuple[Restored | None, str | None]:
     head = file.read(_HEAD_SIZE)
+    if len(head) >= 10 and head[:8] == MAGIC and struct.unpack_from("<H", head, 8)[0] != VERSION:
+        # Version 1 (unkeyed identity hashes) is this, not damage.
+        return None, "index snapshot of another format: scanning the slots"
     if len(head) != _HEAD_SIZE or xxhash.xxh3_64_intdigest(head[:_HEAD.size]) != \
             struct.unpack_from("<Q", head, _HEAD.size)[0]:
         return None, "index snapshot damaged (its header checksum): scanning the slots"
     (magic, version, hash_bytes, _chunks, slots, saved_block_size, saved_chunk_size, inode,
-     size, mtime, next_generation, count, used_bytes, free_count, *queues,
+     size, mtime, next_generation, count, used_bytes, free_count, *queues, identity_key,
      body_digest) = _HEAD.unpack(head[:_HEAD.size])
     if magic != MAGIC or version != VERSION or hash_bytes != HASH_BYTES:
         return None, "index snapshot of another format: scanning the slots"
@@ -201,7 +213,7 @@ def _read(file: BufferedReader, slab_path: Path, slot_count: int, block_size: in
             (inode, size, mtime) != (stat.st_ino, stat.st_size, stat.st_mtime_ns) or \
             free_count > slot_count:
         return None, "index snapshot of another slab file or geometry: scanning the slots"
-    index = SlotIndex(slot_count, block_size, chunk_size)
+    index = SlotIndex(slot_count, block_size, chunk_size, identity_key)
     policy = SlotFifo(slot_count, index.fingerprint_of)
     free = array("i", [0]) * free_count
     body = xxhash.xxh3_64()
@@ -212,9 +224,37 @@ def _read(file: BufferedReader, slab_path: Path, slot_count: int, block_size: in
         body.update(view)
     if file.read(1) or body.intdigest() != body_digest:
         return None, "index snapshot damaged (its body checksum): scanning the slots"
+    wrong = _out_of_range(index, policy, free, tuple(queues), count, used_bytes)
+    if wrong is not None:
+        return None, f"index snapshot damaged ({wrong} out of range): scanning the slots"
     index.restored(count, used_bytes)
     policy.restored(tuple(queues))
     return Restored(index, policy, free, next_generation), None
+
+
+def _out_of_range(index: SlotIndex, policy: SlotFifo, free: array[int],
+                  queues: tuple[int, ...], count: int, used_bytes: int) -> str | None:
+    """The first slot number or count of a snapshot that lies outside the slab,
+    or None. The checksums prove the file is what some writer wrote, not that
+    the writer was this code: a slot number past the arrays would raise an
+    IndexError mid-request, or, negative, index from their end. min() and
+    max() over the arrays run in C: milliseconds for a million slots."""
+    slots = index.slot_count
+    table = index.buffers()[5]  # i32 slot numbers, -1 empty
+    prev, following, states = policy.buffers()
+    for name, numbers, lowest in (("a hash table slot", table, -1), ("a FIFO link", prev, -1),
+                                  ("a FIFO link", following, -1), ("a free slot", free, 0)):
+        if numbers and (min(numbers) < lowest or max(numbers) >= slots):
+            return name
+    if states and max(states) > MAX_STATE:
+        return "a FIFO state"
+    for at in (0, 3):  # (tail, head, length) of small, then of main
+        tail, head, length = queues[at:at + 3]
+        if not (-1 <= tail < slots and -1 <= head < slots and 0 <= length <= slots):
+            return "a FIFO queue"
+    if not 0 <= count <= slots or not 0 <= used_bytes <= slots * index.block_size:
+        return "the block count"
+    return None
 
 
 def _sync_directory(directory: Path) -> None:

@@ -25,6 +25,8 @@ from sidecar.config.loading import (
 from sidecar.config.options import OPTIONS, Option
 from sidecar.config.parsing import (
     HostPort,
+    KeyScope,
+    S3Location,
     parse_bool,
     parse_duration,
     parse_host_port,
@@ -32,6 +34,7 @@ from sidecar.config.parsing import (
     parse_size,
 )
 from sidecar.config.tree import (
+    AccessConfig,
     AuthConfig,
     CacheConfig,
     Config,
@@ -41,8 +44,8 @@ from sidecar.config.tree import (
 )
 
 __all__ = [
-    "OPTIONS", "AuthConfig", "CacheConfig", "Config", "HostPort", "Option", "OriginConfig",
-    "PrefetchConfig", "ServerConfig", "Setting", "build_config", "flatten_sections",
-    "load_config", "parse_bool", "parse_duration", "parse_host_port", "parse_rate",
-    "parse_size", "read_toml", "resolve",
+    "OPTIONS", "AccessConfig", "AuthConfig", "CacheConfig", "Config", "HostPort", "KeyScope",
+    "Option", "OriginConfig", "PrefetchConfig", "S3Location", "ServerConfig", "Setting",
+    "build_config", "flatten_sections", "load_config", "parse_bool", "parse_duration",
+    "parse_host_port", "parse_rate", "parse_size", "read_toml", "resolve",
 ]

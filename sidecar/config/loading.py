@@ -20,6 +20,7 @@ from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
 from sidecar.config.options import BY_NAME, OPTIONS, Option
 from sidecar.config.parsing import HostPort, parse_auth_keys_file
 from sidecar.config.tree import (
+    AccessConfig,
     AuthConfig,
     CacheConfig,
     Config,
@@ -32,11 +33,14 @@ from sidecar.errors import ConfigError
 
 SECTIONS: dict[str, type] = {
     "server": ServerConfig, "origin": OriginConfig, "cache": CacheConfig,
-    "prefetch": PrefetchConfig, "auth": AuthConfig,
+    "prefetch": PrefetchConfig, "auth": AuthConfig, "access": AccessConfig,
 }
 # The option whose raw value is a file to read while loading (its keys join
 # auth_keys): read with the other sources, never while building the tree.
 KEYS_FILE = "auth_keys_file"
+# The admin token's file under the cache dir when admin_token_file is not set
+# (sidecar.admin.token generates and reads it).
+TOKEN_FILE_NAME = "admin.token"
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -172,6 +176,11 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "prefetch": {
             "max_window_blocks": max(1, values["prefetch_max_window"] // block_size),
         },
+        "server": {
+            # Beside the cache: the one directory a sidecar surely owns and writes.
+            "admin_token_file": Path(values["admin_token_file"]
+                                     or Path(values["cache_dir"]) / TOKEN_FILE_NAME),
+        },
         "origin": {
             # A share of 0 would starve the lane: it means "no share of its own".
             "prefetch_share": values["prefetch_share"] or 1.0,
@@ -213,15 +222,44 @@ def validate(values: Mapping[str, Any]) -> None:
             f"prefetch_max_in_flight + warm_concurrency ({lower_lanes}) must leave at least 4 "
             f"of origin_max_connections ({values['origin_max_connections']}) to foreground reads"
         )
+    for name in ("passthrough_acquire_timeout", "passthrough_timeout"):
+        if values[name] <= 0:
+            raise ConfigError(f"{name} must be more than 0 (every pass-through would fail)")
     if values["origin_deadline"] <= 0:
         raise ConfigError("origin_deadline must be more than 0 (every origin read would fail)")
+    if values["access_log_upload"] is not None and (
+            values["access_log"] in (None, "-") or not values["access_log_max_size"]
+            or not values["access_log_backups"]):
+        # Only a rotated file is shipped: the log must be a file that rotates into
+        # PATH.1, where the shipper finds it.
+        raise ConfigError(
+            "access_log_upload ships rotated access log files: it needs access_log set to a "
+            "file path (not -), access_log_max_size above 0 and access_log_backups of 1 or more")
     admin: HostPort = values["admin_listen"]
-    if not admin.is_loopback and values["admin_token"] is None:
+    if not admin.is_loopback and values["admin_token"] is None \
+            and values["admin_token_file"] is None:
         # Named in every form: the listen address may have come from a file or the env.
+        # A token generated into the default file would be one nobody off the node
+        # knows of: off loopback the operator chooses where the token comes from.
         raise ConfigError(
             f"admin_listen {admin} is not loopback: set admin_token (--admin-token, "
-            "SIDECAR_ADMIN_TOKEN or admin_token in the config file) to protect the admin port"
+            "SIDECAR_ADMIN_TOKEN or admin_token in the config file) or admin_token_file "
+            "to protect the admin port"
         )
+    _validate_access(values)
+
+
+def _validate_access(values: Mapping[str, Any]) -> None:
+    """Key scopes name configured keys, within the served buckets."""
+    served = set(values["access_buckets"])
+    for akid, scope in values["auth_scopes"].items():
+        if akid not in values["auth_keys"]:
+            raise ConfigError(f"auth_scopes names {akid}, which is not among auth_keys "
+                              "(nor in auth_keys_file)")
+        outside = sorted(set(scope.buckets) - served) if served else []
+        if outside:
+            raise ConfigError(f"auth_scopes gives {akid} bucket {outside[0]}, which is not "
+                              "among access_buckets")
 
 
 def tree_fields() -> dict[str, set[str]]:

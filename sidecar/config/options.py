@@ -18,15 +18,19 @@ from sidecar.config.parsing import (
     optional_str,
     parse_auth_keys,
     parse_bool,
+    parse_bucket_list,
     parse_cpu_list,
     parse_duration,
     parse_host_port,
     parse_ionice,
+    parse_key_scopes,
     parse_layout_name,
     parse_log_format,
     parse_nice,
+    parse_optional_host_port,
     parse_path_list,
     parse_rate,
+    parse_s3_location,
     parse_sample_interval,
     parse_size,
     parse_size_or_auto,
@@ -65,9 +69,20 @@ OPTIONS: tuple[Option, ...] = (
     Option("admin_listen", parse_host_port, "127.0.0.1:9331", "admin port address", "H:P",
            field="server.admin_listen"),
     Option("admin_token", optional_str, "",
-           "bearer token for mutating admin calls (required off loopback)", "TOKEN",
+           "bearer token for mutating admin calls and, off loopback, for /metrics, /ui and "
+           "/api/v1/stats too; empty: the token of admin_token_file (on the command line it "
+           "shows in ps: prefer SIDECAR_ADMIN_TOKEN or the file)", "TOKEN",
            secret=True,
            field="server.admin_token"),
+    Option("admin_token_file", optional_str, "",
+           "where the admin token is kept when admin_token is not set: read at start, or "
+           "generated there (mode 0600) at the first start; empty: <cache_dir>/admin.token. "
+           "`sidecar stats` and the warm-up job read it (SIDECAR_ADMIN_TOKEN_FILE)", "PATH",
+           flag=False, group="server"),
+    Option("metrics_listen", parse_optional_host_port, "",
+           "a second listener serving GET /metrics only, without a token (for Prometheus "
+           "when the admin port is off loopback and guarded); empty: none", "H:P",
+           field="server.metrics_listen"),
     Option("origin_endpoint", optional_str, "",
            "object store URL (default: AWS from the region)", "URL",
            field="origin.endpoint"),
@@ -174,6 +189,22 @@ OPTIONS: tuple[Option, ...] = (
     Option("client_timeout", parse_duration, "30s",
            "a client that takes no bytes for this long is cut off", "DURATION", flag=False,
            field="server.client_timeout_s"),
+    Option("passthrough_acquire_timeout", parse_duration, "5s",
+           "a pass-through request (upload, delete, listing) waits at most this long for "
+           "one of the origin_max_connections it may use; then 503 SlowDown", "DURATION",
+           flag=False, group="server",
+           field="server.passthrough_acquire_timeout_s"),
+    Option("passthrough_timeout", parse_duration, "15m",
+           "the longest one pass-through request may hold an origin connection, its upload "
+           "and answer included (a trickling uploader is cut off: 400 RequestTimeout, or "
+           "the connection closed once the answer started)", "DURATION",
+           flag=False, group="server",
+           field="server.passthrough_timeout_s"),
+    Option("passthrough_per_client", positive_int, 16,
+           "pass-through requests one client address may have in flight at once; more get "
+           "503 SlowDown (one client never holds every origin connection)", "N",
+           flag=False, group="server",
+           field="server.passthrough_per_client"),
     Option("protect_path", parse_path_list, "",
            "refuse a cache dir on the same device as this path (repeatable), e.g. log.dirs",
            "PATH", kind="list",
@@ -226,6 +257,12 @@ OPTIONS: tuple[Option, ...] = (
            "rotated access log files kept (PATH.1 .. PATH.N); 0: the file is emptied "
            "when full", "N", flag=False, group="server",
            field="server.access_log_backups"),
+    Option("access_log_upload", parse_s3_location, "",
+           "ship each rotated access log file to the origin at s3://BUCKET/PREFIX, as "
+           "PREFIX/NODE/TIME.jsonl (through the sidecar's origin credentials, in the "
+           "background, up to access_log_backups files waiting); empty: keep them local",
+           "S3URL", flag=False, group="server",
+           field="server.access_log_upload"),
     Option("node_name", optional_str, "",
            "this node's name in the access log (capacity analysis groups by it); "
            "empty: the host name", "NAME", flag=False, group="server",
@@ -249,9 +286,30 @@ OPTIONS: tuple[Option, ...] = (
            "a file of AKID:SECRET lines (e.g. a Kubernetes Secret mount), added to auth_keys",
            "PATH", flag=False),
     Option("auth_allow_anonymous", parse_bool, False,
-           "serve unsigned requests, for reading only (GET/HEAD of objects and their "
-           "sub-resources, listings, HeadBucket, GetBucketLocation, ListBuckets): writes and "
-           "deletes always need a signature, as they reach the origin with the sidecar's "
-           "credentials", "BOOL", flag=False),
+           "serve unsigned requests, for reading the served buckets only (GET/HEAD of "
+           "objects and their sub-resources, listings, HeadBucket, GetBucketLocation; never "
+           "ListBuckets): writes and deletes always need a signature, as they reach the "
+           "origin with the sidecar's credentials", "BOOL", flag=False),
+    Option("auth_scopes", parse_key_scopes, "",
+           "narrow configured keys: a TOML table {AKID = \"read:BUCKET,...\"} or "
+           "AKID=read-write;AKID2=read:BUCKET (read or read-write, then the buckets it may "
+           "use, none: every served bucket); a key not named is read-write on every served "
+           "bucket, as are the sidecar's own origin credentials", "SCOPES", flag=False,
+           field="auth.scopes"),
+    # What the data port serves at all ([access] in TOML): requests reach the
+    # origin with the sidecar's credentials, which may reach far more.
+    Option("access_buckets", parse_bucket_list, "",
+           "the buckets the data port serves (the tiered-storage plugin's); every other "
+           "bucket gets 403 AccessDenied before the origin is asked. Empty: every bucket the "
+           "origin credentials reach (a warning at start), as before this option existed",
+           "BUCKETS", flag=False, field="access.buckets"),
+    Option("access_bucket_admin", parse_bool, False,
+           "let signed callers create and delete buckets and change bucket configuration "
+           "(policy, ACL, lifecycle, versioning...) and object ACLs; a Kafka fleet needs "
+           "none of it", "BOOL", flag=False, field="access.bucket_admin"),
+    Option("access_copy_sources", parse_bucket_list, "",
+           "buckets CopyObject and UploadPartCopy may copy from besides the served ones "
+           "(with access_buckets empty, any)", "BUCKETS", flag=False,
+           field="access.copy_sources"),
 )
 BY_NAME = {option.name: option for option in OPTIONS}

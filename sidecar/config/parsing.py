@@ -102,9 +102,16 @@ class HostPort:
 def parse_host_port(value: object) -> HostPort:
     host, sep, port = str(value).strip().rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ConfigError(f"not a HOST:PORT address: {value!r}")
     return HostPort(host, int(port))
+
+
+def parse_optional_host_port(value: object) -> HostPort | None:
+    """A HOST:PORT address, or None for an empty value (the listener is off)."""
+    if value is None or str(value).strip() == "":
+        return None
+    return parse_host_port(value)
 
 
 def parse_cpu_list(value: object) -> tuple[int, ...] | None:
@@ -203,6 +210,37 @@ def parse_nice(value: object) -> int:
     return number
 
 
+@dataclass(frozen=True)
+class S3Location:
+    """A bucket and a key prefix at the origin ("" or ending in "/")."""
+
+    bucket: str
+    prefix: str
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+# S3's bucket naming rules (3-63 characters of lower-case letters, digits, dots and
+# hyphens, a letter or digit at each end): Amazon S3 User Guide, "Bucket naming rules".
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def parse_s3_location(value: object) -> S3Location | None:
+    """`s3://bucket/prefix/` -> S3Location; empty -> None. The prefix gets a
+    trailing "/" so that every node's objects go under a folder of their own."""
+    text = str(value).strip()
+    if not text:
+        return None
+    bucket, _, prefix = text.removeprefix("s3://").partition("/")
+    if not text.startswith("s3://") or not _BUCKET_RE.match(bucket):
+        raise ConfigError(f"not an s3://BUCKET/PREFIX location: {value!r} "
+                          "(expected e.g. s3://kafka-logs/sidecar-access/)")
+    prefix = prefix.strip("/")
+    return S3Location(bucket, prefix + "/" if prefix else "")
+
+
 def optional_str(value: object) -> str | None:
     text = str(value).strip()
     return text or None
@@ -266,3 +304,63 @@ def _key_table(pairs: Sequence[tuple[str, object]], unit: str) -> dict[str, str]
             raise ConfigError(f"{unit} {number}: an access key id is given twice")
         keys[akid] = secret.strip()
     return keys
+
+
+# S3 bucket naming rules (S3 User Guide, "Bucket naming rules"): 3-63 lower-case
+# letters, digits, dots and hyphens, starting and ending with a letter or digit.
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_SCOPE_MODES = {"read": False, "read-write": True}
+
+
+@dataclass(frozen=True)
+class KeyScope:
+    """What one configured access key may do: the buckets (empty: every bucket
+    the sidecar serves) and whether it may write."""
+
+    buckets: tuple[str, ...]
+    write: bool
+
+
+def parse_bucket_list(value: object) -> tuple[str, ...]:
+    """A TOML list or a comma-separated string of bucket names (empty: none given)."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    buckets: list[str] = []
+    for item in items:
+        name = str(item).strip()
+        if not name:
+            continue
+        if not _BUCKET_RE.match(name) or ".." in name:
+            raise ConfigError(f"{name[:70]!r} is not an S3 bucket name (3-63 lower-case "
+                              "letters, digits, dots and hyphens)")
+        if name not in buckets:
+            buckets.append(name)
+    return tuple(buckets)
+
+
+def parse_key_scopes(value: object) -> dict[str, KeyScope]:
+    """`{AKID = "read:bucket-a,bucket-b"}` (TOML) or `AKID=read-write;AKID2=read:b`
+    (env) -> {akid: KeyScope}. The mode is `read` or `read-write`; the buckets
+    after a colon narrow the key to them (none: every served bucket)."""
+    if isinstance(value, dict):
+        pairs = [(str(akid), str(scope)) for akid, scope in value.items()]
+    else:
+        pairs = []
+        for entry in str(value).split(";"):
+            if entry.strip():
+                akid, sep, scope = entry.partition("=")
+                if not sep:
+                    raise ConfigError(f"{entry.strip()[:70]!r} is not AKID=MODE[:BUCKET,...]")
+                pairs.append((akid, scope))
+    scopes: dict[str, KeyScope] = {}
+    for akid, scope in pairs:
+        akid = akid.strip()
+        if not _ACCESS_KEY_RE.match(akid):
+            raise ConfigError(f"{akid[:70]!r} is not an access key id")
+        mode, _, buckets = scope.strip().partition(":")
+        if mode.strip() not in _SCOPE_MODES:
+            raise ConfigError(f"the scope of {akid} must start with read or read-write, "
+                              f"got {mode.strip()[:30]!r}")
+        if akid in scopes:
+            raise ConfigError(f"the scope of {akid} is given twice")
+        scopes[akid] = KeyScope(parse_bucket_list(buckets), _SCOPE_MODES[mode.strip()])
+    return scopes

@@ -32,6 +32,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("prefetch", "Read-ahead"),
     ("isolation", "Isolation from the broker"),
     ("auth", "Data-port authentication ([auth])"),
+    ("access", "What the data port serves ([access])"),
     ("other", "Other"),
 )
 _GROUP_OF_NAME: Mapping[str, str] = {
@@ -48,10 +49,16 @@ _GROUP_OF_NAME: Mapping[str, str] = {
     "warm_concurrency": "isolation",
 }
 _GROUP_OF_PREFIX: tuple[tuple[str, str], ...] = (
-    ("auth_", "auth"), ("origin_", "origin"), ("cache_", "cache"), ("disk_", "cache"),
+    ("auth_", "auth"), ("access_", "access"), ("origin_", "origin"), ("cache_", "cache"),
+    ("disk_", "cache"),
     ("scrub", "cache"), ("prefetch", "prefetch"), ("log_", "server"), ("admin_", "server"),
 )
 _TITLES = dict(GROUPS)
+# The access log's options start like [access]'s but are no part of it (what
+# the data port serves): not shown as `[access] log = ...`, which is legal all
+# the same.
+_NOT_IN_TABLE = frozenset({"access_log", "access_log_max_size", "access_log_backups",
+                           "access_log_upload"})
 
 SECRET_SET = "<set>"
 SECRET_UNSET = "<unset>"
@@ -85,7 +92,7 @@ def table_form(option: Option, names: Iterable[str]) -> tuple[str, str] | None:
     (`[auth]`, `[origin]`, `[cache]`), which is how an operator would group them.
     """
     table, sep, key = option.name.partition("_")
-    if not sep or table in set(names) or table not in _TITLES:
+    if not sep or table in set(names) or table not in _TITLES or option.name in _NOT_IN_TABLE:
         return None
     return table, key
 

@@ -3,7 +3,8 @@ take without a restart: pure, on two trees.
 
 Live (taken at once by SIGHUP or POST /api/v1/reload): the origin bandwidth and
 the lanes' shares, admission (max_requests, client_timeout), the data port's
-access keys and anonymous policy, the read-ahead window. Everything else (the
+access keys, their scopes and the anonymous policy, the buckets and operations
+it serves ([access]), the read-ahead window. Everything else (the
 cache's geometry, addresses, threads, the origin endpoint...) is reported as
 needing a restart and keeps its running value until then.
 """
@@ -21,7 +22,8 @@ from sidecar.config.tree import Config
 LIVE_FIELDS = frozenset({
     "origin.bandwidth", "origin.prefetch_share", "origin.warm_share",
     "server.max_requests", "server.client_timeout_s",
-    "auth.keys", "auth.allow_anonymous",
+    "auth.keys", "auth.allow_anonymous", "auth.scopes",
+    "access.buckets", "access.bucket_admin", "access.copy_sources",
     "prefetch.max_window_blocks",
 })
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sidecar.config.parsing import HostPort
+from sidecar.config.parsing import HostPort, KeyScope, S3Location
 from sidecar.layout import Layout
 
 
@@ -20,6 +20,9 @@ class ServerConfig:
     listen: HostPort
     admin_listen: HostPort
     admin_token: str | None = field(repr=False)  # a secret: kept out of reprs
+    # Where the token is kept when admin_token is None (generated at the first start).
+    admin_token_file: Path
+    metrics_listen: HostPort | None  # a tokenless /metrics-only listener; None: none
     cpus: tuple[int, ...] | None
     io_threads: int
     ionice: tuple[str, int] | None
@@ -27,9 +30,13 @@ class ServerConfig:
     max_requests: int
     max_buffered_bytes: int
     client_timeout_s: float
+    passthrough_acquire_timeout_s: float  # wait for an origin connection, then SlowDown
+    passthrough_timeout_s: float  # one pass-through request, upload and answer
+    passthrough_per_client: int  # pass-through requests in flight per client address
     access_log: str | None  # a path, "-" for stdout, None: no access log
     access_log_max_bytes: int  # rotate the access log file at this size; 0: never
     access_log_backups: int  # rotated files kept
+    access_log_upload: S3Location | None  # where rotated files are shipped; None: nowhere
     node_name: str | None  # the access log's `node`; None: the host name
     log_format: str  # auto | json | text (cli.py sets logging up with it)
     stats_interval_s: float  # the admin port samples its counters this often
@@ -125,6 +132,16 @@ class AuthConfig:
 
     keys: Mapping[str, str] = field(repr=False)  # secrets
     allow_anonymous: bool
+    scopes: Mapping[str, KeyScope]  # access key id -> scope; a key not here: unscoped
+
+
+@dataclass(frozen=True)
+class AccessConfig:
+    """What the data port serves at all, whoever signs (sidecar.s3.access)."""
+
+    buckets: tuple[str, ...]  # empty: every bucket the origin credentials reach
+    bucket_admin: bool  # bucket creation/deletion, bucket configuration, ACLs
+    copy_sources: tuple[str, ...]  # buckets a copy may read besides the served ones
 
 
 @dataclass(frozen=True)
@@ -134,3 +151,4 @@ class Config:
     cache: CacheConfig
     prefetch: PrefetchConfig
     auth: AuthConfig
+    access: AccessConfig

@@ -9,7 +9,7 @@ and the tasks no caller awaits (background).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 
 from sidecar.cache import BlockIdent, BlockStore
@@ -22,7 +22,7 @@ from sidecar.engine.read_ahead import ReadAhead
 from sidecar.engine.serving import RangeServer
 from sidecar.engine.warm_up import WarmResult, WarmUp
 from sidecar.isolation.modes import ModeState
-from sidecar.model import ObjectInfo
+from sidecar.model import FetchDone, ObjectInfo
 from sidecar.prefetch.planner import ReadAheadPlanner
 from sidecar.tally import ReadTally
 from sidecar.telemetry.metrics import Metrics
@@ -64,6 +64,11 @@ class Engine:
     @property
     def block_size(self) -> int:
         return self._block_size
+
+    def tell_background_fetches(self, listener: Callable[[FetchDone], None]) -> None:
+        """`listener` hears of each prefetch and warm fetch as it ends (the
+        access log's lines of them)."""
+        self._fetches.on_background_done = listener
 
     async def stream(
         self, info: ObjectInfo, start: int, end: int, *, lazy: bool,

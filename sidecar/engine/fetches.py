@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 from sidecar.blocks import block_span, coalesce_runs
 from sidecar.cache import BlockIdent, BlockStore, CacheDiskError
@@ -37,7 +38,7 @@ from sidecar.engine.pieces import PIECE_SIZE
 from sidecar.errors import DownloadsPaused, OriginBadBody, OriginCircuitOpen, Overloaded
 from sidecar.in_flight import InFlightBlock, Unslotted
 from sidecar.isolation.modes import ModeState
-from sidecar.model import FOREGROUND, PREFETCH, ObjectInfo
+from sidecar.model import FOREGROUND, PREFETCH, FetchDone, ObjectInfo
 
 # The engine's log lines keep the one logger name, whichever of its rooms writes them.
 log = logging.getLogger("sidecar.engine")
@@ -78,6 +79,9 @@ class Fetches:
         self._parts = max(1, foreground_parts)
         self._in_flight: dict[BlockIdent, InFlightBlock] = {}
         self._sealing: dict[BlockIdent, asyncio.Task[bool]] = {}
+        # Told of each prefetch and warm fetch as it ends (the access log's
+        # lines of them); foreground fetches are told in their requests' lines.
+        self.on_background_done: Callable[[FetchDone], None] | None = None
 
     @property
     def on_their_way(self) -> Mapping[BlockIdent, InFlightBlock]:
@@ -152,6 +156,8 @@ class Fetches:
         A failure reaches each block's readers through the block; the prefetch
         and warm lanes, which have no reader to tell, get it raised.
         """
+        began = time.monotonic()
+        ok = False
         try:
             await self._reserve_slots(run)
             first, last = run[0].ident.block, run[-1].ident.block
@@ -165,7 +171,8 @@ class Fetches:
                 # Never leave readers waiting on bytes that will not come.
                 raise OriginBadBody(f"s3://{info.bucket}/{info.key}: the fetch of blocks "
                                     f"{first}-{last} ended without blocks {short}")
-            return all(await asyncio.gather(*(self._sealing[block.ident] for block in run)))
+            ok = all(await asyncio.gather(*(self._sealing[block.ident] for block in run)))
+            return ok
         except Exception as exc:
             await self._abandon(info, run, lane, exc)
             if lane != FOREGROUND:
@@ -181,6 +188,11 @@ class Fetches:
                 task = self._sealing.get(block.ident)
                 if task is not None and task.done():
                     del self._sealing[block.ident]
+            if lane != FOREGROUND and self.on_background_done is not None:
+                self.on_background_done(FetchDone(
+                    lane, info, run[0].ident.block, run[-1].ident.block,
+                    sum(block.length for block in run if block.complete),
+                    time.monotonic() - began, ok))
 
     async def _reserve_slots(self, run: list[InFlightBlock]) -> None:
         for in_flight in run:

@@ -91,7 +91,7 @@ class RangeServer:
     ) -> AsyncGenerator[tuple[Piece, Source], None]:
         if not self._modes.caching:
             tally.add(block, FETCHED)
-            async with aclosing(self._bypass(info, block, lo, hi)) as passing:
+            async with aclosing(self._bypass(info, block, lo, hi, tally)) as passing:
                 async for passed in passing:
                     yield passed
             return
@@ -126,7 +126,11 @@ class RangeServer:
         if lo >= hi:
             return
         source = Source.CACHE if joined else Source.ORIGIN
+        before = len(started)
         in_flight = self._fetches.join_or_start(info, ident, ahead, started)
+        # A fetch this request started: a run of blocks from this one on.
+        tally.origin_bytes += sum(self._fetches.block_length(info, number)
+                                  for number in range(block, block + len(started) - before))
         try:
             async with aclosing(self._pieces_as_they_land(in_flight, lo, hi)) as landing:
                 async for piece in landing:
@@ -136,7 +140,7 @@ class RangeServer:
             # No slot to land in, its disk failed, or did not keep the bytes:
             # this reader's bytes come straight from the origin, uncached.
             self._bypass_disk_if_reads_fail()
-            async with aclosing(self._bypass(info, block, lo, hi)) as passing:
+            async with aclosing(self._bypass(info, block, lo, hi, tally)) as passing:
                 async for passed in passing:
                     yield passed
 
@@ -188,7 +192,7 @@ class RangeServer:
             self._store.unpin_write(in_flight.write)
 
     async def _bypass(
-        self, info: ObjectInfo, block: int, lo: int, hi: int
+        self, info: ObjectInfo, block: int, lo: int, hi: int, tally: ReadTally
     ) -> AsyncGenerator[tuple[Piece, Source], None]:
         """The bytes straight from the origin, not cached, not shared (bypass mode,
         or a block that could not land in the cache)."""
@@ -197,4 +201,5 @@ class RangeServer:
             self._origin.read_range(info, start + lo, start + hi, FOREGROUND)
         ) as chunks:
             async for chunk in chunks:
+                tally.origin_bytes += piece_length(chunk)
                 yield chunk, Source.ORIGIN

@@ -78,6 +78,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# The `lane` label of origin requests that upload the sidecar's own files (rotated
+# access logs): no read waits for them.
+UPLOAD_LANE = "upload"
+
 # Larger reads mean fewer trips through Python per byte; readers still see
 # bytes as each chunk lands.
 _READ_CHUNK = 1024 * 1024
@@ -267,6 +271,44 @@ class Origin:
                 break
         self._listings[(bucket, prefix)] = keys
         return keys
+
+    async def upload(self, bucket: str, key: str, parts: AsyncIterator[bytes],
+                     content_type: str) -> int:
+        """A new object made of the non-empty `parts` (each but the last at least 5 MiB,
+        S3's multipart minimum), as one multipart upload; its size.
+
+        Each request is retried under the deadline like any other, but never seen
+        by the circuit breaker: an upload the origin refuses (no PutObject right on
+        that bucket, say) says nothing of whether reads can go through. A failed
+        upload is aborted, so no part is left to be billed (S3 User Guide,
+        "Aborting a multipart upload"); a cancelled one is left to the bucket's
+        lifecycle rule for incomplete uploads.
+        """
+        what = f"PUT s3://{bucket}/{key}"
+
+        def call(method: Callable[..., Awaitable[Any]], **arguments: Any) -> Awaitable[Any]:
+            return self._call(UPLOAD_LANE, what, functools.partial(
+                method, Bucket=bucket, Key=key, **arguments), bucket, key, breaker=False)
+
+        created = await call(self._client.create_multipart_upload, ContentType=content_type)
+        upload_id = created["UploadId"]
+        done: list[dict[str, Any]] = []
+        size = 0
+        try:
+            async for body in parts:
+                answer = await call(self._client.upload_part, UploadId=upload_id,
+                                    PartNumber=len(done) + 1, Body=body)
+                done.append({"ETag": answer["ETag"], "PartNumber": len(done) + 1})
+                size += len(body)
+            await call(self._client.complete_multipart_upload, UploadId=upload_id,
+                       MultipartUpload={"Parts": done})
+        except Exception:
+            try:
+                await call(self._client.abort_multipart_upload, UploadId=upload_id)
+            except Exception as exc:  # the upload's own error is the one to report
+                log.debug("%s: abort failed: %s", what, exc)
+            raise
+        return size
 
     async def _call(
         self, lane: str, what: str, call: Callable[[], Awaitable[T]],

@@ -7,7 +7,7 @@ limits (S3 User Guide, "Bucket naming rules" and "Naming Amazon S3 objects").
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import unquote
 
 from sidecar.s3.errors import S3Error
 
@@ -30,10 +30,26 @@ def split_path(raw_path: str) -> tuple[str, str, dict[str, str]]:
         return (
             unquote(bucket, errors="strict"),
             unquote(key, errors="strict"),
-            dict(parse_qsl(query, keep_blank_values=True)),
+            dict(query_pairs(query)),
         )
     except UnicodeDecodeError:
         raise S3Error(400, "InvalidURI", "Couldn't parse the specified URI.") from None
+
+
+def query_pairs(raw_query: str) -> list[tuple[str, str]]:
+    """The query's (name, value) pairs in order, percent-decoded as SigV4 reads
+    them: a '+' is a plus sign, not a space (form decoding, as parse_qsl does,
+    would have the origin see another query than the one signed), and bytes
+    that are not UTF-8 survive as surrogates (quote(..., errors="surrogateescape")
+    gives them back)."""
+    pairs: list[tuple[str, str]] = []
+    for item in raw_query.split("&"):
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        pairs.append((unquote(name, errors="surrogateescape"),
+                      unquote(value, errors="surrogateescape")))
+    return pairs
 
 
 def validate_object_address(bucket: str, key: str) -> None:

@@ -30,12 +30,13 @@ from sidecar.errors import (
 from sidecar.http_fields import undecodable_field
 from sidecar.model import ObjectInfo
 from sidecar.origin.client import Origin
+from sidecar.s3.access import AccessPolicy, Caller
 from sidecar.s3.addressing import split_path, validate_object_address
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
 from sidecar.s3.operations import OTHER_OPERATION, Operation, classify
 from sidecar.s3.passthrough import PassThrough
-from sidecar.s3.payload import BadPayload
+from sidecar.s3.payload import BadPayload, connection_named
 from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
 from sidecar.s3.ranges import unsatisfied_content_range
 from sidecar.s3.sigv4 import Reason, SignatureRejected
@@ -70,8 +71,10 @@ class DataPort:
         access_log: AccessLog | None = None,
         auth: Authenticator | None = None,
         passthrough: PassThrough | None = None,
+        access: AccessPolicy | None = None,
     ) -> None:
         self._auth = auth
+        self._access = access or AccessPolicy()
         self._passthrough = passthrough
         self._engine = engine
         self._origin = origin
@@ -81,13 +84,14 @@ class DataPort:
         self._active = 0
         self._access_log = access_log
 
-    def configure(self, max_requests: int, client_timeout_s: float, auth: Authenticator
-                  ) -> None:
-        """Admission and who may sign, as a configuration reload changes them:
-        for the requests that arrive from now on."""
+    def configure(self, max_requests: int, client_timeout_s: float, auth: Authenticator,
+                  access: AccessPolicy | None = None) -> None:
+        """Admission, who may sign and what they may do, as a configuration
+        reload changes them: for the requests that arrive from now on."""
         self._max_requests = max_requests
         self._client_timeout = client_timeout_s
         self._auth = auth
+        self._access = access or AccessPolicy()
 
     def app(self) -> web.Application:
         application = web.Application()
@@ -109,7 +113,7 @@ class DataPort:
             if unreadable is not None:
                 raise S3Error(400, "InvalidArgument", f"Header {unreadable} is not valid UTF-8.")
             # First, for every method: nothing is parsed or forwarded for a stranger.
-            anonymous = self._authenticate(request)
+            caller = self._authenticate(request)
             if self._active > self._max_requests:
                 raise slow_down()
             bucket, key, query = split_path(request.raw_path)
@@ -120,10 +124,16 @@ class DataPort:
                 # answers 405, and the origin is never asked.
                 raise S3Error(405, "MethodNotAllowed",
                               "The specified method is not allowed against this resource.")
-            if anonymous:
+            if caller.anonymous:
                 self._refuse_anonymous_writes(operation)
             if bucket:
                 validate_object_address(bucket, key)
+            # Before the origin is asked: what this caller may do here at all.
+            refusal = self._access.refusal(caller, operation.name, bucket,
+                                           request.headers.get("x-amz-copy-source"))
+            if refusal is not None:
+                self._metrics.access_denied.labels(operation.name).inc()
+                raise S3Error(403, "AccessDenied", refusal)
             if not operation.cached:
                 response = await self._pass_through(request, operation, bucket, key)
             else:
@@ -166,10 +176,10 @@ class DataPort:
             ))
         return response
 
-    def _authenticate(self, request: web.Request) -> bool:
-        """Check the request's signature; True if it goes on as an anonymous one."""
+    def _authenticate(self, request: web.Request) -> Caller:
+        """Check the request's signature: who sent it (anonymous: no key)."""
         if self._auth is None:
-            return False
+            return Caller("")  # no authentication at all: an unscoped caller
         try:
             verified = self._auth.check(
                 request.method, request.raw_path, list(request.headers.items())
@@ -178,11 +188,18 @@ class DataPort:
             self._metrics.auth_failures.labels(exc.reason.value).inc()
             raise S3Error(403, "AccessDenied", exc.message) from None
         if verified is None:
-            return True
+            return Caller(None)
+        # RFC 9110 section 7.6.1: a proxy drops the fields Connection names, and
+        # the sidecar re-signs without them; a signed one (an encryption or
+        # object-lock header, a precondition) would silently not reach the origin.
+        dropped = sorted(connection_named(request.headers.items()) & verified.signed_headers)
+        if dropped:
+            raise S3Error(400, "InvalidArgument",
+                          f"The Connection header names the signed header {dropped[0]}.")
         # A signed aws-chunked body must chain to this signature (checked as the
         # pass-through decodes it).
         request[PassThrough.CHUNK_SIGNER] = verified.chunk_signer
-        return False
+        return Caller(verified.access_key)
 
     def _refuse_anonymous_writes(self, operation: Operation) -> None:
         """Next to access keys, anonymous requests only read: everything the cache

@@ -47,11 +47,13 @@ OTHER_OPERATION = "Other"
 
 
 # What an anonymous request may do when access keys are configured
-# (sidecar.s3.auth): read objects and list them, never write or delete with the
-# sidecar's credentials. Bucket configuration (GetBucketConfig) stays private.
+# (sidecar.s3.auth), and a key scoped to `read` (sidecar.s3.access): read
+# objects and list them, never write or delete with the sidecar's credentials.
+# Bucket configuration (GetBucketConfig) stays private, and so does the list of
+# the buckets the sidecar's identity has (ListBuckets: sidecar.s3.access).
 READ_OPERATIONS = frozenset({
     "GetObject", "HeadObject", "ListObjects", "ListObjectsV2", "ListObjectVersions",
-    "ListMultipartUploads", "HeadBucket", "GetBucketLocation", "ListBuckets",
+    "ListMultipartUploads", "HeadBucket", "GetBucketLocation",
     "ListParts", "GetObjectTagging", "GetObjectAcl", "GetObjectAttributes",
     "GetObjectRetention", "GetObjectLegalHold", "GetObjectTorrent",
 })
@@ -64,10 +66,32 @@ class Operation:
     invalidates: Invalidates = Invalidates.NOTHING
 
 
-_OBJECT_GET_SUBRESOURCES = {
-    "uploadId": "ListParts", "tagging": "GetObjectTagging", "acl": "GetObjectAcl",
-    "attributes": "GetObjectAttributes", "retention": "GetObjectRetention",
-    "legal-hold": "GetObjectLegalHold", "torrent": "GetObjectTorrent",
+# GET sub-resources of an object: the operation, and every query parameter it
+# takes (S3 API Reference of each operation).
+_OBJECT_GET_SUBRESOURCES: dict[str, tuple[str, frozenset[str]]] = {
+    "uploadId": ("ListParts", frozenset({"uploadId", "max-parts", "part-number-marker",
+                                         "encoding-type"})),
+    "tagging": ("GetObjectTagging", frozenset({"tagging", "versionId"})),
+    "acl": ("GetObjectAcl", frozenset({"acl", "versionId"})),
+    "attributes": ("GetObjectAttributes", frozenset({"attributes", "versionId"})),
+    "retention": ("GetObjectRetention", frozenset({"retention", "versionId"})),
+    "legal-hold": ("GetObjectLegalHold", frozenset({"legal-hold", "versionId"})),
+    "torrent": ("GetObjectTorrent", frozenset({"torrent"})),
+}
+# GetObject/HeadObject parameters besides the response-* overrides.
+_GET_OBJECT_PARAMETERS = frozenset({"versionId", "partNumber"})
+# A GET or HEAD of an object with a query no read takes: passed through for a
+# signed caller, never an anonymous read.
+UNKNOWN_OBJECT_READ = "GetObjectConfig"
+# GET sub-resources of a bucket that are reads, with the parameters they take.
+_BUCKET_GET_SUBRESOURCES: dict[str, tuple[str, frozenset[str]]] = {
+    "uploads": ("ListMultipartUploads", frozenset({
+        "uploads", "delimiter", "encoding-type", "key-marker", "max-uploads", "prefix",
+        "upload-id-marker"})),
+    "versions": ("ListObjectVersions", frozenset({
+        "versions", "delimiter", "encoding-type", "key-marker", "max-keys", "prefix",
+        "version-id-marker", "optional-object-attributes"})),
+    "location": ("GetBucketLocation", frozenset({"location"})),
 }
 _OBJECT_PUT_SUBRESOURCES = {
     "tagging": "PutObjectTagging", "acl": "PutObjectAcl",
@@ -87,15 +111,7 @@ def classify(
     if not key:
         return _bucket_operation(method, query)
     if method in ("GET", "HEAD"):
-        name = "GetObject" if method == "GET" else "HeadObject"
-        if set(query) <= HARMLESS_QUERY:
-            return Operation(name, cached=True)
-        if method == "GET":
-            for sub, sub_name in _OBJECT_GET_SUBRESOURCES.items():
-                if sub in query:
-                    return Operation(sub_name)
-        # versionId, partNumber, response-* overrides: the origin answers.
-        return Operation(name)
+        return _object_read(method, query)
     copy = _has(headers, "x-amz-copy-source")
     if method == "PUT":
         if "partNumber" in query and "uploadId" in query:
@@ -123,19 +139,35 @@ def classify(
     return Operation(OTHER_OPERATION)
 
 
+def _object_read(method: str, query: Mapping[str, str]) -> Operation:
+    """GET or HEAD of an object: cached when plain; a sub-resource only with the
+    parameters it takes. Anything else is no read (UNKNOWN_OBJECT_READ)."""
+    name = "GetObject" if method == "GET" else "HeadObject"
+    params = set(query) - HARMLESS_QUERY
+    if not params:
+        return Operation(name, cached=True)
+    if method == "GET":
+        for sub, (sub_name, takes) in _OBJECT_GET_SUBRESOURCES.items():
+            if sub in params:
+                return Operation(sub_name if params <= takes else UNKNOWN_OBJECT_READ)
+    if all(p in _GET_OBJECT_PARAMETERS or p.startswith("response-") for p in params):
+        # versionId, partNumber, response-* overrides: the origin answers.
+        return Operation(name)
+    return Operation(UNKNOWN_OBJECT_READ)
+
+
 def _bucket_operation(method: str, query: Mapping[str, str]) -> Operation:
     if method == "GET":
-        if "uploads" in query:
-            return Operation("ListMultipartUploads")
-        if "versions" in query:
-            return Operation("ListObjectVersions")
-        if "location" in query:
-            return Operation("GetBucketLocation")
-        if query.get("list-type") == "2":
-            return Operation("ListObjectsV2")
-        if set(query) - _LIST_PARAMETERS - HARMLESS_QUERY:
+        # A listing (or the location) only with the parameters it takes: a
+        # sub-resource beside them (`?list-type=2&policy`, `?uploads&acl`) makes
+        # another request of it, which is no read (GetBucketConfig).
+        params = set(query) - HARMLESS_QUERY
+        for sub, (sub_name, takes) in _BUCKET_GET_SUBRESOURCES.items():
+            if sub in params:
+                return Operation(sub_name if params <= takes else "GetBucketConfig")
+        if not params <= _LIST_PARAMETERS:
             return Operation("GetBucketConfig")
-        return Operation("ListObjects")
+        return Operation("ListObjectsV2" if query.get("list-type") == "2" else "ListObjects")
     if method == "HEAD":
         return Operation("HeadBucket")
     if method == "POST" and "delete" in query:
@@ -173,7 +205,8 @@ def outbound_path(bucket: str, key: str) -> str:
 def outbound_query(pairs: Iterable[tuple[str, str]]) -> str:
     """The query string, canonically encoded (SigV4: names and values URI-encoded,
     sorted) so that the origin computes the same canonical request as the signer."""
-    encoded = sorted((quote(k, safe="-_.~"), quote(v, safe="-_.~"))
+    encoded = sorted((quote(k, safe="-_.~", errors="surrogateescape"),
+                      quote(v, safe="-_.~", errors="surrogateescape"))
                      for k, v in pairs if k not in PRESIGN_QUERY)
     return "&".join(f"{k}={v}" for k, v in encoded)
 

@@ -12,21 +12,22 @@ client's payload hash: the origin still verifies the body against the hash the
 client computed (sidecar.s3.operations.plan_payload says how each payload mode is
 forwarded). A signed aws-chunked body reaches the origin decoded, so its chunk
 signatures are checked here instead, against the ChunkSigner of the verified
-request (known only when access keys are configured); the last piece is held
-back until the whole chain holds, so the origin never stores a body whose chain
-fails. Writes and deletes invalidate the cached blocks and the remembered
-HEAD of their keys once the origin accepted them, so an object written through
-the sidecar reads back through it at once.
+request; decoded bytes past the signed x-amz-decoded-content-length are refused
+as they arrive, and the last declared byte is held back until the whole chain
+holds, so the origin never stores a body that is over-long or whose chain
+fails. Writes and deletes invalidate the cached blocks and the remembered HEAD
+of their keys once the origin accepted them, so an object written through the
+sidecar reads back through it at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
-from urllib.parse import parse_qsl
 
 import aiohttp
 from aiobotocore.session import get_session
@@ -37,7 +38,8 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from sidecar.config import OriginConfig
-from sidecar.errors import OriginUnavailable
+from sidecar.errors import OriginUnavailable, Overloaded
+from sidecar.s3.addressing import query_pairs
 from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker, SignatureChain
 from sidecar.s3.operations import (
     MAX_DELETE_BODY,
@@ -49,6 +51,7 @@ from sidecar.s3.operations import (
 )
 from sidecar.s3.payload import (
     BadPayload,
+    DeclaredLength,
     Payload,
     PayloadMode,
     outbound_headers,
@@ -82,6 +85,15 @@ class _ClientHashSigner(S3SigV4Auth):  # type: ignore[misc]
         return self._payload_hash
 
 
+@dataclass(frozen=True)
+class PassThroughLimits:
+    """How long and how many: what one client or one slow upload may hold."""
+
+    acquire_timeout_s: float = 5.0  # wait for one of the origin connections
+    timeout_s: float = 15 * 60.0  # one request, upload and answer included
+    per_client: int = 16  # requests in flight from one client address
+
+
 @dataclass
 class _BodyFailure:
     """Why reading the client's body failed, if it did (seen after the upload)."""
@@ -100,10 +112,16 @@ class PassThrough:
         config: OriginConfig,
         invalidate: Callable[[str, str], object],
         client_timeout_s: float = 30.0,
+        limits: PassThroughLimits | None = None,
     ) -> None:
         self._config = config
         self._invalidate = invalidate
         self._client_timeout = client_timeout_s
+        self._limits = limits or PassThroughLimits()
+        # The origin connections pass-through requests may hold, and how many
+        # each client address holds now.
+        self._slots = asyncio.Semaphore(config.max_connections)
+        self._per_client: Counter[str] = Counter()
         self._base = (config.endpoint or f"https://s3.{config.region}.amazonaws.com").rstrip("/")
         self._session: aiohttp.ClientSession | None = None
         self._credentials: Any = None
@@ -135,16 +153,42 @@ class PassThrough:
 
         With `chunk_signer` (the verified request's), a signed aws-chunked body
         must chain to it. Raises BadPayload (a 400) for a body S3 would refuse,
-        SignatureRejected (a 403) for a chunk signature that does not hold, and
+        SignatureRejected (a 403) for a chunk signature that does not hold,
         OriginUnavailable (a 503) when the origin cannot be reached before an
-        answer started.
+        answer started, and Overloaded (503 SlowDown) when the client already
+        has `per_client` requests in flight or no origin connection comes free
+        within `acquire_timeout_s`.
         """
+        client = request.remote or ""
+        if self._per_client[client] >= self._limits.per_client:
+            raise Overloaded(f"{client} has {self._limits.per_client} pass-through "
+                             "requests in flight")
+        self._per_client[client] += 1
+        try:
+            try:
+                await asyncio.wait_for(self._slots.acquire(), self._limits.acquire_timeout_s)
+            except TimeoutError:
+                raise Overloaded("no origin connection came free for a pass-through "
+                                 f"within {self._limits.acquire_timeout_s:g}s") from None
+            try:
+                return await self._forward(request, operation, bucket, key, chunk_signer)
+            finally:
+                self._slots.release()
+        finally:
+            self._per_client[client] -= 1
+            if not self._per_client[client]:
+                del self._per_client[client]
+
+    async def _forward(
+        self, request: web.Request, operation: Operation, bucket: str, key: str,
+        chunk_signer: ChunkSigner | None,
+    ) -> web.StreamResponse:
         assert self._session is not None, "start() first"
         payload = plan_payload(request.headers, REFRAME_CHUNK)
         chain = None
         if chunk_signer is not None and payload.signed_streaming is not None:
             chain = SignatureChain.of(chunk_signer, payload.signed_streaming)
-        query = parse_qsl(request.raw_path.partition("?")[2], keep_blank_values=True)
+        query = query_pairs(request.raw_path.partition("?")[2])
         path = outbound_path(bucket, key)
         encoded_query = outbound_query(query)
         url = self._base + path + (f"?{encoded_query}" if encoded_query else "")
@@ -162,10 +206,16 @@ class PassThrough:
             body = self._stream_body(request, payload, chain, failure)
         else:
             body = None
+        started = asyncio.get_running_loop().time()
         try:
             async with self._session.request(
                 request.method, URL(url, encoded=True), headers=headers, data=body,
                 allow_redirects=False,
+                # Upload and answer together: a client trickling its body a byte
+                # under client_timeout at a time holds the connection no longer.
+                timeout=aiohttp.ClientTimeout(
+                    total=self._limits.timeout_s, sock_connect=self._config.connect_timeout_s,
+                    sock_read=self._config.read_timeout_s),
             ) as upstream:
                 if 200 <= upstream.status < 300:
                     for each in keys:
@@ -176,6 +226,11 @@ class PassThrough:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if failure.error is not None:
                 raise failure.error from exc
+            if isinstance(exc, TimeoutError) and \
+                    asyncio.get_running_loop().time() - started >= self._limits.timeout_s:
+                raise BadPayload(
+                    f"The request took longer than {self._limits.timeout_s:g}s "
+                    "(passthrough_timeout).", "RequestTimeout") from None
             raise OriginUnavailable(
                 f"{operation.name} {bucket}/{key}: origin unreachable: {exc!r}"
             ) from exc
@@ -247,33 +302,33 @@ class PassThrough:
             return
         decoder = AwsChunkedDecoder(chain)
         rechunker = Rechunker(REFRAME_CHUNK) if payload.mode is PayloadMode.REFRAME else None
-        # The last decoded piece (re-framed: the final chunk and trailer) is held
-        # back until the framing has ended well and every chunk signature held:
-        # the origin must not receive all Content-Length bytes (and store the
-        # object) from a body that turns out to be cut short, malformed or forged.
-        held = b""
+        # Decoded bytes past the signed x-amz-decoded-content-length are refused
+        # as they arrive, and the last declared one (re-framed: with the final
+        # chunk and trailer) is held back until the framing has ended well and
+        # every chunk signature held: the origin must not receive all
+        # Content-Length bytes (and store the object) from a body that turns
+        # out to be cut short, over-long, malformed or forged.
+        gate = DeclaredLength(payload.decoded_length)
         try:
             while chunk := await self._read(request):
                 for piece in decoder.feed(chunk):
-                    if rechunker is not None:
-                        for framed in rechunker.feed(piece):
-                            yield framed
+                    admitted = gate.admit(piece)
+                    if rechunker is None:
+                        if admitted:
+                            yield bytes(admitted)
                         continue
-                    if held:
-                        yield held
-                    held = bytes(piece)
+                    for framed in rechunker.feed(admitted):
+                        yield framed
         except ChunkedFormatError as exc:
             raise BadPayload(str(exc), "IncompleteBody") from exc
         if not decoder.done:
             raise BadPayload("the aws-chunked body ended early", "IncompleteBody")
-        if decoder.decoded_bytes != _expected(payload, request):
-            raise BadPayload("the aws-chunked body does not match x-amz-decoded-content-length",
-                             "IncompleteBody")
+        last = gate.release()
         if rechunker is not None:
             trailers = [(n, v) for n, v in decoder.trailers if n == payload.trailer]
-            yield rechunker.finish(trailers)
-        elif held:
-            yield held
+            yield b"".join(rechunker.feed(last)) + rechunker.finish(trailers)
+        elif last:
+            yield last
 
     async def _small_body(
         self, request: web.Request, payload: Payload, chain: SignatureChain | None
@@ -286,8 +341,3 @@ class PassThrough:
             if len(collected) > MAX_DELETE_BODY:
                 raise BadPayload("Your request was too big.", "MaxMessageLengthExceeded")
         return bytes(collected)
-
-
-def _expected(payload: Payload, request: web.Request) -> int:
-    declared = request.headers.get("x-amz-decoded-content-length", "")
-    return int(declared) if declared.isdigit() else -1

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 # Also pure: the framing's length is part of deciding how a body is forwarded.
+from sidecar.numerals import parse_decimal
 from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, unsigned_trailer_length
 
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
@@ -53,6 +54,8 @@ class Payload:
     # DECODE and REFRAME: the client's STREAMING-AWS4-* payload hash; its chunk
     # signatures chain to the request's signature (sidecar.s3.aws_chunked).
     signed_streaming: str | None = None
+    # DECODE and REFRAME: x-amz-decoded-content-length, the payload's length.
+    decoded_length: int = 0
 
 
 class BadPayload(ValueError):
@@ -85,16 +88,18 @@ def plan_payload(headers: Mapping[str, str], reframe_chunk: int) -> Payload:
     if match is None:
         raise BadPayload(f"x-amz-content-sha256 {declared[:80]!r} is not a payload hash S3 accepts")
     decoded = lower.get("x-amz-decoded-content-length", "").strip()
-    if not decoded.isdigit():
-        raise BadPayload("a streaming upload needs x-amz-decoded-content-length")
-    length = int(decoded)
+    try:
+        length = parse_decimal(decoded)
+    except ValueError:
+        raise BadPayload("a streaming upload needs x-amz-decoded-content-length, "
+                         "a number of ASCII digits") from None
     trailer = lower.get("x-amz-trailer", "").strip().lower()
     if match.group(2) and trailer:
         framed = unsigned_trailer_length(length, reframe_chunk, trailer)
         if framed is not None:
             return Payload(PayloadMode.REFRAME, STREAMING_UNSIGNED_TRAILER, framed, trailer,
-                           declared)
-    return Payload(PayloadMode.DECODE, UNSIGNED_PAYLOAD, length, None, declared)
+                           declared, length)
+    return Payload(PayloadMode.DECODE, UNSIGNED_PAYLOAD, length, None, declared, length)
 
 
 def outbound_headers(headers: Iterable[tuple[str, str]], payload: Payload) -> list[tuple[str, str]]:
@@ -102,11 +107,7 @@ def outbound_headers(headers: Iterable[tuple[str, str]], payload: Payload) -> li
     Connection header names), the client's signature and Host dropped; the
     payload headers rewritten for a decoded body."""
     pairs = list(headers)
-    named = {
-        token.strip().lower()
-        for name, value in pairs if name.lower() == "connection"
-        for token in value.split(",")
-    }
+    named = connection_named(pairs)
     out: list[tuple[str, str]] = []
     for name, value in pairs:
         lname = name.lower()
@@ -130,6 +131,16 @@ def outbound_headers(headers: Iterable[tuple[str, str]], payload: Payload) -> li
     return out
 
 
+def connection_named(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """The field names the Connection header lists (RFC 9110 section 7.6.1: a
+    proxy removes them before forwarding), lower-cased."""
+    return {
+        token.strip().lower()
+        for name, value in headers if name.lower() == "connection"
+        for token in value.split(",") if token.strip()
+    }
+
+
 def _without_aws_chunked(value: str) -> str:
     return ",".join(t.strip() for t in value.split(",") if t.strip().lower() != "aws-chunked")
 
@@ -137,12 +148,45 @@ def _without_aws_chunked(value: str) -> str:
 def response_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The origin's response headers as sent to the client (hop-by-hop dropped)."""
     pairs = list(headers)
-    named = {
-        token.strip().lower()
-        for name, value in pairs if name.lower() == "connection"
-        for token in value.split(",")
-    }
+    named = connection_named(pairs)
     return [(n, v) for n, v in pairs if n.lower() not in HOP_BY_HOP and n.lower() not in named]
+
+
+@dataclass
+class DeclaredLength:
+    """The decoded bytes of a signed aws-chunked body, gated by the length the
+    signature covers (x-amz-decoded-content-length).
+
+    The origin stores an object once it has received Content-Length bytes, so
+    the last declared byte is held back until the caller has seen the framing
+    end and every chunk signature hold (`release`); a byte past the declared
+    length is refused as it arrives, never forwarded.
+    """
+
+    declared: int
+    admitted: int = 0
+    _held: bytes = b""
+
+    def admit(self, piece: bytes | memoryview) -> bytes | memoryview:
+        """What of ``piece`` may go to the origin now (possibly nothing)."""
+        if self.admitted + len(piece) > self.declared:
+            raise BadPayload("the aws-chunked body holds more bytes than "
+                             "x-amz-decoded-content-length declares", "IncompleteBody")
+        self.admitted += len(piece)
+        if not piece or self.admitted < self.declared:
+            return piece
+        # The piece reaches the declared length: its last byte waits for release().
+        self._held = bytes(piece[-1:])
+        return piece[:-1]
+
+    def release(self) -> bytes:
+        """The held last byte, once the whole body has verified; BadPayload if
+        the body was shorter than declared."""
+        if self.admitted != self.declared:
+            raise BadPayload("the aws-chunked body does not match x-amz-decoded-content-length",
+                             "IncompleteBody")
+        held, self._held = self._held, b""
+        return held
 
 
 def outbound_payload(body: bytes, payload: Payload) -> bytes:

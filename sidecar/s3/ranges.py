@@ -103,14 +103,21 @@ def resolve_range(specs: list[ByteRangeSpec] | None, size: int) -> ResolvedRange
     # header and serves the whole object, which §14.2 permits.
     if not specs or len(specs) > 1:
         return ResolvedRange(RangeResolution.FULL)
-    resolved = _resolve_spec(specs[0], size)
+    spec = specs[0]
+    if size == 0 and spec.suffix:
+        # RFC 9110 §14.1.1: a suffix-range of non-zero length is satisfiable
+        # whatever the representation's length, yet selects no byte of an empty
+        # one: S3 answers 200 with the (empty) object, and so does the sidecar.
+        return ResolvedRange(RangeResolution.FULL)
+    resolved = _resolve_spec(spec, size)
     if resolved is None:
         return ResolvedRange(RangeResolution.UNSATISFIABLE)
     return ResolvedRange(RangeResolution.PARTIAL, resolved)
 
 
 def _resolve_spec(spec: ByteRangeSpec, size: int) -> ByteRange | None:
-    # RFC 9110 §14.1.1: no range of a zero-length representation is satisfiable.
+    # RFC 9110 §14.1.1: no int-range of a zero-length representation is
+    # satisfiable (a suffix-range of one is answered whole: resolve_range).
     if size == 0:
         return None
     if spec.suffix is not None:

@@ -10,7 +10,14 @@ replays the `blocks` of these lines through the cache's own eviction policy.
      "etag": "\\"5d41...\\"", "object_size": 104857600, "range": "bytes=0-",
      "first_byte": 0, "last_byte": 104857599, "status": 206, "bytes": 1048576,
      "block_size": 4194304, "blocks": {"first": 0, "found": "f"}, "lane": "foreground",
-     "cache": "miss", "duration_s": 0.0312, "cache_bytes": 68719476736}
+     "cache": "miss", "duration_s": 0.0312, "cache_bytes": 68719476736,
+     "origin_bytes": 4194304}
+
+A read-ahead or warm fetch, which no request of the data port waits for, has a
+line of its own when it ends: method "FETCH", request_id null, bytes 0, the
+blocks it fetched ("f" each), its lane, and the origin bytes it brought. So
+the log's origin_bytes, summed, are what the sidecar read from the origin
+(sidecar_origin_bytes_total, `sidecar stats`), every lane included.
 
 Fields (docs/ARCHITECTURE.md "Access log" has the same list):
   node         the sidecar's `node_name` (default: the host name)
@@ -33,13 +40,17 @@ Fields (docs/ARCHITECTURE.md "Access log" has the same list):
   cache        hit, partial, miss or none, as the request duration metric's label
   duration_s   from the request's arrival to its last byte
   cache_bytes  the cache's configured size (what the capacity report calls current)
+  origin_bytes body bytes this line's origin reads brought: a request's own
+               fetches (whole blocks) and uncached reads; a FETCH line's blocks
+               that landed whole
 
 Writing never happens on the event loop: a line is formatted there and queued
 (bounded); a thread writes it. A writer that falls behind or a log disk that
 fails or fills drops lines, counted in sidecar_access_log_dropped_lines_total,
 and service goes on. The file rotates at `access_log_max_size` (PATH.1 the
-newest old file, up to `access_log_backups`); "-" writes to stdout for an
-orchestrator to collect.
+newest old file, up to `access_log_backups`), and each file rotated out is handed
+to `rotated` (sidecar.telemetry.log_shipping ships it to the object store); "-"
+writes to stdout for an orchestrator to collect.
 """
 
 from __future__ import annotations
@@ -58,6 +69,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from sidecar.http_fields import as_sent
+from sidecar.model import FetchDone
 from sidecar.tally import ReadTally
 from sidecar.telemetry.thread_names import name_this_thread
 
@@ -95,7 +107,7 @@ class ReadFacts:
 class AccessEntry:
     node: str
     time: str
-    request_id: str
+    request_id: str | None
     method: str
     bucket: str
     key: str
@@ -112,6 +124,16 @@ class AccessEntry:
     cache: str
     duration_s: float
     cache_bytes: int
+    origin_bytes: int = 0
+
+
+# The method of a background fetch's line (no request of the data port has it).
+FETCH_METHOD = "FETCH"
+
+
+def _stamp(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds") \
+        .replace("+00:00", "Z")
 
 
 def entry(
@@ -123,13 +145,12 @@ def entry(
     node = node or NodeFacts("", 0, 0)
     path = raw_path.partition("?")[0]
     bucket, _, key = path.lstrip("/").partition("/")
-    stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
     tally = read.tally if read is not None else None
     blocks: dict[str, int | str] | None = None
     if tally is not None and tally.first_block is not None:
         blocks = {"first": tally.first_block, "found": tally.letters}
     return AccessEntry(
-        node=node.name, time=stamp.replace("+00:00", "Z"), request_id=request_id,
+        node=node.name, time=_stamp(now), request_id=request_id,
         method=method,
         # A malformed escape is logged as sent rather than dropped.
         bucket=unquote(bucket, errors="replace"), key=unquote(key, errors="replace"),
@@ -141,6 +162,26 @@ def entry(
         status=status, bytes=body_bytes, block_size=node.block_size, blocks=blocks,
         lane=tally.lane if tally is not None else None, cache=cache,
         duration_s=round(duration_s, 6), cache_bytes=node.cache_bytes,
+        origin_bytes=tally.origin_bytes if tally is not None else 0,
+    )
+
+
+def fetch_entry(*, now: float, done: FetchDone, node: NodeFacts) -> AccessEntry:
+    """A background fetch that ended (read-ahead or warm). Pure, as `entry`."""
+    info = done.info
+    block_size = node.block_size or 1
+    first_byte = done.first_block * block_size
+    last_byte = min(info.size, (done.last_block + 1) * block_size) - 1
+    return AccessEntry(
+        node=node.name, time=_stamp(now), request_id=None, method=FETCH_METHOD,
+        bucket=info.bucket, key=info.key, etag=info.etag, object_size=info.size,
+        range=None, first_byte=first_byte, last_byte=last_byte,
+        # 200: every block landed; 500: some did not (no slot, an origin failure).
+        status=200 if done.ok else 500, bytes=0, block_size=node.block_size,
+        blocks={"first": done.first_block,
+                "found": "f" * (done.last_block - done.first_block + 1)},
+        lane=done.lane, cache="none", duration_s=round(done.duration_s, 6),
+        cache_bytes=node.cache_bytes, origin_bytes=done.origin_bytes,
     )
 
 
@@ -151,12 +192,15 @@ def format_entry(item: AccessEntry) -> str:
 
 class RotatingFile:
     """Appends to PATH; at `max_bytes` PATH becomes PATH.1 (PATH.1 PATH.2 ...) and
-    a new PATH starts. Used by the writer thread only."""
+    a new PATH starts; `rotated` is told "PATH.1" each time. Used by the writer
+    thread only."""
 
-    def __init__(self, path: str, max_bytes: int, backups: int) -> None:
+    def __init__(self, path: str, max_bytes: int, backups: int,
+                 rotated: Callable[[str], None] | None = None) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
+        self._rotated = rotated
         self._file: IO[bytes] | None = None
         self._size = 0
         self.open()
@@ -197,10 +241,20 @@ class RotatingFile:
                 if os.path.exists(older):
                     os.replace(older, f"{self.path}.{number + 1}")
             os.replace(self.path, f"{self.path}.1")
+            if self._rotated is not None:
+                self._rotated(f"{self.path}.1")
             self.open()
         else:
             self._file = open(self.path, "wb")  # noqa: SIM115
             self._size = 0
+
+    def rotate_out(self) -> None:
+        """Rotate now if anything was written (at stop, so that a shipped log
+        leaves nothing behind in PATH)."""
+        if self._file is None:
+            self.open()
+        if self._size:
+            self._rotate()
 
     def close(self) -> None:
         if self._file is not None:
@@ -217,10 +271,12 @@ class AccessLog:
     def __init__(
         self, target: str, node: NodeFacts | None = None, *, max_bytes: int = 0,
         backups: int = 0, dropped: Callable[[str, int], None] | None = None,
-        queue_lines: int = QUEUE_LINES,
+        queue_lines: int = QUEUE_LINES, rotated: Callable[[str], None] | None = None,
     ) -> None:
         self.node = node or NodeFacts("", 0, 0)
-        self._file = None if target == "-" else RotatingFile(target, max_bytes, backups)
+        self._rotates_out = rotated is not None
+        self._file = None if target == "-" else RotatingFile(target, max_bytes, backups,
+                                                               rotated)
         self._dropped = dropped or (lambda reason, lines: None)
         self._queue: queue.Queue[str | None] = queue.Queue(maxsize=queue_lines)
         self._thread = threading.Thread(target=self._run, name="sidecar-access-log",
@@ -266,8 +322,14 @@ class AccessLog:
                 self._file.close()
 
     def close(self) -> None:
-        """Write what is queued and close the file."""
+        """Write what is queued and close the file (rotated out first when rotated
+        files are shipped). Blocking: call it off the event loop."""
         self._queue.put(None)
         self._thread.join()
         if self._file is not None:
+            if self._rotates_out:
+                try:
+                    self._file.rotate_out()
+                except OSError:
+                    pass  # the lines are in PATH still, where the next start appends
             self._file.close()

@@ -8,7 +8,11 @@ traceback never breaks the one-record-per-line framing a log shipper relies on
 (Fluent Bit, Vector and Loki's promtail all split on newlines first).
 
 Text lines keep the old shape, `TIME LEVEL logger: message`, with the extra
-fields appended as `key=value`.
+fields appended as `key=value`. Control characters in the message (CR, LF, ESC,
+the C1 controls, U+2028/9) are written escaped (`\r`, `\x1b`, `\u2028`): a
+message quotes keys and header values a client chose, and a raw CR/LF would let
+it forge a line of its own (log injection, CWE-117), ESC would drive a terminal.
+Only a traceback's lines, which come after the message, break the line.
 
 Every line written on behalf of a data-port request carries its `request_id`
 (the client's x-amz-request-id, the access log's id): the data port sets
@@ -104,9 +108,21 @@ class TextFormatter(logging.Formatter):
         super().__init__(TEXT_FORMAT)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        line = super().formatMessage(record)
+        line = escape_controls(super().formatMessage(record))
         extras = " ".join(f"{name}={_text_value(value)}" for name, value in extra_fields(record))
         return f"{line} {extras}" if extras else line
+
+
+# Every C0 control but TAB, DEL, the C1 controls, and the Unicode line and
+# paragraph separators (which some viewers break lines at).
+_CONTROLS = {code: ascii(chr(code))[1:-1]
+             for code in (*range(0x00, 0x09), *range(0x0A, 0x20), *range(0x7F, 0xA0),
+                          0x2028, 0x2029)}
+
+
+def escape_controls(text: str) -> str:
+    """`text` with control characters written as Python escapes: one line, inert."""
+    return text.translate(_CONTROLS)
 
 
 def _text_value(value: object) -> str:

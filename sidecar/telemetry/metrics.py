@@ -117,6 +117,12 @@ class Metrics:
             "disk failed or is full (disk); serving goes on either way",
             ["reason"], registry=registry,
         )
+        self.access_log_uploads = Counter(
+            "sidecar_access_log_uploads",
+            "Rotated access log files shipped to access_log_upload (ok), uploads that "
+            "failed and will be tried again (failed), files given up (dropped)",
+            ["outcome"], registry=registry,
+        )
         self.client_disconnects = Counter(
             "sidecar_client_disconnects",
             "Answers a client stopped reading by closing its connection, before the "
@@ -128,12 +134,20 @@ class Metrics:
             "Data-port requests refused 403 AccessDenied by SigV4 verification, by reason",
             ["reason"], registry=registry,
         )
+        self.access_denied = Counter(
+            "sidecar_access_denied",
+            "Data-port requests refused 403 AccessDenied by [access] or a key's scope "
+            "(a bucket not served, bucket administration, a copy from elsewhere), by operation",
+            ["op"], registry=registry,
+        )
         for result in ("hit", "miss"):
             self.cache_lookups.labels(result)
         for source in ("cache", "origin"):
             self.served_bytes.labels(source)
         for reason in ("queue", "disk"):
             self.access_log_dropped.labels(reason)
+        for outcome in ("ok", "failed", "dropped"):
+            self.access_log_uploads.labels(outcome)
         for cache_result in REQUEST_CACHE_RESULTS:
             self.request_duration.labels("GetObject", cache_result)
         for op, code in (("GetObject", "200"), ("GetObject", "206"), ("HeadObject", "200")):

@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from sidecar.layout import parse_aiven_key
+from sidecar.tools.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 #: Where `make kafka` puts the broker's jars (see tests/kafka/pom.xml).
@@ -63,12 +64,6 @@ logger.started.level = info
 class BrokerError(RuntimeError):
     """A broker that could not be started (missing jars, a failed format, no readiness)."""
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def kafka_uuid() -> str:
@@ -116,6 +111,17 @@ class RemoteStorage:
             "rsm.config.storage.aws.secret.access.key": self.secret_key,
             "rsm.config.chunk.size": str(self.chunk_size),
             "rsm.config.key.prefix": self.key_prefix,
+        }
+
+    def sidecar_settings(self) -> dict[str, str]:
+        """What a sidecar in front of this storage serves, as env vars: the
+        plugin's bucket alone, and the plugin's key scoped to it. The plugin
+        needs nothing else: PutObject and multipart uploads, GetObject,
+        HeadObject, DeleteObjects and ListObjectsV2 on that bucket (no bucket
+        administration, no copies)."""
+        return {
+            "SIDECAR_ACCESS_BUCKETS": self.bucket,
+            "SIDECAR_AUTH_SCOPES": f"{self.access_key}=read-write:{self.bucket}",
         }
 
 

@@ -33,7 +33,6 @@ from tempfile import TemporaryDirectory
 from types import FrameType
 from typing import Any
 
-import boto3
 from kafka.errors import KafkaError
 
 from sidecar.errors import ConfigError
@@ -47,7 +46,7 @@ from sidecar.tools.broker import (
 )
 from sidecar.tools.catch_up import CatchUp, CatchUpError, catch_up, produce
 from sidecar.tools.commands import program
-from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3, loopback_client
 from sidecar.tools.serve_process import ServeError, ServeProcess
 
 BUCKET = "tiered"
@@ -115,15 +114,18 @@ def _run(stack: ExitStack, listen: str, admin_listen: str, seconds: float | None
     secret = secrets.token_urlsafe(18)
     cache = run_dir / "cache"
     cache.mkdir()
+    # The broker's storage settings need the sidecar's address, known once it
+    # serves; what the sidecar serves depends only on the bucket and the key.
+    served = RemoteStorage("", BUCKET, BROKER_KEY, secret).sidecar_settings()
     sidecar = stack.enter_context(ServeProcess(
         {"--listen": listen, "--admin-listen": admin_listen,
          "--origin-endpoint": origin.endpoint, "--cache-dir": str(cache),
          "--cache-size": CACHE_SIZE},
         {**CREDENTIALS,
          # The secure default, spelled out: only signed requests, by the sidecar's
-         # own origin key or the broker's.
+         # own origin key or the broker's, and only the broker's bucket.
          "SIDECAR_AUTH_ALLOW_ANONYMOUS": "false",
-         "SIDECAR_AUTH_KEYS": f"{BROKER_KEY}:{secret}"},
+         "SIDECAR_AUTH_KEYS": f"{BROKER_KEY}:{secret}", **served},
         run_dir / "sidecar.log"))
     storage = RemoteStorage(sidecar.data_url, BUCKET, BROKER_KEY, secret)
     cluster = stack.enter_context(KafkaCluster(run_dir / "kafka", storage))
@@ -190,10 +192,9 @@ def _hold_signals() -> None:
 
 
 def _s3(endpoint: str) -> Any:
-    return boto3.client(
-        "s3", endpoint_url=endpoint, region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
-        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    return loopback_client(endpoint, key=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                           secret=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                           region=CREDENTIALS["AWS_DEFAULT_REGION"])
 
 
 def _create_topic(bootstrap: str) -> None:

@@ -20,14 +20,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import boto3
 from prometheus_client import CollectorRegistry
 
 from sidecar.config import Config, load_config
 from sidecar.server import Sidecar
 from sidecar.tools.commands import DEMO_SPARK_CONF, program, python_module
 from sidecar.tools.kafka_segments import aiven_segment_objects, generate_topic_segments
-from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3, loopback_client
 from sidecar.tools.warmup_example import example_instructions, example_plan
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,7 @@ DEMO_TOPICS = (
 def seed_bucket(endpoint: str, topics: tuple[DemoTopic, ...] = DEMO_TOPICS) -> list[str]:
     """Create the bucket and upload each segment's objects as Aiven's plugin does
     (`.log`, `.indexes`, `.rsm-manifest`); returns the keys written, in that order."""
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    s3 = loopback_client(endpoint)
     s3.create_bucket(Bucket=BUCKET)
     keys = []
     for seed, topic in enumerate(topics):
@@ -74,6 +73,8 @@ def demo_config(
     flags = {
         "origin_endpoint": endpoint, "cache_dir": str(cache_dir), "cache_size": "256MiB",
         "listen": listen, "admin_listen": admin_listen,
+        # The demo's one bucket, as a fleet serves its tiered-storage bucket only.
+        "access_buckets": BUCKET,
     }
     if access_log is not None:
         flags |= {"access_log": str(access_log), "node_name": "demo"}
@@ -154,8 +155,10 @@ async def _serve(run_dir: Path, cache: Path, listen: str, admin_listen: str,
             loop.add_signal_handler(signum, stop.set)
         try:
             await sidecar.start()
+            # The token the sidecar generated into its cache dir guards the warm calls.
             plan = example_plan(origin.endpoint, BUCKET, sidecar.admin_url,
-                                [(topic.name, topic.partitions) for topic in DEMO_TOPICS])
+                                [(topic.name, topic.partitions) for topic in DEMO_TOPICS],
+                                admin_token_file=sidecar.admin_token_file)
             plan_path = run_dir / "warmup-plan.json"
             plan_path.write_text(json.dumps(plan, indent=2) + "\n")
             warm_up = example_instructions(str(plan_path), plan, sidecar.data_url, CREDENTIALS,

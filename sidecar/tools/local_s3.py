@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 from types import TracebackType
+from typing import Any
 
 # moto accepts any credentials; these keep botocore from looking further.
 CREDENTIALS = {
@@ -26,6 +27,23 @@ CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "sidecar-demo-secret",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
+
+
+def loopback_client(endpoint: str, *, key: str | None = None, secret: str | None = None,
+                    region: str = "us-east-1", **config: Any) -> Any:
+    """A boto3 S3 client for an endpoint on loopback: this moto server, nginx standing in
+    for an object store, or a sidecar. Path-style addressing (no bucket host names to
+    resolve) and one attempt, so a caller sees the first answer rather than a retry's;
+    `config` adds to or overrides botocore's Config. Without `key`, boto3 finds
+    credentials as usual (CREDENTIALS when the caller exported them)."""
+    import boto3
+    from botocore.config import Config
+
+    options: dict[str, Any] = {"s3": {"addressing_style": "path"},
+                               "retries": {"max_attempts": 1}, **config}
+    return boto3.client("s3", endpoint_url=endpoint, region_name=region,
+                        aws_access_key_id=key, aws_secret_access_key=secret,
+                        config=Config(**options))
 
 
 def main() -> None:
@@ -55,14 +73,16 @@ def main() -> None:
 class LocalS3:
     """Context manager: a moto server child process; `endpoint` once entered."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: tuple[str, ...] = ()) -> None:
+        """`prefix`: a command that runs the server, e.g. in another network namespace."""
         self.endpoint = ""
+        self._prefix = prefix
         self._process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> LocalS3:
         env = {**os.environ, **CREDENTIALS}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "sidecar.tools.local_s3"],
+            [*self._prefix, sys.executable, "-m", "sidecar.tools.local_s3"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
         )
         assert self._process.stdout is not None

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import sys
 import time
 import urllib.error
@@ -31,6 +32,7 @@ from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from botocore.handlers import set_list_objects_encoding_type_url
 
+from sidecar.admin.token import client_token
 from sidecar.errors import ConfigError, OriginError, OriginUnavailable
 from sidecar.layout import SegmentKey, parse_aiven_key, segments_in_range
 from sidecar.origin.client import translate_client_error
@@ -478,8 +480,12 @@ class Replayer:
 
 def _read_stats(admin: str) -> dict[str, Any]:
     url = admin.rstrip("/") + "/api/v1/stats"
+    # Off loopback the stats need the admin token (SIDECAR_ADMIN_TOKEN[_FILE]).
+    token = client_token(os.environ)
+    request = urllib.request.Request(
+        url, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10) as response:
             stats: dict[str, Any] = json.load(response)
             return stats
     except (urllib.error.URLError, OSError, ValueError) as exc:

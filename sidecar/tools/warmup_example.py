@@ -18,9 +18,11 @@ DEMO_START_TIME_MS = 1_790_000_000_000
 
 def example_plan(origin_endpoint: str, bucket: str, sidecar_admin_url: str,
                  topics: Sequence[tuple[str, int]],
-                 start_time_ms: int = DEMO_START_TIME_MS) -> dict[str, object]:
+                 start_time_ms: int = DEMO_START_TIME_MS,
+                 admin_token_file: str | None = None) -> dict[str, object]:
     """A plan over `topics` ((name, partitions), at least one): the first by an offset
-    range, the others by a time range (the first hour of their data)."""
+    range, the others by a time range (the first hour of their data);
+    `admin_token_file`: where the job finds the sidecar's admin token."""
     start = datetime.fromtimestamp(start_time_ms / 1000, tz=UTC)
     (first, partitions), *rest = topics
     replays: list[dict[str, object]] = [
@@ -32,7 +34,7 @@ def example_plan(origin_endpoint: str, bucket: str, sidecar_admin_url: str,
          "from_time": _iso(start), "to_time": _iso(start + timedelta(hours=1))}
         for name, _ in rest
     ]
-    return {
+    plan: dict[str, object] = {
         "origin": {"endpoint": origin_endpoint, "bucket": bucket, "prefix": "",
                    "region": "us-east-1"},
         "layout": "aiven",
@@ -41,6 +43,9 @@ def example_plan(origin_endpoint: str, bucket: str, sidecar_admin_url: str,
         "ttl_s": 3600,
         "warm_rate": "100MiB/s",
     }
+    if admin_token_file:
+        plan["admin_token_file"] = admin_token_file
+    return plan
 
 
 def example_instructions(plan_path: str, plan: dict[str, object], data_url: str,

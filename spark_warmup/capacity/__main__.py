@@ -16,8 +16,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from sidecar.config.loading import load_config, read_toml
-from sidecar.config.options import OPTIONS
+from sidecar.config.loading import flatten_sections, read_toml, unknown_key
+from sidecar.config.options import BY_NAME
 from sidecar.errors import ConfigError, MissingExtra
 
 PROG = "spark_warmup.capacity"
@@ -63,31 +63,44 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+_REPLAY_OPTIONS = ("block_size", "max_coalesce", "prefetch", "prefetch_max_window",
+                   "prefetch_max_in_flight", "prefetch_cache_share", "stream_idle", "layout",
+                   "layout_prefix")
+
+
 def replay_settings(config_file: Path | None = None) -> Settings:
     """The read-ahead and coalescing the replay follows: the sidecars' own
-    configuration file's (read by the sidecar's loader), else the option
-    table's defaults. The block size comes from each node's log lines."""
-    if config_file is None:
-        values = {option.name: option.parse(option.default) for option in OPTIONS}
-        return Settings(
-            block_size=int(values["block_size"]),
-            max_coalesce_bytes=int(values["max_coalesce"]),
-            read_ahead=bool(values["prefetch"]),
-            max_window_bytes=int(values["prefetch_max_window"]),
-            max_in_flight=int(values["prefetch_max_in_flight"]),
-            cache_share=float(values["prefetch_cache_share"]),
-            stream_idle_s=float(values["stream_idle"]),
-            layout=values["layout"], layout_prefix=str(values["layout_prefix"] or ""),
-        )
-    config = load_config({}, {}, read_toml(config_file))
-    prefetch, cache = config.prefetch, config.cache
+    configuration file's, else the option table's defaults. The block size comes
+    from each node's log lines.
+
+    Only these options are read from the file (each parsed as the sidecar parses
+    it, an unknown key refused as the sidecar refuses it). The checks that hold
+    for a serving sidecar (an admin token off loopback, a keys file to read)
+    depend on the secrets its own pod holds, which this job neither has nor
+    needs, so the whole configuration is not built here."""
+    file_values = flatten_sections(read_toml(config_file)) if config_file is not None else {}
+    unknown = sorted(set(file_values) - set(BY_NAME))
+    if unknown:
+        raise ConfigError(unknown_key(unknown[0]))
+    values = {}
+    for name in _REPLAY_OPTIONS:
+        option = BY_NAME[name]
+        raw = file_values.get(name, option.default)
+        try:
+            values[name] = option.parse(raw)
+        except ConfigError as exc:
+            raise ConfigError(f"config key {name}: {exc}") from None
+    block_size = int(values["block_size"])
     return Settings(
-        block_size=cache.block_size, max_coalesce_bytes=cache.max_coalesce_bytes,
-        read_ahead=prefetch.enabled,
-        max_window_bytes=prefetch.max_window_blocks * cache.block_size,
-        max_in_flight=prefetch.max_in_flight, cache_share=prefetch.cache_share,
-        stream_idle_s=prefetch.stream_idle_s, layout=prefetch.layout,
-        layout_prefix=prefetch.layout_prefix,
+        block_size=block_size,
+        max_coalesce_bytes=int(values["max_coalesce"]),
+        read_ahead=bool(values["prefetch"]),
+        # As the sidecar derives its window: whole blocks, at least one.
+        max_window_bytes=max(1, int(values["prefetch_max_window"]) // block_size) * block_size,
+        max_in_flight=int(values["prefetch_max_in_flight"]),
+        cache_share=float(values["prefetch_cache_share"]),
+        stream_idle_s=float(values["stream_idle"]),
+        layout=values["layout"], layout_prefix=str(values["layout_prefix"] or ""),
     )
 
 

@@ -45,6 +45,13 @@ def default_sizes(footprint_bytes: int, block_size: int, current: int | None) ->
     return sorted(sizes)
 
 
+def unbounded_size(footprint_bytes: int, block_size: int) -> int:
+    """A cache size that holds every block of a footprint, slot headers and
+    partial last blocks included: twice the footprint, and a block more for
+    each of a thousand objects."""
+    return 2 * footprint_bytes + 1024 * (block_size + 4096)
+
+
 def sample_rate(requests: int, max_requests: int) -> float:
     """The share of a node's trace replayed: all of it up to max_requests."""
     if requests <= max_requests or requests == 0:
@@ -67,6 +74,8 @@ class Point:
     cache_bytes: int
     byte_hit_ratio: float
     origin_bytes_per_served_byte: float
+    # Of those origin bytes, read-ahead evicted before anyone read it.
+    wasted_per_served_byte: float = 0.0
 
 
 def recommend(curve: Sequence[Point], target: float) -> int | None:
@@ -83,3 +92,18 @@ def recommend(curve: Sequence[Point], target: float) -> int | None:
             return int(previous.cache_bytes + share * (point.cache_bytes - previous.cache_bytes))
         previous = point
     return None
+
+
+# Two ratios this close are the same on a curve (sampling and interpolation
+# make finer differences meaningless).
+SAME_RATIO = 0.0005
+
+
+def best_size(curve: Sequence[Point]) -> Point | None:
+    """The smallest size whose predicted byte hit ratio is the best on the curve
+    (within SAME_RATIO): where a larger cache buys nothing more."""
+    if not curve:
+        return None
+    best = max(point.byte_hit_ratio for point in curve)
+    return min((point for point in curve if point.byte_hit_ratio >= best - SAME_RATIO),
+               key=lambda point: point.cache_bytes)

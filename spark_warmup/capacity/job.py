@@ -27,18 +27,27 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from spark_warmup.capacity.accuracy import load_cells, nearest
 from spark_warmup.capacity.curve import (
     Point,
+    best_size,
     default_sizes,
     recommend,
     sample_rate,
+    unbounded_size,
     unit_hash,
 )
 from spark_warmup.capacity.report import render_html
 from spark_warmup.capacity.shipping import ship_capacity
 from spark_warmup.capacity.simulate import Outcome, Read, Settings, replay
 from spark_warmup.capacity.sources import Split, Unreadable, expand, read_split
-from spark_warmup.capacity.trace import Malformed, Request, parse_line, partition_prefix
+from spark_warmup.capacity.trace import (
+    Fetch,
+    Malformed,
+    Request,
+    parse_line,
+    partition_prefix,
+)
 
 # Reads replayed per node at most; a larger trace is sampled down to this.
 MAX_TRACE_REQUESTS = 500_000
@@ -50,7 +59,7 @@ _NICE_WINDOWS_S = (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 36
 TOP_TOPICS = 10
 
 LINE_SCHEMA = StructType([
-    StructField("kind", StringType(), False),  # read | other | malformed | unreadable
+    StructField("kind", StringType(), False),  # read | fetch | other | malformed | unreadable
     StructField("reason", StringType(), True),
     StructField("node", StringType(), True),
     StructField("time_s", DoubleType(), True),
@@ -74,6 +83,7 @@ LINE_SCHEMA = StructType([
     StructField("origin_warm", LongType(), True),
     StructField("unit", StringType(), True),
     StructField("unit_hash", DoubleType(), True),  # spatial sampling: keep when < rate
+    StructField("warm_bytes", LongType(), True),  # a warm-up's fetch: the bytes it fetched
 ])
 _EMPTY = (None,) * (len(LINE_SCHEMA.fields) - 2)
 
@@ -111,7 +121,17 @@ def line_rows(split: Split, layout_prefix: str) -> Iterator[tuple[Any, ...]]:
                    parsed.lazy, parsed.block_size, parsed.topic, parsed.partition,
                    parsed.cache_bytes, parsed.duration_s, tally.blocks, tally.hit_blocks,
                    tally.hit_bytes, tally.origin_foreground, tally.origin_prefetch,
-                   tally.origin_warm, unit, unit_hash(unit))
+                   tally.origin_warm, unit, unit_hash(unit), None)
+        elif isinstance(parsed, Fetch):
+            # Origin bytes of the background lanes: no request, nothing served;
+            # a warm-up's fetch is replayed as one.
+            warm = parsed.lane == "warm"
+            unit = partition_prefix(parsed, layout_prefix)
+            yield ("fetch", None, parsed.node, parsed.time_s, parsed.bucket, parsed.key,
+                   parsed.etag, parsed.object_size, parsed.first_byte, 0, False, None,
+                   parsed.topic, parsed.partition, None, parsed.duration_s, 0, 0, 0, 0,
+                   0 if warm else parsed.origin_bytes, parsed.origin_bytes if warm else 0,
+                   unit, unit_hash(unit), parsed.length if warm else None)
         else:
             yield ("other", None, parsed.node, *_EMPTY[1:])
 
@@ -162,8 +182,12 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
     span = reads.agg(F.min("time_s").alias("lo"), F.max("time_s").alias("hi")).first()
     assert span is not None
     window = window_seconds(float(span["hi"] - span["lo"]))
+    # The reads and the background fetches' lines: every origin byte the log
+    # records, so the figures agree with the sidecar's counters.
+    traffic = lines.where(F.col("kind").isin("read", "fetch"))
     origin = F.col("origin_foreground") + F.col("origin_prefetch") + F.col("origin_warm")
-    sums = [F.count(F.lit(1)).alias("requests"), F.sum("bytes").alias("served_bytes"),
+    sums = [F.sum(F.when(F.col("kind") == "read", 1).otherwise(0)).alias("requests"),
+            F.sum("bytes").alias("served_bytes"),
             F.sum("hit_bytes").alias("hit_bytes"), F.sum("blocks").alias("blocks"),
             F.sum("hit_blocks").alias("hit_blocks"),
             F.sum("origin_foreground").alias("origin_foreground_bytes"),
@@ -175,7 +199,7 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
               .otherwise(0.0).alias("byte_hit_ratio"),
               F.when(F.col("blocks") > 0, F.col("hit_blocks") / F.col("blocks"))
               .otherwise(0.0).alias("block_hit_ratio")]
-    breakdown = (reads.withColumn("window_start",
+    breakdown = (traffic.withColumn("window_start",
                                   (F.floor(F.col("time_s") / window) * window).cast("long"))
                  .groupBy("node", "topic", "partition", "window_start").agg(*sums)
                  .select("*", *ratios))
@@ -189,10 +213,13 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
         F.sum("blocks").alias("blocks"), F.sum("hit_blocks").alias("hit_blocks"),
         F.sum("origin_bytes").alias("origin_bytes"),
     ).orderBy("node", "window_start").collect()]
-    topic_rows = [row.asDict() for row in reads.groupBy("node", "topic").agg(*sums).collect()]
-    node_rows = {row["node"]: row.asDict() for row in reads.groupBy("node").agg(
+    topic_rows = [row.asDict() for row in traffic.groupBy("node", "topic").agg(*sums)
+                  .collect()]
+    # Nodes with reads (a node whose log has only background fetches has no
+    # trace to replay).
+    node_rows = {row["node"]: row.asDict() for row in traffic.groupBy("node").agg(
         *sums, F.max("cache_bytes").alias("current_cache_bytes"),
-        F.max("block_size").alias("block_size")).collect()}
+        F.max("block_size").alias("block_size")).collect() if row["requests"]}
     footprints = {row["node"]: int(row["footprint"]) for row in
                   reads.groupBy("node", "bucket", "key", "etag")
                   .agg(F.max("object_size").alias("size"))
@@ -200,6 +227,7 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
 
     # The replays: one Spark partition per (node, size).
     plans: list[tuple[str, int, float, Settings]] = []
+    bound_plans: list[tuple[str, int, float, Settings]] = []
     for node, row in sorted(node_rows.items()):
         block_size = int(row["block_size"])
         current = row["current_cache_bytes"]
@@ -208,11 +236,29 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
         rate = sample_rate(int(row["requests"]), options.max_trace_requests)
         settings = replace(options.settings, block_size=block_size)
         plans.extend((node, size, rate, settings) for size in sizes)
-    outcomes = simulate(reads, plans)
+        # And the node's compulsory misses: a cache that holds everything still
+        # misses the first read of each block that read-ahead did not bring, so
+        # no size passes this replay's ratio.
+        bound_plans.append((node, unbounded_size(footprints[node], block_size), rate,
+                            settings))
+    curve_plans = len(plans)
+    plans += bound_plans
+    # Read-ahead lands when its fetch completes: the mean of each node's FETCH
+    # lines' durations (simulate.fetch_seconds; none in older logs: at once).
+    fetch_s = {row["node"]: float(row["fetch_s"] or 0.0) for row in
+               lines.where(F.col("kind") == "fetch").groupBy("node")
+               .agg(F.avg("duration_s").alias("fetch_s")).collect()}
+    outcomes = simulate(lines.where((F.col("kind") == "read") | (F.col("warm_bytes") > 0)),
+                        plans, fetch_s)
+    bounds = {plan[0]: outcome.byte_hit_ratio
+              for plan, outcome in zip(plans[curve_plans:], outcomes[curve_plans:],
+                                       strict=True)}
     curves: dict[str, list[Point]] = {}
     curve_rows = []
-    for (node, size, rate, _), outcome in zip(plans, outcomes, strict=True):
-        point = Point(size, outcome.byte_hit_ratio, outcome.origin_per_served)
+    for (node, size, rate, _), outcome in zip(plans[:curve_plans], outcomes[:curve_plans],
+                                              strict=True):
+        point = Point(size, outcome.byte_hit_ratio, outcome.origin_per_served,
+                      outcome.wasted_per_served)
         curves.setdefault(node, []).append(point)
         curve_rows.append({
             "node": node, "cache_bytes": size, "byte_hit_ratio": point.byte_hit_ratio,
@@ -220,10 +266,25 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
             "sample_rate": rate, "replayed_requests_share": rate,
             "predicted_origin_bytes": int(outcome.origin_bytes / rate),
             "predicted_origin_prefetch_bytes": int(outcome.origin_prefetch / rate),
+            "predicted_read_ahead_wasted_bytes": int(outcome.prefetch_wasted / rate),
             "block_hit_ratio": ratio(outcome.hit_blocks, outcome.blocks)})
 
     summary = _summary(options, node_rows, topic_rows, curves, plans, kinds, problems,
                        window)
+    # The node's regime (partitions read in the same window, on average; the
+    # cache's share of the footprint) and the benchmark's error nearest to it.
+    streams = {row["node"]: float(row["streams"]) for row in
+               breakdown.where(F.col("served_bytes") > 0).groupBy("node", "window_start")
+               .count().groupBy("node").agg(F.avg("count").alias("streams")).collect()}
+    cells = load_cells()
+    for node, bound in bounds.items():
+        facts = summary["nodes"][node]
+        facts["hit_ratio_bound"] = round(bound, 6)
+        share = (facts["current_cache_bytes"] or 0) / footprints[node] if footprints[node] \
+            else 0.0
+        facts["regime"] = {"streams": round(streams.get(node, 1.0), 2),
+                           "cache_share": round(share, 4)}
+        facts["accuracy"] = nearest(cells, streams.get(node, 1.0), share)
     spark.createDataFrame(_table_rows(curve_rows)).write.mode("overwrite").parquet(
         str(report / "curves.parquet"))
     # 0: the log does not say (a column of nulls alone has no type to infer).
@@ -247,9 +308,11 @@ def _table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                  and k.endswith("ratio") else v) for k, v in row.items()} for row in rows]
 
 
-def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
-             ) -> list[Outcome]:
-    """Replay each plan's (node, size) on its own Spark partition."""
+def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]],
+             fetch_s: Mapping[str, float] | None = None) -> list[Outcome]:
+    """Replay each plan's (node, size) on its own Spark partition (`fetch_s`: how
+    long each node's read-ahead takes to land)."""
+    landing = dict(fetch_s or {})
     if not plans:
         return []
     by_node: dict[str, list[int]] = {}
@@ -260,8 +323,11 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
 
     def keyed(row: Any) -> Iterable[tuple[int, Read]]:
         node = row["node"]
+        warm = row["warm_bytes"] is not None
         read = Read(row["time_s"], row["bucket"], row["key"], row["etag"],
-                    row["object_size"], row["first_byte"], row["bytes"], row["lazy"])
+                    row["object_size"], row["first_byte"],
+                    row["warm_bytes"] if warm else row["bytes"], bool(row["lazy"]),
+                    row["duration_s"] or 0.0, warm)
         return ((index, read) for index in by_node[node])
 
     def replayed(items: Iterable[tuple[int, Read]]) -> Iterator[tuple[int, Outcome]]:
@@ -269,9 +335,9 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
         for index, read in items:
             grouped.setdefault(index, []).append(read)
         for index, node_reads in grouped.items():
-            _, size, rate, settings = plan_list[index]
+            node, size, rate, settings = plan_list[index]
             node_reads.sort(key=lambda r: r.time_s)
-            yield index, replay(settings, size, node_reads, rate)
+            yield index, replay(settings, size, node_reads, rate, landing.get(node, 0.0))
 
     # Only the sampled reads leave the JVM for the replays.
     kept = None
@@ -280,7 +346,7 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
         kept = condition if kept is None else kept | condition
     assert kept is not None
     columns = reads.where(kept).select("node", "time_s", "bucket", "key", "etag", "object_size",
-                           "first_byte", "bytes", "lazy")
+                           "first_byte", "bytes", "lazy", "duration_s", "warm_bytes")
     results = dict(columns.rdd.flatMap(keyed)
                    .partitionBy(len(plans), lambda index: index)
                    .mapPartitions(replayed).collect())
@@ -297,7 +363,7 @@ def _summary(options: Options, node_rows: Mapping[str, dict[str, Any]],
     nodes: dict[str, Any] = {}
     for node, row in sorted(node_rows.items()):
         curve = sorted(curves.get(node, []), key=lambda p: p.cache_bytes)
-        best = max(curve, key=lambda p: p.byte_hit_ratio, default=None)
+        best = best_size(curve)
         nodes[node] = {
             "requests": int(row["requests"]), "served_bytes": int(row["served_bytes"]),
             "byte_hit_ratio": ratio(row["hit_bytes"], row["served_bytes"]),
@@ -311,10 +377,14 @@ def _summary(options: Options, node_rows: Mapping[str, dict[str, Any]],
             "block_size": int(row["block_size"]),
             "curve": [{"cache_bytes": p.cache_bytes,
                        "byte_hit_ratio": round(p.byte_hit_ratio, 6),
-                       "origin_bytes_per_served_byte": round(p.origin_bytes_per_served_byte, 6)}
+                       "origin_bytes_per_served_byte": round(p.origin_bytes_per_served_byte, 6),
+                       "read_ahead_wasted_per_served_byte": round(p.wasted_per_served_byte, 6)}
                       for p in curve],
             "recommended_cache_bytes": recommend(curve, options.target_hit_ratio),
             "best_predicted_byte_hit_ratio": round(best.byte_hit_ratio, 6) if best else None,
+            # The smallest size on the curve that reaches the best ratio.
+            "best_predicted_cache_bytes": best.cache_bytes if best else None,
+            "hit_ratio_bound": None,  # filled from the replays (first reads)
             "sample_rate": rates.get(node, 1.0),
         }
     topic_totals: dict[str, dict[str, int]] = {}
@@ -328,8 +398,9 @@ def _summary(options: Options, node_rows: Mapping[str, dict[str, Any]],
                 "byte_hit_ratio": ratio(t["hit_bytes"], t["served_bytes"]),
                 "origin_bytes": t["origin_bytes"],
                 "miss_bytes": t["served_bytes"] - t["hit_bytes"]}
+        # Most origin bytes first: the order of the page's "topics that miss most".
         for topic, t in sorted(topic_totals.items(),
-                               key=lambda item: item[1]["hit_bytes"] - item[1]["served_bytes"])
+                               key=lambda item: (-item[1]["origin_bytes"], item[0]))
     }
     return {
         "target_hit_ratio": options.target_hit_ratio,

@@ -2,9 +2,17 @@
 
 A line is the sidecar's access log JSON (sidecar/telemetry/access_log.py,
 docs/ARCHITECTURE.md "Access log"). Only object reads that delivered bytes
-make a request of the trace; every other well-formed line (HEAD, errors,
-pass-through operations) is counted but not replayed. A line that is not JSON,
-or lacks a field the analysis needs, is `Malformed`, with the field named.
+make a request of the trace; a read-ahead or warm fetch's own line (method
+FETCH) is a `Fetch`, whose origin bytes count but which is not replayed; every
+other well-formed line (HEAD, errors, pass-through operations) is counted but
+not replayed. A line that is not JSON, or lacks a field the analysis needs, is
+`Malformed`, with the field named.
+
+Origin bytes: a line with `origin_bytes` says what its own origin reads
+brought, and the background lanes have lines of their own, so the log's sum is
+the sidecar's counter. Older logs lack both: a request's fetched blocks count,
+and joined read-ahead or warm blocks are charged to the first request that
+joined them (read-ahead never read is not in those logs at all).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from sidecar.layout import parse_aiven_key
 
 # The letters of the log's blocks.found (sidecar/tally.py).
 CACHED, JOINED, FETCHED = "c", "j", "f"
+FETCH_METHOD = "FETCH"  # a background fetch's line (sidecar.telemetry.access_log)
 NO_TOPIC = "(other)"  # keys outside the tiered-storage layout
 
 
@@ -41,6 +50,7 @@ class Request:
     partition: int
     cache_bytes: int | None
     duration_s: float
+    origin_bytes: int | None = None  # what the line says its origin reads brought
 
     def block_length(self, block: int) -> int:
         start = block * self.block_size
@@ -54,14 +64,17 @@ class Request:
 
     def tallies(self) -> Tally:
         """Bytes and blocks by how they were found, and origin bytes by lane."""
-        hit_bytes = hit_blocks = fetched_bytes = joined_bytes = 0
+        hit_bytes, hit_blocks = self.hits()
+        if self.origin_bytes is not None:
+            # The sidecar said: its background fetches have lines of their own.
+            return Tally(blocks=len(self.found), hit_blocks=hit_blocks, hit_bytes=hit_bytes,
+                         origin_foreground=self.origin_bytes, origin_prefetch=0,
+                         origin_warm=0)
+        fetched_bytes = joined_bytes = 0
         for offset, how in enumerate(self.found):
             block = (self.first_block or 0) + offset
-            if how in (CACHED, JOINED):
-                hit_blocks += 1
-                hit_bytes += self.delivered_in(block)
-                if how == JOINED:
-                    joined_bytes += self.block_length(block)
+            if how == JOINED:
+                joined_bytes += self.block_length(block)
             elif how == FETCHED:
                 fetched_bytes += self.block_length(block)
         # A block joined on the prefetch or warm lane was read from the origin for
@@ -75,6 +88,15 @@ class Request:
             origin_warm=joined_bytes if joined_lane == "warm" else 0,
         )
 
+    def hits(self) -> tuple[int, int]:
+        """Bytes delivered from blocks found cached or joined, and those blocks."""
+        hit_bytes = hit_blocks = 0
+        for offset, how in enumerate(self.found):
+            if how in (CACHED, JOINED):
+                hit_blocks += 1
+                hit_bytes += self.delivered_in((self.first_block or 0) + offset)
+        return hit_bytes, hit_blocks
+
 
 @dataclass(frozen=True)
 class Tally:
@@ -84,6 +106,36 @@ class Tally:
     origin_foreground: int
     origin_prefetch: int
     origin_warm: int
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """A read-ahead or warm fetch's own line: origin bytes no request waited for."""
+
+    node: str
+    time_s: float
+    bucket: str
+    key: str
+    lane: str
+    origin_bytes: int
+    first_block: int
+    blocks: int
+    duration_s: float
+    topic: str
+    partition: int
+    etag: str = ""
+    object_size: int = 0
+    block_size: int = 0
+
+    @property
+    def first_byte(self) -> int:
+        return self.first_block * self.block_size
+
+    @property
+    def length(self) -> int:
+        """The bytes of the blocks it fetched (the last one may end short)."""
+        end = min(self.object_size, (self.first_block + self.blocks) * self.block_size)
+        return max(0, end - self.first_byte)
 
 
 @dataclass(frozen=True)
@@ -98,7 +150,7 @@ class Malformed:
     reason: str
 
 
-Parsed = Request | Other | Malformed
+Parsed = Request | Fetch | Other | Malformed
 
 
 def _field(doc: dict[str, object], name: str, kind: type | tuple[type, ...]) -> object:
@@ -130,6 +182,8 @@ def parse_line(line: str, layout_prefix: str = "") -> Parsed:
         status = int(_field(doc, "status", int))  # type: ignore[call-overload]
         delivered = int(_field(doc, "bytes", int))  # type: ignore[call-overload]
         time_s = parse_time(str(_field(doc, "time", str)))
+        if doc.get("method") == FETCH_METHOD:
+            return _fetch(doc, node, time_s, layout_prefix)
         if doc.get("method") != "GET" or status not in (200, 206) or delivered <= 0 \
                 or doc.get("first_byte") is None:
             return Other(node)
@@ -164,14 +218,52 @@ def parse_line(line: str, layout_prefix: str = "") -> Parsed:
             partition=segment.partition if segment is not None else -1,
             cache_bytes=cache_bytes if isinstance(cache_bytes, int) and cache_bytes > 0
             else None,
-            duration_s=float(doc["duration_s"]) if isinstance(doc.get("duration_s"),
-                                                              (int, float)) else 0.0,
+            duration_s=_duration(doc),
+            origin_bytes=_origin_bytes(doc),
         )
     except ValueError as exc:
         return Malformed(str(exc))
 
 
-def partition_prefix(request: Request, layout_prefix: str = "") -> str:
+def _duration(doc: dict[str, object]) -> float:
+    value = doc.get("duration_s")
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _origin_bytes(doc: dict[str, object]) -> int | None:
+    """The line's origin_bytes; None in a log written before it was recorded."""
+    if "origin_bytes" not in doc:
+        return None
+    value = _field(doc, "origin_bytes", int)
+    assert isinstance(value, int)
+    if value < 0:
+        raise ValueError("field 'origin_bytes' is negative")
+    return value
+
+
+def _fetch(doc: dict[str, object], node: str, time_s: float, layout_prefix: str) -> Fetch:
+    """A FETCH line (raises ValueError naming a field that is missing)."""
+    key = str(_field(doc, "key", str))
+    lane = str(_field(doc, "lane", str))
+    blocks = _field(doc, "blocks", dict)
+    assert isinstance(blocks, dict)
+    first_block = int(_field(blocks, "first", int))  # type: ignore[call-overload]
+    found = str(_field(blocks, "found", str))
+    origin = _origin_bytes(doc)
+    segment = parse_aiven_key(key, layout_prefix)
+    return Fetch(
+        node=node, time_s=time_s, bucket=str(_field(doc, "bucket", str)), key=key,
+        lane=lane, origin_bytes=origin or 0, first_block=first_block, blocks=len(found),
+        duration_s=_duration(doc),
+        topic=segment.topic if segment is not None else NO_TOPIC,
+        partition=segment.partition if segment is not None else -1,
+        etag=str(_field(doc, "etag", str)),
+        object_size=int(_field(doc, "object_size", int)),  # type: ignore[call-overload]
+        block_size=int(_field(doc, "block_size", int)),  # type: ignore[call-overload]
+    )
+
+
+def partition_prefix(request: Request | Fetch, layout_prefix: str = "") -> str:
     """What spatial sampling hashes: the partition (all its segments, so read-ahead
     across segment boundaries keeps what it needs), else the object."""
     segment = parse_aiven_key(request.key, layout_prefix)

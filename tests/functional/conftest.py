@@ -8,14 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config as BotoConfig
 
-from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3, loopback_client
 from tests.support.fault_proxy import FaultProxy
+from tests.support.installs import ensure
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
+from tests.support.s3_clients import close_clients
 from tests.support.verifying_proxy import VerifyingProxy
 
 BLOCK = 64 * 1024  # small blocks: many block boundaries with little data
@@ -40,31 +40,25 @@ def local_s3(_credentials: None) -> Iterator[LocalS3]:
 
 
 @pytest.fixture(scope="session")
+def prometheus_installed() -> None:
+    ensure("ensure-prometheus.sh")
+
+
+@pytest.fixture(scope="session")
+def chromium_installed() -> None:
+    ensure("ensure-chromium.sh")
+
+
+@pytest.fixture(scope="session")
 def proxy(local_s3: LocalS3) -> Iterator[RecordingProxy]:
     with RecordingProxy(local_s3.endpoint) as recording:
         yield recording
 
 
-_clients: list[Any] = []
-
-
-def s3_client(endpoint: str) -> Any:
-    """A boto3 client, closed after the test that made it (see _close_clients)."""
-    client = boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1",
-        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
-    )
-    _clients.append(client)
-    return client
-
-
 @pytest.fixture(autouse=True)
 def _close_clients() -> Iterator[None]:
-    # Unclosed pooled sockets would be reported against whichever later test
-    # happens to run when they are garbage-collected.
     yield
-    while _clients:
-        _clients.pop().close()
+    close_clients()
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +79,7 @@ def fault_proxy(local_s3: LocalS3) -> Iterator[FaultProxy]:
 
 @pytest.fixture(scope="session")
 def origin_s3(local_s3: LocalS3) -> Iterator[Any]:
-    client = boto3.client(
-        "s3", endpoint_url=local_s3.endpoint, region_name="us-east-1",
-        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
-    )
+    client = loopback_client(local_s3.endpoint)
     yield client
     client.close()
 

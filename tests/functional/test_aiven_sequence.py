@@ -16,8 +16,8 @@ from botocore.exceptions import ClientError
 
 from sidecar.layout import format_aiven_key
 from sidecar.tools.kafka_segments import build_segment, parse_batch_header
-from tests.functional.conftest import s3_client
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.verifying_proxy import VerifyingProxy
 
 MiB = 1024 * 1024

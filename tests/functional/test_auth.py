@@ -18,16 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import botocore.auth
 import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.config import Config as BotoConfig
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3, loopback_client
 from tests.support.processes import SidecarProcess
 from tests.support.signed_chunks import crc32_trailer, signed_chunked
 from tests.support.waiting import eventually
@@ -41,19 +39,14 @@ KEY = "orders-x/0/00000000000000000000-seg.log"
 
 
 def client(endpoint: str, akid: str, secret: str, signature_version: str = "s3v4") -> Any:
-    return boto3.client(
-        "s3", endpoint_url=endpoint, region_name="eu-west-1",
-        aws_access_key_id=akid, aws_secret_access_key=secret,
-        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-                          signature_version=signature_version),
-    )
+    return loopback_client(endpoint, key=akid, secret=secret, region="eu-west-1",
+                           signature_version=signature_version)
 
 
 @pytest.fixture(scope="module")
 def auth_bucket(local_s3: LocalS3) -> Iterator[str]:
-    origin = boto3.client("s3", endpoint_url=local_s3.endpoint, region_name="us-east-1",
-                          **{k.lower(): v for k, v in CREDENTIALS.items()
-                             if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+    origin = loopback_client(local_s3.endpoint, key=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                             secret=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
     origin.create_bucket(Bucket="auth-test")
     origin.put_object(Bucket="auth-test", Key=KEY, Body=BODY)
     origin.close()

@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import boto3
 import pytest
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
 from bench import cpu, disk_io, floor_server, light_client
@@ -39,6 +37,7 @@ from bench.report import render_markdown
 from bench.report_targets import evaluate_targets
 from bench.request_pattern import origin_requests, sidecar_requests, summarize
 from sidecar.telemetry.thread_names import name_this_thread
+from sidecar.tools.local_s3 import loopback_client
 from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,11 +73,7 @@ def origin(
 
 @pytest.fixture(scope="module")
 def s3(origin: NginxServer) -> Iterator[Any]:
-    client = boto3.client(
-        "s3", endpoint_url=origin.url, region_name="us-east-1",
-        aws_access_key_id="bench", aws_secret_access_key="bench-secret",
-        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
-    )
+    client = loopback_client(origin.url, key="bench", secret="bench-secret")
     yield client
     client.close()
 
@@ -549,7 +544,9 @@ def test_a_request_pattern_counts_kinds_ranges_sizes_and_connections() -> None:
              line("indexes", "bytes=100-299", 200), "not json", json.dumps({"key": ""}),
              *(line("log", f"bytes={n * chunk}-{(n + 1) * chunk - 1}", chunk)
                for n in range(6)),
-             line("log", "bytes=0-", 1000), line("log", None, 0, method="HEAD")]
+             line("log", "bytes=0-", 1000), line("log", None, 0, method="HEAD"),
+             # The sidecar's own read-ahead: no request of the client's.
+             line("log", None, 0, method="FETCH")]
     requests = sidecar_requests(lines)
     assert len(requests) == 11
     pattern = summarize(requests, connections=4)

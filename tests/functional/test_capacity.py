@@ -24,11 +24,10 @@ import pytest
 
 from sidecar.tools.kafka_segments import SegmentObject, generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
-from tests.functional.test_observability import Chromium, ensure, save_artifact
-from tests.functional.test_warm_spark import executor_python
+from tests.support.chromium import Chromium
+from tests.support.installs import ensure, save_artifact
 from tests.support.processes import SidecarProcess
-from tests.support.spark_cluster import StandaloneCluster
-from tests.support.waiting import eventually
+from tests.support.spark_cluster import StandaloneCluster, executor_python
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 64 * 1024
@@ -46,6 +45,7 @@ class Measured:
     served_cache: float
     served_origin: float
     origin_bytes: float
+    origin_by_lane: dict[str, float]
 
     @property
     def byte_hit_ratio(self) -> float:
@@ -117,9 +117,11 @@ def serve(local_s3: LocalS3, bucket: str, fetches: list[tuple[str, int, int]],
         measured = Measured(
             log, sidecar.metric("sidecar_served_bytes_total", source="cache"),
             sidecar.metric("sidecar_served_bytes_total", source="origin"),
-            sidecar.metric("sidecar_origin_bytes_total"))
-    eventually(lambda: log.exists() and log.read_text().count("\n") >= len(fetches),
-               "every request in the access log", timeout=10)
+            sidecar.metric("sidecar_origin_bytes_total"),
+            {lane: sidecar.metric("sidecar_origin_bytes_total", lane=lane)
+             for lane in ("foreground", "prefetch", "warm")})
+    # Stopped: every line is written (the background fetches' ones too).
+    assert log.read_text().count('"method":"GET"') == len(fetches)
     return measured
 
 
@@ -194,6 +196,21 @@ def test_the_curve_from_one_run_predicts_another_cache_size(analysed: Analysed) 
     assert analysed.small.origin_bytes > 1.3 * large.origin_bytes
 
 
+def test_the_reports_origin_figures_are_the_sidecars_own_counters(analysed: Analysed) -> None:
+    """One set of origin figures: what the access log records of every lane adds
+    up to what the sidecar counted over the same run (`sidecar stats` reads the
+    same counters)."""
+    node = analysed.summary["nodes"][NODE]
+    small = analysed.small
+    assert small.origin_by_lane["prefetch"] > 0, "the workload reads ahead"
+    assert node["origin_bytes"] == small.origin_bytes
+    assert node["origin_bytes_by_lane"] == small.origin_by_lane
+    assert analysed.summary["topics"]["orders"]["origin_bytes"] == small.origin_bytes
+    page = (analysed.report / "report.html").read_text()
+    mib = f"{small.origin_bytes / 2 ** 20:.3g} MiB"
+    assert page.count(f"<td>{mib}</td>") >= 2, "the Nodes and Topics tables agree"
+
+
 def test_the_summary_keeps_its_contract_and_the_logs_figures(analysed: Analysed) -> None:
     summary = analysed.summary
     assert summary["target_hit_ratio"] == 0.99
@@ -207,6 +224,15 @@ def test_the_summary_keeps_its_contract_and_the_logs_figures(analysed: Analysed)
         [SMALL_CACHE, LARGE_CACHE, 2 * LARGE_CACHE]
     ratios = [p["byte_hit_ratio"] for p in node["curve"]]
     assert ratios == sorted(ratios)
+    # A cache holding everything misses only first reads: no size on the curve passes it.
+    assert max(ratios) - 0.005 <= node["hit_ratio_bound"] < 1
+    assert node["best_predicted_cache_bytes"] in [p["cache_bytes"] for p in node["curve"]]
+    # How far to trust the curve: the benchmark's cell nearest this node's regime
+    # (3 partitions read at once at most; the small cache's share of the footprint).
+    assert 1 <= node["regime"]["streams"] <= 3, node["regime"]
+    assert 0 < node["regime"]["cache_share"] < 1
+    assert node["accuracy"]["streams"] in (1, 4) and "hit_error" in node["accuracy"]
+    assert "How far to trust this curve" in (analysed.report / "report.html").read_text()
     recommended = node["recommended_cache_bytes"]
     assert recommended is None or recommended <= 2 * LARGE_CACHE
     assert node["origin_bytes"] > 0 and node["requests"] > 0
@@ -227,21 +253,36 @@ def chromium_installed() -> None:
 
 
 # What the report draws, read from its stable hooks (spark_warmup/capacity/report.py):
-# every chart and the laid-out size of its series.
+# every chart, the laid-out size of its series, its legend's swatches, and every
+# label that does not lie wholly inside its chart.
 CHARTS = """(() => {
   const charts = {};
   for (const svg of document.querySelectorAll("svg.chart")) {
+    const frame = svg.getBoundingClientRect();
     const drawn = [...svg.querySelectorAll(".series, .bar")].map((el) => {
       const box = el.getBBox();
       return {series: el.dataset.series, width: box.width, height: box.height};
     });
-    charts[svg.dataset.chart] = {points: Number(svg.dataset.points), drawn,
-                                 width: svg.getBoundingClientRect().width};
+    const clipped = [...svg.querySelectorAll("text")].filter((el) => {
+      const box = el.getBoundingClientRect();
+      return box.left < frame.left - 0.5 || box.right > frame.right + 0.5 ||
+             box.top < frame.top - 0.5 || box.bottom > frame.bottom + 0.5;
+    }).map((el) => el.textContent);
+    const swatches = [...svg.querySelectorAll(".legend .swatch")].map((el) => ({
+      series: el.dataset.series, fill: el.getAttribute("fill")}));
+    const strokes = Object.fromEntries([...svg.querySelectorAll(".series")].map(
+      (el) => [el.dataset.series, el.getAttribute("stroke")]));
+    const ticks = [...svg.querySelectorAll("text.tick")].map((el) => el.textContent);
+    charts[svg.dataset.chart] = {points: Number(svg.dataset.points), drawn, clipped,
+                                 swatches, strokes, ticks, left: frame.left,
+                                 right: frame.right, top: frame.top, width: frame.width};
   }
   return {charts, scripts: document.scripts.length,
           external: [...document.querySelectorAll("[src], link[href]")].length,
-          text: document.body.innerText};
+          text: document.body.innerText, viewport: window.innerWidth,
+          scrolls: document.documentElement.scrollWidth > window.innerWidth};
 })()"""
+REPORT_WIDTH = 1400  # the window the report is read in
 
 
 async def test_the_report_draws_its_charts_in_chromium(
@@ -249,19 +290,33 @@ async def test_the_report_draws_its_charts_in_chromium(
 ) -> None:
     with Chromium(tmp_path / "profile") as browser:
         async with browser.page() as page:
+            await page.call("Emulation.setDeviceMetricsOverride", width=REPORT_WIDTH,
+                            height=900, deviceScaleFactor=1, mobile=False)
             await page.load((analysed.report / "report.html").as_uri())
             save_artifact("capacity-report.png", await page.screenshot())
             state = await page.evaluate(CHARTS)
             assert page.exceptions() == []
     charts = state["charts"]
+    assert state["viewport"] == REPORT_WIDTH and not state["scrolls"]
     assert state["scripts"] == 0 and state["external"] == 0, "self-contained, nothing fetched"
-    curve = charts[f"curve:{NODE}"]
-    assert curve["points"] == 6  # 3 sizes x (hit ratio, origin per served byte)
-    assert {d["series"] for d in curve["drawn"]} == {"byte hit ratio",
-                                                     "origin bytes per served byte"}
-    assert all(d["width"] > 100 for d in curve["drawn"]), curve
+    # One quantity a chart: the hit ratio (0-1) and origin bytes per served byte apart.
+    curve, origin = charts[f"curve:{NODE}"], charts[f"origin:{NODE}"]
+    assert curve["points"] == 3 and [d["series"] for d in curve["drawn"]] == ["byte hit ratio"]
+    assert {d["series"] for d in origin["drawn"]} == {
+        "origin bytes per served byte", "of which read-ahead evicted unread"}
+    assert all(d["width"] > 100 for d in curve["drawn"] + origin["drawn"]), (curve, origin)
+    # Side by side, together using the page's width.
+    assert abs(curve["top"] - origin["top"]) < 1 and origin["left"] > curve["right"]
+    assert origin["right"] - curve["left"] > 0.9 * (REPORT_WIDTH - 48)
     over_time = charts["hit-ratio-over-time"]
     assert [d["series"] for d in over_time["drawn"]] == [NODE] and over_time["points"] >= 1
+    assert over_time["width"] > 0.9 * (REPORT_WIDTH - 48)
+    assert len(set(over_time["ticks"])) == len(over_time["ticks"]) >= 1, over_time["ticks"]
+    for name, chart in charts.items():
+        assert chart["clipped"] == [], (name, chart["clipped"])
+        assert chart["right"] <= REPORT_WIDTH, name
+        # A legend swatch in each line's own colour.
+        assert {s["series"]: s["fill"] for s in chart["swatches"]} == chart["strokes"], name
     bars = charts["top-missing-topics"]["drawn"]
     assert [d["series"] for d in bars] == ["orders"] and bars[0]["width"] > 10
     assert NODE in state["text"] and "not JSON" in state["text"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 import random
 import secrets
 import socket
@@ -16,9 +15,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sidecar.engine import FOREGROUND_PARTS
-from tests.functional.conftest import BLOCK, s3_client
+from tests.functional.conftest import BLOCK
+from tests.support.loopback_http import raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 SLOT = BLOCK + 4096  # a slot is a 4 KiB header plus one block (sidecar/cache/slab.py)
@@ -38,8 +39,11 @@ def expected_answer(range_header: str | None, size: int) -> tuple[int, int, int]
         return 200, 0, size - 1
     if first_text == "":
         suffix = int(last_text)
-        if suffix == 0 or size == 0:
+        if suffix == 0:
             return 416, 0, -1
+        if size == 0:
+            # RFC 9110 §14.1.1: satisfiable, and selects the whole empty object.
+            return 200, 0, -1
         return 206, max(0, size - suffix), size - 1
     first = int(first_text)
     last = int(last_text) if last_text else size - 1
@@ -241,18 +245,6 @@ def test_corrupted_slab_bytes_are_detected_and_refetched(
         assert process.metric("sidecar_cache_checksum_failures_total") == 7
 
 
-def raw_request(url: str, method: str, path: str, headers: dict[str, str] | None = None
-                ) -> tuple[int, dict[str, str], bytes]:
-    address = urlsplit(url)
-    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
-    try:
-        connection.request(method, path, headers=headers or {})
-        response = connection.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        connection.close()
-
-
 @pytest.mark.parametrize(
     ("method", "path", "headers", "status", "code"),
     [
@@ -297,6 +289,22 @@ def test_bad_input_gets_s3_errors_and_serving_goes_on(
     # The process keeps serving.
     assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
                        {"Range": "bytes=0-9"})[2] == data[:10]
+
+
+@pytest.mark.parametrize("range_header", ["bytes=-1", "bytes=-5000", "bytes=0-0", "bytes=-0"])
+def test_ranges_of_an_empty_object_are_answered_as_the_origin_answers(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, range_header: str,
+) -> None:
+    # RFC 9110 §14.1.1: a suffix-range of non-zero length is satisfiable, so
+    # `bytes=-1` of a 0-byte object is a 200 with no body (S3's answer), while
+    # an int-range of it is not (416). Compared with the origin's own answer.
+    origin_s3.put_object(Bucket=bucket, Key="empty", Body=b"")
+    want_status, want_body, want = get(origin_s3, bucket, "empty", range_header)
+    status, body, got = get(s3_client(sidecar.data_url), bucket, "empty", range_header)
+    assert (status, body, got.get("code")) == (want_status, want_body, want.get("code")), \
+        range_header
+    if status == 200:
+        assert got["content-length"] == "0"
 
 
 def test_conditional_requests(sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from sidecar.layout import parse_aiven_key
 from sidecar.tools.commands import program
 from sidecar.tools.kafka_segments import BatchHeader, iter_segment_batches
-from tests.functional.conftest import s3_client
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 BANNER_END = "Press Ctrl-C to stop."

@@ -2,7 +2,8 @@
 
 Nothing here deploys (no cluster, no docker on the test machines); the tests
 check what can be checked offline: the manifests parse and carry the fields
-operators rely on, kustomize (`kubectl kustomize`, where kubectl is installed)
+operators rely on, kustomize (`kubectl kustomize`, or where kubectl is missing a
+standalone kustomize that scripts/ensure-kustomize.sh builds from its Go module)
 renders them with and without the optional components and refuses to render
 without the operator's credentials, the ConfigMap's sidecar.toml passes
 `--check-config` with the credentials' keys, the unit passes `systemd-analyze
@@ -26,39 +27,30 @@ from typing import Any
 import pytest
 import yaml
 
-from sidecar.config import OPTIONS, flatten_sections, parse_host_port
-from tests.support.deploy_files import context_sources, dockerfile_stages, wheel_name
+from sidecar.config import OPTIONS, parse_host_port
+from tests.support.deploy_files import (
+    FILLED_CREDENTIALS,
+    KUBE,
+    ROOT,
+    base_copy,
+    by_kind,
+    configmap_toml,
+    container,
+    context_sources,
+    dockerfile_stages,
+    kustomization,
+    kustomize,
+    manifests,
+    renderer_command,
+    wheel_name,
+)
+from tests.support.installs import ensure
 
-ROOT = Path(__file__).resolve().parents[2]
-KUBE = ROOT / "deploy" / "kubernetes"
 COMPONENTS = KUBE / "components"
 CREDENTIALS_EXAMPLE = KUBE / "credentials.env.example"
 RULES = ROOT / "deploy" / "prometheus" / "sidecar-rules.yml"
 UNIT = ROOT / "deploy" / "systemd" / "kafka-sidecar.service"
 DEFAULTS = {option.name: option.default for option in OPTIONS}
-
-
-def by_kind(documents: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    kinds: dict[str, dict[str, Any]] = {}
-    for document in documents:
-        assert document["kind"] not in kinds, f"two {document['kind']}s"
-        kinds[document["kind"]] = document
-    return kinds
-
-
-def manifests() -> dict[str, dict[str, Any]]:
-    """The base's own manifests (the resources of kustomization.yaml), by kind."""
-    documents = []
-    for path in sorted(KUBE.glob("*.yaml")):
-        if path.name != "kustomization.yaml":
-            documents += yaml.safe_load_all(path.read_text(encoding="utf-8"))
-    return by_kind(documents)
-
-
-def kustomization(directory: Path = KUBE) -> dict[str, Any]:
-    result: dict[str, Any] = yaml.safe_load(
-        (directory / "kustomization.yaml").read_text(encoding="utf-8"))
-    return result
 
 
 def env_file(path: Path) -> dict[str, str]:
@@ -77,25 +69,6 @@ def secret_references() -> list[dict[str, Any]]:
             if "secretKeyRef" in env.get("valueFrom", {})]
 
 
-# Values an operator might write into credentials.env.
-FILLED_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "origin-secret",
-    "SIDECAR_ADMIN_TOKEN": "0123456789abcdef0123456789abcdef",
-    "SIDECAR_AUTH_KEYS": "kafka-broker:a-long-random-secret",
-}
-
-
-def container() -> dict[str, Any]:
-    containers = manifests()["DaemonSet"]["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
-    result: dict[str, Any] = containers[0]
-    return result
-
-
-def configmap_toml() -> dict[str, Any]:
-    return flatten_sections(tomllib.loads(manifests()["ConfigMap"]["data"]["sidecar.toml"]))
-
-
 def clean_env(**extra: str) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if not name.startswith("SIDECAR_")}
     return {**env, **extra}
@@ -106,11 +79,26 @@ def test_kustomization_lists_every_manifest_and_the_image() -> None:
     listed = sorted(base["resources"])
     on_disk = sorted(p.name for p in KUBE.glob("*.yaml") if p.name != "kustomization.yaml")
     assert listed == on_disk
-    assert [image["name"] for image in base["images"]] == [container()["image"]]
+    # The DaemonSet's image first, then the one components/warmup's Job and CronJob run.
+    images = [image["name"] for image in base["images"]]
+    assert images[0] == container()["image"]
+    used = {box["image"] for path in COMPONENTS.rglob("*.yaml")
+            for document in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+            for box in _containers(document) if "image" in box}  # patches name no image
+    assert set(images[1:]) == used - {container()["image"]}
     # The optional parts stay optional: a plain `kubectl apply -k` enables none.
     assert "components" not in base
     for component in sorted(COMPONENTS.iterdir()):
         assert f"components/{component.name}" in (KUBE / "kustomization.yaml").read_text()
+
+
+def _containers(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The containers of a workload's pod template (Job, CronJob, DaemonSet...)."""
+    spec = document.get("spec", {})
+    spec = spec.get("jobTemplate", {}).get("spec", spec)
+    containers: list[dict[str, Any]] = spec.get("template", {}).get("spec", {}).get(
+        "containers", [])
+    return containers
 
 
 def test_daemonset_probes_annotations_and_ports() -> None:
@@ -126,8 +114,28 @@ def test_daemonset_probes_annotations_and_ports() -> None:
     assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
     annotations = pod["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
-    assert annotations["prometheus.io/port"] == str(ports["admin"])
+    # Prometheus scrapes the token-free metrics listener: off loopback the admin
+    # port's /metrics wants the admin token.
+    assert ports["metrics"] == parse_host_port(config["metrics_listen"]).port
+    assert annotations["prometheus.io/port"] == str(ports["metrics"])
     assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_startup_probe_allows_what_the_readme_says_start_up_takes() -> None:
+    """README.md's warm restart serves within a second, whatever the cache's size:
+    the probe gives a minute, not the minutes a scan before serving would need, and
+    its comment says the same as the README."""
+    probe = container()["startupProbe"]
+    budget = probe["periodSeconds"] * probe["failureThreshold"]
+    assert 30 <= budget <= 120, budget
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "**Warm restart.**" in readme and "serves within 0.1 s" in readme
+    text = (KUBE / "daemonset.yaml").read_text(encoding="utf-8")
+    start = text.index("startupProbe:")
+    comment = " ".join(line.strip().lstrip("# ") for line in
+                       text[start:text.index("httpGet:", start)].splitlines())
+    assert '"Warm restart"' in comment and "within a second" in comment, comment
+    assert "slot header of the slab to rebuild" not in comment
 
 
 def test_resources_are_guaranteed_whole_cpus() -> None:
@@ -304,7 +312,7 @@ def test_protect_log_dirs_component_mounts_what_it_protects() -> None:
     assert not set(volumes) & base_names
 
 
-def test_podmonitor_component_scrapes_the_admin_port_under_the_alerted_job() -> None:
+def test_podmonitor_component_scrapes_the_metrics_listener_under_the_alerted_job() -> None:
     _, (monitor,) = component("podmonitor")
     assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
     labels = manifests()["DaemonSet"]["spec"]["template"]["metadata"]["labels"]
@@ -312,7 +320,7 @@ def test_podmonitor_component_scrapes_the_admin_port_under_the_alerted_job() -> 
     assert spec["selector"]["matchLabels"].items() <= labels.items()
     ports = {port["name"]: port["containerPort"] for port in container()["ports"]}
     (endpoint,) = spec["podMetricsEndpoints"]
-    assert ports[endpoint["port"]] == parse_host_port(configmap_toml()["admin_listen"]).port
+    assert ports[endpoint["port"]] == parse_host_port(configmap_toml()["metrics_listen"]).port
     assert endpoint["path"] == "/metrics"
     # The job label it gives is one the SidecarDown alert knows.
     job = labels[spec["jobLabel"]]
@@ -328,47 +336,47 @@ def test_podmonitor_component_scrapes_the_admin_port_under_the_alerted_job() -> 
     assert not re.fullmatch(pattern[1], "kubernetes-pods")
 
 
+def test_annotation_scraped_pods_carry_the_label_sidecar_down_matches() -> None:
+    """Under annotation-based scraping every pod shares one job; the alert knows the
+    sidecar's targets by the pod label that job maps onto them (Prometheus' labelmap
+    of __meta_kubernetes_pod_label_<name>, <name> with each character outside
+    [a-zA-Z0-9_] made "_")."""
+    template = manifests()["DaemonSet"]["spec"]["template"]
+    annotations, labels = template["metadata"]["annotations"], template["metadata"]["labels"]
+    ports = {port["name"]: port["containerPort"] for port in container()["ports"]}
+    assert annotations["prometheus.io/scrape"] == "true"
+    # The token-free metrics listener: off loopback the admin port's /metrics is guarded.
+    assert int(annotations["prometheus.io/port"]) == ports["metrics"]
+    rules = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    (down,) = [rule for group in rules["groups"] for rule in group["rules"]
+               if rule.get("alert") == "SidecarDown"]
+    matchers = re.findall(r'up\{(\w+)="([^"]+)"\} == 0', down["expr"])
+    assert matchers, down["expr"]
+    mapped = {re.sub(r"[^a-zA-Z0-9_]", "_", name): value for name, value in labels.items()}
+    for name, value in matchers:
+        assert mapped.get(name) == value, (name, value, mapped)
+
+
 # --- kustomize --------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        pytest.skip("kubectl (with its built-in kustomize) is not installed")
-    return path
-
-
-def kustomize(kubectl: str, directory: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True,
-                          text=True, timeout=120)
-
-
-def base_copy(tmp_path: Path, components: tuple[str, ...] = ()) -> Path:
-    """deploy/kubernetes with a filled credentials.env and the given components on."""
-    copy = tmp_path / "kubernetes"
-    shutil.copytree(KUBE, copy)
-    (copy / "credentials.env").write_text(
-        "".join(f"{name}={value}\n" for name, value in FILLED_CREDENTIALS.items()))
-    if components:
-        spec = kustomization(copy)
-        spec["components"] = [f"components/{name}" for name in components]
-        (copy / "kustomization.yaml").write_text(yaml.safe_dump(spec))
-    return copy
+def renderer() -> list[str]:
+    return list(renderer_command())
 
 
 def test_kustomize_refuses_to_render_without_the_credentials_file(
-    kubectl: str, tmp_path: Path,
+    renderer: list[str], tmp_path: Path,
 ) -> None:
     copy = tmp_path / "kubernetes"
     shutil.copytree(KUBE, copy, ignore=shutil.ignore_patterns("credentials.env"))
-    result = kustomize(kubectl, copy)
+    result = kustomize(renderer, copy)
     assert result.returncode != 0 and "credentials.env" in result.stderr, result.stderr
 
 
 def test_kustomize_renders_the_base_with_the_generated_secret(
-    kubectl: str, tmp_path: Path,
+    renderer: list[str], tmp_path: Path,
 ) -> None:
-    result = kustomize(kubectl, base_copy(tmp_path))
+    result = kustomize(renderer, base_copy(tmp_path))
     assert result.returncode == 0, result.stderr
     rendered = by_kind(list(yaml.safe_load_all(result.stdout)))
     assert set(rendered) == {"PriorityClass", "ConfigMap", "Secret", "Service", "NetworkPolicy",
@@ -388,9 +396,10 @@ def test_kustomize_renders_the_base_with_the_generated_secret(
     assert [volume["name"] for volume in pod["volumes"] if "hostPath" in volume] == ["cache"]
 
 
-def test_kustomize_renders_the_optional_components(kubectl: str, tmp_path: Path) -> None:
+def test_kustomize_renders_the_optional_components(renderer: list[str], tmp_path: Path
+                                                   ) -> None:
     copy = base_copy(tmp_path, ("podmonitor", "protect-log-dirs"))
-    result = kustomize(kubectl, copy)
+    result = kustomize(renderer, copy)
     assert result.returncode == 0, result.stderr
     rendered = by_kind(list(yaml.safe_load_all(result.stdout)))
     assert rendered["PodMonitor"]["metadata"]["namespace"] == "kafka"
@@ -429,9 +438,7 @@ def unit_keys(text: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def systemd_analyze() -> str:
-    result = subprocess.run(["sh", str(ROOT / "scripts" / "ensure-systemd.sh")],
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"ensure-systemd.sh failed:\n{result.stdout}{result.stderr}"
+    ensure("ensure-systemd.sh")
     return "systemd-analyze"
 
 
@@ -498,6 +505,73 @@ def test_systemd_unit_installs_the_wheel_make_dist_builds() -> None:
     assert all(Path(target).name == wheel_name() for target in installs), installs
     assert "make dist" in text
     assert re.search(r"^dist:", (ROOT / "Makefile").read_text(), re.M)
+
+
+def header_commands() -> list[str]:
+    """The install steps of the unit's header comment, continuation lines joined."""
+    lines = [line.removeprefix("#").strip() for line in
+             UNIT.read_text(encoding="utf-8").split("\n[Unit]")[0].splitlines()]
+    return [step.split("  #")[0].strip() for step in
+            re.sub(r"\\\s+", " ", "\n".join(lines)).splitlines()
+            if re.match(r"(install|useradd|python3|sudo|systemctl|/opt/)", step)]
+
+
+def test_systemd_install_steps_put_every_file_where_the_unit_reads_it(tmp_path: Path) -> None:
+    """The header's steps, run as written, leave each path the unit names in place,
+    from files the checkout has; the example config they install passes the
+    unit's own --check-config command as it stands (a 2-core host needs no edit)."""
+    keys = unit_keys(UNIT.read_text(encoding="utf-8"))
+    installed: dict[str, str] = {}  # destination -> source in the checkout
+    for step in header_commands():
+        words = step.split()
+        if words[0] == "install" and "-d" not in words:
+            source, destination = words[-2], words[-1]
+            if source != "/dev/null":
+                assert (ROOT / source).is_file(), step
+            if destination.endswith("/"):
+                destination += Path(source).name
+            installed[destination] = source
+    assert installed["/etc/systemd/system/kafka-sidecar.service"] == \
+        "deploy/systemd/kafka-sidecar.service"
+    command = keys["ExecStart"].split()
+    config = command[command.index("--config") + 1]
+    assert installed[config] == "sidecar.example.toml"
+    assert keys["EnvironmentFile"] in installed
+    documentation = keys["Documentation"].removeprefix("file:")
+    assert installed[documentation] == "deploy/README.md"
+    directories = [step.split()[-1] for step in header_commands()
+                   if step.startswith("install -d")]
+    assert command[command.index("--cache-dir") + 1] in directories
+    assert command[0] == "/opt/kafka-sidecar/bin/sidecar"
+    assert any(step == "python3 -m venv /opt/kafka-sidecar" for step in header_commands())
+    assert "systemctl daemon-reload && systemctl enable --now kafka-sidecar" \
+        in header_commands()
+
+    # The unit's command with the checkout's example config and a cache dir here.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    arguments = [str(ROOT / "sidecar.example.toml") if word == config
+                 else str(cache) if word == command[command.index("--cache-dir") + 1]
+                 else word for word in command[1:]]
+    result = subprocess.run([sys.executable, "-m", "sidecar", *arguments, "--check-config"],
+                            capture_output=True, text=True, timeout=60, env=clean_env())
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"^cpus = \"\"", result.stdout, re.M), "no cores pinned by default"
+
+
+def test_deploy_readme_shows_the_units_own_settings() -> None:
+    """The unit settings deploy/README.md quotes are the unit's, with no core pinned:
+    a quoted CPUAffinity=3 would fail on a host of fewer than 4 cores."""
+    keys = unit_keys(UNIT.read_text(encoding="utf-8"))
+    blocks = re.findall(r"```ini\n(.*?)```", (ROOT / "deploy" / "README.md").read_text(),
+                        re.S)
+    assert blocks
+    for block in blocks:
+        quoted = unit_keys(block)
+        assert "CPUAffinity" not in quoted
+        # systemd has no trailing comments: "3G  # ..." would be the value.
+        assert not [value for value in quoted.values() if "#" in value], quoted
+        assert quoted == {name: keys[name] for name in quoted}, quoted
 
 
 # --- Dockerfile ------------------------------------------------------------

@@ -22,8 +22,8 @@ import pytest
 
 from sidecar.cache.slot_format import FILE_HEADER_SIZE, SLAB_FILE_NAME, SLOT_HEADER_SIZE
 from sidecar.tools.local_s3 import LocalS3
-from tests.functional.test_data_port import raw_request
 from tests.support.loop_disk import LoopDisk, drop_pages, ensure_disk_tools, loop_disk
+from tests.support.loopback_http import raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
 

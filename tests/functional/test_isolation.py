@@ -20,9 +20,9 @@ import psutil
 import pytest
 
 from sidecar.tools.local_s3 import LocalS3
-from tests.functional.conftest import s3_client
-from tests.functional.test_data_port import raw_request
+from tests.support.loopback_http import raw_request
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 MiB = 1024 * 1024
@@ -141,7 +141,7 @@ def test_foreground_miss_never_waits_for_lower_lanes_bytes(
         warm = threading.Thread(target=admin_call, args=(
             sidecar.admin_url, "POST", "/api/v1/warm",
             {"objects": [{"bucket": bucket, "key": warm_key, "start": 0, "end": None}],
-             "ttl_s": 600}, None))
+             "ttl_s": 600}, sidecar.admin_token))
         reader.start()
         warm.start()
         try:

@@ -18,15 +18,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 from botocore.httpchecksum import StreamingChecksumBody
 
-from tests.functional.conftest import s3_client
+from sidecar.tools.local_s3 import loopback_client
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 BLOCK = 64 * 1024
@@ -247,11 +246,8 @@ def test_checksums_are_not_sent_unasked(
     body = os.urandom(BLOCK + 3)
     origin_s3.put_object(Bucket=bucket, Key=key, Body=body, ChecksumAlgorithm="CRC32")
     # botocore asks for checksums on every GetObject unless told to only when required.
-    unasking = boto3.client(
-        "s3", endpoint_url=sidecar.data_url, region_name="us-east-1",
-        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-                          response_checksum_validation="when_required"),
-    )
+    unasking = loopback_client(sidecar.data_url,
+                               response_checksum_validation="when_required")
     try:
         got = unasking.get_object(Bucket=bucket, Key=key)
         assert got["Body"].read() == body

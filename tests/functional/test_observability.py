@@ -9,39 +9,35 @@ Prometheus and Chromium are installed by the project's own scripts
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import http.client
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-import aiohttp
 import pytest
 
 from sidecar.tools.kafka_segments import SegmentObject, generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from tests.support.chromium import Chromium, Page
+from tests.support.installs import save_artifact
 from tests.support.processes import SidecarProcess
+from tests.support.prometheus import Prometheus
 from tests.support.recording_proxy import RecordingProxy
 from tests.support.waiting import eventually, eventually_awaited
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "sidecar-dashboard.json"
 RULE_FILES = sorted((ROOT / "deploy" / "prometheus").glob("*.yml"))
-ARTIFACTS = ROOT / "test-artifacts"
 BLOCK = 256 * 1024
 SEGMENT_BYTES = 1536 * 1024
 
@@ -49,29 +45,6 @@ SEGMENT_BYTES = 1536 * 1024
 # rule evaluation a second): generous waits, unhurried polls.
 WAIT_S = 30.0
 POLL_S = 0.2
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def ensure(script: str) -> None:
-    result = subprocess.run([str(ROOT / "scripts" / script)], capture_output=True, text=True,
-                            timeout=900)
-    assert result.returncode == 0, f"{script} failed:\n{result.stdout}\n{result.stderr}"
-
-
-@pytest.fixture(scope="session")
-def prometheus_installed() -> None:
-    ensure("ensure-prometheus.sh")
-
-
-@pytest.fixture(scope="session")
-def chromium_installed() -> None:
-    ensure("ensure-chromium.sh")
 
 
 @pytest.fixture(scope="module")
@@ -270,91 +243,17 @@ def test_rules_pass_promtool(prometheus_installed: None) -> None:
     assert unit.returncode == 0, unit.stdout + unit.stderr
 
 
-class Prometheus:
-    """Debian's prometheus scraping one target every second, rules loaded, storage in tmp."""
-
-    def __init__(self, directory: Path, target: str) -> None:
-        self.directory = directory
-        self.target = target
-        self.url = ""
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> Prometheus:
-        self.directory.mkdir()
-        config = self.directory / "prometheus.yml"
-        # JSON is YAML: no YAML library needed to write the config.
-        config.write_text(json.dumps({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(path) for path in RULE_FILES],
-            "scrape_configs": [{"job_name": "sidecar",
-                                "static_configs": [{"targets": [self.target]}]}],
-        }))
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self._log = open(self.directory / "prometheus.log", "wb")
-        self._process = subprocess.Popen(
-            ["prometheus", f"--config.file={config}",
-             f"--storage.tsdb.path={self.directory / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=self._log, stderr=subprocess.STDOUT,
-        )
-        try:
-            eventually(self._ready, "prometheus to be ready", WAIT_S, POLL_S)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def _ready(self) -> bool | None:
-        assert self._process is not None
-        if self._process.poll() is not None:
-            raise AssertionError("prometheus exited:\n"
-                                 + (self.directory / "prometheus.log").read_text())
-        try:
-            with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
-                return True if response.status == 200 else None
-        except OSError:
-            return None
-
-    def api(self, path: str, **params: str) -> Any:
-        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as response:
-                body = json.load(response)
-        except urllib.error.HTTPError as exc:  # a bad query is a 400 with a JSON error
-            body = json.load(exc)
-            exc.close()
-        assert body["status"] == "success", f"{params}: {body.get('error')}"
-        return body["data"]
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        data = self.api("query", query=expr)
-        assert data["resultType"] == "vector", (expr, data["resultType"])
-        result: list[dict[str, Any]] = data["result"]
-        return result
-
-    def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        self._log.close()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
-
-
 def test_every_panel_and_rule_returns_series_from_a_real_prometheus(
     prometheus_installed: None, local_s3: LocalS3, seeded: str,
     segments: tuple[SegmentObject, ...], tmp_path: Path,
 ) -> None:
-    with start_sidecar(local_s3.endpoint, tmp_path) as sidecar, \
-            Prometheus(tmp_path / "prometheus", sidecar.admin_url.removeprefix("http://")) as prom:
-        instance = sidecar.admin_url.removeprefix("http://")
+    # Prometheus scrapes the token-free metrics listener, as in Kubernetes
+    # (deploy/kubernetes: metrics_listen), where the admin port is guarded.
+    with start_sidecar(local_s3.endpoint, tmp_path, "--metrics-listen", "127.0.0.1:0"
+                       ) as sidecar, \
+            Prometheus(tmp_path / "prometheus", sidecar.metrics_url.removeprefix("http://"),
+                       RULE_FILES) as prom:
+        instance = sidecar.metrics_url.removeprefix("http://")
         eventually(lambda: prom.query('up{job="sidecar"} == 1') or None, "the first scrape",
                    WAIT_S, POLL_S)
         report = run_replay(sidecar, local_s3.endpoint, seeded)
@@ -503,137 +402,6 @@ def test_served_and_origin_bytes_add_up(
 
 
 # --- the built-in page in a real browser ------------------------------------------------
-
-
-class Chromium:
-    """Headless Debian Chromium with the DevTools protocol on a loopback port."""
-
-    def __init__(self, profile: Path) -> None:
-        self.profile = profile
-        self.port = 0
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> Chromium:
-        self.profile.mkdir()
-        self._log = open(self.profile.parent / "chromium.log", "wb")
-        self._process = subprocess.Popen(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={self.profile}",
-             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
-             "--window-size=1280,900", "about:blank"],
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        active = self.profile / "DevToolsActivePort"
-
-        def listening() -> int | None:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise AssertionError("chromium exited:\n"
-                                     + (self.profile.parent / "chromium.log").read_text())
-            lines = active.read_text().split() if active.exists() else []
-            return int(lines[0]) if lines else None
-
-        try:
-            self.port = eventually(listening, "chromium's DevTools port", WAIT_S, POLL_S)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            # Its own session: the group holds chromium's zygote and renderers too.
-            os.killpg(self._process.pid, signal.SIGTERM)
-            try:
-                self._process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._process.pid, signal.SIGKILL)
-                self._process.wait()
-        self._log.close()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
-
-    @contextlib.asynccontextmanager
-    async def page(self) -> AsyncIterator[Page]:
-        """The browser's tab over its DevTools websocket, page and script events on."""
-        async with aiohttp.ClientSession() as http_session:
-            async with http_session.get(f"http://127.0.0.1:{self.port}/json/list") as answer:
-                tabs = await answer.json()
-            tab = next(t for t in tabs if t["type"] == "page")
-            async with http_session.ws_connect(tab["webSocketDebuggerUrl"],
-                                               max_msg_size=0) as ws:
-                page = Page(ws)
-                await page.call("Page.enable")
-                await page.call("Runtime.enable")
-                yield page
-
-
-class Page:
-    """One tab, driven by DevTools protocol commands over aiohttp's websocket client."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self._ws = ws
-        self._ids = 0
-        self._events: list[dict[str, Any]] = []  # arrived while waiting for an answer
-
-    async def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self._ids += 1
-        await self._ws.send_json({"id": self._ids, "method": method, "params": params})
-        while True:
-            message = await asyncio.wait_for(self._ws.receive_json(), 30)
-            if message.get("id") == self._ids:
-                assert "error" not in message, (method, message["error"])
-                result: dict[str, Any] = message["result"]
-                return result
-            if "method" in message:
-                self._events.append(message)
-
-    async def event(self, method: str) -> dict[str, Any]:
-        """The next `method` event (one that came in meanwhile counts)."""
-        while True:
-            for i, message in enumerate(self._events):
-                if message["method"] == method:
-                    del self._events[i]
-                    return message
-            message = await asyncio.wait_for(self._ws.receive_json(), WAIT_S)
-            if "method" in message:
-                self._events.append(message)
-
-    async def load(self, url: str) -> None:
-        """Navigate and return once the load event fired: the page's inline
-        script has run and nothing was awaited after it."""
-        self._events = [e for e in self._events if e["method"] == "Runtime.exceptionThrown"]
-        await self.call("Page.navigate", url=url)
-        await self.event("Page.loadEventFired")
-
-    def exceptions(self) -> list[str]:
-        """Uncaught exceptions of the page's scripts so far (with Runtime enabled)."""
-        return [str(event["params"]["exceptionDetails"]) for event in self._events
-                if event["method"] == "Runtime.exceptionThrown"]
-
-    async def evaluate(self, expression: str) -> Any:
-        result = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        assert "exceptionDetails" not in result, result["exceptionDetails"]
-        return result["result"].get("value")
-
-    async def screenshot(self) -> bytes:
-        """The whole page as PNG, below the window's height too."""
-        height = (await self.call("Page.getLayoutMetrics"))["cssContentSize"]["height"]
-        # The window's width: beyond the viewport there is no scroll bar to leave out.
-        width = await self.evaluate("window.innerWidth")
-        shot = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                               clip={"x": 0, "y": 0, "width": width, "height": height,
-                                     "scale": 1})
-        return base64.b64decode(shot["data"])
-
-
-def save_artifact(name: str, data: bytes) -> None:
-    path = ARTIFACTS / "ui" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
 
 
 # What the page shows, read from its stable hooks (see sidecar/admin/ui.py).
@@ -789,7 +557,8 @@ async def test_ui_first_paint_has_the_figures_and_polls_keep_them_current(
         # which misses (foreground), reads ahead (prefetch) and hits the warmed one.
         warm_key = segments[0].key
         warmed = admin_post(sidecar.admin_url + "/api/v1/warm",
-                            {"objects": [{"bucket": seeded, "key": warm_key}]})
+                            {"objects": [{"bucket": seeded, "key": warm_key}]},
+                            sidecar.admin_token)
         assert warmed["fetched"] > 0 and warmed["failed"] == 0, warmed
         run_replay(sidecar, local_s3.endpoint, seeded)
         sidecar.wait_idle()
@@ -852,9 +621,10 @@ async def test_ui_first_paint_has_the_figures_and_polls_keep_them_current(
             assert page.exceptions() == []
 
 
-def admin_post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+def admin_post(url: str, body: dict[str, Any], token: str) -> dict[str, Any]:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=60) as response:
         result: dict[str, Any] = json.load(response)
         return result
@@ -863,7 +633,7 @@ def admin_post(url: str, body: dict[str, Any]) -> dict[str, Any]:
 def test_access_log_has_one_json_line_per_request(
     local_s3: Any, origin_s3: Any, bucket: str, tmp_path: Path
 ) -> None:
-    from tests.functional.test_data_port import raw_request
+    from tests.support.loopback_http import raw_request
     from tests.support.processes import SidecarProcess
 
     data = bytes(range(256)) * 4096  # 1 MiB

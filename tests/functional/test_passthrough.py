@@ -17,18 +17,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-import boto3
 import pytest
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.config import Config as BotoConfig
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from sidecar.tools.kafka_segments import generate_topic_segments, iter_segment_batches
-from sidecar.tools.local_s3 import CREDENTIALS
-from tests.functional.conftest import s3_client
+from sidecar.tools.local_s3 import CREDENTIALS, loopback_client
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.signed_chunks import crc32_trailer, signed_chunked
 from tests.support.verifying_proxy import VerifyingProxy
 from tests.support.waiting import eventually
@@ -235,6 +233,75 @@ def test_signed_aws_chunked_uploads_are_decoded(
         origin_s3.head_object(Bucket=bucket, Key="broken.bin")
 
 
+@pytest.mark.parametrize("trailer", [False, True])
+def test_an_over_long_or_forged_signed_chunked_body_never_completes_at_the_origin(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, trailer: bool,
+) -> None:
+    # Every chunk signature holds, but the signed x-amz-decoded-content-length
+    # says 64 KiB of the 1 MiB sent: the origin was told 64 KiB, and a piece
+    # held back at the end of the body would fall far past it.
+    data = random.Random(11).randbytes(16 * 65536)
+    key = f"over-long-{trailer}.bin"
+    headers, body = signed_chunked(f"{sidecar.data_url}/{bucket}/{key}", data, 65536,
+                                   *MOTO_KEY, trailer=trailer, declared=65536)
+    status, _, answer = raw(sidecar.data_url, "PUT", f"/{bucket}/{key}", headers, body)
+    assert status == 400 and b"<Code>IncompleteBody</Code>" in answer, answer
+    with pytest.raises(ClientError):
+        origin_s3.head_object(Bucket=bucket, Key=key)
+    # The right length, and a final (empty) chunk whose signature is forged:
+    # every data byte arrives before the chain is seen to break.
+    headers, body = signed_chunked(f"{sidecar.data_url}/{bucket}/{key}", data, 65536,
+                                   *MOTO_KEY, trailer=trailer)
+    final = body.rindex(b"0;chunk-signature=") + len(b"0;chunk-signature=")
+    forged = body[:final] + (b"1" if body[final:final + 1] == b"0" else b"0") + body[final + 1:]
+    status, _, answer = raw(sidecar.data_url, "PUT", f"/{bucket}/{key}", headers, forged)
+    assert status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in answer, answer
+    with pytest.raises(ClientError):
+        origin_s3.head_object(Bucket=bucket, Key=key)
+
+
+def test_a_connection_header_naming_a_signed_header_is_refused(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str,
+) -> None:
+    # A proxy drops the fields Connection names (RFC 9110 7.6.1): a signed
+    # x-amz-* one would reach the origin without what the client signed.
+    headers = {"x-amz-meta-owner": "payments", "Connection": "x-amz-meta-owner"}
+    status, _, answer = raw(sidecar.data_url, "PUT", f"/{bucket}/conn.bin", headers, b"x")
+    assert status == 400 and b"x-amz-meta-owner" in answer, answer
+    with pytest.raises(ClientError):
+        origin_s3.head_object(Bucket=bucket, Key="conn.bin")
+    # An unsigned field it names is dropped, as before.
+    status, _, answer = raw(sidecar.data_url, "PUT", f"/{bucket}/conn.bin",
+                            {"Connection": "x-private"}, b"x")
+    assert status == 200, answer
+
+
+def test_the_query_reaches_the_origin_as_signed(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str,
+) -> None:
+    # The signature takes a literal '+' (SigV4 encodes it as %2B); form
+    # decoding would turn it into a space and list another prefix.
+    for key in ("a+b/1", "a b/2"):
+        origin_s3.put_object(Bucket=bucket, Key=key, Body=b"x")
+    status, _, answer = raw(sidecar.data_url, "GET", f"/{bucket}?list-type=2&prefix=a+b")
+    assert status == 200, answer
+    assert b"<Key>a+b/1</Key>" in answer and b"a b/2" not in answer, answer
+
+
+@pytest.mark.parametrize("query", [
+    "list-type=2&policy", "uploads&policy", "versions&acl", "location&policy",
+    "list-type=2&uploads", "policy", "acl",
+])
+def test_unknown_sub_resources_are_never_anonymous_reads(
+    sidecar: SidecarProcess, bucket: str, query: str,
+) -> None:
+    status, _, answer = raw(sidecar.data_url, "GET", f"/{bucket}?{query}", sign=False)
+    assert status == 403 and b"<Code>AccessDenied</Code>" in answer, (query, answer)
+    # Listings, uploads and versions on their own stay readable.
+    for read in ("list-type=2&prefix=x", "uploads", "versions", "location"):
+        assert raw(sidecar.data_url, "GET", f"/{bucket}?{read}", sign=False)[0] == 200, read
+
+
 def _unsigned_trailer_body(data: bytes, chunk: int) -> bytes:
     """STREAMING-UNSIGNED-PAYLOAD-TRAILER framing with a CRC-32 trailer."""
     name, value = crc32_trailer(data)
@@ -284,8 +351,7 @@ def test_a_sigv2_presigned_get_is_refused_and_never_forwarded(
     # words, and the origin never sees it.
     data = random.Random(9).randbytes(BLOCK + 7)
     origin_s3.put_object(Bucket=bucket, Key="v2.log", Body=data)
-    v2 = boto3.client("s3", endpoint_url=sidecar.data_url, region_name="us-east-1",
-                      config=BotoConfig(signature_version="s3", s3={"addressing_style": "path"}))
+    v2 = loopback_client(sidecar.data_url, signature_version="s3")
     try:
         url = v2.generate_presigned_url(
             "get_object", Params={"Bucket": bucket, "Key": "v2.log"}, ExpiresIn=300)

@@ -22,8 +22,8 @@ from bench.broker import log_metadata_readiness, restart_broker
 from sidecar.layout import parse_aiven_key
 from sidecar.tools.broker import TIERED_TOPIC, KafkaCluster, RemoteStorage
 from sidecar.tools.catch_up import catch_up, produce
-from tests.functional.conftest import s3_client
 from tests.support.fault_proxy import FaultProxy
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.functional

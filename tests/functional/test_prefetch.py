@@ -104,7 +104,7 @@ def test_random_reader_triggers_no_prefetch_storm(
 
 
 def replay_through(sidecar: SidecarProcess, origin: str, bucket: str) -> dict[str, Any]:
-    from tests.functional.test_replay import replay_json
+    from tests.support.replay_cli import replay_json
 
     return replay_json(
         "--endpoint", sidecar.data_url, "--list-endpoint", origin, "--admin", sidecar.admin_url,

@@ -36,9 +36,9 @@ from sidecar.tools.broker import (
 )
 from sidecar.tools.catch_up import catch_up, produce
 from sidecar.tools.local_s3 import LocalS3
-from tests.functional.conftest import s3_client
 from tests.support.fault_proxy import FaultProxy
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.functional
@@ -100,6 +100,8 @@ def rig(fault_proxy: FaultProxy, local_s3: LocalS3, tmp_path_factory: pytest.Tem
         "SIDECAR_PREFETCH_MAX_WINDOW": "8MiB",
     }
     storage = RemoteStorage(f"http://{listen}", bucket, PLUGIN_KEY, PLUGIN_SECRET)
+    # Only what the plugin needs: its bucket, its key scoped to it.
+    env |= storage.sidecar_settings()
     rig = Rig(bucket, fault_proxy, start_sidecar(fault_proxy, cache_dir, listen, env),
               KafkaCluster(work / "kafka", storage), work / "access.log", cache_dir, listen, env)
     failed_before = request.session.testsfailed

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,9 +19,10 @@ from sidecar.tools.kafka_segments import (
     generate_topic_segments,
     iter_segment_batches,
 )
-from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.local_s3 import LocalS3
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
+from tests.support.replay_cli import replay_json, run_replay
 
 TOPICS = ("orders", "clicks")
 PARTITIONS = 2
@@ -67,22 +66,6 @@ def seeded(origin_s3: Any, bucket: str, generated: tuple[SegmentObject, ...]) ->
         # The sibling files the plugin also writes, which replay must skip.
         origin_s3.put_object(Bucket=bucket, Key=segment.key[:-3] + "indexes", Body=b"idx")
     return Seeded(bucket, generated)
-
-
-def run_replay(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sidecar", "replay", *args], capture_output=True, text=True,
-        timeout=timeout, env={**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING"},
-    )
-
-
-def replay_json(*args: str, expect: int = 0) -> dict[str, Any]:
-    result = run_replay(*args, "--json")
-    assert result.returncode == expect, result.stderr
-    lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1, result.stdout  # exactly one JSON object, for the harness
-    report: dict[str, Any] = json.loads(lines[0])
-    return report
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:

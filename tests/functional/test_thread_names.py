@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.tools.local_s3 import LocalS3
-from tests.functional.conftest import s3_client
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 MiB = 1024 * 1024

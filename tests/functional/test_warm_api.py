@@ -19,8 +19,8 @@ MIB = 1024 * 1024
 SIZE = 2 * MIB + 512 * 1024  # three 1 MiB blocks, the last one half full
 
 
-def post(url: str, document: object = None, *, raw: bytes | None = None,
-         token: str | None = None) -> tuple[int, dict[str, Any]]:
+def post(url: str, token: str | None, document: object = None, *,
+         raw: bytes | None = None) -> tuple[int, dict[str, Any]]:
     data = raw if raw is not None else json.dumps(document).encode()
     headers = {"Content-Type": "application/json"}
     if token is not None:
@@ -62,7 +62,7 @@ def test_warm_then_warm_again_then_read(
 ) -> None:
     body = {"objects": [{"bucket": bucket, "key": key, "start": 0, "end": None}
                         for key in objects], "ttl_s": 600}
-    status, answer = post(warm_sidecar.admin_url, body)
+    status, answer = post(warm_sidecar.admin_url, warm_sidecar.admin_token, body)
     assert status == 200, answer
     assert answer == {"requested_blocks": 6, "already_cached": 0, "fetched": 6, "failed": 0,
                       "bytes_fetched": 2 * SIZE}
@@ -71,7 +71,7 @@ def test_warm_then_warm_again_then_read(
     assert warm_sidecar.metric("sidecar_warm_blocks_total", outcome="fetched") == 6
     gets = len(proxy.gets())
     # Idempotent: the second call finds everything cached and fetches nothing.
-    status, answer = post(warm_sidecar.admin_url, body)
+    status, answer = post(warm_sidecar.admin_url, warm_sidecar.admin_token, body)
     assert status == 200
     assert answer == {"requested_blocks": 6, "already_cached": 6, "fetched": 0, "failed": 0,
                       "bytes_fetched": 0}
@@ -88,7 +88,7 @@ def test_ranges_are_inclusive_and_clamped(
     warm_sidecar: SidecarProcess, bucket: str, objects: dict[str, bytes]
 ) -> None:
     first, second = objects
-    status, answer = post(warm_sidecar.admin_url, {"objects": [
+    status, answer = post(warm_sidecar.admin_url, warm_sidecar.admin_token, {"objects": [
         {"bucket": bucket, "key": first, "start": MIB - 1, "end": MIB},  # blocks 0 and 1
         {"bucket": bucket, "key": second, "start": 2 * MIB, "end": 50 * MIB},  # block 2 only
         {"bucket": bucket, "key": second, "start": 10 * MIB},  # past the end: nothing
@@ -129,7 +129,7 @@ def test_rejected_calls_fetch_nothing(
     warm_sidecar: SidecarProcess, proxy: RecordingProxy, bucket: str, objects: dict[str, bytes]
 ) -> None:
     for raw, message in rejected_bodies(bucket, list(objects)):
-        status, answer = post(warm_sidecar.admin_url, raw=raw)
+        status, answer = post(warm_sidecar.admin_url, warm_sidecar.admin_token, raw=raw)
         assert status == 400, (message, answer)
         assert set(answer) == {"error"} and message in answer["error"], answer
     assert proxy.gets() == []
@@ -151,8 +151,28 @@ def test_the_admin_token_is_required_when_set(
     with SidecarProcess(proxy.endpoint, tmp_path, "--block-size", "1MiB",
                         "--admin-token", "s3cret") as sidecar:
         for token in (None, "wrong"):
-            status, answer = post(sidecar.admin_url, body, token=token)
+            status, answer = post(sidecar.admin_url, token, body)
             assert status == 401 and "admin token" in answer["error"]
         assert warm_bytes(sidecar) == 0
-        status, answer = post(sidecar.admin_url, body, token="s3cret")
+        status, answer = post(sidecar.admin_url, "s3cret", body)
         assert status == 200 and answer["fetched"] == 3
+
+
+def test_warm_fetches_have_access_log_lines_adding_up_to_the_counter(
+    proxy: RecordingProxy, bucket: str, objects: dict[str, bytes], tmp_path: Path
+) -> None:
+    """The warm lane's origin bytes are in the access log (a FETCH line each), as
+    the capacity report reads them, and they add up to the sidecar's counter."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    log = tmp_path / "access.log"
+    with SidecarProcess(proxy.endpoint, cache, "--block-size", "1MiB", "--cache-size", "32MiB",
+                        "--no-prefetch", "--access-log", str(log)) as sidecar:
+        body = {"objects": [{"bucket": bucket, "key": key, "start": 0, "end": None}
+                            for key in objects], "ttl_s": 600}
+        assert post(sidecar.admin_url, body)[0] == 200
+        counted = warm_bytes(sidecar)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {(line["method"], line["lane"], line["status"]) for line in lines} == \
+        {("FETCH", "warm", 200)}
+    assert len(lines) == 6 and sum(line["origin_bytes"] for line in lines) == counted == 2 * SIZE

@@ -33,7 +33,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from sidecar.layout import parse_aiven_key
-from sidecar.tools.broker import TIERED_TOPIC, KafkaCluster, RemoteStorage, free_port
+from sidecar.tools.broker import TIERED_TOPIC, KafkaCluster, RemoteStorage
 from sidecar.tools.catch_up import catch_up, commit_group, produce
 from sidecar.tools.kafka_segments import (
     SegmentObject,
@@ -41,12 +41,11 @@ from sidecar.tools.kafka_segments import (
     iter_segment_batches,
 )
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from sidecar.tools.ports import free_port
 from spark_warmup.job import RunResult, run
 from spark_warmup.plan import PlanError, parse_plan
 from spark_warmup.routing import rendezvous_node
 from spark_warmup.units import format_bytes
-from tests.functional.conftest import s3_client
-from tests.functional.test_replay import replay_json
 from tests.support.kafka_broker import (
     FakeKafkaCluster,
     FixtureBroker,
@@ -55,7 +54,9 @@ from tests.support.kafka_broker import (
     running_cluster,
 )
 from tests.support.processes import SidecarProcess
-from tests.support.spark_cluster import StandaloneCluster
+from tests.support.replay_cli import replay_json
+from tests.support.s3_clients import s3_client
+from tests.support.spark_cluster import StandaloneCluster, executor_python
 
 MIB = 1024 * 1024
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -93,6 +94,11 @@ def data(origin_s3: Any) -> Data:
     return Data(bucket, tuple(segments))
 
 
+# The sidecars' admin token (mutating calls always need one), as a fleet shares it
+# through a Secret; the job reads it from the environment.
+WARM_ENV = {"SIDECAR_ADMIN_TOKEN": "warm-test-" + secrets.token_hex(8)}
+
+
 @pytest.fixture(scope="module")
 def spark(local_s3: LocalS3) -> Iterator[SparkSession]:
     # Python workers of local[2] are children of this process's JVM: they get
@@ -123,7 +129,8 @@ def sidecars(local_s3: LocalS3, tmp_path: Path) -> Iterator[dict[str, SidecarPro
             cache = tmp_path / f"cache-{node}"
             cache.mkdir()
             started[node] = SidecarProcess(
-                local_s3.endpoint, cache, "--block-size", "1MiB", "--cache-size", "64MiB"
+                local_s3.endpoint, cache, "--block-size", "1MiB", "--cache-size", "64MiB",
+                env=WARM_ENV,
             ).__enter__()
         yield started
     finally:
@@ -195,7 +202,7 @@ def warm_blocks(data: Data) -> dict[str, int]:
 
 def warm_plan(spark: SparkSession, document: dict[str, Any], **options: Any) -> RunResult:
     out = io.StringIO()
-    result = run(spark, parse_plan(document, env={}), out=out, **options)
+    result = run(spark, parse_plan(document, env=WARM_ENV), out=out, **options)
     print(out.getvalue())
     return result
 
@@ -308,7 +315,7 @@ def test_a_dry_run_against_a_sidecar_that_is_down_says_so_and_fails(
     document = plan_document(local_s3, data, sidecars)
     sidecars["b"].stop()
     out = io.StringIO()
-    result = run(spark, parse_plan(document, env={}), out=out, dry_run=True)
+    result = run(spark, parse_plan(document, env=WARM_ENV), out=out, dry_run=True)
     assert result.exit_code == 1
     assert len(result.problems) == 1 and result.problems[0].startswith("sidecar b at http://")
     assert "dry run: sidecar b at " in out.getvalue() and "unreachable" in out.getvalue()
@@ -323,7 +330,7 @@ def test_a_sidecar_that_is_down_fails_its_rows_only(
     document = plan_document(local_s3, data, sidecars, retries=1)
     sidecars["b"].stop()
     out = io.StringIO()
-    result = run(spark, parse_plan(document, env={}), out=out)
+    result = run(spark, parse_plan(document, env=WARM_ENV), out=out)
     # The console says why, without --report.
     assert "on b: " in out.getvalue() and "sidecar b unreachable" in out.getvalue()
     assert result.exit_code == 1
@@ -367,7 +374,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
             timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "spark_warmup", *args], capture_output=True, text=True,
-        timeout=timeout, cwd=cwd, env={**os.environ, **CREDENTIALS, **(env or {})},
+        timeout=timeout, cwd=cwd, env={**os.environ, **CREDENTIALS, **WARM_ENV, **(env or {})},
     )
 
 
@@ -461,7 +468,8 @@ def test_a_real_groups_next_reads_are_warmed_on_the_leaders_sidecar_and_then_hit
             cache = tmp_path / f"cache-{broker}"
             cache.mkdir()
             sidecars[broker] = SidecarProcess(local_s3.endpoint, cache, listen=address,
-                                              env={"SIDECAR_PREFETCH": "false"}).__enter__()
+                                              env={"SIDECAR_PREFETCH": "false",
+                                                   **WARM_ENV}).__enter__()
         # Each broker's remote storage manager reads through the sidecar on its node.
         storage = RemoteStorage(f"http://{listen[1]}", bucket, CREDENTIALS["AWS_ACCESS_KEY_ID"],
                                 CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
@@ -491,7 +499,7 @@ def test_a_real_groups_next_reads_are_warmed_on_the_leaders_sidecar_and_then_hit
                 "replays": [{"group": "billing", "topic": topic}],
             }
             out = io.StringIO()
-            result = run(spark, parse_plan(document, env={}), out=out)
+            result = run(spark, parse_plan(document, env=WARM_ENV), out=out)
             print(out.getvalue())
             assert result.exit_code == 0
             leader = {0: "broker-2", 1: "broker-1"}
@@ -531,7 +539,7 @@ def test_a_dry_run_of_a_cluster_plan_gives_each_groups_lag_and_warms_nothing(
         {"topic": "clicks", "partitions": [1], "from_offset": 0},
     ], warm_rate="10MiB/s")
     out = io.StringIO()
-    result = run(spark, parse_plan(document, env={}), out=out, dry_run=True)
+    result = run(spark, parse_plan(document, env=WARM_ENV), out=out, dry_run=True)
     print(out.getvalue())
     assert result.exit_code == 0
     expected = {**{s.key: "broker-1" for s in orders1[1:3]},
@@ -570,7 +578,7 @@ def test_the_replica_choice_picks_whose_sidecar_warms(
     document = cluster_plan(local_s3, data, sidecars, kafka,
                             [{"topic": "clicks", "partitions": "all", "from_offset": 0}])
     document["kafka"]["replica"] = replica
-    result = run(spark, parse_plan(document, env={}), out=io.StringIO(), dry_run=True)
+    result = run(spark, parse_plan(document, env=WARM_ENV), out=io.StringIO(), dry_run=True)
     assert result.exit_code == 0
     expected = sorted((s.key, node) for partition, owners in nodes.items()
                       for s in data.of("clicks", partition) for node in owners)
@@ -585,7 +593,7 @@ def test_a_broker_without_a_sidecar_is_refused_before_warming(
                             [{"group": "billing", "topic": "orders"}])
     del document["kafka"]["sidecars"]["2"]  # broker 2 leads orders-0
     with pytest.raises(PlanError) as caught:
-        run(spark, parse_plan(document, env={}), out=io.StringIO())
+        run(spark, parse_plan(document, env=WARM_ENV), out=io.StringIO())
     assert str(caught.value).startswith(
         "kafka.sidecars: broker 2 (127.0.0.1:") and "which serves orders-0" in str(caught.value)
     for process in sidecars.values():
@@ -621,31 +629,6 @@ def test_cluster_plans_that_cannot_run_exit_2_before_spark_starts(
     assert result.stderr.strip().startswith(f"spark_warmup: error: {plan}: {message}"), \
         result.stderr
     assert "Spark" not in result.stderr  # no JVM was started for it
-
-
-def executor_python(tmp_path: Path) -> Path:
-    """An interpreter with this venv's libraries but not this project.
-
-    A venv whose .pth adds our site-packages as a plain path: the editable
-    install's own .pth (which makes `sidecar` and `spark_warmup` importable) is
-    not processed there. Executors using it can only import the job's code from
-    the zip the job ships with addPyFile.
-    """
-    import sysconfig
-
-    venv = tmp_path / "executor-venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    packages = sysconfig.get_paths()["purelib"]
-    python = venv / "bin" / "python"
-    site_dir = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    Path(site_dir, "main-venv.pth").write_text(packages + "\n")
-    probe = subprocess.run([str(python), "-c", "import boto3, pyspark; import spark_warmup"],
-                           capture_output=True, text=True, cwd=tmp_path)
-    assert "No module named 'spark_warmup'" in probe.stderr, probe.stderr
-    return python
 
 
 def test_the_same_plan_on_a_standalone_cluster(

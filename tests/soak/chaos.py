@@ -127,7 +127,8 @@ class Chaos:
         request = urllib.request.Request(
             self.supervisor.admin_url + path, method=method,
             data=None if body is None else json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"})
+            headers={"Content-Type": "application/json",
+                     "Authorization": f"Bearer {self.supervisor.admin_token}"})
         try:
             with urllib.request.urlopen(request, timeout=ADMIN_TIMEOUT_S) as response:
                 return int(response.status), json.load(response)

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import boto3
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
+from sidecar.tools.local_s3 import loopback_client
 from tests.soak.judge import Ending, verify
 
 MiB = 1024 * 1024
@@ -188,11 +187,7 @@ def range_reader(clients: Clients, keys: Sequence[str], rng: random.Random) -> N
 
 def s3_client(url: str) -> Any:
     """boto3 signs with the environment's credentials, the sidecar's own."""
-    return boto3.client(
-        "s3", endpoint_url=url, region_name="us-east-1",
-        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-                          connect_timeout=5, read_timeout=TIMEOUT_S),
-    )
+    return loopback_client(url, connect_timeout=5, read_timeout=TIMEOUT_S)
 
 
 def writer(clients: Clients, keys: int, rng: random.Random) -> None:

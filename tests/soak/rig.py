@@ -46,6 +46,7 @@ class Supervisor:
     # as a broker's reader would.
     data_url: str = ""
     admin_url: str = ""
+    admin_token: str = ""
 
     @property
     def pid(self) -> int | None:
@@ -93,6 +94,7 @@ class Supervisor:
             try:
                 self._process = process.__enter__()
                 self.data_url, self.admin_url = process.data_url, process.admin_url
+                self.admin_token = process.admin_token
                 return
             except RuntimeError as exc:  # it never said it was ready
                 self.unexpected_exits.append({"exit_code": process.stop(), "at": "start",

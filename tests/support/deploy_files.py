@@ -1,14 +1,92 @@
-"""Readers of the deployment files that more than one test module checks."""
+"""Readers of the deployment files that more than one test module checks, and
+kustomize to render them."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from sidecar.config import flatten_sections
+
 ROOT = Path(__file__).resolve().parents[2]
+KUBE = ROOT / "deploy" / "kubernetes"
+
+# Values an operator might write into credentials.env.
+FILLED_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "origin-secret",
+    "SIDECAR_ADMIN_TOKEN": "0123456789abcdef0123456789abcdef",
+    "SIDECAR_AUTH_KEYS": "kafka-broker:a-long-random-secret",
+}
+
+
+def by_kind(documents: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    kinds: dict[str, dict[str, Any]] = {}
+    for document in documents:
+        assert document["kind"] not in kinds, f"two {document['kind']}s"
+        kinds[document["kind"]] = document
+    return kinds
+
+
+def manifests() -> dict[str, dict[str, Any]]:
+    """The base's own manifests (the resources of kustomization.yaml), by kind."""
+    documents = []
+    for path in sorted(KUBE.glob("*.yaml")):
+        if path.name != "kustomization.yaml":
+            documents += yaml.safe_load_all(path.read_text(encoding="utf-8"))
+    return by_kind(documents)
+
+
+def kustomization(directory: Path = KUBE) -> dict[str, Any]:
+    result: dict[str, Any] = yaml.safe_load(
+        (directory / "kustomization.yaml").read_text(encoding="utf-8"))
+    return result
+
+
+def container() -> dict[str, Any]:
+    containers = manifests()["DaemonSet"]["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    result: dict[str, Any] = containers[0]
+    return result
+
+
+def configmap_toml() -> dict[str, Any]:
+    return flatten_sections(tomllib.loads(manifests()["ConfigMap"]["data"]["sidecar.toml"]))
+
+
+@functools.cache
+def renderer_command() -> tuple[str, ...]:
+    """`kubectl kustomize`, or a standalone kustomize where kubectl is missing
+    (scripts/ensure-kustomize.sh builds it once): never skipped."""
+    result = subprocess.run(["sh", str(ROOT / "scripts" / "ensure-kustomize.sh")],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, f"ensure-kustomize.sh failed:\n{result.stderr}"
+    return tuple(result.stdout.split())
+
+
+def kustomize(renderer: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*renderer, str(directory)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def base_copy(tmp_path: Path, components: tuple[str, ...] = ()) -> Path:
+    """deploy/kubernetes with a filled credentials.env and the given components on."""
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(KUBE, copy)
+    (copy / "credentials.env").write_text(
+        "".join(f"{name}={value}\n" for name, value in FILLED_CREDENTIALS.items()))
+    if components:
+        spec = kustomization(copy)
+        spec["components"] = [f"components/{name}" for name in components]
+        (copy / "kustomization.yaml").write_text(yaml.safe_dump(spec))
+    return copy
 
 
 def dockerfile_stages() -> list[dict[str, Any]]:

@@ -11,14 +11,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.installs import ensure
 
 
 def ensure_disk_tools() -> None:
     """mkfs.ext4, losetup, fallocate and mount, from Debian when missing."""
-    result = subprocess.run(["sh", str(ROOT / "scripts" / "ensure-disk-tools.sh")],
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"ensure-disk-tools.sh failed:\n{result.stderr}"
+    ensure("ensure-disk-tools.sh")
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
-"""What the test proxies share: a threaded HTTP server on a loopback port, and
-relaying one request to the upstream with the answer streamed back."""
+"""Plain HTTP on loopback for the tests: a threaded server (what the test proxies
+share), relaying one request to the upstream with the answer streamed back, and
+one raw request sent exactly as written (no client library adding or fixing
+headers)."""
 
 from __future__ import annotations
 
 import http.client
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 # RFC 9110 §7.6.1: connection-specific fields, never forwarded by a proxy.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding",
@@ -53,4 +56,17 @@ def relay(
         # which a client that hung up leaves half read.
         if response is not None:
             response.close()
+        connection.close()
+
+
+def raw_request(url: str, method: str, path: str, headers: dict[str, str] | None = None
+                ) -> tuple[int, dict[str, str], bytes]:
+    """Status, lower-cased headers and body of one request on a fresh connection."""
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
+    try:
+        connection.request(method, path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
         connection.close()

@@ -36,6 +36,8 @@ class SidecarProcess:
         ]
         self.data_url = ""
         self.admin_url = ""
+        self.metrics_url = ""
+        self.admin_token_file = ""
         self.stderr_lines: list[str] = []
         self.env = env or {}
         self._process: subprocess.Popen[str] | None = None
@@ -67,7 +69,21 @@ class SidecarProcess:
             self.stop()
             raise RuntimeError(f"sidecar did not start: {''.join(self.stderr_lines)}") from None
         self.data_url, self.admin_url = ready["data"], ready["admin"]
+        self.metrics_url = ready.get("metrics") or ""
+        self.admin_token_file = ready.get("admin_token_file") or ""
         return self
+
+    @property
+    def admin_token(self) -> str:
+        """The token guarding the mutating admin calls: the one the sidecar
+        generated (or found) in its token file, else the one it was given."""
+        if self.admin_token_file:
+            return Path(self.admin_token_file).read_text(encoding="ascii").strip()
+        given = self.env.get("SIDECAR_ADMIN_TOKEN")
+        if given is None and "--admin-token" in self.args:
+            given = self.args[self.args.index("--admin-token") + 1]
+        assert given is not None, "the sidecar was given no token and named no token file"
+        return given
 
     def __exit__(
         self,

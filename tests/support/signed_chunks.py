@@ -66,17 +66,19 @@ def chunked_body(
 
 def signed_chunked(
     url: str, data: bytes, chunk: int, access_key: str, secret: str, trailer: bool = False,
-    method: str = "PUT", region: str = "us-east-1", cut: int = 0,
+    method: str = "PUT", region: str = "us-east-1", cut: int = 0, declared: int | None = None,
 ) -> tuple[dict[str, str], bytes]:
     """Headers (signed by botocore) and framed body of a signed streaming upload
     of `data` to `url`; with `trailer`, a CRC-32 checksum trailer. `cut`: the
-    body loses its last `cut` bytes, and its signed Content-Length says so."""
+    body loses its last `cut` bytes, and its signed Content-Length says so.
+    `declared`: the signed x-amz-decoded-content-length, if not len(data)."""
     trailer_line = crc32_trailer(data) if trailer else None
     mode = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" + ("-TRAILER" if trailer else "")
     length = len(chunked_body(data, chunk, b"", "", "", "", trailer_line, sign=False))
     headers = {
         "x-amz-content-sha256": mode, "Content-Encoding": "aws-chunked",
-        "x-amz-decoded-content-length": str(len(data)), "Content-Length": str(length - cut),
+        "x-amz-decoded-content-length": str(len(data) if declared is None else declared),
+        "Content-Length": str(length - cut),
     }
     if trailer_line is not None:
         headers["x-amz-trailer"] = trailer_line[0]

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
+import sys
+import sysconfig
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,16 +20,11 @@ from types import TracebackType
 
 import pyspark
 
+from sidecar.tools.ports import free_port
 from tests.support.waiting import eventually
 
 SPARK_HOME = Path(pyspark.__file__ or "").parent
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class StandaloneCluster:
@@ -95,3 +91,26 @@ class StandaloneCluster:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.stop()
+
+
+def executor_python(tmp_path: Path) -> Path:
+    """An interpreter with this venv's libraries but not this project.
+
+    A venv whose .pth adds our site-packages as a plain path: the editable
+    install's own .pth (which makes `sidecar` and `spark_warmup` importable) is
+    not processed there. Executors using it can only import the job's code from
+    the zip the job ships with addPyFile.
+    """
+    venv = tmp_path / "executor-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    packages = sysconfig.get_paths()["purelib"]
+    python = venv / "bin" / "python"
+    site_dir = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    Path(site_dir, "main-venv.pth").write_text(packages + "\n")
+    probe = subprocess.run([str(python), "-c", "import boto3, pyspark; import spark_warmup"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert "No module named 'spark_warmup'" in probe.stderr, probe.stderr
+    return python

@@ -22,7 +22,7 @@ PURE = (
     "sidecar.aligned", "sidecar.prefetch.streams", "sidecar.prefetch.planner",
     "sidecar.s3.ranges", "sidecar.s3.preconditions", "sidecar.s3.sigv4",
     "sidecar.s3.addressing", "sidecar.s3.errors", "sidecar.s3.operations", "sidecar.s3.payload",
-    "sidecar.s3.aws_chunked", "sidecar.http_fields",
+    "sidecar.s3.aws_chunked", "sidecar.http_fields", "sidecar.numerals",
     "sidecar.cache.slot_fifo", "sidecar.cache.index", "sidecar.cache.ident", "sidecar.cache.errors",
     "sidecar.cache.index", "sidecar.cache.slot_fifo",
     "sidecar.cache.slot_format", "sidecar.cache.outcomes", "sidecar.cache.tier_regions",

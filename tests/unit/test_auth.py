@@ -117,7 +117,7 @@ def test_authenticator_policy() -> None:
 READS = [
     ("GET", "/b/k"), ("HEAD", "/b/k"), ("GET", "/b/k?x-id=GetObject"), ("GET", "/b/k?versionId=1"),
     ("GET", "/b/k?tagging"), ("GET", "/b/k?acl"), ("GET", "/b/k?uploadId=u"),
-    ("GET", "/b?list-type=2&prefix=p"), ("GET", "/b"), ("HEAD", "/b"), ("GET", "/"),
+    ("GET", "/b?list-type=2&prefix=p"), ("GET", "/b"), ("HEAD", "/b"),
     ("GET", "/b?location"), ("GET", "/b?versions"), ("GET", "/b?uploads"),
 ]
 WRITES = [
@@ -125,6 +125,10 @@ WRITES = [
     ("DELETE", "/b/k?tagging"), ("POST", "/b/k?uploads"), ("PUT", "/b/k?partNumber=1&uploadId=u"),
     ("POST", "/b/k?uploadId=u"), ("DELETE", "/b/k?uploadId=u"), ("PUT", "/b"), ("DELETE", "/b"),
     ("PUT", "/b?policy"), ("GET", "/b?policy"), ("POST", "/b/k?restore"), ("PATCH", "/b/k"),
+    # The buckets the sidecar's identity has are no anonymous business.
+    ("GET", "/"),
+    # A sub-resource beside a listing is no listing.
+    ("GET", "/b?list-type=2&policy"), ("GET", "/b?uploads&acl"), ("GET", "/b/k?tagging&policy"),
 ]
 
 

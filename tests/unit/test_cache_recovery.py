@@ -11,23 +11,29 @@ import asyncio
 import logging
 import os
 import random
+import struct
 import time
 from array import array
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+import xxhash
 
 from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache import slab as slab_module
-from sidecar.cache.index import SlotIndex, ident_hash
+from sidecar.cache.index import IDENTITY_KEY_BYTES, SlotIndex, ident_hash
 from sidecar.cache.recovery import ScanMerge
 from sidecar.cache.slab import Slab
 from sidecar.cache.slot_fifo import SlotFifo
 from sidecar.cache.slot_format import SlotScan, generation_of
 from tests.support.cache_metrics import RecordingMetrics
 from tests.support.waiting import eventually_async
+
+# The identity key of every index here (sidecar.cache.index, "Identity hash").
+KEY = bytes(range(16))
 
 BLOCK = 64 * 1024
 SLOT = BLOCK + 4096
@@ -474,11 +480,11 @@ def test_the_scan_merge_is_deterministic_on_equal_generations() -> None:
             found.slots.append(record.slot)
             found.generations.append(record.generation)
             found.lengths.append(record.length)
-            found.hashes.extend(ident_hash(record.ident))
+            found.hashes.extend(ident_hash(record.ident, KEY))
             found.checksums.extend(array("Q", record.checksums))
             found.main.append(0)
         found.empty.extend([0, 1, 2, 4, 6])
-        index = SlotIndex(8, 4096, 4096)
+        index = SlotIndex(8, 4096, 4096, KEY)
         policy = SlotFifo(8, index.fingerprint_of)
         merge = ScanMerge(index, policy, first_generation=1 << 40)
         dropped: list[int] = []
@@ -490,7 +496,7 @@ def test_the_scan_merge_is_deterministic_on_equal_generations() -> None:
             dropped.append(slot)
 
         merged = merge.merge(found, 8, drop)
-        assert index.find(ident_hash(ident(1))) == 7 and len(index) == 1
+        assert index.find(ident_hash(ident(1), KEY)) == 7 and len(index) == 1
         assert index.checksums_of(7) == (2,) and policy.queue("small") == [7]
         assert merge.corrupt_headers == 1 and merge.duplicates == 1
         assert merge.blocks_recovered == 1 and merge.bytes_recovered == 10
@@ -689,5 +695,117 @@ async def test_a_snapshot_that_cannot_be_saved_costs_a_scan_not_the_stop(
     try:
         assert store.recovery is not None and store.recovery.index == "scan"
         assert all(store.lookup(b, touch=False) is not None for b in blocks)
+    finally:
+        await store.close()
+
+
+async def test_a_snapshot_of_unkeyed_identities_is_not_used_and_the_scan_keys_anew(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    # Version 1 of the snapshot held unkeyed identity hashes: taking it over
+    # would keep them (and their collisions). It is of another format: the
+    # slot headers are scanned, every block comes back under a new key.
+    store = await open_store(tmp_path, executor, slots=24)
+    blocks = await fill(store, random.Random(SEED), 12)
+    await store.close()
+    snap = bytearray((tmp_path / "index.snap").read_bytes())
+    struct.pack_into("<H", snap, 8, 1)  # the version field of a version-1 snapshot
+    (tmp_path / "index.snap").write_bytes(snap)
+    store = await open_store(tmp_path, executor, slots=24, snapshot=True)
+    try:
+        assert store.recovery is not None and store.recovery.index == "scan"
+        for block_ident, data in blocks.items():
+            record = store.lookup(block_ident, touch=False)
+            assert record is not None and await store.read(record, 0, len(data)) == data
+    finally:
+        await store.close()
+
+
+def reseal_snapshot(path: Path, change: Callable[[int, int, int, bytearray, list[int]], None]
+                    ) -> None:
+    """Let `change(slots, chunks, free_count, body, head_fields)` edit a snapshot's
+    body and header fields, then write it back with both checksums right again:
+    a file only its range checks can refuse."""
+    raw = path.read_bytes()
+    head_struct = struct.Struct(f"<8sHHIQQQQQQQQQQqqqqqq{IDENTITY_KEY_BYTES}sQ")
+    fields = list(head_struct.unpack_from(raw))
+    body = bytearray(raw[head_struct.size + 8:])
+    chunks, slots, free_count = fields[3], fields[4], fields[13]
+    change(slots, chunks, free_count, body, fields)
+    fields[-1] = xxhash.xxh3_64_intdigest(bytes(body))
+    head = head_struct.pack(*fields)
+    path.write_bytes(head + struct.pack("<Q", xxhash.xxh3_64_intdigest(head)) + bytes(body))
+
+
+def body_offsets(slots: int, chunks: int) -> dict[str, int]:
+    """Where each array of the snapshot body starts (sidecar.cache.snapshot's layout)."""
+    table = slots + slots // 4 + 1
+    offsets, at = {}, 0
+    for name, size in (("tags", 4 * slots), ("hashes", 8 * slots), ("lengths", 4 * slots),
+                       ("generations", 4 * slots), ("checksums", 8 * chunks * slots),
+                       ("table", 4 * table), ("prev", 4 * slots), ("next", 4 * slots),
+                       ("states", slots), ("free", 0)):
+        offsets[name] = at
+        at += size
+    return offsets
+
+
+@pytest.mark.parametrize("where", ["table", "prev", "next", "free", "negative-free",
+                                   "states", "queue", "count"])
+async def test_a_snapshot_with_a_slot_number_outside_the_slab_falls_back_to_the_scan(
+    tmp_path: Path, executor: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture, where: str,
+) -> None:
+    store = await open_store(tmp_path, executor, slots=24)
+    blocks = await fill(store, random.Random(SEED), 12)
+    await store.close()
+
+    def damage(slots: int, chunks: int, free_count: int, body: bytearray,
+               fields: list[int]) -> None:
+        at = body_offsets(slots, chunks)
+        assert free_count > 0 and table_has_a_slot(body, at["table"], slots)
+        if where in ("table", "prev", "next", "free", "negative-free"):
+            offset = at[where if where != "negative-free" else "free"]
+            if where == "table":  # the first entry that names a slot
+                offset += 4 * next(i for i in range(slots + slots // 4 + 1)
+                                   if struct.unpack_from("<i", body, offset + 4 * i)[0] >= 0)
+            value = -7 if where == "negative-free" else slots + 5
+            struct.pack_into("<i", body, offset, value)
+        elif where == "states":
+            body[at["states"]] = 0x0C  # both queues at once
+        elif where == "queue":
+            fields[15] = slots + 1  # the small queue's head
+        else:
+            fields[11] = slots + 1  # more blocks than slots
+
+    reseal_snapshot(tmp_path / "index.snap", damage)
+    caplog.set_level(logging.INFO, logger="sidecar.cache")
+    store = await open_store(tmp_path, executor, slots=24, snapshot=True)
+    try:
+        assert store.recovery is not None and store.recovery.index == "scan"
+        assert "out of range): scanning the slots" in caplog.text
+        assert store.recovery.blocks_recovered == 12
+        for block_ident, data in blocks.items():
+            record = store.lookup(block_ident)
+            assert record is not None and await store.read(record, 0, len(data)) == data
+    finally:
+        await store.close()
+
+
+def table_has_a_slot(body: bytearray, offset: int, slots: int) -> bool:
+    return any(struct.unpack_from("<i", body, offset + 4 * i)[0] >= 0
+               for i in range(slots + slots // 4 + 1))
+
+
+async def test_a_resealed_but_unchanged_snapshot_is_still_taken_over(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    """The resealing above is faithful: without a change the snapshot is used."""
+    store = await open_store(tmp_path, executor, slots=24)
+    await fill(store, random.Random(SEED), 12)
+    await store.close()
+    reseal_snapshot(tmp_path / "index.snap", lambda *args: None)
+    store = await open_store(tmp_path, executor, slots=24, snapshot=True)
+    try:
+        assert store.recovery is not None and store.recovery.index == "snapshot"
     finally:
         await store.close()

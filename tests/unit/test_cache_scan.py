@@ -18,6 +18,9 @@ from sidecar.cache.slot_fifo import SlotFifo
 from sidecar.cache.slot_format import SlotScan, generation_of
 from tests.support.cache_metrics import RecordingMetrics
 
+# The identity key of every index here (sidecar.cache.index, "Identity hash").
+KEY = bytes(range(16))
+
 BLOCK = 64 * 1024
 SLOT = BLOCK + 4096
 EPOCH = 3
@@ -37,7 +40,7 @@ def batch(*entries: tuple[int, BlockIdent, int], empty: tuple[int, ...] = (),
         found.slots.append(slot)
         found.generations.append(generation)
         found.lengths.append(100)
-        found.hashes.extend(ident_hash(block))
+        found.hashes.extend(ident_hash(block, KEY))
         found.checksums.append(slot)  # one 4096-byte chunk
         found.main.append(0)
     return found
@@ -48,14 +51,14 @@ class Live:
     the merge: writes since the start and drops of recovered blocks."""
 
     def __init__(self, slots: int = 16) -> None:
-        self.index = SlotIndex(slots, 4096, 4096)
+        self.index = SlotIndex(slots, 4096, 4096, KEY)
         self.policy = SlotFifo(slots, self.index.fingerprint_of)
         self.merge = ScanMerge(self.index, self.policy, FIRST)
         self.dropped: list[int] = []
 
     def write(self, slot: int, block: BlockIdent, generation: int) -> None:
         self.policy.insert(slot, 0)
-        self.index.add(slot, ident_hash(block), 100, generation, (slot,))
+        self.index.add(slot, ident_hash(block, KEY), 100, generation, (slot,))
         self.merge.written(slot, generation)
 
     def drop(self, slot: int) -> None:
@@ -70,8 +73,8 @@ def test_a_scanned_copy_of_a_block_written_since_the_start_yields() -> None:
     merged = live.merge.merge(batch((2, ident(1), generation_of(EPOCH - 1, 900)),
                                     (3, ident(2), generation_of(EPOCH - 1, 7)),
                                     empty=(0, 1), corrupt=(4,)), 5, live.drop)
-    assert live.index.find(ident_hash(ident(1))) == 5
-    assert live.index.find(ident_hash(ident(2))) == 3
+    assert live.index.find(ident_hash(ident(1), KEY)) == 5
+    assert live.index.find(ident_hash(ident(2), KEY)) == 3
     # The scanned copy is erased before its slot is free, like the corrupt one.
     assert merged.erase == [4, 2] and merged.free == [0, 1] and live.dropped == []
     assert (live.merge.blocks_recovered, live.merge.duplicates,
@@ -88,7 +91,7 @@ def test_even_the_largest_generation_on_disk_is_below_this_starts() -> None:
     largest = generation_of(EPOCH - 1, (1 << 40) - 1)
     merged = live.merge.merge(batch((0, ident(1), largest)), 1, live.drop)
     assert largest < FIRST and merged.erase == [0]
-    assert live.index.find(ident_hash(ident(1))) == 9
+    assert live.index.find(ident_hash(ident(1), KEY)) == 9
 
 
 def test_a_newer_copy_in_a_later_batch_displaces_a_recovered_one() -> None:
@@ -100,12 +103,12 @@ def test_a_newer_copy_in_a_later_batch_displaces_a_recovered_one() -> None:
     # Recovered and visible (it may be being read): the store drops it, and
     # erases it on disk once nobody reads it.
     assert live.dropped == [0] and merged.erase == []
-    assert live.index.find(ident_hash(ident(1))) == 6
+    assert live.index.find(ident_hash(ident(1), KEY)) == 6
     assert (live.merge.blocks_recovered, live.merge.duplicates) == (2, 1)
     assert live.index.used_bytes == 200
     # An older copy in a later batch is the one that goes.
     merged = live.merge.merge(batch((7, ident(2), 4)), 4, live.drop)
-    assert merged.erase == [7] and live.index.find(ident_hash(ident(2))) == 1
+    assert merged.erase == [7] and live.index.find(ident_hash(ident(2), KEY)) == 1
     assert (live.merge.blocks_recovered, live.merge.duplicates) == (2, 2)
 
 

@@ -4,29 +4,38 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from sidecar.cache.slot_format import SLOT_HEADER_SIZE
 from sidecar.layout import Layout
-from sidecar.model import PREFETCH
+from sidecar.model import PREFETCH, WARM, FetchDone, ObjectInfo
 from sidecar.tally import CACHED, FETCHED, JOINED, ReadTally
-from sidecar.telemetry.access_log import NodeFacts, ReadFacts, entry, format_entry
+from sidecar.telemetry.access_log import (
+    NodeFacts,
+    ReadFacts,
+    entry,
+    fetch_entry,
+    format_entry,
+)
+from spark_warmup.capacity.accuracy import load_cells, nearest, trust_text
 from spark_warmup.capacity.curve import (
     Point,
     SizeError,
+    best_size,
     default_sizes,
     parse_sizes,
     recommend,
     sample_rate,
     unit_hash,
 )
-from spark_warmup.capacity.report import render_html
+from spark_warmup.capacity.report import render_html, size_ticks, time_ticks, unreached_note
 from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
-from spark_warmup.capacity.simulate import Read, Settings, replay
+from spark_warmup.capacity.simulate import Read, Replay, Settings, replay
 from spark_warmup.capacity.sources import Split, Unreadable, expand, read_split
-from spark_warmup.capacity.trace import Malformed, Other, Request, parse_line
+from spark_warmup.capacity.trace import Fetch, Malformed, Other, Request, parse_line
 
 MiB = 1024 * 1024
 BLOCK = MiB
@@ -38,6 +47,7 @@ def logged(**changes: object) -> str:
     tally = ReadTally()
     for block, how in ((2, CACHED), (3, JOINED), (4, FETCHED)):
         tally.add(block, how, PREFETCH)
+    tally.origin_bytes = BLOCK  # block 4, fetched by this request (as the engine counts)
     facts: dict[str, object] = dict(
         now=1_790_000_000.0, request_id="R", method="GET", raw_path=f"/tiered/{KEY}",
         range_header="bytes=2621440-", status=206, body_bytes=2 * MiB + MiB // 2,
@@ -58,6 +68,36 @@ def test_a_line_the_sidecar_wrote_parses_into_its_facts() -> None:
     # (fetched, whole) and the joined block 3 (a prefetch) came from the origin.
     assert (tally.blocks, tally.hit_blocks, tally.hit_bytes) == (3, 2, MiB + MiB // 2)
     assert (tally.origin_foreground, tally.origin_prefetch) == (MiB, 0)
+
+
+def test_a_log_from_before_origin_bytes_charges_joined_read_ahead_to_its_reader() -> None:
+    older = json.loads(logged())
+    del older["origin_bytes"]
+    request = parse_line(json.dumps(older))
+    assert isinstance(request, Request) and request.origin_bytes is None
+    assert (request.tallies().origin_foreground, request.tallies().origin_prefetch) == \
+        (MiB, 0)
+    older["blocks"]["found"], older["lane"] = "ccj", "prefetch"
+    joined = parse_line(json.dumps(older))
+    assert isinstance(joined, Request)
+    assert (joined.tallies().origin_foreground, joined.tallies().origin_prefetch) == (0, MiB)
+
+
+def test_a_background_fetch_line_counts_its_origin_bytes_and_is_not_a_read() -> None:
+    info = ObjectInfo("tiered", KEY, 8 * MiB, '"e"', datetime(2026, 9, 1, tzinfo=UTC))
+    line = format_entry(fetch_entry(
+        now=1_790_000_001.0, node=NodeFacts("b1", BLOCK, 64 * MiB),
+        done=FetchDone(PREFETCH, info, 5, 6, 2 * MiB, 0.02, ok=True)))
+    fetch = parse_line(line)
+    assert isinstance(fetch, Fetch)
+    assert (fetch.node, fetch.lane, fetch.origin_bytes, fetch.first_block, fetch.blocks,
+            fetch.topic, fetch.partition) == ("b1", "prefetch", 2 * MiB, 5, 2, "orders", 0)
+    negative = json.loads(line)
+    negative["origin_bytes"] = -1
+    assert parse_line(json.dumps(negative)) == Malformed("field 'origin_bytes' is negative")
+    del negative["lane"]
+    assert parse_line(json.dumps(negative)) == \
+        Malformed("field 'lane' is missing or not str")
 
 
 @pytest.mark.parametrize(("line", "reason"), [
@@ -181,6 +221,112 @@ def test_the_page_draws_what_it_is_given() -> None:
     page = render_html(summary, [{"node": "b<1>", "window_start": 0, "served_bytes": 10,
                                   "hit_bytes": 5}],
                        [{"topic": "orders", "served_bytes": 10, "hit_bytes": 5}], 60)
-    assert 'data-chart="curve:b&lt;1&gt;" data-points="4"' in page
+    # One quantity a chart: the hit ratio (0-1) apart from origin bytes per served byte.
+    assert 'data-chart="curve:b&lt;1&gt;" data-points="2"' in page
+    assert 'data-chart="origin:b&lt;1&gt;" data-points="4"' in page
+    assert page.count('class="swatch"') == 4  # a legend of swatches under every line chart
     assert 'data-chart="top-missing-topics" data-points="1"' in page
     assert "<script" not in page and "b<1>" not in page  # escaped, nothing to run
+
+
+def test_time_ticks_fall_on_round_steps_each_label_once() -> None:
+    start = 1_790_000_003.0  # 14:13:23
+    ticks = time_ticks(start, start + 170)
+    assert 2 <= len(ticks) <= 8
+    assert all(t % 30 == 0 for t, _ in ticks), ticks
+    labels = [label for _, label in ticks]
+    assert len(set(labels)) == len(labels) and labels[0] == "14:13:30"
+    day = time_ticks(start, start + 3 * 86400)
+    assert len({label for _, label in day}) == len(day) <= 8
+
+
+def test_size_ticks_are_powers_of_two_within_the_curve() -> None:
+    ticks = size_ticks(3 * MiB, 700 * MiB)
+    assert [label for _, label in ticks][:2] == ["4 MiB", "8 MiB"]
+    assert all(3 * MiB <= t <= 700 * MiB for t, _ in ticks) and len(ticks) <= 8
+
+
+def test_an_unreached_target_names_the_first_read_bound_and_the_best_size() -> None:
+    facts = {"recommended_cache_bytes": None, "hit_ratio_bound": 0.9712,
+             "best_predicted_byte_hit_ratio": 0.9705, "best_predicted_cache_bytes": 12 * MiB}
+    note = unreached_note("b1", facts, 0.99)
+    assert note is not None
+    assert "First reads bound the byte hit ratio at 97.12%" in note
+    assert "97.05%, is reached at 12 MiB" in note
+    assert unreached_note("b1", {**facts, "recommended_cache_bytes": MiB}, 0.99) is None
+    curve = [Point(100, 0.5, 0.5), Point(200, 0.9702, 0.1), Point(400, 0.9705, 0.1)]
+    assert best_size(curve) == curve[1]  # within SAME_RATIO of the best: the smaller size
+
+
+def test_read_ahead_lands_when_its_fetch_completes_and_readers_join_it_meanwhile() -> None:
+    reads = reads_of([(0.0, 0)], size=8 * MiB)
+    simulation = Replay(SETTINGS, 64 * (BLOCK + 4096), keys=[
+        (r.bucket, r.key, r.etag, r.object_size) for r in reads], fetch_s=1.0)
+    for read in reads[:3]:  # a stream by then: read-ahead goes out
+        simulation.read(read)
+    ahead = set(simulation._reading_ahead)
+    assert ahead and all(ident in simulation._writing for ident in ahead)
+    simulation.advance(reads[2].time_s + 0.5)
+    assert ahead <= set(simulation._writing)  # not yet: a second after it went out
+    simulation.advance(reads[2].time_s + 1.0)
+    assert all(ident in simulation._slot_of for ident in ahead)
+    # Landing later costs no hit: a reader that comes first joins the fetch.
+    late = replay(SETTINGS, 64 * (BLOCK + 4096), reads, fetch_s=0.5)
+    early = replay(SETTINGS, 64 * (BLOCK + 4096), reads, fetch_s=0.0)
+    assert late.hit_bytes == early.hit_bytes and late.origin_bytes == early.origin_bytes
+
+
+def test_readers_at_the_same_time_share_one_fetch() -> None:
+    """Two readers of one block, the second arriving while the first one's fetch
+    is on its way (the log's time is each answer's end, duration_s before it
+    the arrival): one origin read, the second reader's bytes a hit."""
+    first = Read(1.0, "tiered", KEY, '"e"', 4 * MiB, 0, MiB, False, duration_s=1.0)
+    second = Read(0.8, "tiered", KEY, '"e"', 4 * MiB, 0, MiB, False, duration_s=0.3)
+    outcome = replay(replace(SETTINGS, read_ahead=False), 8 * (BLOCK + 4096), [second, first])
+    assert (outcome.origin_bytes, outcome.hit_bytes, outcome.served_bytes) == \
+        (MiB, MiB, 2 * MiB)
+
+
+def test_the_trust_line_is_the_nearest_cell_of_the_benchmark(tmp_path: Path) -> None:
+    table = tmp_path / "accuracy.json"
+    table.write_text(json.dumps({"cells": [
+        {"streams": 1, "pattern": "one-group", "share": 0.1, "hit_error": 0.01,
+         "origin_error": -0.02},
+        {"streams": 16, "pattern": "groups", "share": 0.25, "hit_error": -0.015,
+         "origin_error": 0.08},
+        {"streams": 48, "pattern": "lagging", "share": 1.0, "hit_error": 0.0,
+         "origin_error": 0.0}]}))
+    cells = load_cells(table)
+    cell = nearest(cells, streams=12, share=0.3)
+    assert cell is not None and (cell["streams"], cell["share"]) == (16, 0.25)
+    assert "-1.5 points of byte hit ratio and +8.0% of origin bytes" in trust_text(cell)
+    assert load_cells(tmp_path / "missing.json") == [] and nearest([], 4, 0.5) is None
+
+
+def test_warmed_blocks_stay_until_read_within_their_share() -> None:
+    """A warm-up's fetch (a FETCH line on the warm lane) is replayed as one: its
+    blocks are kept from eviction until read, as the store protects them, so a
+    scan between the warm-up and the replay does not push them out."""
+    other = "orders-AAAAAAAAAAAAAAAAAAAAAA/1/00000000000000000000-CCCCCCCCCCCCCCCCCCCCCC.log"
+    warm = Read(0.5, "tiered", KEY, '"e"', 4 * MiB, 0, 4 * MiB, False, 0.5, warm=True)
+    scan = reads_of([(1.0, 0)], size=16 * MiB, key=other)
+    replayed = reads_of([(10.0, 0)], size=4 * MiB)
+    settings = replace(SETTINGS, read_ahead=False)
+    kept = replay(settings, 10 * (BLOCK + 4096), [warm, *scan, *replayed])
+    assert kept.origin_warm == 4 * MiB
+    assert kept.hit_bytes == 4 * MiB  # the replayed blocks, all of them
+    unprotected = replay(replace(settings, protected_share=0.0), 10 * (BLOCK + 4096),
+                         [warm, *scan, *replayed])
+    assert unprotected.hit_bytes < 4 * MiB
+    assert kept.origin_bytes == 4 * MiB + 16 * MiB  # the warm-up's and the scan's
+
+
+def test_a_warm_fetch_line_parses_into_what_the_replay_warms() -> None:
+    info = ObjectInfo("tiered", KEY, 8 * MiB + 5, '"e"', datetime(2026, 9, 1, tzinfo=UTC))
+    line = format_entry(fetch_entry(
+        now=1_790_000_001.0, node=NodeFacts("b1", BLOCK, 64 * MiB),
+        done=FetchDone(WARM, info, 7, 8, MiB + 5, 0.02, ok=True)))
+    fetch = parse_line(line)
+    assert isinstance(fetch, Fetch)
+    assert (fetch.first_byte, fetch.length, fetch.etag, fetch.object_size) == \
+        (7 * MiB, MiB + 5, '"e"', 8 * MiB + 5)

@@ -132,3 +132,17 @@ def test_records_written_within_a_request_carry_its_id() -> None:
     assert given.request_id == "GIVEN"  # type: ignore[attr-defined]
     assert json.loads(JsonFormatter().format(plain))["request_id"] == "0A1B2C3D4E5F6071"
     assert CURRENT_REQUEST.get() is None
+
+
+def test_a_text_line_escapes_the_controls_a_client_put_in_its_message() -> None:
+    key = "k\r\n2026-01-01 00:00:00,000 ERROR sidecar: forged\x1b[2J\x00\x7f\x9b\u2028\tend"
+    line = TextFormatter().format(make_record("miss %s", (key,),
+                                              extra={"key": key}, level=logging.INFO))
+    assert "\n" not in line and "\r" not in line
+    assert not set(line) & {"\x1b", "\x00", "\x7f", "\x9b", "\u2028"}
+    assert ("miss k\\r\\n2026-01-01 00:00:00,000 ERROR sidecar: forged\\x1b[2J\\x00\\x7f"
+            "\\x9b\\u2028\tend") in line
+    # A traceback still takes the lines below the (escaped) message.
+    with_exc = TextFormatter().format(make_record("miss %s", (key,), exc=True))
+    first, _, rest = with_exc.partition("\n")
+    assert "forged" in first and rest.startswith("Traceback (most recent call last):")

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar.s3.addressing import query_pairs
 from sidecar.s3.aws_chunked import (
     AwsChunkedDecoder,
     ChunkedFormatError,
@@ -25,6 +26,7 @@ from sidecar.s3.operations import (
 )
 from sidecar.s3.payload import (
     BadPayload,
+    DeclaredLength,
     PayloadMode,
     outbound_headers,
     outbound_payload,
@@ -341,3 +343,63 @@ def test_signed_trailer_chains_and_refuses_changes() -> None:
 def test_sigv4a_chunks_cannot_chain_to_a_sigv4_signature() -> None:
     with pytest.raises(SignatureRejected):
         SignatureChain.of(SIGNER, "STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD")
+
+
+def test_the_declared_length_holds_its_last_byte_and_refuses_more() -> None:
+    gate = DeclaredLength(10)
+    assert bytes(gate.admit(b"abcd")) == b"abcd"
+    # The piece that reaches the declared length goes out without its last byte.
+    assert bytes(gate.admit(memoryview(b"efghij"))) == b"efghi"
+    assert gate.release() == b"j"
+    over = DeclaredLength(10)
+    over.admit(b"x" * 9)
+    with pytest.raises(BadPayload, match="more bytes than"):
+        over.admit(b"yz")
+    short = DeclaredLength(10)
+    short.admit(b"x" * 9)
+    with pytest.raises(BadPayload, match="does not match"):
+        short.release()
+    assert DeclaredLength(0).release() == b""
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        ({"list-type": "2", "policy": ""}, "GetBucketConfig"),
+        ({"uploads": "", "policy": ""}, "GetBucketConfig"),
+        ({"versions": "", "acl": ""}, "GetBucketConfig"),
+        ({"location": "", "policy": ""}, "GetBucketConfig"),
+        ({"list-type": "2", "uploads": ""}, "GetBucketConfig"),
+        ({"uploads": "", "prefix": "p", "max-uploads": "5"}, "ListMultipartUploads"),
+        ({"versions": "", "prefix": "p", "version-id-marker": "v"}, "ListObjectVersions"),
+        ({"list-type": "2", "start-after": "a", "x-id": "ListObjects"}, "ListObjectsV2"),
+    ],
+)
+def test_a_sub_resource_beside_a_listing_is_no_listing(query: dict[str, str], name: str) -> None:
+    assert classify("GET", "b", "", query).name == name
+
+
+@pytest.mark.parametrize(
+    ("method", "query", "name"),
+    [
+        ("GET", {"tagging": "", "policy": ""}, "GetObjectConfig"),
+        ("GET", {"uploadId": "u", "acl": ""}, "GetObjectConfig"),
+        ("GET", {"website": ""}, "GetObjectConfig"),
+        ("HEAD", {"policy": ""}, "GetObjectConfig"),
+        ("GET", {"tagging": "", "versionId": "v"}, "GetObjectTagging"),
+        ("GET", {"versionId": "v", "response-content-type": "a/b"}, "GetObject"),
+    ],
+)
+def test_an_object_read_takes_only_its_own_parameters(
+    method: str, query: dict[str, str], name: str
+) -> None:
+    operation = classify(method, "b", "k", query)
+    assert (operation.name, operation.cached) == (name, False)
+
+
+def test_query_pairs_decode_as_the_signature_does() -> None:
+    # '+' is a plus (SigV4), not a space (form decoding); bytes that are not
+    # UTF-8 go back out as they came.
+    pairs = query_pairs("prefix=a+b%20c&uploads&&x=%FF")
+    assert pairs[:2] == [("prefix", "a+b c"), ("uploads", "")]
+    assert outbound_query(pairs) == "prefix=a%2Bb%20c&uploads=&x=%FF"

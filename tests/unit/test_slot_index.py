@@ -19,30 +19,35 @@ from sidecar.cache.index import (
 from sidecar.cache.slot_fifo import SlotFifo
 from tests.support.s3fifo_reference import EvictionPolicy
 
+# The identity key of every index here (sidecar.cache.index, "Identity hash").
+KEY = bytes(range(16))
+
 
 def ident(n: int, key: str = "obj", etag: str = "e1") -> BlockIdent:
     return BlockIdent("bkt", key, etag, n)
 
 
 def test_the_identity_hash_covers_every_name_and_the_block() -> None:
-    base = ident_hash(BlockIdent("b", "k", "e", 1))
+    base = ident_hash(BlockIdent("b", "k", "e", 1), KEY)
     assert len(base) == HASH_BYTES
     others = [BlockIdent("b", "k", "e", 2), BlockIdent("b", "k", "f", 1),
               BlockIdent("b", "kk", "e", 1), BlockIdent("bb", "k", "e", 1),
               # the same bytes split differently between the names
               BlockIdent("b", "ke", "", 1), BlockIdent("bk", "", "e", 1)]
-    assert base not in {ident_hash(other) for other in others}
+    assert base not in {ident_hash(other, KEY) for other in others}
     # What recovery computes from a header's bytes is what a lookup computes.
-    assert block_hash(object_hash(b"b", b"k"), b"e", 1) == base
+    assert block_hash(object_hash(b"b", b"k", KEY), b"e", 1, KEY) == base
     # The blocks of one object share its tag, whatever their version.
-    assert ident_hash(BlockIdent("b", "k", "x", 9))[:4] == base[:4]
+    assert ident_hash(BlockIdent("b", "k", "x", 9), KEY)[:4] == base[:4]
+    # Keyed: another index's key gives other hashes of the same names.
+    assert ident_hash(BlockIdent("b", "k", "e", 1), bytes(16)) != base
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 40)), max_size=200))
 def test_the_index_agrees_with_a_dict(operations: list[tuple[bool, int]]) -> None:
     # 24 slots and a small table: probe runs wrap around and cross each other.
-    index = SlotIndex(24, 4096 * 3, 4096)
+    index = SlotIndex(24, 4096 * 3, 4096, KEY)
     model: dict[BlockIdent, tuple[int, int]] = {}
     free = list(range(23, -1, -1))
     for adding, n in operations:
@@ -51,21 +56,21 @@ def test_the_index_agrees_with_a_dict(operations: list[tuple[bool, int]]) -> Non
             slot = free.pop()
             length = 1 + n * 250
             checksums = tuple(range(n, n - (-length // 4096)))
-            index.add(slot, ident_hash(block), length, 1000 + n, checksums)
+            index.add(slot, ident_hash(block, KEY), length, 1000 + n, checksums)
             model[block] = (slot, length)
         elif not adding and block in model:
             slot, _ = model.pop(block)
             index.remove(slot)
             free.append(slot)
         for known, (slot, length) in model.items():
-            assert index.find(ident_hash(known)) == slot
+            assert index.find(ident_hash(known, KEY)) == slot
             assert index.length(slot) == length and index.holds(slot)
-        assert index.find(ident_hash(ident(99))) == -1
+        assert index.find(ident_hash(ident(99), KEY)) == -1
         assert len(index) == len(model)
         assert index.used_bytes == sum(length for _, length in model.values())
     for key in {b.key for b in model}:
         expected = sorted(slot for b, (slot, _) in model.items() if b.key == key)
-        assert sorted(index.slots_of_object(object_hash(b"bkt", key.encode()))) == expected
+        assert sorted(index.slots_of_object(object_hash(b"bkt", key.encode(), KEY))) == expected
     for block, (slot, length) in model.items():
         assert index.checksums_of(slot) == tuple(range(block.block,
                                                        block.block - (-length // 4096)))
@@ -73,11 +78,11 @@ def test_the_index_agrees_with_a_dict(operations: list[tuple[bool, int]]) -> Non
 
 
 def test_the_index_refuses_a_second_copy_and_a_busy_slot() -> None:
-    index = SlotIndex(4, 4096, 4096)
-    index.add(0, ident_hash(ident(1)), 10, 1, (7,))
+    index = SlotIndex(4, 4096, 4096, KEY)
+    index.add(0, ident_hash(ident(1), KEY), 10, 1, (7,))
     for slot, block in ((1, ident(1)), (0, ident(2))):
         try:
-            index.add(slot, ident_hash(block), 10, 1, (7,))
+            index.add(slot, ident_hash(block, KEY), 10, 1, (7,))
         except KeyError:
             continue
         raise AssertionError(f"slot {slot} took {block}")
@@ -100,7 +105,7 @@ class Pair:
         self.reference: EvictionPolicy[BlockIdent] = EvictionPolicy(capacity)
         self.slots: dict[BlockIdent, int] = {}
         self.names: dict[int, BlockIdent] = {}
-        self.fifo = SlotFifo(capacity, lambda slot: fingerprint(ident_hash(self.names[slot])))
+        self.fifo = SlotFifo(capacity, lambda slot: fingerprint(ident_hash(self.names[slot], KEY)))
         self.free = list(range(capacity - 1, -1, -1))
 
     def evict(self, count: int, pinned: set[BlockIdent], probation_only: bool) -> None:
@@ -120,7 +125,7 @@ class Pair:
         self.names[slot] = block
         self.slots[block] = slot
         assert self.reference.insert(block, main=main) == []
-        assert self.fifo.insert(slot, fingerprint(ident_hash(block)), main=main) == []
+        assert self.fifo.insert(slot, fingerprint(ident_hash(block, KEY)), main=main) == []
 
     def check(self) -> None:
         assert len(self.fifo) == len(self.reference)
@@ -165,10 +170,10 @@ def test_a_block_evicted_from_small_and_asked_again_goes_to_main() -> None:
     assert ident(0) not in pair.slots
     slot = pair.free.pop()
     pair.names[slot] = ident(0)
-    assert pair.fifo.insert(slot, fingerprint(ident_hash(ident(0)))) == []
+    assert pair.fifo.insert(slot, fingerprint(ident_hash(ident(0), KEY))) == []
     assert pair.fifo.segment_of(slot) == "main"
-    assert pair.fifo.in_ghost(fingerprint(ident_hash(ident(0))))
-    assert not pair.fifo.in_ghost(fingerprint(ident_hash(ident(1))))
+    assert pair.fifo.in_ghost(fingerprint(ident_hash(ident(0), KEY)))
+    assert not pair.fifo.in_ghost(fingerprint(ident_hash(ident(1), KEY)))
 
 
 def test_the_ghost_forgets_after_its_capacity() -> None:
@@ -177,7 +182,7 @@ def test_the_ghost_forgets_after_its_capacity() -> None:
     ghost_capacity = 10 - 1  # the small FIFO's share is 1 slot
 
     def admit(slot: int, n: int) -> None:
-        names[slot] = fingerprint(ident_hash(ident(n)))
+        names[slot] = fingerprint(ident_hash(ident(n), KEY))
         fifo.insert(slot, names[slot])
 
     for n in range(10):

@@ -164,11 +164,25 @@ def test_an_offline_partition_has_no_server() -> None:
 
 
 def test_sidecar_urls_come_from_the_map_else_the_template() -> None:
-    spec = KafkaSpec(("b1:9092",), "http://{host}:9331/{rack}/{id}", {2: "http://10.0.0.2:1"})
-    assert sidecar_url(BROKERS[1], spec) == "http://b1.example:9331/eu-1a/1"
+    # A sidecar URL has no path (spark_warmup.sidecar_urls): the fields fill the host.
+    spec = KafkaSpec(("b1:9092",), "http://sidecar-{rack}-{id}.{host}:9331",
+                     {2: "http://10.0.0.2:1"})
+    assert sidecar_url(BROKERS[1], spec) == "http://sidecar-eu-1a-1.b1.example:9331"
     assert sidecar_url(BROKERS[2], spec) == "http://10.0.0.2:1"
     assert sidecar_url(BROKERS[1], KafkaSpec(("b1:9092",), None, {2: "http://x:1"})) is None
-    assert sidecar_url(Broker(4, "fd00::4", 9092), spec) == "http://[fd00::4]:9331//4"
+    plain = KafkaSpec(("b1:9092",), "http://{host}:9331", {})
+    assert sidecar_url(Broker(4, "fd00::4", 9092), plain) == "http://[fd00::4]:9331"
+
+
+@pytest.mark.parametrize("host", [
+    "evil#", "evil.example#", "x@attacker.example", "attacker.example/x", "b1?q=1",
+    "b1 .example", "b1\r\nHost: x", "b1:80", "-b1", "b1.exa mple", "bücher.example", "",
+    "[fd00::1]", "b1.example:9331@evil",
+])
+def test_a_broker_host_that_would_move_the_target_is_refused(host: str) -> None:
+    spec = KafkaSpec(("b1:9092",), "http://{host}:9331", {})
+    with pytest.raises(PlanError, match=r"kafka\.sidecar_url: broker 7 advertises host"):
+        sidecar_url(Broker(7, host, 9092), spec)
 
 
 # -- routing a plan's partitions --------------------------------------------

@@ -85,10 +85,13 @@ def test_the_capacity_zip_replays_without_the_project_or_site_packages(tmp_path:
     assert int(result.stdout) > 0  # the second pass over the four blocks hits
 
 
-def test_the_demo_example_is_a_valid_plan() -> None:
+def test_the_demo_example_is_a_valid_plan(tmp_path: Path) -> None:
+    token_file = tmp_path / "admin.token"
+    token_file.write_text("demo-token\n")
     document = example_plan("http://127.0.0.1:9330", "tiered", "http://127.0.0.1:9331",
-                            [("orders", 2), ("clicks", 2)])
+                            [("orders", 2), ("clicks", 2)], admin_token_file=str(token_file))
     plan = parse_plan(json.loads(json.dumps(document)), env={})
+    assert plan.admin_token == "demo-token"
     orders, clicks = plan.replays
     assert orders.partitions == (0, 1) and orders.offsets is not None
     assert clicks.partitions is None and clicks.times_ms is not None

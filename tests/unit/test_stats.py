@@ -172,7 +172,8 @@ async def test_warm_calls_are_remembered_rejected_ones_too() -> None:
     admin = admin_port()
     async with TestClient(TestServer(admin.app())) as client:
         response = await client.post("/api/v1/warm", data=b"{not json",
-                                     headers={"Authorization": "Bearer secret"})
+                                     headers={"Authorization": "Bearer secret",
+                                              "Content-Type": "application/json"})
         assert response.status == 400
         # Without the token the call is refused before it is a warm call.
         assert (await client.post("/api/v1/warm", data=b"{}")).status == 401

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from sidecar.model import PREFETCH
+from sidecar.model import PREFETCH, WARM, FetchDone, ObjectInfo
 from sidecar.tally import CACHED, FETCHED, JOINED, ReadTally
-from sidecar.telemetry.access_log import AccessLog, NodeFacts, ReadFacts, entry, format_entry
+from sidecar.telemetry.access_log import (
+    AccessLog,
+    NodeFacts,
+    ReadFacts,
+    entry,
+    fetch_entry,
+    format_entry,
+)
 
 NODE = NodeFacts("broker-1", 4 * 1024 * 1024, 64 * 1024 ** 3)
 
@@ -29,6 +37,7 @@ def test_one_line_per_request_with_the_facts() -> None:
     tally = ReadTally()
     for block, how in ((3, CACHED), (4, JOINED), (5, FETCHED)):
         tally.add(block, how, PREFETCH)
+    tally.origin_bytes = 4 << 20  # block 5, fetched by this request
     read = ReadFacts('"abc"', 100 << 20, first_byte=3 << 22, last_byte=(100 << 20) - 1,
                      tally=tally)
     line = format_entry(entry(**sample(), node=NODE, read=read))  # type: ignore[arg-type]
@@ -40,8 +49,27 @@ def test_one_line_per_request_with_the_facts() -> None:
         "first_byte": 3 << 22, "last_byte": (100 << 20) - 1, "status": 206,
         "bytes": 1048576, "block_size": 4 << 20, "blocks": {"first": 3, "found": "cjf"},
         "lane": "foreground", "cache": "hit", "duration_s": 0.001235,
-        "cache_bytes": 64 * 1024 ** 3,
+        "cache_bytes": 64 * 1024 ** 3, "origin_bytes": 4 << 20,
     }
+
+
+def test_a_background_fetch_has_a_line_of_its_own() -> None:
+    info = ObjectInfo("tiered", "orders-x/0/00000000000000000000-a.log", (9 << 22) + 5,
+                      '"abc"', datetime(2026, 9, 1, tzinfo=UTC))
+    done = FetchDone(PREFETCH, info, first_block=8, last_block=9, origin_bytes=(4 << 20) + 5,
+                     duration_s=0.0421234, ok=True)
+    line = json.loads(format_entry(fetch_entry(now=1_790_000_000.5, done=done, node=NODE)))
+    assert line == {
+        "node": "broker-1", "time": "2026-09-21T14:13:20.500Z", "request_id": None,
+        "method": "FETCH", "bucket": "tiered", "key": "orders-x/0/00000000000000000000-a.log",
+        "etag": '"abc"', "object_size": (9 << 22) + 5, "range": None,
+        "first_byte": 8 << 22, "last_byte": (9 << 22) + 4, "status": 200, "bytes": 0,
+        "block_size": 4 << 20, "blocks": {"first": 8, "found": "ff"}, "lane": "prefetch",
+        "cache": "none", "duration_s": 0.042123, "cache_bytes": 64 * 1024 ** 3,
+        "origin_bytes": (4 << 20) + 5,
+    }
+    failed = fetch_entry(now=0, done=FetchDone(WARM, info, 0, 0, 0, 0.1, ok=False), node=NODE)
+    assert (failed.status, failed.lane, failed.origin_bytes) == (500, "warm", 0)
 
 
 def test_without_an_object_read_the_object_fields_are_null() -> None:

@@ -1,0 +1,102 @@
+"""The admin token: where it comes from, and the file a generated one is kept in.
+
+A token always guards the admin port's mutating calls. An operator may give one
+(`admin_token`, SIDECAR_ADMIN_TOKEN); with none given, the first start writes a
+random one to `admin_token_file` (default `<cache_dir>/admin.token`), created
+with mode 0600 so only the sidecar's own user (and root) can read it, and later
+starts read the same file, so clients keep working across restarts.
+
+Clients on the node (`sidecar stats`, the warm-up job) find it the same way:
+SIDECAR_ADMIN_TOKEN, else the file named by SIDECAR_ADMIN_TOKEN_FILE (or a
+flag), else the default file under SIDECAR_CACHE_DIR.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from sidecar.config.loading import TOKEN_FILE_NAME
+from sidecar.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+ENV_TOKEN = "SIDECAR_ADMIN_TOKEN"
+ENV_TOKEN_FILE = "SIDECAR_ADMIN_TOKEN_FILE"
+ENV_CACHE_DIR = "SIDECAR_CACHE_DIR"
+# 32 random bytes (256 bits), URL-safe base64: fits a header without quoting.
+TOKEN_BYTES = 32
+# A token file is a line of text; anything much longer is not one.
+MAX_TOKEN_FILE_BYTES = 4096
+
+
+def default_token_file(cache_dir: Path) -> Path:
+    return cache_dir / TOKEN_FILE_NAME
+
+
+def read_token_file(path: Path) -> str:
+    """The token in `path` (surrounding whitespace dropped). ConfigError when the
+    file cannot be read, is empty or is not one line of printable ASCII."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_TOKEN_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the admin token file {path}: {exc.strerror}") from None
+    token = raw.decode("ascii", errors="replace").strip()
+    if len(raw) > MAX_TOKEN_FILE_BYTES or not token or not token.isprintable() \
+            or not token.isascii() or " " in token:
+        raise ConfigError(f"the admin token file {path} does not hold one token "
+                          "(a single line of printable ASCII without spaces)")
+    return token
+
+
+def ensure_token_file(path: Path) -> tuple[str, bool]:
+    """The token kept in `path`, generated there (mode 0600) when the file does
+    not exist yet; and whether it was generated now. Blocking: call it from an
+    executor once the loop runs."""
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    try:
+        # O_EXCL: two sidecars started at once on one cache dir agree on one token
+        # (the loser reads the winner's); 0o600 from the first byte, never chmod later.
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        _warn_if_readable_by_others(path)
+        return read_token_file(path), False
+    except OSError as exc:
+        raise ConfigError(f"cannot create the admin token file {path}: {exc.strerror}") from None
+    with os.fdopen(descriptor, "w", encoding="ascii") as handle:
+        handle.write(token + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return token, True
+
+
+def _warn_if_readable_by_others(path: Path) -> None:
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # reading it reports the problem
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning("the admin token file %s may be read by other users (mode %o): "
+                    "chmod 600 it", path, stat.S_IMODE(mode))
+
+
+def client_token(env: Mapping[str, str], token_file: Path | None = None) -> str | None:
+    """The token a client on this node sends: SIDECAR_ADMIN_TOKEN, else the file
+    given (flag) or named by SIDECAR_ADMIN_TOKEN_FILE, else the default file under
+    SIDECAR_CACHE_DIR when that exists; None when there is none to find."""
+    if env.get(ENV_TOKEN):
+        return env[ENV_TOKEN]
+    if token_file is None and env.get(ENV_TOKEN_FILE):
+        token_file = Path(env[ENV_TOKEN_FILE])
+    if token_file is not None:
+        return read_token_file(token_file)
+    if env.get(ENV_CACHE_DIR):
+        default = default_token_file(Path(env[ENV_CACHE_DIR]))
+        if default.exists():
+            return read_token_file(default)
+    return None

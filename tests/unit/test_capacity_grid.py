@@ -1,0 +1,54 @@
+"""The accuracy benchmark's grid (bench/capacity_grid.py): its workloads, how a cell is judged."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.capacity_grid import (
+    BLOCK,
+    SLOT,
+    cache_bytes,
+    judged,
+    readers,
+    working_set_blocks,
+    worst,
+)
+from sidecar.tools.kafka_segments import generate_topic_segments
+
+
+@pytest.fixture(scope="module")
+def segments():  # type: ignore[no-untyped-def]
+    return list(generate_topic_segments(topic="g", partitions=3, segments_per_partition=2,
+                                        segment_bytes=256 * 1024, value_size=1024, seed=3))
+
+
+def test_each_pattern_reads_every_partition_and_starts_its_groups_in_turn(segments) -> None:  # type: ignore[no-untyped-def]
+    one = readers("one-group", segments)
+    assert len(one) == 3 and {r.after for r in one} == {None}
+    # Each consumer reads its partition's segments front to back, whole.
+    for reader in one:
+        keys = list(dict.fromkeys(key for key, _, _ in reader.fetches))
+        assert len(keys) == 2 and reader.fetches[0][1] == 0
+    groups = readers("groups", segments)
+    assert [(r.group, r.after, r.at) for r in groups[3:]] == [("b", "a", 0.5)] * 3
+    assert groups[3].fetches == groups[0].fetches
+    lagging = readers("lagging", segments)
+    assert len(lagging) == 4 and (lagging[-1].after, lagging[-1].at) == ("a", 0.75)
+    with pytest.raises(ValueError, match="unknown pattern"):
+        readers("nobody", segments)
+
+
+def test_sizes_are_shares_of_the_working_set_in_slots(segments) -> None:  # type: ignore[no-untyped-def]
+    blocks = working_set_blocks(segments)
+    assert blocks == sum(-(-len(s.data) // BLOCK) for s in segments)
+    assert cache_bytes(0.5, 100) == 50 * SLOT and cache_bytes(0.01, 100) == 8 * SLOT
+
+
+def test_a_cell_is_within_when_both_errors_are() -> None:
+    row = {"measured_byte_hit_ratio": 0.90, "predicted_byte_hit_ratio": 0.915,
+           "measured_origin_per_served": 1.0, "predicted_origin_per_served": 1.08}
+    good = judged(row)
+    assert good["within"] and good["hit_error"] == pytest.approx(0.015)
+    bad = judged({**row, "predicted_origin_per_served": 1.2})
+    assert not bad["within"] and bad["origin_error"] == pytest.approx(0.2)
+    assert worst([good, bad]) is bad and worst([]) is None

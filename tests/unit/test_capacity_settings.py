@@ -1,0 +1,55 @@
+"""The capacity analysis reads the sidecars' read-ahead settings from their own
+configuration file, even one that a serving sidecar would only accept with its
+pod's secrets (an admin port off loopback, its token in the environment)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.config.loading import load_config, read_toml
+from sidecar.errors import ConfigError
+from spark_warmup.capacity.__main__ import replay_settings
+from tests.support.deploy_files import manifests
+
+
+def test_the_kubernetes_configmap_gives_the_sidecars_settings(tmp_path: Path) -> None:
+    path = tmp_path / "sidecar.toml"
+    path.write_text(manifests()["ConfigMap"]["data"]["sidecar.toml"])
+    with pytest.raises(ConfigError):
+        load_config({}, {}, read_toml(path))  # a sidecar without its pod's secrets stops
+    secrets = {"SIDECAR_ADMIN_TOKEN": "t" * 32, "SIDECAR_AUTH_KEYS": "kafka-broker:broker-secret"}
+    served = load_config({}, secrets, read_toml(path))
+
+    settings = replay_settings(path)
+
+    assert settings.block_size == served.cache.block_size
+    assert settings.max_coalesce_bytes == served.cache.max_coalesce_bytes
+    assert settings.read_ahead == served.prefetch.enabled
+    assert settings.max_window_bytes == served.prefetch.max_window_blocks * served.cache.block_size
+    assert settings.max_in_flight == served.prefetch.max_in_flight
+    assert settings.cache_share == served.prefetch.cache_share
+    assert settings.stream_idle_s == served.prefetch.stream_idle_s
+    assert settings.layout == served.prefetch.layout
+
+
+def test_a_file_with_other_values_is_followed(tmp_path: Path) -> None:
+    path = tmp_path / "sidecar.toml"
+    path.write_text('block_size = "4MiB"\nprefetch = false\nprefetch_max_window = "10MiB"\n')
+    settings = replay_settings(path)
+    assert settings.block_size == 4 * 1024 * 1024
+    assert settings.max_window_bytes == 8 * 1024 * 1024  # whole blocks, as the sidecar's
+    assert settings.read_ahead is False
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('blok_size = "4MiB"\n', "unknown config key 'blok_size'"),
+    ('block_size = "four"\n', "config key block_size"),
+])
+def test_a_bad_file_is_refused_with_the_key_named(tmp_path: Path, text: str,
+                                                  message: str) -> None:
+    path = tmp_path / "sidecar.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        replay_settings(path)
