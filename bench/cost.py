@@ -7,7 +7,7 @@ around every replay (bench/cpu.py):
 
   cost-4p   the 4-partition data set, every partition at once: the sidecar
             cold then warm (the same replay again), the same with its memory
-            tier off and with one that holds the whole data set, nginx slice
+            tier at auto and with one that holds the whole data set, nginx slice
             cold then warm, and the origin direct; `rounds` times over, fresh servers
             and caches each round, so the figures near a target come with
             their spread. Each round also replays through three servers that
@@ -142,11 +142,12 @@ def _sidecar_pair(bench: Bench, number: int, name: str = "sidecar",
 
 
 def tier_variants(dataset: Dataset) -> tuple[tuple[str, dict[str, str]], ...]:
-    """The sidecar pairs beside the default one (whose memory tier is an eighth
-    of its cache, at most 256 MiB): the memory tier off, and one that holds the
-    whole data set, so that the warm replay is served from it."""
+    """The sidecar pairs beside the default one (memory tier off): the tier at
+    `auto` (an eighth of the cache, at most 256 MiB, several times smaller than
+    the replay), and one that holds the whole data set, so that the warm replay
+    is served from it."""
     whole = -(-(dataset.total_bytes + 64 * MiB) // MiB)
-    return (("sidecar_tier_off", {"SIDECAR_MEMORY_TIER": "0"}),
+    return (("sidecar_tier_auto", {"SIDECAR_MEMORY_TIER": "auto"}),
             ("sidecar_tier_whole", {"SIDECAR_MEMORY_TIER": f"{whole}MiB"}))
 
 

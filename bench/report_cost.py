@@ -64,8 +64,8 @@ _COST_ROWS = {
                 ("nginx_slice_warm", "nginx slice 8m + proxy_cache, warm (same replay again)"),
                 ("sidecar_cold", "**sidecar, cold**"),
                 ("sidecar_warm", "**sidecar, warm** (same replay again)"),
-                ("sidecar_tier_off_cold", "sidecar, cold, memory_tier = 0"),
-                ("sidecar_tier_off_warm", "sidecar, warm, memory_tier = 0"),
+                ("sidecar_tier_auto_cold", "sidecar, cold, memory_tier = auto"),
+                ("sidecar_tier_auto_warm", "sidecar, warm, memory_tier = auto"),
                 ("sidecar_tier_whole_warm",
                  "sidecar, warm, a memory tier that holds the data set"),
                 ("floor_aiohttp", "floor: aiohttp serving the files (preads, 128 KiB writes)"),
@@ -90,7 +90,7 @@ _COST_ROWS = {
 
 
 # Rows of runs older results files do not have: left out rather than shown failed.
-_OPTIONAL_ROWS = frozenset({"sidecar_tier_off_cold", "sidecar_tier_off_warm",
+_OPTIONAL_ROWS = frozenset({"sidecar_tier_auto_cold", "sidecar_tier_auto_warm",
                             "sidecar_tier_whole_warm"})
 
 

@@ -235,10 +235,12 @@ OPTIONS: tuple[Option, ...] = (
            "hashing them (a fetch starts in the chunk the last one ended in); 0: none",
            "SIZE", flag=False, group="cache",
            field="cache.recent_chunk_bytes"),
-    Option("memory_tier", parse_size_or_auto, "auto",
+    Option("memory_tier", parse_size_or_auto, "0",
            "memory of the sidecar's own (a sealed memfd, counted as shared memory, not RSS) "
            "for verified chunks sent with sendfile: no disk read, no second hash; auto: "
-           "cache_size/8 up to 256MiB; 0: none", "SIZE|auto", flag=False, group="cache",
+           "cache_size/8 up to 256MiB; 0: none (the default: a tier much smaller than what "
+           "is replayed costs CPU, see deploy/README.md)", "SIZE|auto", flag=False,
+           group="cache",
            field="cache.memory_tier"),
     Option("scrub_rate", parse_rate, "64MiB/s",
            "after a restart, verify the recovered blocks' data in the background at this "

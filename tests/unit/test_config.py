@@ -169,16 +169,17 @@ def test_an_admin_port_off_loopback_without_a_token_names_every_way_to_set_one()
                                             "admin_token in the config file"))
 
 
-def test_the_memory_tier_defaults_to_a_share_of_the_cache_and_refuses_too_small_a_size(
+def test_the_memory_tier_is_off_by_default_auto_a_share_of_the_cache_never_too_small(
 ) -> None:
     from sidecar.config.loading import load_config
 
     def tier(**flags: object) -> int:
         return load_config({"cache_dir": "/c", **flags}, {}, {}).cache.memory_tier_bytes
 
-    assert tier(cache_size="4GiB") == 256 * MIB  # the cap
-    assert tier(cache_size="100MiB") == 12 * MIB  # an eighth, whole chunks
-    assert tier(cache_size="3MiB", block_size="64KiB") == 384 * 1024
+    assert tier(cache_size="4GiB") == 0  # off unless asked for
+    assert tier(cache_size="4GiB", memory_tier="auto") == 256 * MIB  # the cap
+    assert tier(cache_size="100MiB", memory_tier="auto") == 12 * MIB  # an eighth, whole chunks
+    assert tier(cache_size="3MiB", block_size="64KiB", memory_tier="auto") == 384 * 1024
     assert tier(cache_size="4GiB", memory_tier="0") == 0
     assert load_config({"cache_dir": "/c"}, {"SIDECAR_MEMORY_TIER": "32MiB"},
                        {}).cache.memory_tier_bytes == 32 * MIB
