@@ -8,9 +8,8 @@ import datetime
 import ipaddress
 import os
 import ssl
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -134,19 +133,13 @@ class TlsProxy:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Relay)
-        self._server.daemon_threads = True
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-        self.endpoint = f"https://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._server = LoopbackServer(Relay, tls=context)
+        self.endpoint = self._server.endpoint
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._server.stop()
 
 
 def test_an_https_sidecar_is_verified_against_the_plans_ca_file(

@@ -6,6 +6,7 @@ headers)."""
 from __future__ import annotations
 
 import http.client
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -16,12 +17,18 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding",
 
 
 class LoopbackServer:
-    """`handler` served on 127.0.0.1 on a free port, from a daemon thread, until `stop`."""
+    """`handler` served on 127.0.0.1 on a free port (over TLS with `tls`), from a
+    daemon thread, until `stop`."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+    def __init__(self, handler: type[BaseHTTPRequestHandler],
+                 tls: ssl.SSLContext | None = None) -> None:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:  # HTTPS: each accepted connection does the handshake
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            scheme = "https"
+        self.endpoint = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
