@@ -4,8 +4,6 @@ TLS proxy) is verified against the plan's CA file."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import ssl
 from collections.abc import Iterator
@@ -15,13 +13,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from sidecar.tools.local_s3 import LocalS3
 from spark_warmup.warming import NodeBatch, PlannedSegment, warm_node
+from tests.support.certificates import self_signed
 from tests.support.loopback_http import LoopbackServer, relay
 from tests.support.processes import SidecarProcess
 
@@ -89,29 +84,6 @@ def test_a_redirect_is_not_followed_and_the_token_stays_home(
     assert seen == []
     assert row.error is not None and f"redirect ({status})" in row.error and row.fetched == 0
     assert sidecar.metric("sidecar_warm_blocks_total") == 0
-
-
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and its key, as PEM files."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sidecar test CA")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name)
-        .public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName(
-            [x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
 
 
 class TlsProxy:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import ipaddress
 import os
 import ssl
 from collections.abc import AsyncGenerator, Callable, Iterator
@@ -16,10 +15,6 @@ from typing import Any, cast
 
 import pytest
 from aiohttp.test_utils import TestServer
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from prometheus_client import CollectorRegistry
 
 from sidecar.cache.ident import BlockIdent
@@ -29,6 +24,7 @@ from sidecar.model import ObjectInfo
 from sidecar.origin.client import Origin
 from sidecar.s3.dataport import DataPort
 from sidecar.telemetry.metrics import Metrics
+from tests.support.certificates import self_signed
 
 REGION = 64 * 1024
 FIRST, SECOND = (BlockIdent("bkt", "seg.log", '"e1"', block) for block in (0, 1))
@@ -75,23 +71,6 @@ class _Origin:
         return self.info
 
 
-def _certificate(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=1))
-            .not_valid_after(now + dt.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
 
 
 async def _get(port: int, tls: ssl.SSLContext | None) -> bytes:
@@ -134,7 +113,7 @@ async def test_tier_pieces_reach_the_client_whole_and_are_released(
     server = TestServer(port.app())
     client_tls = None
     if tls:
-        cert, key = _certificate(tmp_path)
+        cert, key = self_signed(tmp_path)
         server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         server_tls.load_cert_chain(cert, key)
         client_tls = ssl.create_default_context(cafile=str(cert))
