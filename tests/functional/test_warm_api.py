@@ -170,7 +170,7 @@ def test_warm_fetches_have_access_log_lines_adding_up_to_the_counter(
                         "--no-prefetch", "--access-log", str(log)) as sidecar:
         body = {"objects": [{"bucket": bucket, "key": key, "start": 0, "end": None}
                             for key in objects], "ttl_s": 600}
-        assert post(sidecar.admin_url, body)[0] == 200
+        assert post(sidecar.admin_url, sidecar.admin_token, body)[0] == 200
         counted = warm_bytes(sidecar)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert {(line["method"], line["lane"], line["status"]) for line in lines} == \
