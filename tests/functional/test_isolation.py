@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import random
 import secrets
@@ -20,7 +19,7 @@ import psutil
 import pytest
 
 from sidecar.tools.local_s3 import LocalS3
-from tests.support.loopback_http import raw_request
+from tests.support.loopback_http import admin_call, raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
@@ -34,22 +33,6 @@ def put(origin_s3: Any, bucket: str, size: int) -> tuple[str, bytes]:
     data = random.Random(size).randbytes(size)
     origin_s3.put_object(Bucket=bucket, Key=key, Body=data)
     return key, data
-
-
-def admin_call(url: str, method: str, path: str, body: object, token: str | None
-               ) -> tuple[int, dict[str, Any]]:
-    address = urlsplit(url)
-    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    try:
-        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        connection.request(method, path, body=raw, headers=headers)
-        response = connection.getresponse()
-        return response.status, json.loads(response.read() or b"{}")
-    finally:
-        connection.close()
 
 
 def test_cpus_pins_every_thread(local_s3: LocalS3, origin_s3: Any, bucket: str,

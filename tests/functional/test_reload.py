@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.tools.local_s3 import LocalS3
-from tests.functional.test_isolation import admin_call
-from tests.support.loopback_http import raw_request
+from tests.support.loopback_http import admin_call, raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
 

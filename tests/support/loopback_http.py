@@ -6,9 +6,11 @@ headers)."""
 from __future__ import annotations
 
 import http.client
+import json
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
 # RFC 9110 §7.6.1: connection-specific fields, never forwarded by a proxy.
@@ -75,5 +77,23 @@ def raw_request(url: str, method: str, path: str, headers: dict[str, str] | None
         connection.request(method, path, headers=headers or {})
         response = connection.getresponse()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def admin_call(url: str, method: str, path: str, body: object, token: str | None
+               ) -> tuple[int, dict[str, Any]]:
+    """A JSON call to the admin port (BODY as bytes, or encoded as JSON), with the
+    bearer TOKEN when given; status and the answer's JSON."""
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        connection.request(method, path, body=raw, headers=headers)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
     finally:
         connection.close()
