@@ -16,14 +16,13 @@ Each broker runs in a process group of its own and its output goes to
 
 from __future__ import annotations
 
-import base64
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from sidecar.layout import parse_aiven_key
+from sidecar.tools.kafka_segments import kafka_uuid as segment_uuid
 from sidecar.tools.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,8 +67,9 @@ class BrokerError(RuntimeError):
 
 
 def kafka_uuid() -> str:
-    """A random Kafka Uuid as its toString() gives it (URL-safe base64, no padding)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random Kafka Uuid as its toString() gives it (URL-safe base64, no padding),
+    never one starting with ``-``: the storage tool would read it as an option."""
+    return segment_uuid(random.SystemRandom())
 
 
 def broker_lib(lib: Path | None = None) -> Path:
