@@ -40,6 +40,7 @@ from sidecar.prefetch.streams import StreamTable
 from sidecar.s3.access import AccessPolicy
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
+from sidecar.s3.held_send import quiet_sendfile_hangups
 from sidecar.s3.passthrough import PassThrough, PassThroughLimits
 from sidecar.telemetry.access_log import AccessLog, NodeFacts, fetch_entry
 from sidecar.telemetry.log_shipping import LogShipper
@@ -118,6 +119,7 @@ class Sidecar:
         self.admin_token_file = ""  # where the admin token came from, "" when configured
 
     async def start(self) -> None:
+        quiet_sendfile_hangups(asyncio.get_running_loop())
         cache = self.config.cache
         check_cache_dir(cache.directory)
         device = check_dedicated(cache.directory, cache.protect_paths, cache.allow_shared_disk)

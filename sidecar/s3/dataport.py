@@ -11,7 +11,6 @@ body, as S3 sends none.
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 import secrets
 import socket
@@ -34,6 +33,7 @@ from sidecar.s3.access import AccessPolicy, Caller
 from sidecar.s3.addressing import split_path, validate_object_address
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
+from sidecar.s3.held_send import send_held
 from sidecar.s3.operations import OTHER_OPERATION, Operation, classify
 from sidecar.s3.passthrough import PassThrough
 from sidecar.s3.payload import BadPayload, connection_named
@@ -382,7 +382,7 @@ class DataPort:
         """One piece to the client; a client that takes none of it within
         client_timeout is cut off (its connection and the piece are let go).
 
-        A piece of the memory tier goes out with sendfile (``_send_held``).
+        A piece of the memory tier goes out with sendfile (``send_held``).
 
         An open-ended read goes out SEND_BUFFER_BYTES at a time: what the socket
         does not take at once is copied into the transport's buffer, and a whole
@@ -391,7 +391,7 @@ class DataPort:
         (bench/ANALYSIS.md has what each way cost)."""
         async with asyncio.timeout(self._client_timeout):
             if isinstance(piece, TierSlice):
-                await self._send_held(request, response, piece)
+                await send_held(request, response, piece)
                 return
             if not lazy:
                 await response.write(piece)
@@ -399,38 +399,6 @@ class DataPort:
             view = memoryview(piece)
             for at in range(0, len(view), SEND_BUFFER_BYTES):
                 await response.write(view[at:at + SEND_BUFFER_BYTES])
-
-    @staticmethod
-    async def _send_held(
-        request: web.Request, response: web.StreamResponse, held: TierSlice
-    ) -> None:
-        """A piece of the memory tier, with sendfile(2) from its memfd: the kernel
-        hands the pages to the socket, no copy through Python and no hash (the
-        bytes were verified when they entered the tier). The headers went out
-        at prepare() (StreamResponse sends them at once); loop.sendfile waits
-        for the transport's buffer to empty before it starts, as aiohttp's own
-        FileResponse relies on. The slice stays pinned until this returns: the
-        pages are handed over in several calls as the socket drains.
-
-        A transport that cannot send a file (TLS) gets the mapping's bytes
-        written instead; asyncio's transports copy what the socket does not
-        take at once (Python 3.11), so nothing refers to the mapping after."""
-        transport = request.transport
-        if transport is None:
-            raise ConnectionResetError("the client went away")
-        # A TLS transport cannot send a file (asyncio would refuse it with a
-        # RuntimeError, given no fallback); nor can every loop (NotImplementedError).
-        if transport.get_extra_info("sslcontext") is None:
-            with io.FileIO(held.file, "rb", closefd=False) as file:
-                try:
-                    # fallback=False: asyncio's fallback would seek and read the
-                    # shared file, racing other sends; the mapping needs neither.
-                    await asyncio.get_running_loop().sendfile(
-                        transport, file, held.offset, held.count, fallback=False)
-                    return
-                except (asyncio.SendfileNotAvailableError, NotImplementedError):
-                    pass
-        await response.write(held.view())
 
     @staticmethod
     def _abort(request: web.Request) -> None:

@@ -30,6 +30,7 @@ TIER = 4 * MiB  # four regions of one 1 MiB chunk
 OBJECT = 2 * MiB
 OTHERS = 10  # 20 MiB through a 4 MiB tier: each region refilled four or five times
 RECEIVE_BUFFER = 4096
+HANG_UPS = 12
 
 
 @pytest.fixture()
@@ -99,8 +100,9 @@ def test_a_slow_reader_receives_the_original_bytes_while_the_tier_refills_its_re
         assert tiered_sidecar.metric("sidecar_memory_tier_hits_total") == OBJECT // MiB
 
         for number, (key, body) in enumerate(others.items(), 2):
-            # Twice: declined as it lands in the full tier, admitted when read back.
-            for _ in range(2):
+            # Three times: declined as it lands in the full tier and at its
+            # first read back, admitted at the second.
+            for _ in range(3):
                 with urllib.request.urlopen(f"{tiered_sidecar.data_url}/{bucket}/{key}",
                                             timeout=30) as response:
                     assert response.read() == body
@@ -127,3 +129,39 @@ def test_a_slow_reader_receives_the_original_bytes_while_the_tier_refills_its_re
     changed = sum(1 for a, b in zip(body, original, strict=True) if a != b)
     assert changed == 0, f"{changed} of the slow reader's bytes are not the original's"
     assert bytes(body) == original
+
+
+def test_readers_hanging_up_mid_answer_from_the_tier_leave_the_log_quiet(
+        tiered_sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:
+    """Kafka's remote reader closes the stream after each fetch, also when the
+    answer comes from the tier with sendfile: counted, never logged."""
+    body = random.Random(34).randbytes(OBJECT)
+    origin_s3.put_object(Bucket=bucket, Key="hung-up", Body=body)
+    with urllib.request.urlopen(f"{tiered_sidecar.data_url}/{bucket}/hung-up",
+                                timeout=30) as response:
+        assert response.read() == body  # both chunks land in the (empty) tier
+    before = len(tiered_sidecar.stderr_lines)
+    hits = tiered_sidecar.metric("sidecar_memory_tier_hits_total")
+    address = urlsplit(tiered_sidecar.data_url)
+    assert address.hostname is not None and address.port is not None
+    for _ in range(HANG_UPS):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as reader:
+            # A fixed receive buffer: the rest of the answer cannot all fit in
+            # the sockets, so every hang-up is one mid-answer.
+            reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 * 1024)
+            reader.settimeout(30)
+            reader.connect((address.hostname, address.port))
+            reader.sendall(f"GET /{bucket}/hung-up HTTP/1.1\r\nHost: {address.netloc}\r\n"
+                           "Range: bytes=0-\r\n\r\n".encode())
+            # As a fetch does: read the part of the open-ended answer it wants,
+            # hang up.
+            received = b""
+            while len(received) < MiB // 2:
+                piece = reader.recv(256 * 1024)
+                assert piece, "the answer ended early"
+                received += piece
+            assert received.startswith(b"HTTP/1.1 206")
+    tiered_sidecar.wait_idle()  # every answer over, sent or cut off
+    assert tiered_sidecar.stderr_lines[before:] == []
+    assert tiered_sidecar.metric("sidecar_client_disconnects_total") == HANG_UPS
+    assert tiered_sidecar.metric("sidecar_memory_tier_hits_total") > hits

@@ -1,0 +1,103 @@
+"""A piece of the memory tier sent with sendfile(2), and a client's hang-up
+told apart from a transport that cannot send a file.
+
+The tier's bytes were verified when they entered it (sidecar.cache.memory_tier):
+the kernel hands its pages to the socket, with no copy through Python and no
+second hash. Two things asyncio (Python 3.11) reports in a way that would make
+a hang-up look like something else, translated here at the boundary:
+
+- ``loop.sendfile`` raises ``RuntimeError("Transport is closing")`` when the
+  hang-up was seen since the last piece, and ``SendfileNotAvailableError``
+  when the first sendfile(2) of a call fails, which is how a reset before
+  this piece shows; both become ``ConnectionResetError``, what the data port
+  counts as a client that went away.
+- A transport that failed to write while ``loop.sendfile`` waited for its
+  buffer to empty resolves that wait twice (``_SelectorSocketTransport``'s
+  write error sets the waiter's exception, then ``_call_connection_lost``
+  sets it again): the loop logs an ``InvalidStateError`` for a connection that
+  was already let go properly. ``quiet_sendfile_hangups`` keeps that one case
+  out of the error log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import socket
+from typing import Any
+
+from aiohttp import web
+
+from sidecar.engine import TierSlice
+
+log = logging.getLogger(__name__)
+
+TCP_ESTABLISHED = 1  # linux/tcp.h (enum of tcpi_state)
+
+
+async def send_held(request: web.Request, response: web.StreamResponse, held: TierSlice) -> None:
+    """``held`` to the client. The headers went out at prepare() (StreamResponse
+    sends them at once); loop.sendfile waits for the transport's buffer to
+    empty before it starts, as aiohttp's own FileResponse relies on. The slice
+    stays pinned until the caller releases it: the pages are handed over in
+    several calls as the socket drains.
+
+    A transport that cannot send a file (TLS) gets the mapping's bytes written
+    instead; asyncio's transports copy what the socket does not take at once
+    (Python 3.11), so nothing refers to the mapping after."""
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        raise ConnectionResetError("the client went away")
+    # A TLS transport cannot send a file (asyncio would refuse it with a
+    # RuntimeError, given no fallback); nor can every loop (NotImplementedError).
+    if transport.get_extra_info("sslcontext") is None:
+        with io.FileIO(held.file, "rb", closefd=False) as file:
+            try:
+                # fallback=False: asyncio's fallback would seek and read the
+                # shared file, racing other sends; the mapping needs neither.
+                await asyncio.get_running_loop().sendfile(
+                    transport, file, held.offset, held.count, fallback=False)
+                return
+            except (asyncio.SendfileNotAvailableError, NotImplementedError):
+                if peer_gone(transport):
+                    raise ConnectionResetError("the client went away") from None
+    await response.write(held.view())
+
+
+def peer_gone(transport: asyncio.BaseTransport) -> bool:
+    """Whether the connection is past ESTABLISHED (the peer reset or closed it),
+    from TCP_INFO's first field, tcpi_state (linux/tcp.h)."""
+    if transport.is_closing():
+        return True
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return False
+    try:
+        state: int = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+    except OSError:
+        return True
+    return state != TCP_ESTABLISHED
+
+
+def is_sendfile_hangup_noise(context: dict[str, Any]) -> bool:
+    """The loop's report of the doubly resolved sendfile wait (module docstring)."""
+    handle = repr(context.get("handle", ""))
+    return (isinstance(context.get("exception"), asyncio.InvalidStateError)
+            and "_call_connection_lost" in handle)
+
+
+def quiet_sendfile_hangups(loop: asyncio.AbstractEventLoop) -> None:
+    """Have ``loop`` log that one report at DEBUG; everything else goes to the
+    handler it had (asyncio's default when none)."""
+    previous = loop.get_exception_handler()
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if is_sendfile_hangup_noise(context):
+            log.debug("a client hung up while a sendfile waited: %s", context.get("message"))
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)
