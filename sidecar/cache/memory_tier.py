@@ -153,17 +153,18 @@ class MemoryTier:
         with self._lock:
             return key in self._table
 
-    def put(self, key: Key, data: Bytes) -> bool:
+    def put(self, key: Key, data: Bytes, *, read: bool = True) -> bool:
         """Keep a verified chunk; False when it is held already, no region is
-        free of sends, or the tier is closed. Any thread; the copy is made
-        outside the lock."""
+        free of sends, it is not admitted, or the tier is closed. ``read``
+        False: it was just fetched, not read (``RegionTable.claim``). Any
+        thread; the copy is made outside the lock."""
         length = len(data)
         if not 0 < length <= self.region_size:
             return False
         with self._lock:
             if self._closed or key in self._table:
                 return False
-            claimed = self._table.claim(key)
+            claimed = self._table.claim(key, read=read)
             if claimed is None:
                 return False
             self._users += 1  # the file stays open until this fill is over

@@ -155,8 +155,8 @@ class SlotReader:
                 # Landed on the disk, not in the page cache: this chunk and the
                 # landed ones after it, in one read.
                 # Not offered to the memory tier: the fetch offered each of
-                # these chunks as it landed, and a second offer of the same
-                # copy would be taken for reuse (tier_regions: admission).
+                # these chunks as it landed, and this read of the same copy
+                # would be counted as a read (tier_regions: admission).
                 views = await self._work.shielded(self._work.run(
                     self._slab.read_direct, write.slot, chunk,
                     self._landed_run(write, chunk, through), write.length, write.checksums))

@@ -288,7 +288,7 @@ class BlockStore:
         if self.tier is None or not whole:
             return False
         return self.tier.put((write.ident, write.generation & GENERATION_IN_INDEX, chunk),
-                             data)
+                             data, read=False)
 
     async def read_landed(
         self, write: BlockWrite, start: int, end: int, *, through: int = 0

@@ -19,9 +19,10 @@ leaves from the small FIFO without pushing out the chunks that many readers
 share. A pinned region (a send from it under way) is never a victim.
 
 Admission: while a region is free, every chunk offered gets one. Once the tier
-is full, a chunk takes a victim's place only the second time it is offered
+is full, a chunk takes a victim's place only the second time it is read
 within about the tier's size of refusals (or when the policy's ghost remembers
-it): filling a region costs fresh pages (the old ones were released, see
+it; a chunk landing from the origin is no offer, its first read follows at
+once): filling a region costs fresh pages (the old ones were released, see
 below), measurably more than the copy itself, and a replay larger than the
 tier would otherwise pay that for every chunk and keep none of them. The
 chunks a replay's next fetch starts in are the recent-chunk memory's job
@@ -113,15 +114,19 @@ class RegionTable:
     def live_bytes(self) -> int:
         return sum(self._length[region] for region in self._region_of.values())
 
-    def claim(self, key: Key) -> Claimed | None:
+    def claim(self, key: Key, *, read: bool = True) -> Claimed | None:
         """A region for a writer to fill with ``key``'s chunk: a free one, else
         the policy's victim (not pinned, not being filled) if the chunk is
-        admitted (above). None when there is none, or it is not admitted."""
+        admitted (above). None when there is none, or it is not admitted.
+
+        ``read`` False: the chunk was just fetched, not read; a full table
+        does not count that as an offer, for the reader it was fetched for is
+        about to read it, and that first read is no sign of reuse either."""
         if self._free:
             region = self._free.pop()
             self._state[region] = FILLING
             return Claimed(region, None)
-        if not self._admitted(key):
+        if not self._admitted(key, remember=read):
             self.counts.declined += 1
             return None
         victims = self._policy.choose_victims(1, self._pinned)
@@ -208,13 +213,16 @@ class RegionTable:
                 freed.append(region)
         return freed
 
-    def _admitted(self, key: Key) -> bool:
+    def _admitted(self, key: Key, remember: bool) -> bool:
         """Whether a chunk offered to a full tier takes a victim's place: the
         second offer within about the tier's size of refusals, or one the
-        policy's ghost remembers (it left the small FIFO lately)."""
+        policy's ghost remembers (it left the small FIFO lately). ``remember``
+        False: a refusal that does not count as an offer."""
         if key in self._declined or self._policy.in_ghost(self._fingerprint(key)):
             self._declined.pop(key, None)
             return True
+        if not remember:
+            return False
         self._declined[key] = None
         if len(self._declined) > self.regions:
             del self._declined[next(iter(self._declined))]

@@ -71,6 +71,25 @@ def test_a_full_table_admits_a_chunk_the_second_time_it_is_offered() -> None:
     assert again is not None and again.evicted == key(1)
 
 
+def test_a_chunk_landing_from_the_origin_is_no_offer_to_a_full_table() -> None:
+    """A replay larger than the tier: each chunk lands from the origin, then its
+    reader reads it once. Neither is a sign of reuse, so nothing is admitted
+    and no region is refilled for a chunk never read again; a second read is."""
+    table = RegionTable(2, 4096)
+    fill(table, key(0))
+    fill(table, key(1))
+    for block in range(2, 6):
+        assert table.claim(key(block), read=False) is None  # landed
+        assert table.claim(key(block)) is None  # its first read
+    assert table.counts.evictions == 0 and key(0) in table and key(1) in table
+    claimed = table.claim(key(5))  # read again soon after: admitted
+    assert claimed is not None and claimed.evicted == key(0)
+    # Landing twice is still no offer.
+    assert table.publish(claimed.region, key(5), 10)
+    assert table.claim(key(9), read=False) is None
+    assert table.claim(key(9), read=False) is None
+
+
 def test_a_pinned_region_is_never_the_victim() -> None:
     table = RegionTable(2, 4096)
     fill(table, key(0))
