@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import cpu
+from bench import cpu, page_cache
 from bench.clients import ClientFailed, run_bounded
 from bench.dataset import Dataset, DatasetSpec, ensure_dataset, write_listings
 from bench.floor_server import MODES as FLOOR_MODES
@@ -85,8 +85,9 @@ def light_replay(
     threads_before = cpu.threads(server_pid) if server_pid else {}
     print(f"  {label}: light client, {dataset.total_bytes / MiB:.0f} MiB from {endpoint} ...",
           file=sys.stderr, flush=True)
-    finished = run_bounded(args, 120 + dataset.total_bytes / 2e6, client_env(),
-                           bench.work / "logs" / f"{label}.log")
+    with page_cache.PageCacheWatch() as watch:
+        finished = run_bounded(args, 120 + dataset.total_bytes / 2e6, client_env(),
+                               bench.work / "logs" / f"{label}.log")
     used = (cpu.usage(server_pid) - before) if server_pid and before else None
     threads_after = cpu.threads(server_pid) if server_pid else {}
     lines = finished.stdout.strip().splitlines()
@@ -110,8 +111,11 @@ def light_replay(
         report["server_threads_per_gib"] = cpu.by_kind(threads_before, threads_after,
                                                         int(report.get("bytes") or 0))
         report["server_peak_rss_bytes"] = cpu.peak_rss_bytes(server_pid) if server_pid else None
+    report["page_cache"] = watch.figures()
     if sidecar is not None and before_stats is not None:
         report["sidecar"] = stats_delta(before_stats, sidecar.stats())
+        report["memory_tier_size_bytes"] = (
+            sidecar.metric_samples("sidecar_memory_tier_size_bytes") or {}).get("", 0)
         report["sidecar_prefetch_blocks_total"] = sidecar.metric_samples(
             "sidecar_prefetch_blocks_total")
     per_gib = (report.get("server_cpu_per_gib") or {}).get("total")
@@ -210,6 +214,9 @@ def run_cost_4p(bench: Bench) -> None:
     print(f"{scenario}: {dataset.spec.partitions} partitions at once, light client, "
           f"{rounds} rounds", file=sys.stderr, flush=True)
     runs = bench.scenarios[scenario]["runs"]
+    # The origin's files in the page cache before any replay is watched: only
+    # the servers' own use of it shows (bench/page_cache.py).
+    page_cache.load_files(dataset.path(item.key) for item in dataset.objects)
     pairs: list[tuple[str, Any]] = [("sidecar", _sidecar_pair)]
     pairs += [(name, partial(_sidecar_pair, name=name, env=env))
               for name, env in tier_variants(dataset)]

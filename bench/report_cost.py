@@ -42,6 +42,7 @@ def cost_sections(results: Results) -> list[str]:
             md_table(_HEADER, _cost_rows(results, "cost-4p")),
             "",
             prefetch_line(results, "cost-4p", "sidecar_cold_1") + "\n",
+            *page_cache_section(results),
         ]
     if "wide-48p" in scenarios:
         info = scenarios["wide-48p"]
@@ -66,6 +67,8 @@ _COST_ROWS = {
                 ("sidecar_warm", "**sidecar, warm** (same replay again)"),
                 ("sidecar_tier_auto_cold", "sidecar, cold, memory_tier = auto"),
                 ("sidecar_tier_auto_warm", "sidecar, warm, memory_tier = auto"),
+                ("sidecar_tier_whole_cold",
+                 "sidecar, cold, a memory tier that holds the data set"),
                 ("sidecar_tier_whole_warm",
                  "sidecar, warm, a memory tier that holds the data set"),
                 ("floor_aiohttp", "floor: aiohttp serving the files (preads, 128 KiB writes)"),
@@ -91,7 +94,7 @@ _COST_ROWS = {
 
 # Rows of runs older results files do not have: left out rather than shown failed.
 _OPTIONAL_ROWS = frozenset({"sidecar_tier_auto_cold", "sidecar_tier_auto_warm",
-                            "sidecar_tier_whole_warm"})
+                            "sidecar_tier_whole_cold", "sidecar_tier_whole_warm"})
 
 
 def _cost_rows(results: Results, scenario: str) -> list[list[str]]:
@@ -190,3 +193,44 @@ def thread_section(results: Results) -> list[str]:
         md_table(header, rows),
         "",
     ]
+
+
+_PAGE_CACHE_ROWS = [("sidecar_cold", "sidecar, cold (memory tier off)"),
+                    ("sidecar_warm", "sidecar, warm (memory tier off)"),
+                    ("sidecar_tier_auto_cold", "sidecar, cold, memory_tier = auto"),
+                    ("sidecar_tier_auto_warm", "sidecar, warm, memory_tier = auto"),
+                    ("sidecar_tier_whole_cold", "sidecar, cold, a tier that holds the data set"),
+                    ("sidecar_tier_whole_warm", "sidecar, warm, a tier that holds the data set"),
+                    ("nginx_slice_cold", "nginx slice 8m + proxy_cache, cold"),
+                    ("nginx_slice_warm", "nginx slice 8m + proxy_cache, warm")]
+#: What a replay may add to the page cache beyond its memory tier: logs, the
+#: access log, the interpreter's own files.
+PAGE_CACHE_ALLOWANCE = 64 * MiB
+
+
+def page_cache_section(results: Results) -> list[str]:
+    """How much the machine's page cache grew during each replay (its peak),
+    against the memory tier's size: the sidecar's slab stays out of it."""
+    rows = []
+    for run, label in _PAGE_CACHE_ROWS:
+        runs = [r for r in rounds_of(results, "cost-4p", run) if r and r.get("page_cache")]
+        if not runs:
+            continue
+        growth = [r["page_cache"]["cached_peak_growth_bytes"] / MiB for r in runs]
+        shmem = [r["page_cache"]["shmem_peak_growth_bytes"] / MiB for r in runs]
+        tier = [(r.get("memory_tier_size_bytes") or 0) / MiB for r in runs]
+        within = "-" if run.startswith("nginx") else (
+            "yes" if all(g <= t + PAGE_CACHE_ALLOWANCE / MiB for g, t in zip(growth, tier,
+                                                                             strict=True))
+            else "**no**")
+        rows.append([label, spread([(r.get("bytes") or 0) / MiB for r in runs],
+                                   lambda v: f"{v:,.0f}", False),
+                     spread(tier, lambda v: f"{v:,.0f}", False),
+                     spread(growth, lambda v: f"{v:,.0f}", False),
+                     spread(shmem, lambda v: f"{v:,.0f}", False), within])
+    if not rows:
+        return []
+    header = ["replay", "replayed MiB", "memory tier MiB", "page cache growth MiB (peak)",
+              "of it shared memory MiB", f"within tier + {PAGE_CACHE_ALLOWANCE // MiB} MiB"]
+    return ["### The page cache during a replay\n", paragraph("page-cache") + "\n",
+            md_table(header, rows), ""]
