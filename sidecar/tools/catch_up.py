@@ -33,9 +33,13 @@ def produce(bootstrap: str, topic: str, partitions: Iterable[int], count: int,
     """Write `count` records of `size` bytes to each partition; the bytes written."""
     from kafka import KafkaProducer
 
+    # Idempotent (which needs acks=all): the client retries a batch that timed
+    # out with four more in flight, and without the broker's sequence check the
+    # retry lands after them, so record i is no longer at offset i (a loaded
+    # machine did that: "record 0 has other bytes than were produced").
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20,
                              batch_size=512 * 1024, max_request_size=8 * 1024 * 1024,
-                             acks=1, compression_type=None)
+                             acks="all", enable_idempotence=True, compression_type=None)
     written = 0
     try:
         for index in range(count):
