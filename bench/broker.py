@@ -117,7 +117,10 @@ READY_TIMEOUT_S = 90.0
 #: The rows, in the order they run: (run key, label).
 VARIANTS = (("local", "local"), ("direct", "direct"), ("plugin_cache", "plugin-cache"),
             ("sidecar_cold", "sidecar-cold"), ("sidecar_warm", "sidecar-warm"),
-            ("sidecar_warm_1m", "sidecar-warm-1m"))
+            ("sidecar_warm_tier", "sidecar-warm-tier"), ("sidecar_warm_1m", "sidecar-warm-1m"))
+#: The memory tier of the `sidecar_warm_tier` row: the default share of the
+#: cache, several times smaller than what the consumer reads.
+TIER_ENV = {"SIDECAR_MEMORY_TIER": "auto"}
 
 
 class Setup:
@@ -396,6 +399,10 @@ def _catch_up(setup: Setup, label: str, topic: str, origin: NginxServer,
         row["sidecar_cpu_per_gib"] = sidecar_used.per_gib(done.value_bytes)
     if sidecar is not None and stats_before is not None:
         row["sidecar"] = stats_delta(stats_before, sidecar.stats())
+        # Since the sidecar started (the warm-up included): hits, misses, inserts, evictions.
+        row["memory_tier"] = {name: (sidecar.metric_samples(
+            f"sidecar_memory_tier_{name}_total") or {}).get("", 0)
+            for name in ("hits", "misses", "inserts", "evictions")}
     connections = sampler.count if sampler else None
     if access_log is not None:
         lines, _ = _read_from(access_log, log_offset)
@@ -411,12 +418,13 @@ def _catch_up(setup: Setup, label: str, topic: str, origin: NginxServer,
 
 
 @contextmanager
-def _sidecar(bench: Bench, origin: NginxServer, name: str) -> Iterator[tuple[SidecarServer, Path]]:
+def _sidecar(bench: Bench, origin: NginxServer, name: str,
+             extra_env: dict[str, str] | None = None) -> Iterator[tuple[SidecarServer, Path]]:
     """A fresh sidecar that accepts the plugin's key and logs every request."""
     prefix = bench.workdir(f"sidecar-{name}")
     access_log = prefix / "access.log"
     env = {"SIDECAR_AUTH_KEYS": f"{PLUGIN_KEY}:{PLUGIN_SECRET}",
-           "SIDECAR_ACCESS_LOG": str(access_log)}
+           "SIDECAR_ACCESS_LOG": str(access_log), **(extra_env or {})}
     server = SidecarServer(origin.url, prefix / "cache", prefix,
                            bench.settings.sidecar_cache_size, (), env)
     with server:
@@ -467,8 +475,9 @@ def _row(bench: Bench, setup: Setup, run: str, label: str) -> dict[str, Any]:
                 f"{CHUNK_CACHE_SETTINGS}prefetch.max.size": str(PREFETCH_BYTES),
             })
         elif run.startswith("sidecar"):
-            sidecar, access_log = stack.enter_context(_sidecar(bench, origin, label))
-            if run == "sidecar_warm":
+            sidecar, access_log = stack.enter_context(_sidecar(
+                bench, origin, label, TIER_ENV if run == "sidecar_warm_tier" else None))
+            if run in ("sidecar_warm", "sidecar_warm_tier"):
                 warmed = _warm(bench, setup, origin, sidecar)
             elif run == "sidecar_warm_1m":
                 warmed = warm_directly(bench, sidecar, setup.of_topic(SMALL_CHUNK_TOPIC), BUCKET,

@@ -26,6 +26,7 @@ _BROKER_ROWS = (
     ("plugin_cache", "manager + its disk chunk cache → origin"),
     ("sidecar_cold", "manager → **sidecar, cold** → origin"),
     ("sidecar_warm", "manager → **sidecar, warmed** → origin"),
+    ("sidecar_warm_tier", "manager → sidecar, warmed, memory_tier = auto → origin"),
     ("sidecar_warm_1m", "manager, 1 MiB chunks → **sidecar, warmed** → origin"),
 )
 
