@@ -25,6 +25,7 @@ _LABELS = {
     "nginx_slice_lock_cold": "nginx slice 8m + proxy_cache + proxy_cache_lock, cold (extra)",
     "sidecar_cold": "**sidecar, cold**",
     "sidecar_warm": "**sidecar, warm**",
+    "sidecar_tier_warm": "sidecar, warm, a memory tier that holds the data set",
     "nginx_local": "nginx, local file (no delay, no rate limit)",
 }
 
@@ -125,10 +126,10 @@ def _warm_ranges(results: Results) -> list[str]:
     ranges = (results.get("scenarios") or {}).get("warm-ranges") or {}
     local = find_run(results, "warm-ranges", "nginx_local")
     rows = []
-    for run in ("nginx_local", "sidecar_warm", *_RANGE_FLOORS):
+    for run in ("nginx_local", "sidecar_warm", "sidecar_tier_warm", *_RANGE_FLOORS):
         data = find_run(results, "warm-ranges", run)
         if data is None:
-            if run in _RANGE_FLOORS:
+            if run in _RANGE_FLOORS or run == "sidecar_tier_warm":
                 continue  # a results file from before the floors were measured
             rows.append([_LABELS[run], "failed / not run", "", "", "", "", "", "", "", ""])
             continue

@@ -3,7 +3,8 @@
 The same ranges against nginx serving the files from local disk, and against
 two floor servers (bench/floor_server.py, aiohttp): from the page cache, and
 each chunk read with O_DIRECT and hashed first; each server's CPU per GiB
-from /proc. The sidecar is the one bench/four_partitions.py warmed.
+from /proc. The sidecar is the one bench/four_partitions.py warmed; beside it
+a fresh one whose memory tier holds the data set, filled by one cold replay.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from bench import cpu
 from bench.clients import run_wrk
+from bench.cost import light_replay, tier_variants
 from bench.dataset import write_range_targets
 from bench.harness import Bench
 from bench.sidecar_server import SidecarServer, stats_delta
@@ -53,12 +55,33 @@ def run_warm_ranges(bench: Bench, sidecar: SidecarServer) -> None:
         result["sidecar"] = stats_delta(before, sidecar.stats())
         return result
 
+    def sidecar_tier_warm() -> dict[str, Any]:
+        # A fresh sidecar whose memory tier holds the data set, filled by one
+        # cold replay (chunks land in its free regions): the same ranges sent
+        # with sendfile from memory, no slab read and no second hash.
+        with bench.origin("warm-ranges-tier") as origin, \
+                bench.sidecar(origin, env=dict(tier_variants(bench.dataset))[
+                    "sidecar_tier_whole"]) as tiered:
+            light_replay(bench, "warm-ranges-tier-fill", bench.dataset, tiered.data_url,
+                         tiered.pid, origin, tiered)
+            tiered_targets = bench.work / "range-targets-tier.txt"
+            write_range_targets(bench.dataset, tiered_targets, RANGE_BYTES,
+                                functools.partial(presigned_path, tiered.data_url))
+            before = tiered.stats()
+            result = _wrk(bench, tiered.data_url, "warm-ranges-sidecar-tier", tiered.pid,
+                          tiered_targets)
+            result["sidecar"] = stats_delta(before, tiered.stats())
+            result["memory_tier_hits"] = (tiered.metric_samples(
+                "sidecar_memory_tier_hits_total") or {}).get("", 0)
+            return result
+
     def floor(mode: str) -> dict[str, Any]:
         with bench.floor_server(mode) as (endpoint, pid):
             return _wrk(bench, endpoint, f"warm-ranges-floor-{mode}", pid, targets)
 
     bench.attempt(SCENARIO, "sidecar_warm", sidecar_warm)
     bench.attempt(SCENARIO, "nginx_local", local)
+    bench.attempt(SCENARIO, "sidecar_tier_warm", sidecar_tier_warm)
     # What any Python server pays for the same ranges: answering them from the
     # page cache and nothing else, and reading each chunk past the page cache
     # and hashing it first, as a cache that verifies every byte it serves.
