@@ -266,7 +266,8 @@ class Replay:
                 upto = min(end, block_end)
                 on_its_way = self._serve_block(
                     info, ident, upto - max(read.first_byte, block_start), started,
-                    last_block if not read.lazy else block)
+                    last_block if not read.lazy else block,
+                    resumed=stream is not None and stream.resumed_block == block)
                 # A reader of a block on its way pins its slot until done with it
                 # (the engine's _attach); a cached block's reads pin it only
                 # while each chunk is read, too briefly to count here.
@@ -285,9 +286,11 @@ class Replay:
                 self._land(BlockIdent(read.bucket, read.key, read.etag, number), read=None)
 
     def _serve_block(self, info: ObjectInfo, ident: BlockIdent, delivered: int,
-                     started: set[int], last_wanted: int) -> bool:
+                     started: set[int], last_wanted: int, resumed: bool = False) -> bool:
         """One block of a read: found cached, joined on its way, or fetched;
-        whether it was on its way (joined or fetched) when the reader came."""
+        whether it was on its way (joined or fetched) when the reader came.
+        `resumed`: the block its stream's previous read ended in, not a reuse
+        (the engine's lookup without a touch)."""
         self.blocks += 1
         self.served += delivered
         self._ahead_unread.discard(ident)
@@ -309,7 +312,7 @@ class Replay:
             self._pinned.release(self._slot_of[ident])  # warmed "until read": it was
             if ident in self.unread:
                 self.unread.discard(ident)
-            else:
+            elif not resumed:
                 self.policy.touch(self._slot_of[ident])
         else:
             started.update(self._fetch_foreground(info, ident.block, last_wanted))

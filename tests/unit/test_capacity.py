@@ -330,3 +330,19 @@ def test_a_warm_fetch_line_parses_into_what_the_replay_warms() -> None:
     assert isinstance(fetch, Fetch)
     assert (fetch.first_byte, fetch.length, fetch.etag, fetch.object_size) == \
         (7 * MiB, MiB + 5, '"e"', 8 * MiB + 5)
+
+
+def test_a_reader_s_fetches_straddling_blocks_are_not_reuse() -> None:
+    """Fetches of 2.5 blocks end inside a block the next one starts in: read
+    twice by the same reader, which is no reuse (the engine looks it up
+    without a touch), so the scan stays in S3-FIFO's probation."""
+    reads = reads_of([(0.0, 0)], size=32 * MiB, fetch=5 * MiB // 2)
+    simulation = Replay(SETTINGS, 16 * (BLOCK + 4096), keys=[
+        (r.bucket, r.key, r.etag, r.object_size) for r in reads])
+    simulation.run(reads)
+    assert simulation.policy.queue("main") == []
+    # Without a stream (no read-ahead) the same reads count as hits for eviction.
+    plain = Replay(replace(SETTINGS, read_ahead=False), 16 * (BLOCK + 4096), keys=[
+        (r.bucket, r.key, r.etag, r.object_size) for r in reads])
+    plain.run(reads)
+    assert plain.policy.queue("main") != []
