@@ -11,7 +11,9 @@ What the engine adds around them is modelled here as it does it:
 
 - a lookup that finds the block resident is a hit; the first read of a block
   cached before anyone read it (coalesced run, read-ahead) is its first use,
-  not a reuse, and does not count for eviction (BlockStore.lookup);
+  not a reuse, and does not count for eviction (BlockStore.lookup); nor does
+  the rest of the block a stream's previous read ended in, read by its next
+  (the engine's lookup without a touch);
 - a miss of a bounded range fetches the missing blocks from there on, up to
   max_coalesce blocks, in one run; an open-ended one a block at a time;
 - manifests and indexes of the Aiven layout skip probation (admit_to_main);
