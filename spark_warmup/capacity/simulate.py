@@ -171,7 +171,8 @@ class Replay:
         # Blocks being fetched: a slot reserved, not yet in the policy (-> whether
         # a reader read them as they landed, and the slot).
         self._writing: dict[BlockIdent, tuple[bool, int | None]] = {}
-        self._slotless: deque[BlockIdent] = deque()  # of those, read-ahead without a slot yet
+        # Of those, read-ahead without a slot yet, and when each asked for one.
+        self._slotless: deque[tuple[BlockIdent, float]] = deque()
         self._reading_ahead: set[BlockIdent] = set()  # of those, read-ahead fetches
         self.planner: ReadAheadPlanner | None = None
         if settings.read_ahead:
@@ -269,7 +270,8 @@ class Replay:
                 on_its_way = self._serve_block(
                     info, ident, upto - max(read.first_byte, block_start), started,
                     last_block if not read.lazy else block,
-                    resumed=stream is not None and stream.resumed_block == block)
+                    resumed=stream is not None and stream.resumed_block == block,
+                    rest_after=upto < block_end)
                 # A reader of a block on its way pins its slot until done with it
                 # (the engine's _attach); a cached block's reads pin it only
                 # while each chunk is read, too briefly to count here.
@@ -288,17 +290,19 @@ class Replay:
                 self._land(BlockIdent(read.bucket, read.key, read.etag, number), read=None)
 
     def _serve_block(self, info: ObjectInfo, ident: BlockIdent, delivered: int,
-                     started: set[int], last_wanted: int, resumed: bool = False) -> bool:
+                     started: set[int], last_wanted: int, resumed: bool = False,
+                     rest_after: bool = False) -> bool:
         """One block of a read: found cached, joined on its way, or fetched;
         whether it was on its way (joined or fetched) when the reader came.
         `resumed`: the block its stream's previous read ended in, not a reuse
-        (the engine's lookup without a touch)."""
+        (the engine's lookup without a touch). `rest_after`: the read ends
+        inside the block, whose rest is still on its way when the read is done."""
         self.blocks += 1
         self.served += delivered
         self._ahead_unread.discard(ident)
         on_its_way = ident.block in started or ident in self._writing
         if ident.block in started:
-            self._land(ident)  # the reader waits for it: read as it lands
+            self._land_read(ident, started, rest_after)  # the reader waits for it
         elif ident in self._writing:  # joined a fetch on its way
             self.hit_blocks += 1
             self.hit_bytes += delivered
@@ -318,11 +322,28 @@ class Replay:
                 self.policy.touch(self._slot_of[ident])
         else:
             started.update(self._fetch_foreground(info, ident.block, last_wanted))
-            self._land(ident)
+            self._land_read(ident, started, rest_after)
             on_its_way = True
         if self.planner is not None:
             self.planner.on_block_read(ident)
         return on_its_way
+
+    def _land_read(self, ident: BlockIdent, started: set[int], rest_after: bool) -> None:
+        """A block this read's own fetch brings, read as it lands. One the read
+        ends inside of lands when the rest of its bytes have come, `fetch_s`
+        on (the engine streams each chunk to the reader as it lands, and the
+        answer ends before the block does): the stream's next read, which
+        starts in it, joins it then, and meanwhile it is being written, not a
+        victim. Landing it at once let other fetches evict it before that next
+        read (16 streams in a cache of 29 blocks)."""
+        slot = self._writing.get(ident, (False, None))[1]
+        if not rest_after or slot is None or self.fetch_s <= 0:
+            self._land(ident)
+            return
+        self._writing[ident] = (True, slot)
+        started.discard(ident.block)  # not landed with the read's unreached ones
+        self._issued += 1
+        heapq.heappush(self._due, (self.now + self.fetch_s, self._issued, ident))
 
     def _pin(self, ident: BlockIdent) -> BlockIdent | None:
         slot = self._slot_of.get(ident)
@@ -395,7 +416,7 @@ class Replay:
                 break
             if ahead and joining:
                 self._writing[ident] = (read, None)
-                self._slotless.append(ident)
+                self._slotless.append((ident, self.now))
                 return True
             if not joining:
                 return False
@@ -416,9 +437,13 @@ class Replay:
 
     def _grant(self) -> None:
         """Read-ahead waiting for a slot gets one, in the order it asked, as
-        victims in probation come free (BlockStore.begin_write's wait)."""
+        victims in probation come free (BlockStore.begin_write's wait). It
+        lands `fetch_s` after it asked, or at once if its wait took longer: the
+        log's FETCH durations run from the fetch's start, its slot's wait
+        included (Fetches.fetch_run), so adding `fetch_s` after the wait would
+        count the wait twice."""
         while self._slotless:
-            ident = self._slotless[0]
+            ident, asked = self._slotless[0]
             if ident not in self._writing:
                 self._slotless.popleft()
                 continue
@@ -431,7 +456,7 @@ class Replay:
             read, _ = self._writing[ident]
             self._writing[ident] = (read, self._free.pop())
             self._issued += 1
-            heapq.heappush(self._due, (self.now + self.fetch_s, self._issued, ident))
+            heapq.heappush(self._due, (max(self.now, asked + self.fetch_s), self._issued, ident))
 
     def _next_landing(self) -> BlockIdent:
         """The write that lands first: the read-ahead due soonest, else the

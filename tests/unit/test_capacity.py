@@ -346,3 +346,22 @@ def test_a_reader_s_fetches_straddling_blocks_are_not_reuse() -> None:
         (r.bucket, r.key, r.etag, r.object_size) for r in reads])
     plain.run(reads)
     assert plain.policy.queue("main") != []
+
+
+def test_a_block_a_read_ends_inside_lands_after_the_read_and_its_next_read_joins_it() -> None:
+    """The engine streams a fetched block's chunks as they land and the answer
+    ends before the block does: the rest is still on its way (a write, no
+    victim) when the reader's next fetch starts in it."""
+    settings = replace(SETTINGS, read_ahead=False)
+    first = Read(1.0, "tiered", KEY, '"e"', 4 * MiB, 0, 3 * MiB // 2, False, duration_s=0.1)
+    then = Read(1.2, "tiered", KEY, '"e"', 4 * MiB, 3 * MiB // 2, MiB // 2, False,
+                duration_s=0.1)
+    simulation = Replay(settings, 8 * (BLOCK + 4096), keys=[(first.bucket, KEY, '"e"', 4 * MiB)],
+                        fetch_s=0.5)
+    simulation.read(first)
+    rest = next(ident for ident in simulation._writing if ident.block == 1)
+    assert rest not in simulation._slot_of  # on its way, not yet a victim
+    simulation.read(then)
+    outcome = simulation.outcome()
+    assert (outcome.origin_bytes, outcome.hit_bytes) == (2 * MiB, MiB // 2)
+    assert rest in simulation._slot_of
