@@ -71,8 +71,9 @@ class RangeServer:
             lo = max(start, block_start) - block_start
             hi = min(end + 1, block_end) - block_start
             ahead = range(block, block + 1) if lazy else range(block, blocks.stop)
+            resumed = stream is not None and stream.resumed_block == block
             async with aclosing(self._block_pieces(info, block, lo, hi, ahead, started,
-                                                   tally)) as pieces:
+                                                   tally, resumed)) as pieces:
                 async for piece in pieces:
                     yield piece
                     # Back here only once the client took the piece: heads follow
@@ -87,7 +88,7 @@ class RangeServer:
 
     async def _block_pieces(
         self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range,
-        started: set[BlockIdent], tally: ReadTally,
+        started: set[BlockIdent], tally: ReadTally, resumed: bool = False,
     ) -> AsyncGenerator[tuple[Piece, Source], None]:
         if not self._modes.caching:
             tally.add(block, FETCHED)
@@ -96,7 +97,9 @@ class RangeServer:
                     yield passed
             return
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
-        record = self._store.lookup(ident)
+        # The rest of a block its stream's previous request ended in: the same
+        # reader again, not a reuse for eviction.
+        record = self._store.lookup(ident, touch=not resumed)
         on_their_way = self._fetches.on_their_way
         joined = ident in on_their_way and ident not in started
         anticipated = record is not None or joined

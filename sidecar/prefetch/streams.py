@@ -41,6 +41,9 @@ class Stream:
     ahead_to: int = 0  # blocks below this id have been considered for prefetch
     delivered_since_attach: int = 0
     next_segment_blocks: int = 0  # blocks of the next segment prefetched for it
+    # The block the stream's previous request ended in, when this one started
+    # in it again: the same reader's bytes, not a reuse (-1: none).
+    resumed_block: int = -1
 
     def used(self, max_window: int) -> None:
         """A block prefetched for this stream was read: the window was right, grow it."""
@@ -108,8 +111,12 @@ class StreamTable:
         # the socket took more than the client read.
         candidates = [h for h in heads
                       if h.request_start <= start <= h.position + self._block_size]
+        resumed = -1
         if candidates:
             stream = max(candidates, key=lambda h: h.request_start)
+            if stream.position > 0 and \
+                    (stream.position - 1) // self._block_size == start // self._block_size:
+                resumed = start // self._block_size
             stream.continuations += 1
             stream.sequential = stream.sequential or stream.continuations >= 2
         else:
@@ -122,6 +129,7 @@ class StreamTable:
                 heads.sort(key=lambda h: h.last_active)
                 del heads[0]
         stream.position = start
+        stream.resumed_block = resumed
         stream.request_start = start
         stream.last_active = now
         stream.delivered_since_attach = 0

@@ -11,7 +11,9 @@ What the engine adds around them is modelled here as it does it:
 
 - a lookup that finds the block resident is a hit; the first read of a block
   cached before anyone read it (coalesced run, read-ahead) is its first use,
-  not a reuse, and does not count for eviction (BlockStore.lookup);
+  not a reuse, and does not count for eviction (BlockStore.lookup); nor does
+  the rest of the block a stream's previous read ended in, read by its next
+  (the engine's lookup without a touch);
 - a miss of a bounded range fetches the missing blocks from there on, up to
   max_coalesce blocks, in one run; an open-ended one a block at a time;
 - manifests and indexes of the Aiven layout skip probation (admit_to_main);
@@ -169,7 +171,8 @@ class Replay:
         # Blocks being fetched: a slot reserved, not yet in the policy (-> whether
         # a reader read them as they landed, and the slot).
         self._writing: dict[BlockIdent, tuple[bool, int | None]] = {}
-        self._slotless: deque[BlockIdent] = deque()  # of those, read-ahead without a slot yet
+        # Of those, read-ahead without a slot yet, and when each asked for one.
+        self._slotless: deque[tuple[BlockIdent, float]] = deque()
         self._reading_ahead: set[BlockIdent] = set()  # of those, read-ahead fetches
         self.planner: ReadAheadPlanner | None = None
         if settings.read_ahead:
@@ -266,7 +269,9 @@ class Replay:
                 upto = min(end, block_end)
                 on_its_way = self._serve_block(
                     info, ident, upto - max(read.first_byte, block_start), started,
-                    last_block if not read.lazy else block)
+                    last_block if not read.lazy else block,
+                    resumed=stream is not None and stream.resumed_block == block,
+                    rest_after=upto < block_end)
                 # A reader of a block on its way pins its slot until done with it
                 # (the engine's _attach); a cached block's reads pin it only
                 # while each chunk is read, too briefly to count here.
@@ -285,15 +290,19 @@ class Replay:
                 self._land(BlockIdent(read.bucket, read.key, read.etag, number), read=None)
 
     def _serve_block(self, info: ObjectInfo, ident: BlockIdent, delivered: int,
-                     started: set[int], last_wanted: int) -> bool:
+                     started: set[int], last_wanted: int, resumed: bool = False,
+                     rest_after: bool = False) -> bool:
         """One block of a read: found cached, joined on its way, or fetched;
-        whether it was on its way (joined or fetched) when the reader came."""
+        whether it was on its way (joined or fetched) when the reader came.
+        `resumed`: the block its stream's previous read ended in, not a reuse
+        (the engine's lookup without a touch). `rest_after`: the read ends
+        inside the block, whose rest is still on its way when the read is done."""
         self.blocks += 1
         self.served += delivered
         self._ahead_unread.discard(ident)
         on_its_way = ident.block in started or ident in self._writing
         if ident.block in started:
-            self._land(ident)  # the reader waits for it: read as it lands
+            self._land_read(ident, started, rest_after)  # the reader waits for it
         elif ident in self._writing:  # joined a fetch on its way
             self.hit_blocks += 1
             self.hit_bytes += delivered
@@ -309,15 +318,32 @@ class Replay:
             self._pinned.release(self._slot_of[ident])  # warmed "until read": it was
             if ident in self.unread:
                 self.unread.discard(ident)
-            else:
+            elif not resumed:
                 self.policy.touch(self._slot_of[ident])
         else:
             started.update(self._fetch_foreground(info, ident.block, last_wanted))
-            self._land(ident)
+            self._land_read(ident, started, rest_after)
             on_its_way = True
         if self.planner is not None:
             self.planner.on_block_read(ident)
         return on_its_way
+
+    def _land_read(self, ident: BlockIdent, started: set[int], rest_after: bool) -> None:
+        """A block this read's own fetch brings, read as it lands. One the read
+        ends inside of lands when the rest of its bytes have come, `fetch_s`
+        on (the engine streams each chunk to the reader as it lands, and the
+        answer ends before the block does): the stream's next read, which
+        starts in it, joins it then, and meanwhile it is being written, not a
+        victim. Landing it at once let other fetches evict it before that next
+        read (16 streams in a cache of 29 blocks)."""
+        slot = self._writing.get(ident, (False, None))[1]
+        if not rest_after or slot is None or self.fetch_s <= 0:
+            self._land(ident)
+            return
+        self._writing[ident] = (True, slot)
+        started.discard(ident.block)  # not landed with the read's unreached ones
+        self._issued += 1
+        heapq.heappush(self._due, (self.now + self.fetch_s, self._issued, ident))
 
     def _pin(self, ident: BlockIdent) -> BlockIdent | None:
         slot = self._slot_of.get(ident)
@@ -390,7 +416,7 @@ class Replay:
                 break
             if ahead and joining:
                 self._writing[ident] = (read, None)
-                self._slotless.append(ident)
+                self._slotless.append((ident, self.now))
                 return True
             if not joining:
                 return False
@@ -411,9 +437,13 @@ class Replay:
 
     def _grant(self) -> None:
         """Read-ahead waiting for a slot gets one, in the order it asked, as
-        victims in probation come free (BlockStore.begin_write's wait)."""
+        victims in probation come free (BlockStore.begin_write's wait). It
+        lands `fetch_s` after it asked, or at once if its wait took longer: the
+        log's FETCH durations run from the fetch's start, its slot's wait
+        included (Fetches.fetch_run), so adding `fetch_s` after the wait would
+        count the wait twice."""
         while self._slotless:
-            ident = self._slotless[0]
+            ident, asked = self._slotless[0]
             if ident not in self._writing:
                 self._slotless.popleft()
                 continue
@@ -426,7 +456,7 @@ class Replay:
             read, _ = self._writing[ident]
             self._writing[ident] = (read, self._free.pop())
             self._issued += 1
-            heapq.heappush(self._due, (self.now + self.fetch_s, self._issued, ident))
+            heapq.heappush(self._due, (max(self.now, asked + self.fetch_s), self._issued, ident))
 
     def _next_landing(self) -> BlockIdent:
         """The write that lands first: the read-ahead due soonest, else the

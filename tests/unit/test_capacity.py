@@ -330,3 +330,38 @@ def test_a_warm_fetch_line_parses_into_what_the_replay_warms() -> None:
     assert isinstance(fetch, Fetch)
     assert (fetch.first_byte, fetch.length, fetch.etag, fetch.object_size) == \
         (7 * MiB, MiB + 5, '"e"', 8 * MiB + 5)
+
+
+def test_a_reader_s_fetches_straddling_blocks_are_not_reuse() -> None:
+    """Fetches of 2.5 blocks end inside a block the next one starts in: read
+    twice by the same reader, which is no reuse (the engine looks it up
+    without a touch), so the scan stays in S3-FIFO's probation."""
+    reads = reads_of([(0.0, 0)], size=32 * MiB, fetch=5 * MiB // 2)
+    simulation = Replay(SETTINGS, 16 * (BLOCK + 4096), keys=[
+        (r.bucket, r.key, r.etag, r.object_size) for r in reads])
+    simulation.run(reads)
+    assert simulation.policy.queue("main") == []
+    # Without a stream (no read-ahead) the same reads count as hits for eviction.
+    plain = Replay(replace(SETTINGS, read_ahead=False), 16 * (BLOCK + 4096), keys=[
+        (r.bucket, r.key, r.etag, r.object_size) for r in reads])
+    plain.run(reads)
+    assert plain.policy.queue("main") != []
+
+
+def test_a_block_a_read_ends_inside_lands_after_the_read_and_its_next_read_joins_it() -> None:
+    """The engine streams a fetched block's chunks as they land and the answer
+    ends before the block does: the rest is still on its way (a write, no
+    victim) when the reader's next fetch starts in it."""
+    settings = replace(SETTINGS, read_ahead=False)
+    first = Read(1.0, "tiered", KEY, '"e"', 4 * MiB, 0, 3 * MiB // 2, False, duration_s=0.1)
+    then = Read(1.2, "tiered", KEY, '"e"', 4 * MiB, 3 * MiB // 2, MiB // 2, False,
+                duration_s=0.1)
+    simulation = Replay(settings, 8 * (BLOCK + 4096), keys=[(first.bucket, KEY, '"e"', 4 * MiB)],
+                        fetch_s=0.5)
+    simulation.read(first)
+    rest = next(ident for ident in simulation._writing if ident.block == 1)
+    assert rest not in simulation._slot_of  # on its way, not yet a victim
+    simulation.read(then)
+    outcome = simulation.outcome()
+    assert (outcome.origin_bytes, outcome.hit_bytes) == (2 * MiB, MiB // 2)
+    assert rest in simulation._slot_of

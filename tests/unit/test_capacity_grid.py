@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from bench.capacity_accuracy import Measured, _measured
 from bench.capacity_grid import (
     BLOCK,
     SLOT,
@@ -52,3 +55,15 @@ def test_a_cell_is_within_when_both_errors_are() -> None:
     bad = judged({**row, "predicted_origin_per_served": 1.2})
     assert not bad["within"] and bad["origin_error"] == pytest.approx(0.2)
     assert worst([good, bad]) is bad and worst([]) is None
+
+
+def test_a_cell_measured_in_rounds_is_judged_on_their_mean_and_shows_their_spread(
+        tmp_path: Path) -> None:
+    runs = [Measured(1, tmp_path, served_cache=cache, served_origin=100 - cache,
+                     origin_bytes=origin)
+            for cache, origin in ((90, 110), (80, 120), (85, 100))]
+    figures = _measured(runs)
+    assert figures["measured_byte_hit_ratio"] == pytest.approx(0.85)
+    assert figures["measured_hit_spread"] == pytest.approx(0.10)
+    assert figures["measured_origin_per_served"] == pytest.approx(1.10)
+    assert figures["measured_origin_spread"] == pytest.approx(0.20)

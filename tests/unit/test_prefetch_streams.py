@@ -136,3 +136,14 @@ def test_hand_off_gives_the_next_segment_the_window() -> None:
     successor = t.attach(following, 0)
     assert successor.sequential and successor.window == 4
     assert list(t.plan(successor, 50 * B).blocks) == [1, 2, 3, 4]
+
+
+def test_a_fetch_starting_in_the_block_its_stream_ended_in_resumes_that_block() -> None:
+    t = table()
+    fetch(t, 0, 1600)  # ends inside block 1
+    stream = t.attach(OBJ, 1600)
+    assert stream.resumed_block == 1  # the same reader's block: not a reuse
+    t.advance(stream, 2000)  # ends on a block boundary
+    assert t.attach(OBJ, 2000).resumed_block == -1
+    other = t.attach(OBJ, 50 * B + 10)  # another reader, elsewhere
+    assert other is not stream and other.resumed_block == -1
