@@ -166,6 +166,39 @@ def run(spark: SparkSession, options: Options) -> dict[str, Any]:
 
 def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
              unreadable_inputs: list[Unreadable]) -> dict[str, Any]:
+    kinds, problems = _line_kinds(lines, unreadable_inputs)
+    reads = lines.where(F.col("kind") == "read")
+    span = reads.agg(F.min("time_s").alias("lo"), F.max("time_s").alias("hi")).first()
+    assert span is not None
+    window = window_seconds(float(span["hi"] - span["lo"]))
+    report = options.report_dir
+    report.mkdir(parents=True, exist_ok=True)
+    traffic = _Traffic.of(lines, window, report)
+    footprints = {row["node"]: int(row["footprint"]) for row in
+                  reads.groupBy("node", "bucket", "key", "etag")
+                  .agg(F.max("object_size").alias("size"))
+                  .groupBy("node").agg(F.sum("size").alias("footprint")).collect()}
+    plans, curve_plans = _replay_plans(traffic.node_rows, footprints, options)
+    outcomes = simulate(lines.where((F.col("kind") == "read") | (F.col("warm_bytes") > 0)),
+                        plans, _fetch_seconds(lines))
+    bounds = {plan[0]: outcome.byte_hit_ratio
+              for plan, outcome in zip(plans[curve_plans:], outcomes[curve_plans:],
+                                       strict=True)}
+    curves, curve_rows = _curves(plans[:curve_plans], outcomes[:curve_plans])
+    summary = _summary(options, traffic.node_rows, traffic.topic_rows, curves, plans, kinds,
+                       problems, window)
+    _add_bounds_and_trust(summary, bounds, traffic.breakdown, footprints)
+    _write_tables(spark, report, curve_rows, traffic)
+    (report / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (report / "report.html").write_text(
+        render_html(summary, traffic.over_time, traffic.topic_rows, window), encoding="utf-8")
+    return summary
+
+
+def _line_kinds(lines: DataFrame, unreadable_inputs: list[Unreadable]
+                ) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Lines per kind, and the problems met (malformed lines, unreadable inputs);
+    InputError if no line is an object read."""
     kinds = {row["kind"]: row["count"] for row in lines.groupBy("kind").count().collect()}
     problems = [
         {"kind": row["kind"], "reason": row["reason"], "lines": row["count"]}
@@ -174,58 +207,69 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
     ]
     problems += [{"kind": "unreadable", "reason": f"{u.source}: {u.reason}", "lines": 0}
                  for u in unreadable_inputs]
-    reads = lines.where(F.col("kind") == "read")
     if not kinds.get("read"):
         raise InputError(f"no object read in the logs ({kinds.get('other', 0)} other lines, "
                          f"{kinds.get('malformed', 0)} malformed, "
                          f"{kinds.get('unreadable', 0)} unreadable)")
-    span = reads.agg(F.min("time_s").alias("lo"), F.max("time_s").alias("hi")).first()
-    assert span is not None
-    window = window_seconds(float(span["hi"] - span["lo"]))
-    # The reads and the background fetches' lines: every origin byte the log
-    # records, so the figures agree with the sidecar's counters.
-    traffic = lines.where(F.col("kind").isin("read", "fetch"))
-    origin = F.col("origin_foreground") + F.col("origin_prefetch") + F.col("origin_warm")
-    sums = [F.sum(F.when(F.col("kind") == "read", 1).otherwise(0)).alias("requests"),
-            F.sum("bytes").alias("served_bytes"),
-            F.sum("hit_bytes").alias("hit_bytes"), F.sum("blocks").alias("blocks"),
-            F.sum("hit_blocks").alias("hit_blocks"),
-            F.sum("origin_foreground").alias("origin_foreground_bytes"),
-            F.sum("origin_prefetch").alias("origin_prefetch_bytes"),
-            F.sum("origin_warm").alias("origin_warm_bytes"),
-            F.sum(origin).alias("origin_bytes")]
-    # Spark SQL's ANSI mode refuses x / 0: a ratio of nothing is 0.
-    ratios = [F.when(F.col("served_bytes") > 0, F.col("hit_bytes") / F.col("served_bytes"))
-              .otherwise(0.0).alias("byte_hit_ratio"),
-              F.when(F.col("blocks") > 0, F.col("hit_blocks") / F.col("blocks"))
-              .otherwise(0.0).alias("block_hit_ratio")]
-    breakdown = (traffic.withColumn("window_start",
-                                  (F.floor(F.col("time_s") / window) * window).cast("long"))
-                 .groupBy("node", "topic", "partition", "window_start").agg(*sums)
-                 .select("*", *ratios))
-    report = options.report_dir
-    report.mkdir(parents=True, exist_ok=True)
-    breakdown.orderBy("node", "topic", "partition", "window_start").write.mode(
-        "overwrite").parquet(str(report / "breakdown.parquet"))
-    # Small enough to collect: per node and window, per node and topic.
-    over_time = [row.asDict() for row in breakdown.groupBy("node", "window_start").agg(
-        F.sum("served_bytes").alias("served_bytes"), F.sum("hit_bytes").alias("hit_bytes"),
-        F.sum("blocks").alias("blocks"), F.sum("hit_blocks").alias("hit_blocks"),
-        F.sum("origin_bytes").alias("origin_bytes"),
-    ).orderBy("node", "window_start").collect()]
-    topic_rows = [row.asDict() for row in traffic.groupBy("node", "topic").agg(*sums)
-                  .collect()]
-    # Nodes with reads (a node whose log has only background fetches has no
-    # trace to replay).
-    node_rows = {row["node"]: row.asDict() for row in traffic.groupBy("node").agg(
-        *sums, F.max("cache_bytes").alias("current_cache_bytes"),
-        F.max("block_size").alias("block_size")).collect() if row["requests"]}
-    footprints = {row["node"]: int(row["footprint"]) for row in
-                  reads.groupBy("node", "bucket", "key", "etag")
-                  .agg(F.max("object_size").alias("size"))
-                  .groupBy("node").agg(F.sum("size").alias("footprint")).collect()}
+    return kinds, problems
 
-    # The replays: one Spark partition per (node, size).
+
+@dataclass(frozen=True)
+class _Traffic:
+    """What the log says was served and fetched: per (node, topic, partition,
+    window) (written as breakdown.parquet), per node and window, per node and
+    topic, per node."""
+
+    breakdown: DataFrame
+    over_time: list[dict[str, Any]]
+    topic_rows: list[dict[str, Any]]
+    node_rows: dict[str, dict[str, Any]]
+
+    @classmethod
+    def of(cls, lines: DataFrame, window: int, report: Path) -> _Traffic:
+        # The reads and the background fetches' lines: every origin byte the log
+        # records, so the figures agree with the sidecar's counters.
+        traffic = lines.where(F.col("kind").isin("read", "fetch"))
+        origin = F.col("origin_foreground") + F.col("origin_prefetch") + F.col("origin_warm")
+        sums = [F.sum(F.when(F.col("kind") == "read", 1).otherwise(0)).alias("requests"),
+                F.sum("bytes").alias("served_bytes"),
+                F.sum("hit_bytes").alias("hit_bytes"), F.sum("blocks").alias("blocks"),
+                F.sum("hit_blocks").alias("hit_blocks"),
+                F.sum("origin_foreground").alias("origin_foreground_bytes"),
+                F.sum("origin_prefetch").alias("origin_prefetch_bytes"),
+                F.sum("origin_warm").alias("origin_warm_bytes"),
+                F.sum(origin).alias("origin_bytes")]
+        # Spark SQL's ANSI mode refuses x / 0: a ratio of nothing is 0.
+        ratios = [F.when(F.col("served_bytes") > 0, F.col("hit_bytes") / F.col("served_bytes"))
+                  .otherwise(0.0).alias("byte_hit_ratio"),
+                  F.when(F.col("blocks") > 0, F.col("hit_blocks") / F.col("blocks"))
+                  .otherwise(0.0).alias("block_hit_ratio")]
+        breakdown = (traffic.withColumn("window_start",
+                                      (F.floor(F.col("time_s") / window) * window).cast("long"))
+                     .groupBy("node", "topic", "partition", "window_start").agg(*sums)
+                     .select("*", *ratios))
+        breakdown.orderBy("node", "topic", "partition", "window_start").write.mode(
+            "overwrite").parquet(str(report / "breakdown.parquet"))
+        # Small enough to collect: per node and window, per node and topic.
+        over_time = [row.asDict() for row in breakdown.groupBy("node", "window_start").agg(
+            F.sum("served_bytes").alias("served_bytes"), F.sum("hit_bytes").alias("hit_bytes"),
+            F.sum("blocks").alias("blocks"), F.sum("hit_blocks").alias("hit_blocks"),
+            F.sum("origin_bytes").alias("origin_bytes"),
+        ).orderBy("node", "window_start").collect()]
+        topic_rows = [row.asDict() for row in traffic.groupBy("node", "topic").agg(*sums)
+                      .collect()]
+        # Nodes with reads (a node whose log has only background fetches has no
+        # trace to replay).
+        node_rows = {row["node"]: row.asDict() for row in traffic.groupBy("node").agg(
+            *sums, F.max("cache_bytes").alias("current_cache_bytes"),
+            F.max("block_size").alias("block_size")).collect() if row["requests"]}
+        return cls(breakdown, over_time, topic_rows, node_rows)
+
+
+def _replay_plans(node_rows: Mapping[str, dict[str, Any]], footprints: Mapping[str, int],
+                  options: Options) -> tuple[list[tuple[str, int, float, Settings]], int]:
+    """The replays: one Spark partition per (node, size), the curves' first
+    (how many of them is the second value), then each node's bound."""
     plans: list[tuple[str, int, float, Settings]] = []
     bound_plans: list[tuple[str, int, float, Settings]] = []
     for node, row in sorted(node_rows.items()):
@@ -241,22 +285,23 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
         # no size passes this replay's ratio.
         bound_plans.append((node, unbounded_size(footprints[node], block_size), rate,
                             settings))
-    curve_plans = len(plans)
-    plans += bound_plans
-    # Read-ahead lands when its fetch completes: the mean of each node's FETCH
-    # lines' durations (simulate.fetch_seconds; none in older logs: at once).
-    fetch_s = {row["node"]: float(row["fetch_s"] or 0.0) for row in
-               lines.where(F.col("kind") == "fetch").groupBy("node")
-               .agg(F.avg("duration_s").alias("fetch_s")).collect()}
-    outcomes = simulate(lines.where((F.col("kind") == "read") | (F.col("warm_bytes") > 0)),
-                        plans, fetch_s)
-    bounds = {plan[0]: outcome.byte_hit_ratio
-              for plan, outcome in zip(plans[curve_plans:], outcomes[curve_plans:],
-                                       strict=True)}
+    return plans + bound_plans, len(plans)
+
+
+def _fetch_seconds(lines: DataFrame) -> dict[str, float]:
+    """Read-ahead lands when its fetch completes: the mean of each node's FETCH
+    lines' durations (simulate.fetch_seconds; none in older logs: at once)."""
+    return {row["node"]: float(row["fetch_s"] or 0.0) for row in
+            lines.where(F.col("kind") == "fetch").groupBy("node")
+            .agg(F.avg("duration_s").alias("fetch_s")).collect()}
+
+
+def _curves(plans: Sequence[tuple[str, int, float, Settings]], outcomes: Sequence[Outcome]
+            ) -> tuple[dict[str, list[Point]], list[dict[str, Any]]]:
+    """Each node's curve, and its rows for curves.parquet."""
     curves: dict[str, list[Point]] = {}
     curve_rows = []
-    for (node, size, rate, _), outcome in zip(plans[:curve_plans], outcomes[:curve_plans],
-                                              strict=True):
+    for (node, size, rate, _), outcome in zip(plans, outcomes, strict=True):
         point = Point(size, outcome.byte_hit_ratio, outcome.origin_per_served,
                       outcome.wasted_per_served)
         curves.setdefault(node, []).append(point)
@@ -268,11 +313,14 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
             "predicted_origin_prefetch_bytes": int(outcome.origin_prefetch / rate),
             "predicted_read_ahead_wasted_bytes": int(outcome.prefetch_wasted / rate),
             "block_hit_ratio": ratio(outcome.hit_blocks, outcome.blocks)})
+    return curves, curve_rows
 
-    summary = _summary(options, node_rows, topic_rows, curves, plans, kinds, problems,
-                       window)
-    # The node's regime (partitions read in the same window, on average; the
-    # cache's share of the footprint) and the benchmark's error nearest to it.
+
+def _add_bounds_and_trust(summary: dict[str, Any], bounds: Mapping[str, float],
+                          breakdown: DataFrame, footprints: Mapping[str, int]) -> None:
+    """Each node's hit ratio bound, its regime (partitions read in the same
+    window, on average; the cache's share of the footprint) and the
+    benchmark's error nearest to it."""
     streams = {row["node"]: float(row["streams"]) for row in
                breakdown.where(F.col("served_bytes") > 0).groupBy("node", "window_start")
                .count().groupBy("node").agg(F.avg("count").alias("streams")).collect()}
@@ -285,21 +333,22 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
         facts["regime"] = {"streams": round(streams.get(node, 1.0), 2),
                            "cache_share": round(share, 4)}
         facts["accuracy"] = nearest(cells, streams.get(node, 1.0), share)
+
+
+def _write_tables(spark: SparkSession, report: Path, curve_rows: list[dict[str, Any]],
+                  traffic: _Traffic) -> None:
+    """curves.parquet, nodes.parquet and topics.parquet."""
     spark.createDataFrame(_table_rows(curve_rows)).write.mode("overwrite").parquet(
         str(report / "curves.parquet"))
     # 0: the log does not say (a column of nulls alone has no type to infer).
     spark.createDataFrame(_table_rows(
         [{**r, "current_cache_bytes": r["current_cache_bytes"] or 0}
-         for r in node_rows.values()])).write.mode("overwrite").parquet(
+         for r in traffic.node_rows.values()])).write.mode("overwrite").parquet(
         str(report / "nodes.parquet"))
     spark.createDataFrame(_table_rows(
         [{**r, "byte_hit_ratio": ratio(r["hit_bytes"], r["served_bytes"])}
-         for r in topic_rows])).write.mode("overwrite").parquet(
+         for r in traffic.topic_rows])).write.mode("overwrite").parquet(
         str(report / "topics.parquet"))
-    (report / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (report / "report.html").write_text(
-        render_html(summary, over_time, topic_rows, window), encoding="utf-8")
-    return summary
 
 
 def _table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

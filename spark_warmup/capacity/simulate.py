@@ -257,7 +257,7 @@ class Replay:
         first_block, last_block = read.first_byte // block_size, (end - 1) // block_size
         position = read.first_byte
         started: set[int] = set()  # blocks this request's own fetches brought
-        pinned: BlockIdent | None = None  # the block being read: not evicted under it
+        pinned: int | None = None  # the slot being read: not evicted under it
         try:
             for block in range(first_block, last_block + 1):
                 yield read.arrival_s + read.duration_s * (block - first_block) / \
@@ -345,17 +345,25 @@ class Replay:
         self._issued += 1
         heapq.heappush(self._due, (self.now + self.fetch_s, self._issued, ident))
 
-    def _pin(self, ident: BlockIdent) -> BlockIdent | None:
-        slot = self._slot_of.get(ident)
-        if slot is None:
-            return None
-        self._pinned.pin(slot)
-        return ident
+    def _pin(self, ident: BlockIdent) -> int | None:
+        """A reader on the block: its slot (the one it is written into, if it is
+        on its way) is no victim until the reader lets go, its landing
+        included (the engine's _attach pins the write; S3-FIFO moves a pinned
+        entry on from probation to main, as the store's policy does). The
+        slot pinned, if any."""
+        slot = self._held_slot(ident)
+        if slot is not None:
+            self._pinned.pin(slot)
+        return slot
 
-    def _unpin(self, ident: BlockIdent | None) -> None:
-        slot = None if ident is None else self._slot_of.get(ident)
+    def _unpin(self, slot: int | None) -> None:
         if slot is not None:
             self._pinned.unpin(slot)
+
+    def _held_slot(self, ident: BlockIdent) -> int | None:
+        """The slot a block is in, or is being written into (None: it waits for one)."""
+        slot = self._slot_of.get(ident)
+        return slot if slot is not None else self._writing.get(ident, (False, None))[1]
 
     def _warm(self, read: Read) -> None:
         """A warm-up's fetch (POST /api/v1/warm, sidecar.engine.warm_up): each

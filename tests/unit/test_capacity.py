@@ -365,3 +365,31 @@ def test_a_block_a_read_ends_inside_lands_after_the_read_and_its_next_read_joins
     outcome = simulation.outcome()
     assert (outcome.origin_bytes, outcome.hit_bytes) == (2 * MiB, MiB // 2)
     assert rest in simulation._slot_of
+
+
+def test_a_reader_that_joined_read_ahead_on_its_way_pins_it_once_it_lands() -> None:
+    """The engine's reader of a block on its way pins its slot until done with
+    it (RangeServer._attach), through its landing: a fetch that needs a victim
+    meanwhile does not take the block from under the reader."""
+    reads = reads_of([(0.0, 0)], size=8 * MiB)
+    simulation = Replay(SETTINGS, 64 * (BLOCK + 4096), keys=[
+        (r.bucket, r.key, r.etag, r.object_size) for r in reads], fetch_s=1.0)
+    for read in reads[:3]:  # a stream by then: read-ahead goes out
+        simulation.read(read)
+    ahead = min(simulation._reading_ahead, key=lambda ident: ident.block)
+    arrival = reads[2].time_s + 0.1
+    slow = Read(arrival + 3.0, "tiered", KEY, '"e"', 8 * MiB, ahead.block * BLOCK, BLOCK,
+                True, duration_s=3.0)
+    hits = simulation.hit_bytes
+    steps = simulation.steps(slow)
+    simulation.advance(next(steps))  # the reader comes to the block
+    done = next(steps)  # joined on its way: a hit, its bytes out by `done`
+    assert ahead in simulation._writing and ahead not in simulation._slot_of
+    simulation.advance(arrival + 1.5)  # the read-ahead lands, the reader still on it
+    slot = simulation._slot_of[ahead]
+    assert simulation._pinned(slot)
+    simulation.advance(done)
+    for when in steps:  # the read's end: the reader lets go of the block
+        simulation.advance(when)
+    assert not simulation._pinned(slot)
+    assert simulation.hit_bytes - hits == BLOCK
