@@ -154,9 +154,9 @@ class SlotReader:
             if keep and self._slab.direct_io:
                 # Landed on the disk, not in the page cache: this chunk and the
                 # landed ones after it, in one read.
-                # Not offered to the memory tier: the fetch offered each of
-                # these chunks as it landed, and this read of the same copy
-                # would be counted as a read (tier_regions: admission).
+                # Not offered to the memory tier: each of these chunks was
+                # offered as it landed (taken if a region was free), and this
+                # first read of it is no sign of reuse (tier_regions: admission).
                 views = await self._work.shielded(self._work.run(
                     self._slab.read_direct, write.slot, chunk,
                     self._landed_run(write, chunk, through), write.length, write.checksums))
