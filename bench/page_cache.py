@@ -46,8 +46,8 @@ class PageCacheWatch:
     """``with PageCacheWatch() as watch: ...``; then ``watch.figures()``."""
 
     def __init__(self) -> None:
-        self._before = meminfo()
-        self._peak = dict(self._before)
+        self._before: dict[str, int] = {}  # read at __enter__
+        self._peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="page-cache-watch",
                                         daemon=True)
