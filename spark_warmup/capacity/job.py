@@ -37,6 +37,7 @@ from spark_warmup.capacity.curve import (
     unbounded_size,
     unit_hash,
 )
+from spark_warmup.capacity.landing import BIN_S, FetchTimes
 from spark_warmup.capacity.report import render_html
 from spark_warmup.capacity.shipping import ship_capacity
 from spark_warmup.capacity.simulate import Outcome, Read, Settings, replay
@@ -180,7 +181,7 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
                   .groupBy("node").agg(F.sum("size").alias("footprint")).collect()}
     plans, curve_plans = _replay_plans(traffic.node_rows, footprints, options)
     outcomes = simulate(lines.where((F.col("kind") == "read") | (F.col("warm_bytes") > 0)),
-                        plans, _fetch_seconds(lines))
+                        plans, _fetch_times(lines))
     bounds = {plan[0]: outcome.byte_hit_ratio
               for plan, outcome in zip(plans[curve_plans:], outcomes[curve_plans:],
                                        strict=True)}
@@ -288,12 +289,24 @@ def _replay_plans(node_rows: Mapping[str, dict[str, Any]], footprints: Mapping[s
     return plans + bound_plans, len(plans)
 
 
-def _fetch_seconds(lines: DataFrame) -> dict[str, float]:
-    """Read-ahead lands when its fetch completes: the mean of each node's FETCH
-    lines' durations (simulate.fetch_seconds; none in older logs: at once)."""
-    return {row["node"]: float(row["fetch_s"] or 0.0) for row in
-            lines.where(F.col("kind") == "fetch").groupBy("node")
-            .agg(F.avg("duration_s").alias("fetch_s")).collect()}
+def _fetch_times(lines: DataFrame) -> dict[str, FetchTimes]:
+    """Read-ahead lands when its fetch completes: each node's FETCH lines'
+    mean duration per bin of their start time, and over the log
+    (spark_warmup.capacity.landing; none in older logs: at once)."""
+    fetches = lines.where(F.col("kind") == "fetch").withColumn(
+        "bin", F.floor((F.col("time_s") - F.coalesce(F.col("duration_s"), F.lit(0.0)))
+                       / F.lit(BIN_S)))
+    sums: dict[str, tuple[float, int]] = {}
+    by_bin: dict[str, dict[int, float]] = {}
+    for row in fetches.groupBy("node", "bin").agg(
+            F.sum("duration_s").alias("total"), F.count("duration_s").alias("count")).collect():
+        if not row["count"]:
+            continue
+        total, count = sums.get(row["node"], (0.0, 0))
+        sums[row["node"]] = (total + float(row["total"]), count + int(row["count"]))
+        by_bin.setdefault(row["node"], {})[int(row["bin"])] = \
+            float(row["total"]) / int(row["count"])
+    return {node: FetchTimes(total / count, by_bin[node]) for node, (total, count) in sums.items()}
 
 
 def _curves(plans: Sequence[tuple[str, int, float, Settings]], outcomes: Sequence[Outcome]
@@ -358,7 +371,7 @@ def _table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]],
-             fetch_s: Mapping[str, float] | None = None) -> list[Outcome]:
+             fetch_s: Mapping[str, FetchTimes] | None = None) -> list[Outcome]:
     """Replay each plan's (node, size) on its own Spark partition (`fetch_s`: how
     long each node's read-ahead takes to land)."""
     landing = dict(fetch_s or {})
@@ -386,7 +399,8 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
         for index, node_reads in grouped.items():
             node, size, rate, settings = plan_list[index]
             node_reads.sort(key=lambda r: r.time_s)
-            yield index, replay(settings, size, node_reads, rate, landing.get(node, 0.0))
+            yield index, replay(settings, size, node_reads, rate,
+                                landing.get(node, FetchTimes()))
 
     # Only the sampled reads leave the JVM for the replays.
     kept = None

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from spark_warmup.capacity.simulate import Outcome, Read, Settings, fetch_seconds, replay
+from spark_warmup.capacity.landing import FetchTimes
+from spark_warmup.capacity.simulate import Outcome, Read, Settings, replay
 from spark_warmup.capacity.trace import Fetch, Request, parse_line
 
 
@@ -31,5 +32,6 @@ def replay_log(log: Path, settings: Settings, sizes: Sequence[int]) -> dict[int,
     reads = sorted([*(read_of(p) for p in parsed if isinstance(p, Request)),
                     *(warm_of(p) for p in parsed if isinstance(p, Fetch) and p.lane == "warm")],
                    key=lambda r: r.time_s)
-    fetch_s = fetch_seconds([p.duration_s for p in parsed if isinstance(p, Fetch)])
-    return {size: replay(settings, size, reads, fetch_s=fetch_s) for size in sizes}
+    landing = FetchTimes.of((p.time_s - p.duration_s, p.duration_s)
+                            for p in parsed if isinstance(p, Fetch))
+    return {size: replay(settings, size, reads, fetch_s=landing) for size in sizes}

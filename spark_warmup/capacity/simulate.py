@@ -23,10 +23,11 @@ What the engine adds around them is modelled here as it does it:
   `duration_s`), their blocks reached over their duration and interleaved with
   the other reads in progress; a block on its way when its reader comes is
   joined (a hit, no origin read of the reader's own), and its reader pins it;
-- read-ahead lands when its fetch completes (`fetch_s` after it starts, the
-  mean of the log's FETCH durations) and counts against the planner's bounds
-  until then; one that finds no victim in probation while writes are on their
-  way waits for its slot, on its way meanwhile (BlockStore.begin_write);
+- read-ahead lands when its fetch completes (as long after it starts as the
+  log's FETCH lines started about then took: spark_warmup.capacity.landing)
+  and counts against the planner's bounds until then; one that finds no
+  victim in probation while writes are on their way waits for its slot, on
+  its way meanwhile (BlockStore.begin_write);
 - a warm-up's fetch lands when the logged one ended and is protected until
   read, within the store's protected share.
 
@@ -56,6 +57,7 @@ from sidecar.model import ObjectInfo
 from sidecar.prefetch.planner import NextSegment, ReadAheadPlanner
 from sidecar.prefetch.streams import Stream, StreamTable
 from spark_warmup.capacity.holdings import Catalogue, Held
+from spark_warmup.capacity.landing import FetchTimes
 
 # Bytes of each slot's header in the slab (sidecar/cache/slot_format.py SLOT_HEADER_SIZE,
 # asserted equal by the tests): not imported here, the format needs xxhash, which
@@ -156,7 +158,8 @@ class Replay:
     """One node's cache at one size, fed reads in time order."""
 
     def __init__(self, settings: Settings, cache_bytes: int, sample_rate: float = 1.0,
-                 keys: Iterable[tuple[str, str, str, int]] = (), fetch_s: float = 0.0) -> None:
+                 keys: Iterable[tuple[str, str, str, int]] = (),
+                 fetch_s: float | FetchTimes = 0.0) -> None:
         self.settings = settings
         self.cache_bytes = cache_bytes
         self.slots = slots_for(int(cache_bytes * sample_rate), settings.block_size)
@@ -188,9 +191,10 @@ class Replay:
         self.origin_foreground = self.origin_prefetch = 0
         self.prefetch_wasted = 0
         self._ahead_unread: set[BlockIdent] = set()  # read ahead, cached, not yet read
-        # Read-ahead lands when its fetch completes, `fetch_s` after it starts:
+        # Read-ahead lands when its fetch completes, as long after it starts as
+        # the log's fetches took then (a number: always that long):
         # (when, order, block), earliest first.
-        self.fetch_s = fetch_s
+        self.fetch_times = fetch_s if isinstance(fetch_s, FetchTimes) else FetchTimes(fetch_s)
         self._due: list[tuple[float, int, BlockIdent]] = []
         self._issued = 0
         self._pinned = Held(int(self.slots * settings.protected_share))
@@ -330,20 +334,21 @@ class Replay:
 
     def _land_read(self, ident: BlockIdent, started: set[int], rest_after: bool) -> None:
         """A block this read's own fetch brings, read as it lands. One the read
-        ends inside of lands when the rest of its bytes have come, `fetch_s`
-        on (the engine streams each chunk to the reader as it lands, and the
+        ends inside of lands when the rest of its bytes have come, a fetch's
+        time on (the engine streams each chunk to the reader as it lands, and the
         answer ends before the block does): the stream's next read, which
         starts in it, joins it then, and meanwhile it is being written, not a
         victim. Landing it at once let other fetches evict it before that next
         read (16 streams in a cache of 29 blocks)."""
         slot = self._writing.get(ident, (False, None))[1]
-        if not rest_after or slot is None or self.fetch_s <= 0:
+        landing = self.fetch_times.at(self.now)
+        if not rest_after or slot is None or landing <= 0:
             self._land(ident)
             return
         self._writing[ident] = (True, slot)
         started.discard(ident.block)  # not landed with the read's unreached ones
         self._issued += 1
-        heapq.heappush(self._due, (self.now + self.fetch_s, self._issued, ident))
+        heapq.heappush(self._due, (self.now + landing, self._issued, ident))
 
     def _pin(self, ident: BlockIdent) -> int | None:
         """A reader on the block: its slot (the one it is written into, if it is
@@ -415,7 +420,7 @@ class Replay:
         land (the rest of a run may not wait, and take any victim). A read-ahead
         fetch that must wait is on its way all the same (the engine's in-flight
         table has it, readers join it): it gets its slot when one is free for
-        it, and lands `fetch_s` later. False: no slot (uncached)."""
+        it, and lands a fetch's time after it asked. False: no slot (uncached)."""
         while not self._free:
             joining = may_wait and self._joining_probation()
             victims = self.policy.choose_victims(1, self._pinned, probation_only=joining)
@@ -446,10 +451,10 @@ class Replay:
     def _grant(self) -> None:
         """Read-ahead waiting for a slot gets one, in the order it asked, as
         victims in probation come free (BlockStore.begin_write's wait). It
-        lands `fetch_s` after it asked, or at once if its wait took longer: the
-        log's FETCH durations run from the fetch's start, its slot's wait
-        included (Fetches.fetch_run), so adding `fetch_s` after the wait would
-        count the wait twice."""
+        lands a fetch's time after it asked, or at once if its wait took
+        longer: the log's FETCH durations run from the fetch's start, its
+        slot's wait included (Fetches.fetch_run), so adding a fetch's time
+        after the wait would count the wait twice."""
         while self._slotless:
             ident, asked = self._slotless[0]
             if ident not in self._writing:
@@ -464,7 +469,8 @@ class Replay:
             read, _ = self._writing[ident]
             self._writing[ident] = (read, self._free.pop())
             self._issued += 1
-            heapq.heappush(self._due, (max(self.now, asked + self.fetch_s), self._issued, ident))
+            landing = asked + self.fetch_times.at(asked)
+            heapq.heappush(self._due, (max(self.now, landing), self._issued, ident))
 
     def _next_landing(self) -> BlockIdent:
         """The write that lands first: the read-ahead due soonest, else the
@@ -559,7 +565,8 @@ class Replay:
                 self._reading_ahead.add(ident)
                 if self._writing[ident][1] is not None:
                     self._issued += 1
-                    heapq.heappush(self._due, (self.now + self.fetch_s, self._issued, ident))
+                    heapq.heappush(self._due, (self.now + self.fetch_times.at(self.now),
+                                               self._issued, ident))
             else:
                 # No slot yet: asked again at the stream's next delivery, as a
                 # bound's refusal is (ReadAheadPlanner.admit).
@@ -580,16 +587,6 @@ class Replay:
                           self.planner.continue_into(wanted, next_info))
 
 
-def fetch_seconds(durations: Iterable[float]) -> float:
-    """How long a read-ahead fetch takes to land: the mean of the log's FETCH
-    lines' durations (0, at once, for a log without them). The mean, not the
-    median: how many fetches are in flight against the read-ahead bound goes by
-    the mean time in flight (Little's law), and with many streams at once the
-    durations have a long tail (a median of 63 ms beside a mean of 381 ms)."""
-    values = list(durations)
-    return sum(values) / len(values) if values else 0.0
-
-
 def _fingerprint(ident: BlockIdent) -> int:
     """A 64-bit name of a block for the policy's ghost. The store uses its
     index's identity hash; any stable 64-bit hash remembers the same blocks
@@ -599,9 +596,9 @@ def _fingerprint(ident: BlockIdent) -> int:
 
 
 def replay(settings: Settings, cache_bytes: int, reads: Iterable[Read],
-           sample_rate: float = 1.0, fetch_s: float = 0.0) -> Outcome:
+           sample_rate: float = 1.0, fetch_s: float | FetchTimes = 0.0) -> Outcome:
     """Replay `reads` in a cache of `cache_bytes`, read-ahead landing `fetch_s`
-    after it starts."""
+    after it starts (seconds, or as the log's fetches took at each moment)."""
     reads = list(reads)
     keys = [(r.bucket, r.key, r.etag, r.object_size) for r in reads]
     simulation = Replay(settings, cache_bytes, sample_rate, keys, fetch_s)

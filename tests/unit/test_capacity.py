@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.cache.ident import BlockIdent
 from sidecar.cache.slot_format import SLOT_HEADER_SIZE
 from sidecar.layout import Layout
 from sidecar.model import PREFETCH, WARM, FetchDone, ObjectInfo
@@ -31,6 +32,7 @@ from spark_warmup.capacity.curve import (
     sample_rate,
     unit_hash,
 )
+from spark_warmup.capacity.landing import FetchTimes, time_bin
 from spark_warmup.capacity.report import render_html, size_ticks, time_ticks, unreached_note
 from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
 from spark_warmup.capacity.simulate import Read, Replay, Settings, replay
@@ -274,6 +276,41 @@ def test_read_ahead_lands_when_its_fetch_completes_and_readers_join_it_meanwhile
     late = replay(SETTINGS, 64 * (BLOCK + 4096), reads, fetch_s=0.5)
     early = replay(SETTINGS, 64 * (BLOCK + 4096), reads, fetch_s=0.0)
     assert late.hit_bytes == early.hit_bytes and late.origin_bytes == early.origin_bytes
+
+
+def test_fetch_times_are_the_mean_of_the_fetches_started_in_each_bin() -> None:
+    times = FetchTimes.of([(10.02, 0.3), (10.07, 0.5), (10.31, 0.1)], bin_s=0.1)
+    assert times.at(10.05) == pytest.approx(0.4)  # the two started in [10.0, 10.1)
+    assert times.at(10.35) == pytest.approx(0.1)
+    # A moment with no fetch of its own: the mean of all of them.
+    assert times.at(10.2) == pytest.approx(0.3)
+    assert FetchTimes.of([]).at(5.0) == 0.0  # a log without FETCH lines: at once
+
+
+def test_read_ahead_lands_as_late_as_the_log_s_fetches_took_when_it_went_out() -> None:
+    """The origin is slower while it is busy: a read-ahead fetch lands as long
+    after it starts as the log's fetches started about then took, not after
+    the mean of the whole log."""
+    reads = reads_of([(0.0, 0)], size=8 * MiB)
+    keys = [(r.bucket, r.key, r.etag, r.object_size) for r in reads]
+    issued = reads[2].time_s
+
+    def in_flight_after(landing: FetchTimes) -> tuple[set[BlockIdent], Replay]:
+        simulation = Replay(SETTINGS, 64 * (BLOCK + 4096), keys=keys, fetch_s=landing)
+        for read in reads[:3]:
+            simulation.read(read)
+        ahead = set(simulation._reading_ahead)
+        assert ahead
+        simulation.advance(issued + 0.5)
+        return ahead, simulation
+
+    busy = FetchTimes(0.1, {time_bin(issued): 1.0})
+    ahead, simulation = in_flight_after(busy)
+    assert ahead <= set(simulation._writing)  # the busy moment's second is not over
+    simulation.advance(issued + 1.0)
+    assert all(ident in simulation._slot_of for ident in ahead)
+    ahead, simulation = in_flight_after(FetchTimes(1.0, {time_bin(issued): 0.1}))
+    assert all(ident in simulation._slot_of for ident in ahead)  # a quiet moment: landed
 
 
 def test_readers_at_the_same_time_share_one_fetch() -> None:
