@@ -51,4 +51,15 @@ def trust_text(cell: Mapping[str, Any] | None) -> str:
             f"({cell['streams']} streams, {cell.get('pattern', '?')}, cache at "
             f"{100 * float(cell['share']):.0f}% of the working set) the prediction was off by "
             f"{100 * float(cell['hit_error']):+.1f} points of byte hit ratio and "
-            f"{100 * float(cell['origin_error']):+.1f}% of origin bytes per served byte.")
+            f"{100 * float(cell['origin_error']):+.1f}% of origin bytes per served byte"
+            + _spreads(cell) + ".")
+
+
+def _spreads(cell: Mapping[str, Any]) -> str:
+    """How far the sidecar's own runs of the cell, and the curves of their logs,
+    differed: an error within them says little either way."""
+    runs, curves = cell.get("measured_hit_spread"), cell.get("predicted_hit_spread")
+    if not isinstance(runs, (int, float)) or not isinstance(curves, (int, float)):
+        return ""
+    return (f"; the sidecar's runs of that cell differed by up to {100 * runs:.1f} points, "
+            f"the curves of their logs by {100 * curves:.1f}")

@@ -338,6 +338,9 @@ def test_the_trust_line_is_the_nearest_cell_of_the_benchmark(tmp_path: Path) -> 
     assert cell is not None and (cell["streams"], cell["share"]) == (16, 0.25)
     assert "-1.5 points of byte hit ratio and +8.0% of origin bytes" in trust_text(cell)
     assert load_cells(tmp_path / "missing.json") == [] and nearest([], 4, 0.5) is None
+    measured_twice = {**cell, "measured_hit_spread": 0.045, "predicted_hit_spread": 0.03}
+    assert "runs of that cell differed by up to 4.5 points, the curves of their logs by 3.0" \
+        in trust_text(measured_twice)
 
 
 def test_warmed_blocks_stay_until_read_within_their_share() -> None:

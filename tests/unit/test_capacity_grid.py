@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.capacity_accuracy import Measured, _measured
+from bench.capacity_accuracy import Measured, _measured, _predicted, render
 from bench.capacity_grid import (
     BLOCK,
     SLOT,
@@ -67,3 +67,21 @@ def test_a_cell_measured_in_rounds_is_judged_on_their_mean_and_shows_their_sprea
     assert figures["measured_hit_spread"] == pytest.approx(0.10)
     assert figures["measured_origin_per_served"] == pytest.approx(1.10)
     assert figures["measured_origin_spread"] == pytest.approx(0.20)
+
+
+def test_the_curves_of_every_round_s_log_are_shown_as_their_mean_and_spread() -> None:
+    figures = _predicted([0.80, 0.86, 0.83])
+    assert figures["predicted_byte_hit_ratio_rounds"] == pytest.approx(0.83)
+    assert figures["predicted_hit_spread"] == pytest.approx(0.06)
+    row = judged({"streams": 16, "pattern": "lagging", "share": 0.1, "cache_blocks": 29,
+                  "working_set_blocks": 290, "measured_byte_hit_ratio": 0.85,
+                  "measured_hit_spread": 0.04, "measured_origin_per_served": 1.0,
+                  "predicted_byte_hit_ratio": 0.80, "predicted_origin_per_served": 1.02,
+                  "predicted_read_ahead_wasted_per_served": 0.0, **figures,
+                  "hit_error_rounds": figures["predicted_byte_hit_ratio_rounds"] - 0.85})
+    page = render({"command": "python -m bench.capacity_accuracy", "date": "2026-11-27 22:00",
+                   "seconds": 1.0, "machine": {}, "full_grid": True, "rounds": 3,
+                   "reference_share": 0.25, "rows": [row], "worst": row})
+    # The first log's curve is 5 points off (out); the mean of the three, 2 (within).
+    assert "**0 of 1 cells within.**" in page and "within 2 points on 1 of 1 cells" in page
+    assert "| -5.0 | 0.830 (6.0) | -2.0 |" in page
