@@ -197,8 +197,9 @@ def aiohttp_app(root: Path, direct: bool = False,
 
 async def _send_slices(request: web.Request, path: Path, first: int, last: int) -> None:
     """first..last with `loop.sendfile`, one READ_CHUNK-aligned slice a call,
-    as the data port sends the memory tier's regions (bench/ANALYSIS.md has
-    what one call per chunk costs against one for the whole range)."""
+    as the data port sends the memory tier's regions (each call waits for the
+    socket afresh: one for the whole range would be a lower floor than the
+    tier can reach)."""
     transport = request.transport
     try:
         if transport is None:
