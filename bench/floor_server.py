@@ -23,7 +23,11 @@ checksums, no signatures, no metrics, no access log. `--mode`:
   cache (O_DIRECT, into a page-aligned pooled buffer) and hashed in a worker
   thread, as a read that may wait for the disk must be;
 - `aiohttp-direct-verified`: the `aiohttp` way with the reads of
-  `direct-verified`: the data port's way with a hit, and nothing else.
+  `direct-verified`: the data port's way with a hit, and nothing else;
+- `aiohttp-sendfile`: aiohttp's response, then the range handed to
+  `loop.sendfile` one READ_CHUNK-aligned slice at a time: the data port's way
+  with a hit in the memory tier (one sendfile a chunk, a region each), and
+  nothing else.
 
 The bare protocols end the connection with each answer, as the light client
 drops it. The aiohttp floors keep it alive, as the data port does (wrk's
@@ -53,7 +57,7 @@ import xxhash
 from aiohttp import web
 
 MODES = ("aiohttp", "protocol", "sendfile", "protocol-verified", "sendfile-verified",
-         "direct-verified", "aiohttp-direct-verified")
+         "direct-verified", "aiohttp-direct-verified", "aiohttp-sendfile")
 # Worker threads of the direct-verified floor: the sidecar's io_threads default.
 DIRECT_THREADS = 4
 SEND_PIECE = 128 * 1024  # the data port's SEND_BUFFER_BYTES for an open-ended read
@@ -137,10 +141,12 @@ def _prepare_socket(transport: asyncio.BaseTransport) -> None:
 
 
 def aiohttp_app(root: Path, direct: bool = False,
-                threads: ThreadPoolExecutor | None = None) -> web.Application:
+                threads: ThreadPoolExecutor | None = None,
+                sendfile: bool = False) -> web.Application:
     """The `aiohttp` floor, keep-alive as the data port. `direct`: each chunk
     read past the page cache and hashed in one of `threads` (the
-    `aiohttp-direct-verified` floor, the data port's way with a hit)."""
+    `aiohttp-direct-verified` floor, the data port's way with a hit).
+    `sendfile`: each chunk's slice handed to the kernel (`aiohttp-sendfile`)."""
     async def answer(request: web.Request) -> web.StreamResponse:
         try:
             path, first, last, size = resolve(root, request.path_qs,
@@ -155,6 +161,9 @@ def aiohttp_app(root: Path, direct: bool = False,
         if lazy and request.transport is not None:
             _prepare_socket(request.transport)
         await response.prepare(request)
+        if sendfile:
+            await _send_slices(request, path, first, last)
+            return response
         loop = asyncio.get_running_loop()
         fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
         buffer = _take_buffer(direct)
@@ -184,6 +193,30 @@ def aiohttp_app(root: Path, direct: bool = False,
     app = web.Application()
     app.router.add_get("/{tail:.+}", answer)
     return app
+
+
+async def _send_slices(request: web.Request, path: Path, first: int, last: int) -> None:
+    """first..last with `loop.sendfile`, one READ_CHUNK-aligned slice a call,
+    as the data port sends the memory tier's regions (each call waits for the
+    socket afresh: one for the whole range would be a lower floor than the
+    tier can reach)."""
+    transport = request.transport
+    try:
+        if transport is None:
+            raise ConnectionResetError()
+        # Opened on the loop: the files are in the page cache, as for the bare
+        # sendfile floor.
+        with open(path, "rb") as file:  # noqa: ASYNC230
+            position = first
+            while position <= last:
+                upto = min(last + 1, (position // READ_CHUNK + 1) * READ_CHUNK)
+                await asyncio.get_running_loop().sendfile(
+                    transport, file, position, upto - position, fallback=False)
+                position = upto
+    except (ConnectionError, RuntimeError):
+        # RuntimeError: asyncio's "Transport is closing", a hang-up between slices.
+        if transport is not None:
+            transport.abort()
 
 
 class BareAnswer(asyncio.Protocol):
@@ -296,7 +329,8 @@ async def serve(root: Path, mode: str) -> None:
         loop.add_signal_handler(signum, stop.set)
     threads = ThreadPoolExecutor(DIRECT_THREADS, thread_name_prefix="floor-io")
     if mode.startswith("aiohttp"):
-        app = aiohttp_app(root, direct=mode == "aiohttp-direct-verified", threads=threads)
+        app = aiohttp_app(root, direct=mode == "aiohttp-direct-verified", threads=threads,
+                          sendfile=mode == "aiohttp-sendfile")
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

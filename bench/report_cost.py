@@ -84,6 +84,9 @@ _COST_ROWS = {
                 ("floor_aiohttp-direct-verified",
                  "floor: aiohttp, each chunk read with O_DIRECT and hashed in a thread, "
                  "then written 128 KiB at a time (the data port's way with a hit)"),
+                ("floor_aiohttp-sendfile",
+                 "floor: aiohttp, each chunk's slice sent with sendfile (the data port's way "
+                 "with a hit in the memory tier)"),
                 ("floor_origin",
                  "floor: the origin side alone, 8 connections (each chunk received, hashed "
                  "and written with O_DIRECT)")],
@@ -94,7 +97,8 @@ _COST_ROWS = {
 
 # Rows of runs older results files do not have: left out rather than shown failed.
 _OPTIONAL_ROWS = frozenset({"sidecar_tier_auto_cold", "sidecar_tier_auto_warm",
-                            "sidecar_tier_whole_cold", "sidecar_tier_whole_warm"})
+                            "sidecar_tier_whole_cold", "sidecar_tier_whole_warm",
+                            "floor_aiohttp-sendfile"})
 
 
 def _cost_rows(results: Results, scenario: str) -> list[list[str]]:

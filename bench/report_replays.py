@@ -35,6 +35,8 @@ _RANGE_FLOORS = {
     "floor_aiohttp": "floor: aiohttp serving the files from the page cache",
     "floor_aiohttp-direct-verified":
         "floor: aiohttp, each chunk read with O_DIRECT and hashed in a thread, then written",
+    "floor_aiohttp-sendfile":
+        "floor: aiohttp, each chunk's slice sent with sendfile (the memory tier's way)",
 }
 
 

@@ -125,11 +125,21 @@ def _range_targets(results: Results) -> list[Target]:
     floors = [(label, ratio_of((find_run(results, "warm-ranges", run) or {}).get("requests_per_s"),
                                (local or {}).get("requests_per_s")))
               for run, label in (("floor_aiohttp", "aiohttp alone"),
-                                 ("floor_aiohttp-direct-verified", "the data port's way alone"))]
+                                 ("floor_aiohttp-direct-verified", "the data port's way alone"),
+                                 ("floor_aiohttp-sendfile", "the memory tier's way alone"))]
     floor = ", ".join(f"{label} {pct(value, 1)}" for label, value in floors if value is not None)
     targets.append(_target("warm 1 MiB ranges: sidecar vs nginx local file, throughput",
                            ">= 70%", rps, pct(rps, 1), met,
                            problem or (f"floors: {floor}" if floor else "")))
+    tiered = find_run(results, "warm-ranges", "sidecar_tier_warm")
+    if tiered is not None:
+        rps = ratio_of(tiered.get("requests_per_s"), (local or {}).get("requests_per_s"))
+        problem = integrity_problem(tiered, local)
+        met = None if rps is None else (rps >= 0.6 and problem is None)
+        targets.append(_target("warm 1 MiB ranges, a memory tier holding the data set: "
+                               "sidecar vs nginx local file, throughput", ">= 60%", rps,
+                               pct(rps, 1), met,
+                               problem or (f"floors: {floor}" if floor else "")))
     p99 = ratio_of((sidecar or {}).get("latency_ms", {}).get("p99"),
                    (local or {}).get("latency_ms", {}).get("p99"))
     met = None if p99 is None else (p99 <= 2.0 and problem is None)
@@ -204,6 +214,20 @@ def _cost_targets(results: Results) -> list[Target]:
             against(warm, serving), 1.1, times, warm,
             "no floor measured" if serving is None else
             f"{spent(warm)} against the floor {serving:.2f}: serving the data port's way alone")
+    # The memory tier's hits go out with sendfile, a chunk's slice a call: its
+    # floor is aiohttp doing that and nothing else (no index, signature or log).
+    tiered = rounds_of(results, "cost-4p", "sidecar_tier_whole_warm")
+    if any(tiered):
+        tier_floor = median([cpu_per_gib(run) for run in rounds_of(
+            results, "cost-4p", "floor_aiohttp-sendfile")])
+        bare = median([cpu_per_gib(run) for run in rounds_of(
+            results, "cost-4p", "floor_sendfile")])
+        at_most("warm replay, light client, a memory tier holding the data set: sidecar "
+                "CPU per GiB", "<= 0.6", [cpu_per_gib(run) for run in tiered], 0.6,
+                lambda v: f"{v:.2f}", tiered, "; ".join(
+                    f"{label} {value:.2f}" for label, value in (
+                        ("floor: the memory tier's way alone", tier_floor),
+                        ("bare sendfile", bare)) if value is not None))
     # Where the CPU is the bound, as here, a cold replay runs at most about warm /
     # (warm + the origin side alone) of the warm one's speed, even if serving it
     # cost no more than serving a hit.

@@ -1,10 +1,11 @@
 """warm-ranges: wrk's random 1 MiB ranges against a warm sidecar.
 
 The same ranges against nginx serving the files from local disk, and against
-two floor servers (bench/floor_server.py, aiohttp): from the page cache, and
-each chunk read with O_DIRECT and hashed first; each server's CPU per GiB
-from /proc. The sidecar is the one bench/four_partitions.py warmed; beside it
-a fresh one whose memory tier holds the data set, filled by one cold replay.
+three floor servers (bench/floor_server.py, aiohttp): from the page cache;
+each chunk read with O_DIRECT and hashed first; each chunk's slice sent with
+sendfile, as the memory tier's hits are. Each server's CPU per GiB from
+/proc. The sidecar is the one bench/four_partitions.py warmed; beside it a
+fresh one whose memory tier holds the data set, filled by one cold replay.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from bench.signing import presigned_path
 SCENARIO = "warm-ranges"
 RANGE_BYTES = 1024 * 1024
 # Floor servers (bench/floor_server.py) the warm ranges are also read from.
-RANGE_FLOORS = ("aiohttp", "aiohttp-direct-verified")
+RANGE_FLOORS = ("aiohttp", "aiohttp-direct-verified", "aiohttp-sendfile")
 
 
 def run_warm_ranges(bench: Bench, sidecar: SidecarServer) -> None:

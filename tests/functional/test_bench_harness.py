@@ -373,7 +373,7 @@ def test_the_aiohttp_floors_answer_ranges_on_one_kept_alive_connection(
     item = dataset.objects[0]
     expected = dataset.path(item.key).read_bytes()
     chunk = floor_server.READ_CHUNK
-    for mode in ("aiohttp", "aiohttp-direct-verified"):
+    for mode in ("aiohttp", "aiohttp-direct-verified", "aiohttp-sendfile"):
         process = subprocess.Popen(
             [sys.executable, "-m", "bench.floor_server", "--root", str(dataset.root), "--mode",
              mode], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
