@@ -341,27 +341,37 @@ class KafkaCluster:
         return sorted(int(log.stem) for node in self.nodes
                       for log in (node.data / f"{topic}-{partition}").glob("*.log"))
 
-    def tiered(self, client: Any, bucket: str, topic: str,
-               partitions: Iterable[int]) -> dict[int, Tiered] | None:
+    def tiered(self, client: Any, bucket: str, topic: str, partitions: Iterable[int],
+               end_offset: int | None = None) -> dict[int, Tiered] | None:
         """Each partition's state once only its active segment is local and every
-        segment before it is in the bucket with its three objects; else None."""
+        segment before it is in the bucket with its three objects; else None.
+
+        `end_offset`: also wait until the active segment starts there, every
+        record before it in the bucket. Kafka rolls an active segment whose
+        records are all past local retention when remote storage is on
+        (KAFKA-15047), so with TIERED_TOPIC's one second this follows within
+        seconds of the last record; until then a reader takes the newest
+        records from the broker's disk and, once the segment is rolled and
+        tiered, the next reader from the bucket."""
         objects = remote_segments(client, bucket, topic)
         found = {}
         for partition in partitions:
             local = self.local_segments(topic, partition)
             remote = sorted(start for (number, start) in objects if number == partition)
             if (len(local) != 1 or local[0] == 0 or not remote or remote[-1] >= local[0]
-                    or any(len(objects[(partition, start)]) != 3 for start in remote)):
+                    or any(len(objects[(partition, start)]) != 3 for start in remote)
+                    or (end_offset is not None and local[0] != end_offset)):
                 return None
             found[partition] = Tiered(tuple(remote), local[0])
         return found
 
     def await_tiered(self, client: Any, bucket: str, topic: str, partitions: Iterable[int],
-                     timeout_s: float = 90.0) -> dict[int, Tiered]:
+                     timeout_s: float = 90.0, end_offset: int | None = None
+                     ) -> dict[int, Tiered]:
         """`tiered`, awaited (the broker tiers every second); BrokerError after `timeout_s`."""
         wanted = list(partitions)
         deadline = time.monotonic() + timeout_s
-        while (state := self.tiered(client, bucket, topic, wanted)) is None:
+        while (state := self.tiered(client, bucket, topic, wanted, end_offset)) is None:
             if time.monotonic() > deadline:
                 raise BrokerError(f"the closed segments of {topic!r} were not all tiered "
                                   f"within {timeout_s:g}s")

@@ -117,8 +117,10 @@ def rig(fault_proxy: FaultProxy, local_s3: LocalS3, tmp_path_factory: pytest.Tem
 
 
 def tiered_topic(rig: Rig, name: str, partitions: int, per_partition: int) -> list[int]:
-    """Create `name`, produce known records, and wait until every closed segment is in
-    the bucket and gone from the broker's log directory; the partitions."""
+    """Create `name`, produce known records, and wait until every record is in the
+    bucket and gone from the broker's log directory (the last segment too, rolled
+    by local retention): a second reader then reads what the first read, from the
+    same objects; the partitions."""
     admin = rig.admin()
     try:
         admin.create_topics([NewTopic(name, partitions, 1, topic_configs={
@@ -127,7 +129,8 @@ def tiered_topic(rig: Rig, name: str, partitions: int, per_partition: int) -> li
         admin.close()
     ids = list(range(partitions))
     produce(rig.cluster.bootstrap, name, ids, per_partition, RECORD)
-    rig.cluster.await_tiered(s3_client(rig.origin.endpoint), rig.bucket, name, ids)
+    rig.cluster.await_tiered(s3_client(rig.origin.endpoint), rig.bucket, name, ids,
+                             end_offset=per_partition)
     return ids
 
 

@@ -96,6 +96,19 @@ def test_not_tiered_while_a_closed_segment_is_still_local_or_none_is_remote(
     assert tiered(tmp_path / "c", {0: [3600], 1: [3600], 2: [3600]}, keys) is not None
 
 
+def test_with_an_end_offset_not_tiered_until_the_active_segment_starts_there(
+        tmp_path: Path) -> None:
+    # Records 3600.. are still in the active segment: until local retention rolls it
+    # and it is tiered, a first reader takes them from disk, a second from the bucket.
+    keys = [key for partition in range(PARTITIONS)
+            for key in segment_keys(partition, [0, 1800])]
+    active = {partition: [3600] for partition in range(PARTITIONS)}
+    cluster = cluster_on(tmp_path, active)
+    assert cluster.tiered(Listing(keys), BUCKET, TOPIC, range(PARTITIONS), 5000) is None
+    assert cluster.tiered(Listing(keys), BUCKET, TOPIC, range(PARTITIONS), 3600) == {
+        partition: Tiered((0, 1800), 3600) for partition in range(PARTITIONS)}
+
+
 def test_not_tiered_until_each_remote_segment_has_its_manifest_and_indexes(
         tmp_path: Path) -> None:
     keys = [key for partition in range(PARTITIONS)
