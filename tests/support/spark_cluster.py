@@ -47,27 +47,36 @@ class StandaloneCluster:
         spark_class = str(SPARK_HOME / "bin" / "spark-class")
         self._spawn([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                      "--port", str(self.port), "--webui-port", str(self.ui_port)], env, "master")
-        self._spawn([spark_class, "org.apache.spark.deploy.worker.Worker", self.url,
-                     "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
-                     "--webui-port", str(self.worker_ui_port),
-                     "--work-dir", str(self.work / "worker")], env, "worker")
         try:
-            eventually(self._worker_registered,
+            # The master's ports are bound before the worker starts, and the worker's
+            # own RPC port is named: a worker left to pick one took the port chosen
+            # for the master's UI while the master's JVM was still starting, and the
+            # UI moved to the next one, where nothing looked.
+            eventually(lambda: self._alive_workers() is not None,
+                       f"the Spark master's UI on port {self.ui_port}; logs in {self.work}",
+                       timeout=120, interval=0.5)
+            self._spawn([spark_class, "org.apache.spark.deploy.worker.Worker", self.url,
+                         "--host", "127.0.0.1", "--port", str(free_port()),
+                         "--cores", str(self.cores), "--memory", self.memory,
+                         "--webui-port", str(self.worker_ui_port),
+                         "--work-dir", str(self.work / "worker")], env, "worker")
+            eventually(lambda: (self._alive_workers() or 0) >= 1,
                        f"a worker to register with the master; logs in {self.work}",
                        timeout=120, interval=0.5)
         except BaseException:
             self.stop()
             raise
 
-    def _worker_registered(self) -> bool:
+    def _alive_workers(self) -> int | None:
+        """The workers the master's UI counts alive; None while it does not answer."""
         if any(p.poll() is not None for p in self.processes):
             raise RuntimeError(f"a Spark daemon exited; logs in {self.work}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/",
                                         timeout=2) as response:
-                return bool(json.load(response).get("aliveworkers", 0) >= 1)
-        except OSError:
-            return False
+                return int(json.load(response).get("aliveworkers", 0))
+        except (OSError, ValueError):
+            return None
 
     def _spawn(self, args: list[str], env: dict[str, str], name: str) -> None:
         with (self.work / f"{name}.log").open("wb") as log:
