@@ -134,12 +134,12 @@ def _range_targets(results: Results) -> list[Target]:
     tiered = find_run(results, "warm-ranges", "sidecar_tier_warm")
     if tiered is not None:
         rps = ratio_of(tiered.get("requests_per_s"), (local or {}).get("requests_per_s"))
-        problem = integrity_problem(tiered, local)
-        met = None if rps is None else (rps >= 0.6 and problem is None)
+        tier_problem = integrity_problem(tiered, local)
+        met = None if rps is None else (rps >= 0.6 and tier_problem is None)
         targets.append(_target("warm 1 MiB ranges, a memory tier holding the data set: "
                                "sidecar vs nginx local file, throughput", ">= 60%", rps,
                                pct(rps, 1), met,
-                               problem or (f"floors: {floor}" if floor else "")))
+                               tier_problem or (f"floors: {floor}" if floor else "")))
     p99 = ratio_of((sidecar or {}).get("latency_ms", {}).get("p99"),
                    (local or {}).get("latency_ms", {}).get("p99"))
     met = None if p99 is None else (p99 <= 2.0 and problem is None)
