@@ -296,17 +296,12 @@ def _fetch_times(lines: DataFrame) -> dict[str, FetchTimes]:
     fetches = lines.where(F.col("kind") == "fetch").withColumn(
         "bin", F.floor((F.col("time_s") - F.coalesce(F.col("duration_s"), F.lit(0.0)))
                        / F.lit(BIN_S)))
-    sums: dict[str, tuple[float, int]] = {}
-    by_bin: dict[str, dict[int, float]] = {}
+    sums: dict[str, dict[int, tuple[float, int]]] = {}
     for row in fetches.groupBy("node", "bin").agg(
             F.sum("duration_s").alias("total"), F.count("duration_s").alias("count")).collect():
-        if not row["count"]:
-            continue
-        total, count = sums.get(row["node"], (0.0, 0))
-        sums[row["node"]] = (total + float(row["total"]), count + int(row["count"]))
-        by_bin.setdefault(row["node"], {})[int(row["bin"])] = \
-            float(row["total"]) / int(row["count"])
-    return {node: FetchTimes(total / count, by_bin[node]) for node, (total, count) in sums.items()}
+        sums.setdefault(row["node"], {})[int(row["bin"])] = (
+            float(row["total"] or 0.0), int(row["count"]))
+    return {node: FetchTimes.of_bins(bins) for node, bins in sums.items()}
 
 
 def _curves(plans: Sequence[tuple[str, int, float, Settings]], outcomes: Sequence[Outcome]

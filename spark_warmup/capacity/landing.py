@@ -46,13 +46,20 @@ class FetchTimes:
     def of(cls, fetches: Iterable[tuple[float, float]], bin_s: float = BIN_S) -> FetchTimes:
         """From the log's fetches as (start, duration) in seconds."""
         sums: dict[int, tuple[float, int]] = {}
-        total, count = 0.0, 0
         for start_s, duration_s in fetches:
             held, seen = sums.get(time_bin(start_s, bin_s), (0.0, 0))
             sums[time_bin(start_s, bin_s)] = (held + duration_s, seen + 1)
-            total, count = total + duration_s, count + 1
+        return cls.of_bins(sums, bin_s)
+
+    @classmethod
+    def of_bins(cls, sums: Mapping[int, tuple[float, int]], bin_s: float = BIN_S) -> FetchTimes:
+        """From each bin's (sum of durations, number of fetches), as the Spark
+        job aggregates them; bins of no fetch are left out."""
+        kept = {number: (held, seen) for number, (held, seen) in sums.items() if seen}
+        total = sum(held for held, _ in kept.values())
+        count = sum(seen for _, seen in kept.values())
         return cls(total / count if count else 0.0,
-                   {number: held / seen for number, (held, seen) in sums.items()}, bin_s)
+                   {number: held / seen for number, (held, seen) in kept.items()}, bin_s)
 
     def at(self, when_s: float) -> float:
         """How long a fetch started at `when_s` takes to land."""

@@ -287,6 +287,14 @@ def test_fetch_times_are_the_mean_of_the_fetches_started_in_each_bin() -> None:
     assert FetchTimes.of([]).at(5.0) == 0.0  # a log without FETCH lines: at once
 
 
+def test_fetch_times_from_the_spark_job_s_bin_sums_are_those_of_the_fetches() -> None:
+    fetches = [(10.02, 0.3), (10.07, 0.5), (10.31, 0.1)]
+    # The job aggregates (sum, count) per bin; a bin of no fetch (null durations) is left out.
+    sums = {time_bin(10.02, 0.1): (0.8, 2), time_bin(10.31, 0.1): (0.1, 1),
+            time_bin(10.5, 0.1): (0.0, 0)}
+    assert FetchTimes.of_bins(sums, bin_s=0.1) == FetchTimes.of(fetches, bin_s=0.1)
+
+
 def test_read_ahead_lands_as_late_as_the_log_s_fetches_took_when_it_went_out() -> None:
     """The origin is slower while it is busy: a read-ahead fetch lands as long
     after it starts as the log's fetches started about then took, not after
