@@ -51,6 +51,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import NamedTuple
 from urllib.parse import quote, unquote_to_bytes
 
 from sidecar.numerals import is_decimal
@@ -73,6 +74,15 @@ _PAYLOAD_HASH_RE = re.compile(r"^([0-9a-f]{64}|UNSIGNED-PAYLOAD|STREAMING-[A-Z0-
 # ASCII letters, digits and "_.-~".
 _QUERY_SAFE = ""
 _PATH_SAFE = "/"
+# Text already encoded once as SigV4 wants it: unreserved characters (and '/'
+# in a path), and upper-case escapes of every other byte. Decoding and encoding
+# it again gives it back unchanged, so a request's usual path and query are not
+# worked out again. The look-ahead refuses escapes of what quote() keeps as it
+# is: digits (%30-39), letters (%41-5A, %61-7A), '-' '.' '_' '~' (%2D %2E %5F
+# %7E), and '/' (%2F) in a path.
+_KEPT_ESCAPES = r"3[0-9]|4[1-9A-F]|5[0-9A]|6[1-9A-F]|7[0-9A]|2[DE]|5F|7E"
+_CANONICAL_QUERY_RE = re.compile(rf"(?:[A-Za-z0-9_.~-]|%(?!{_KEPT_ESCAPES})[0-9A-F]{{2}})*\Z")
+_CANONICAL_PATH_RE = re.compile(rf"(?:[A-Za-z0-9_.~/-]|%(?!{_KEPT_ESCAPES}|2F)[0-9A-F]{{2}})*\Z")
 _QUERY_AUTH_PARAMS = frozenset({
     "x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-expires",
     "x-amz-signedheaders", "x-amz-signature",
@@ -186,15 +196,42 @@ def _hmac(key: bytes, message: str) -> bytes:
     return hmac.new(key, message.encode("utf-8"), hashlib.sha256).digest()
 
 
-def _query_pairs(raw_query: str) -> list[tuple[str, str]]:
-    return [pair.partition("=")[::2] for pair in raw_query.split("&") if pair]
+class _Query(NamedTuple):
+    """A request's query, parsed once: its pairs as sent (percent-encoded), each
+    name percent-decoded and lower-cased (as _auth_params matches them), and
+    whether it carries a presigned URL's signature (valid or not)."""
+
+    raw: str
+    pairs: list[tuple[str, str]]
+    names: list[str]
+    presigned: bool
 
 
-def _auth_params(raw_query: str) -> dict[str, str]:
+def _parse_query(raw_query: str) -> _Query:
+    pairs: list[tuple[str, str]] = []
+    for pair in raw_query.split("&"):
+        if pair:
+            name, _, value = pair.partition("=")
+            pairs.append((name, value))
+    names: list[str] = []
+    presigned = False
+    for name, _ in pairs:
+        if "%" not in name and name.isascii():
+            lowered = name.lower()  # nothing to decode: both lowerings agree
+            presigned = presigned or lowered.encode() in _PRESIGN_MARKERS
+        else:
+            raw = unquote_to_bytes(name)
+            lowered = raw.decode("utf-8", "replace").lower()
+            # The markers are matched on bytes, lower-cased as ASCII only.
+            presigned = presigned or raw.lower() in _PRESIGN_MARKERS
+        names.append(lowered)
+    return _Query(raw_query, pairs, names, presigned)
+
+
+def _auth_params(query: _Query) -> dict[str, str]:
     """The X-Amz-* auth parameters of a query, percent-decoded (names case-insensitive)."""
     found: dict[str, str] = {}
-    for name, value in _query_pairs(raw_query):
-        lowered = unquote_to_bytes(name).decode("utf-8", "replace").lower()
+    for lowered, (_, value) in zip(query.names, query.pairs, strict=True):
         if lowered in _QUERY_AUTH_PARAMS:
             if lowered in found:
                 raise SignatureRejected(Reason.MALFORMED, f"Query parameter {lowered} is repeated.")
@@ -202,18 +239,11 @@ def _auth_params(raw_query: str) -> dict[str, str]:
     return found
 
 
-def _presigned(raw_query: str) -> bool:
-    """Whether the query carries a presigned URL's signature (valid or not)."""
-    return any(
-        unquote_to_bytes(name).lower() in _PRESIGN_MARKERS for name, _ in _query_pairs(raw_query)
-    )
-
-
 def is_signed(raw_path: str, headers: Iterable[tuple[str, str]]) -> bool:
     """Whether the request carries a signature of either form (valid or not)."""
     if any(name.lower() == "authorization" for name, _ in headers):
         return True
-    return _presigned(raw_path.partition("?")[2])
+    return _parse_query(raw_path.partition("?")[2]).presigned
 
 
 def _parse_credential(text: str) -> Credential:
@@ -274,9 +304,8 @@ def _amz_timestamp_from_http_date(value: str) -> str:
         raise SignatureRejected(Reason.MALFORMED, "The Date header is not an HTTP date.") from None
 
 
-def _claims(raw_path: str, headers: dict[str, list[str]]) -> _Signed:
-    query = raw_path.partition("?")[2]
-    presigned = _presigned(query)
+def _claims(query: _Query, headers: dict[str, list[str]]) -> _Signed:
+    presigned = query.presigned
     authorization = headers.get("authorization", [])
     if presigned and authorization:
         raise SignatureRejected(
@@ -302,7 +331,7 @@ def _claims(raw_path: str, headers: dict[str, list[str]]) -> _Signed:
         expires: int | None = None
     else:
         params = _auth_params(query)
-        if "x-amz-algorithm" not in params and "AWSAccessKeyId=" in query:
+        if "x-amz-algorithm" not in params and "AWSAccessKeyId=" in query.raw:
             raise SignatureRejected(
                 Reason.MALFORMED, f"Only {ALGORITHM} (Signature Version 4) is accepted."
             )
@@ -371,20 +400,26 @@ def _canonical_uri_candidates(path: str) -> list[str]:
     request for another object.
     """
     path = path or "/"
-    encoded = quote(unquote_to_bytes(path), safe=_PATH_SAFE)
+    encoded = _encoded_once(path, _PATH_SAFE, _CANONICAL_PATH_RE)
     return [encoded] if encoded == path else [encoded, path]
 
 
-def _canonical_query_candidates(query: str, presigned: bool) -> list[str]:
-    pairs = _query_pairs(query)
-    if presigned:
-        pairs = [
-            (name, value) for name, value in pairs
-            if unquote_to_bytes(name).decode("utf-8", "replace").lower() != "x-amz-signature"
-        ]
+def _encoded_once(text: str, safe: str, canonical: re.Pattern[str]) -> str:
+    """``text`` percent-decoded, then URI-encoded as SigV4 wants it. Text that
+    ``canonical`` matches would come back as it is: it is not worked out again."""
+    if canonical.match(text):
+        return text
+    return quote(unquote_to_bytes(text), safe=safe)
+
+
+def _canonical_query_candidates(query: _Query) -> list[str]:
+    pairs = query.pairs
+    if query.presigned:
+        pairs = [pair for pair, lowered in zip(pairs, query.names, strict=True)
+                 if lowered != "x-amz-signature"]
     encoded = sorted(
-        (quote(unquote_to_bytes(name), safe=_QUERY_SAFE),
-         quote(unquote_to_bytes(value), safe=_QUERY_SAFE))
+        (_encoded_once(name, _QUERY_SAFE, _CANONICAL_QUERY_RE),
+         _encoded_once(value, _QUERY_SAFE, _CANONICAL_QUERY_RE))
         for name, value in pairs
     )
     canonical = "&".join(f"{name}={value}" for name, value in encoded)
@@ -424,13 +459,14 @@ def canonical_requests(
 ) -> list[str]:
     """The canonical request(s) the signature may cover (see _canonical_uri_candidates)."""
     by_name = _headers_by_name(headers)
-    return _canonical_requests(method, raw_path, by_name, _claims(raw_path, by_name))
+    query = _parse_query(raw_path.partition("?")[2])
+    return _canonical_requests(method, raw_path, query, by_name, _claims(query, by_name))
 
 
 def _canonical_requests(
-    method: str, raw_path: str, headers: dict[str, list[str]], signed: _Signed
+    method: str, raw_path: str, query: _Query, headers: dict[str, list[str]], signed: _Signed
 ) -> list[str]:
-    path, _, query = raw_path.partition("?")
+    path = raw_path.partition("?")[0]
     payload_hashes = headers.get("x-amz-content-sha256", [])
     if len(payload_hashes) > 1:
         raise SignatureRejected(Reason.MALFORMED, "More than one x-amz-content-sha256 header.")
@@ -447,7 +483,7 @@ def _canonical_requests(
     return [
         f"{method}\n{uri}\n{canonical_query}\n{tail}"
         for uri in _canonical_uri_candidates(path)
-        for canonical_query in _canonical_query_candidates(query, signed.presigned)
+        for canonical_query in _canonical_query_candidates(query)
     ]
 
 
@@ -477,9 +513,10 @@ def verify(
     Raises SignatureRejected.
     """
     by_name = _headers_by_name(headers)
-    if not is_signed(raw_path, headers):
+    query = _parse_query(raw_path.partition("?")[2])
+    if "authorization" not in by_name and not query.presigned:
         raise SignatureRejected(Reason.UNSIGNED, "Anonymous requests are not allowed here.")
-    signed = _claims(raw_path, by_name)
+    signed = _claims(query, by_name)
     _check_amz_headers_signed(signed, by_name)
     key = signing_key_for(signed.credential)
     if key is None:
@@ -491,7 +528,7 @@ def verify(
         raise SignatureRejected(Reason.MALFORMED, "The signature is not 64 lower-case hex digits.")
     given = signed.signature.encode("ascii")
     matched = False
-    for canonical in _canonical_requests(method, raw_path, by_name, signed):
+    for canonical in _canonical_requests(method, raw_path, query, by_name, signed):
         expected = hmac.new(
             key, string_to_sign(signed.timestamp, signed.credential.scope, canonical).encode(),
             hashlib.sha256,
