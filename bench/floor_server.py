@@ -24,10 +24,10 @@ checksums, no signatures, no metrics, no access log. `--mode`:
   thread, as a read that may wait for the disk must be;
 - `aiohttp-direct-verified`: the `aiohttp` way with the reads of
   `direct-verified`: the data port's way with a hit, and nothing else;
-- `aiohttp-sendfile`: aiohttp's response, then the range handed to
-  `loop.sendfile` one READ_CHUNK-aligned slice at a time: the data port's way
-  with a hit in the memory tier (one sendfile a chunk, a region each), and
-  nothing else.
+- `aiohttp-sendfile`: aiohttp's response, then the range sent one
+  READ_CHUNK-aligned slice at a time, each offered to the socket with one
+  sendfile(2) at once and the rest handed to `loop.sendfile`: the data port's
+  way with a hit in the memory tier (a region a chunk), and nothing else.
 
 The bare protocols end the connection with each answer, as the light client
 drops it. The aiohttp floors keep it alive, as the data port does (wrk's
@@ -196,10 +196,11 @@ def aiohttp_app(root: Path, direct: bool = False,
 
 
 async def _send_slices(request: web.Request, path: Path, first: int, last: int) -> None:
-    """first..last with `loop.sendfile`, one READ_CHUNK-aligned slice a call,
-    as the data port sends the memory tier's regions (each call waits for the
-    socket afresh: one for the whole range would be a lower floor than the
-    tier can reach)."""
+    """first..last one READ_CHUNK-aligned slice at a time, as the data port
+    sends the memory tier's regions: what one sendfile(2) sends at once (when
+    nothing is queued ahead), then `loop.sendfile` for the rest (each slice on
+    its own: one call for the whole range would be a lower floor than the tier
+    can reach)."""
     transport = request.transport
     try:
         if transport is None:
@@ -210,8 +211,15 @@ async def _send_slices(request: web.Request, path: Path, first: int, last: int) 
             position = first
             while position <= last:
                 upto = min(last + 1, (position // READ_CHUNK + 1) * READ_CHUNK)
-                await asyncio.get_running_loop().sendfile(
-                    transport, file, position, upto - position, fallback=False)
+                if not transport.get_write_buffer_size():
+                    try:
+                        position += os.sendfile(transport.get_extra_info("socket").fileno(),
+                                                file.fileno(), position, upto - position)
+                    except BlockingIOError:
+                        pass
+                if position < upto:
+                    await asyncio.get_running_loop().sendfile(
+                        transport, file, position, upto - position, fallback=False)
                 position = upto
     except (ConnectionError, RuntimeError):
         # RuntimeError: asyncio's "Transport is closing", a hang-up between slices.

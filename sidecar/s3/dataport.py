@@ -33,7 +33,7 @@ from sidecar.s3.access import AccessPolicy, Caller
 from sidecar.s3.addressing import split_path, validate_object_address
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
-from sidecar.s3.held_send import send_held
+from sidecar.s3.held_send import offer_held, send_held
 from sidecar.s3.operations import OTHER_OPERATION, Operation, classify
 from sidecar.s3.passthrough import PassThrough
 from sidecar.s3.payload import BadPayload, connection_named
@@ -382,16 +382,23 @@ class DataPort:
         """One piece to the client; a client that takes none of it within
         client_timeout is cut off (its connection and the piece are let go).
 
-        A piece of the memory tier goes out with sendfile (``send_held``).
+        A piece of the memory tier goes out with sendfile: what the socket
+        takes at once (``offer_held``), then the rest (``send_held``).
 
         An open-ended read goes out SEND_BUFFER_BYTES at a time: what the socket
         does not take at once is copied into the transport's buffer, and a whole
         chunk held there per response is memory spent on bytes a Kafka fetch
         mostly never reads. One timer covers the whole piece, not one a write
         (bench/ANALYSIS.md has what each way cost)."""
+        sent = 0
+        if isinstance(piece, TierSlice):
+            # What the socket takes at once needs no timer and no wait.
+            sent = offer_held(request, piece)
+            if sent == piece.count:
+                return
         async with asyncio.timeout(self._client_timeout):
             if isinstance(piece, TierSlice):
-                await send_held(request, response, piece)
+                await send_held(request, response, piece, sent)
                 return
             if not lazy:
                 await response.write(piece)

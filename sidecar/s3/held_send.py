@@ -3,7 +3,18 @@ told apart from a transport that cannot send a file.
 
 The tier's bytes were verified when they entered it (sidecar.cache.memory_tier):
 the kernel hands its pages to the socket, with no copy through Python and no
-second hash. Two things asyncio (Python 3.11) reports in a way that would make
+second hash.
+
+The piece is first offered to the socket with one sendfile(2) made at once,
+when nothing of the transport's own is queued ahead of it: what the socket
+takes needs no more. ``loop.sendfile`` sends only what is left. Each call of
+it takes the socket from its transport and gives it back (two epoll changes),
+waits for the socket to be writable (two more, and a turn of the loop) even
+when the first sendfile(2) sent everything, and seeks the file; with a
+1 MiB range taking one or two calls, that was a good share of a tier hit's
+cost (bench/ANALYSIS.md).
+
+Two things asyncio (Python 3.11) reports in a way that would make
 a hang-up look like something else, translated here at the boundary:
 
 - ``loop.sendfile`` raises ``RuntimeError("Transport is closing")`` when the
@@ -22,8 +33,10 @@ a hang-up look like something else, translated here at the boundary:
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import logging
+import os
 import socket
 from typing import Any
 
@@ -34,14 +47,45 @@ from sidecar.engine import TierSlice
 log = logging.getLogger(__name__)
 
 TCP_ESTABLISHED = 1  # linux/tcp.h (enum of tcpi_state)
+# What sendfile(2) fails with when the peer is gone (sendfile(2), send(2)).
+_HANG_UPS = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN})
 
 
-async def send_held(request: web.Request, response: web.StreamResponse, held: TierSlice) -> None:
-    """``held`` to the client. The headers went out at prepare() (StreamResponse
-    sends them at once); loop.sendfile waits for the transport's buffer to
-    empty before it starts, as aiohttp's own FileResponse relies on. The slice
-    stays pinned until the caller releases it: the pages are handed over in
-    several calls as the socket drains.
+def offer_held(request: web.Request, held: TierSlice) -> int:
+    """How much of ``held`` the socket takes now, with one sendfile(2) that
+    does not wait: none while the transport has bytes queued (the headers, or
+    a piece before this one), since those go first, and none on a transport
+    that cannot send a file (TLS).
+
+    Raises ConnectionResetError if the client is gone. Any other failure sends
+    nothing: ``send_held`` then tries, and says what it cannot do."""
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        raise ConnectionResetError("the client went away")
+    if transport.get_write_buffer_size() or transport.get_extra_info("sslcontext"):
+        return 0
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        return os.sendfile(sock.fileno(), held.file, held.offset, held.count)
+    except (BlockingIOError, InterruptedError):
+        return 0
+    except OSError as exc:
+        if exc.errno in _HANG_UPS:
+            raise ConnectionResetError("the client went away") from exc
+        return 0
+
+
+async def send_held(
+    request: web.Request, response: web.StreamResponse, held: TierSlice, sent: int = 0
+) -> None:
+    """``held`` to the client from its byte ``sent`` on (what ``offer_held``
+    sent). The headers went out at prepare() (StreamResponse sends them at
+    once); loop.sendfile waits for the transport's buffer to empty before it
+    starts, as aiohttp's own FileResponse relies on. The slice stays pinned
+    until the caller releases it: the pages are handed over in several calls
+    as the socket drains.
 
     A transport that cannot send a file (TLS) gets the mapping's bytes written
     instead; asyncio's transports copy what the socket does not take at once
@@ -57,12 +101,12 @@ async def send_held(request: web.Request, response: web.StreamResponse, held: Ti
                 # fallback=False: asyncio's fallback would seek and read the
                 # shared file, racing other sends; the mapping needs neither.
                 await asyncio.get_running_loop().sendfile(
-                    transport, file, held.offset, held.count, fallback=False)
+                    transport, file, held.offset + sent, held.count - sent, fallback=False)
                 return
             except (asyncio.SendfileNotAvailableError, NotImplementedError):
                 if peer_gone(transport):
                     raise ConnectionResetError("the client went away") from None
-    await response.write(held.view())
+    await response.write(held.view()[sent:])
 
 
 def peer_gone(transport: asyncio.BaseTransport) -> bool:

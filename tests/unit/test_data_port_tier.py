@@ -43,6 +43,7 @@ class _TierEngine:
 
     def __init__(self, tier: MemoryTier) -> None:
         self.tier = tier
+        self.region = REGION
         self.handed: list[Any] = []
 
     def will_hit(self, info: ObjectInfo, offset: int) -> bool:
@@ -51,9 +52,9 @@ class _TierEngine:
     async def stream(self, info: ObjectInfo, start: int, end: int, *, lazy: bool,
                      tally: object = None) -> AsyncGenerator[tuple[Piece, Source], None]:
         makers: list[Callable[[], Piece | None]] = [
-            lambda: self.tier.slice((FIRST, 1, 0), 0, REGION),
+            lambda: self.tier.slice((FIRST, 1, 0), 0, self.region),
             lambda: MIDDLE,
-            lambda: self.tier.slice((SECOND, 1, 0), 100, REGION),
+            lambda: self.tier.slice((SECOND, 1, 0), 100, self.region),
         ]
         for make in makers:
             piece = make()
@@ -86,30 +87,35 @@ async def _get(port: int, tls: ssl.SSLContext | None) -> bytes:
         writer.close()
 
 
-@pytest.mark.parametrize("tls", [False, True], ids=["sendfile", "tls-writes-the-mapping"])
-async def test_tier_pieces_reach_the_client_whole_and_are_released(
-        tier: MemoryTier, tls: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    first, second = os.urandom(REGION), os.urandom(REGION)
-    assert tier.put((FIRST, 1, 0), first) and tier.put((SECOND, 1, 0), second)
-    expected = first + MIDDLE + second[100:]
-    engine = _TierEngine(tier)
-    port = DataPort(cast(Engine, engine), cast(Origin, _Origin(len(expected))),
+class _SendfileSpy:
+    """Every sendfile(2) of the tier's memfd: (offset in the memfd, bytes
+    asked, bytes sent). Both ways of the port call it: at once, and through
+    loop.sendfile for what the socket did not take."""
+
+    def __init__(self, tier: MemoryTier, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[int, int, int]] = []
+        native = os.sendfile
+
+        def sendfile(out_fd: int, in_fd: int, offset: int | None, count: int) -> int:
+            done = native(out_fd, in_fd, offset, count)
+            if in_fd == tier.fd and offset is not None:
+                self.calls.append((offset, count, done))
+            return done
+
+        monkeypatch.setattr(os, "sendfile", sendfile)
+
+    def of(self, held: Any) -> list[tuple[int, int, int]]:
+        """The calls that sent bytes of ``held`` (a TierSlice)."""
+        return [call for call in self.calls if held.offset <= call[0] < held.offset + held.count]
+
+    def sent(self, held: Any) -> int:
+        return sum(done for _, _, done in self.of(held))
+
+
+async def _serve(tier: MemoryTier, expected_size: int, tmp_path: Path, tls: bool,
+                 engine: _TierEngine) -> bytes:
+    port = DataPort(cast(Engine, engine), cast(Origin, _Origin(expected_size)),
                     Metrics(CollectorRegistry()))
-    loop = asyncio.get_running_loop()
-    sent: list[tuple[int, int, bool]] = []
-    native = loop.sendfile
-
-    async def sendfile(transport: asyncio.Transport, file: Any, offset: int = 0,
-                       count: int | None = None, *, fallback: bool = True) -> int:
-        try:
-            done = await native(transport, file, offset, count, fallback=fallback)
-        except asyncio.SendfileNotAvailableError:
-            sent.append((offset, count or 0, False))
-            raise
-        sent.append((offset, count or 0, True))
-        return done
-
-    monkeypatch.setattr(loop, "sendfile", sendfile)
     server = TestServer(port.app())
     client_tls = None
     if tls:
@@ -122,15 +128,55 @@ async def test_tier_pieces_reach_the_client_whole_and_are_released(
         await server.start_server()
     try:
         assert server.port is not None
-        answer = await _get(server.port, client_tls)
+        return await _get(server.port, client_tls)
     finally:
         await server.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["sendfile", "tls-writes-the-mapping"])
+async def test_tier_pieces_reach_the_client_whole_and_are_released(
+        tier: MemoryTier, tls: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = os.urandom(REGION), os.urandom(REGION)
+    assert tier.put((FIRST, 1, 0), first) and tier.put((SECOND, 1, 0), second)
+    expected = first + MIDDLE + second[100:]
+    spy = _SendfileSpy(tier, monkeypatch)
+    engine = _TierEngine(tier)
+    answer = await _serve(tier, len(expected), tmp_path, tls, engine)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 "), head
     assert body == expected
-    # Both slices went to sendfile; over TLS the mapping was written instead.
-    assert [(offset % REGION, count, native_ok) for offset, count, native_ok in sent] == (
-        [] if tls else [(0, REGION, True), (100, REGION - 100, True)])
+    # Both slices went out with sendfile(2), whole; over TLS the mapping was
+    # written instead.
+    first, _, second = engine.handed
+    assert (spy.sent(first), spy.sent(second)) == ((0, 0) if tls else (REGION, REGION - 100))
     # Released: a purge frees every page at once (a pinned region would wait).
     tier.forget_object("bkt", "seg.log")
     assert tier.resident_bytes() == 0 and tier.used_bytes() == 0
+
+
+async def test_what_the_socket_does_not_take_at_once_follows_from_where_it_stopped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slices larger than the socket takes at once (the port bounds a whole
+    object's send buffer): the first sendfile(2) sends part, loop.sendfile the
+    rest from that byte on, and the client gets every byte once, in order."""
+    region = 4 * 1024 * 1024
+    tier = MemoryTier(2 * region, region)
+    try:
+        first, second = os.urandom(region), os.urandom(region)
+        assert tier.put((FIRST, 1, 0), first) and tier.put((SECOND, 1, 0), second)
+        expected = first + MIDDLE + second[100:]
+        spy = _SendfileSpy(tier, monkeypatch)
+        engine = _TierEngine(tier)
+        engine.region = region
+        answer = await _serve(tier, len(expected), tmp_path, False, engine)
+        assert answer.partition(b"\r\n\r\n")[2] == expected
+        for held in (engine.handed[0], engine.handed[2]):
+            calls = spy.of(held)
+            assert len(calls) > 1 and calls[0][2] < held.count, calls
+            # Each call starts where the one before it stopped, and asks for the rest.
+            assert [(offset, count) for offset, count, _ in calls] == [
+                (held.offset + done, held.count - done)
+                for done in (sum(call[2] for call in calls[:n]) for n in range(len(calls)))]
+            assert spy.sent(held) == held.count
+    finally:
+        tier.close()
