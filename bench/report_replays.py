@@ -4,6 +4,8 @@ bench/four_partitions.py, bench/warm_ranges.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.report_format import (
     MiB,
     Results,
@@ -137,7 +139,7 @@ def _warm_ranges(results: Results) -> list[str]:
             continue
         latency = data.get("latency_ms") or {}
         rows.append([
-            _LABELS.get(run) or _RANGE_FLOORS[run], num(data.get("requests_per_s")),
+            _LABELS.get(run) or _RANGE_FLOORS[run], _with_rounds(data),
             num(data.get("mb_per_s")),
             pct(ratio_of(data.get("requests_per_s"), (local or {}).get("requests_per_s")), 1),
             num((data.get("server_cpu_per_gib") or {}).get("total"), 2),
@@ -148,8 +150,24 @@ def _warm_ranges(results: Results) -> list[str]:
         "## Warm 1 MiB range reads\n",
         paragraph("warm-ranges", connections=ranges.get("connections", "?"),
                   threads=ranges.get("threads", "?"), seconds=ranges.get("seconds", "?"),
+                  rounds=_rounds_text(ranges.get("rounds")),
                   ranges=ranges.get("aligned_ranges", "?")) + "\n",
         md_table(["server", "req/s", "MB/s", "vs nginx local", "CPU-s/GiB", "p50 ms",
                   "p90 ms", "p99 ms", "max ms", "errors"], rows),
         "",
     ]
+
+
+def _with_rounds(data: dict[str, Any]) -> str:
+    """A run's requests a second, with the range of its rounds when it had several."""
+    shown = num(data.get("requests_per_s"))
+    rounds = [r.get("requests_per_s") for r in data.get("rounds") or []]
+    if len(rounds) > 1 and None not in rounds:
+        shown += f" ({num(min(rounds))}-{num(max(rounds))})"
+    return shown
+
+
+def _rounds_text(rounds: object) -> str:
+    """How many rounds each server had (a results file from before rounds: one)."""
+    count = rounds if isinstance(rounds, int) and rounds > 0 else 1
+    return "one round" if count == 1 else f"{count} rounds"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from functools import partial
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from bench.report_format import (
     MiB,
@@ -129,7 +129,7 @@ def _range_targets(results: Results) -> list[Target]:
                                  ("floor_aiohttp-sendfile", "the memory tier's way alone"))]
     floor = ", ".join(f"{label} {pct(value, 1)}" for label, value in floors if value is not None)
     targets.append(_target("warm 1 MiB ranges: sidecar vs nginx local file, throughput",
-                           ">= 70%", rps, pct(rps, 1), met,
+                           ">= 70%", rps, pct(rps, 1) + _round_ratios(sidecar, local), met,
                            problem or (f"floors: {floor}" if floor else "")))
     tiered = find_run(results, "warm-ranges", "sidecar_tier_warm")
     if tiered is not None:
@@ -138,7 +138,7 @@ def _range_targets(results: Results) -> list[Target]:
         met = None if rps is None else (rps >= 0.6 and tier_problem is None)
         targets.append(_target("warm 1 MiB ranges, a memory tier holding the data set: "
                                "sidecar vs nginx local file, throughput", ">= 60%", rps,
-                               pct(rps, 1), met,
+                               pct(rps, 1) + _round_ratios(tiered, local), met,
                                tier_problem or (f"floors: {floor}" if floor else "")))
     p99 = ratio_of((sidecar or {}).get("latency_ms", {}).get("p99"),
                    (local or {}).get("latency_ms", {}).get("p99"))
@@ -384,3 +384,14 @@ def _broker_targets(results: Results) -> list[Target]:
     return targets
 
 
+def _round_ratios(run: dict[str, Any] | None, base: dict[str, Any] | None) -> str:
+    """` (a-b, N rounds)`: the range of the run's requests a second over the
+    base's, round by round (each round took them one after the other), or
+    nothing when either had one round."""
+    pairs = list(zip((run or {}).get("rounds") or [], (base or {}).get("rounds") or [],
+                     strict=False))
+    ratios = [ratio_of(a.get("requests_per_s"), b.get("requests_per_s")) for a, b in pairs]
+    if len(ratios) < 2 or None in ratios:
+        return ""
+    known = [ratio for ratio in ratios if ratio is not None]
+    return f" ({pct(min(known), 1)}-{pct(max(known), 1)}, {len(known)} rounds)"
