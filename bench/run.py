@@ -7,11 +7,13 @@ Scenarios (in this order; each starts its own servers, with fresh caches):
   cold-4p      four partitions at once, cold: origin direct, nginx slice cold,
                nginx slice warm (the same replay again), sidecar cold
   warm-replay  the four-partition replay again against the sidecar of cold-4p
-  warm-ranges  wrk: random 1 MiB ranges against that warm sidecar, against
-               nginx serving the same files from local disk, and against two
-               floor servers (bench/floor_server.py, aiohttp): from the page
-               cache, and each chunk read with O_DIRECT and hashed first;
-               each server's CPU per GiB from /proc
+  warm-ranges  wrk: random 1 MiB ranges against that warm sidecar, one whose
+               memory tier holds the data set, nginx serving the same files
+               from local disk, and three floor servers (bench/floor_server.py,
+               aiohttp): from the page cache, each chunk read with O_DIRECT
+               and hashed first, each chunk's slice sent with sendfile; all
+               up at once, rounds taking them in turn; each server's CPU per
+               GiB from /proc
   isolation    a latency probe pinned to CPU 0 (1 ms sleeps, wake-up lateness)
                idle, then while the sidecar (--cpus 1), nginx and the replay
                (taskset -c 1) run a cold four-partition replay, and once with
@@ -123,7 +125,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "targets read again from its scenarios); with more files, the "
                              "scenarios of each later one replace the earlier")
     parser.add_argument("--rounds", type=int, default=None, metavar="N",
-                        help="rounds of cost-4p and wide-48p (default 3; 1 with --quick)")
+                        help="rounds of cost-4p and wide-48p, and warm-ranges' turns "
+                             "(default 3; 1 with --quick)")
     parser.add_argument("--keep-work", action="store_true",
                         help="keep bench/results/tmp/<run> (configs, logs) after the run")
     args = parser.parse_args(argv)
