@@ -47,8 +47,9 @@ class FetchTimes:
         """From the log's fetches as (start, duration) in seconds."""
         sums: dict[int, tuple[float, int]] = {}
         for start_s, duration_s in fetches:
-            held, seen = sums.get(time_bin(start_s, bin_s), (0.0, 0))
-            sums[time_bin(start_s, bin_s)] = (held + duration_s, seen + 1)
+            number = time_bin(start_s, bin_s)
+            held, seen = sums.get(number, (0.0, 0))
+            sums[number] = (held + duration_s, seen + 1)
         return cls.of_bins(sums, bin_s)
 
     @classmethod
