@@ -82,10 +82,17 @@ def test_sidecar_down_goes_pending_under_annotation_and_podmonitor_scraping(
             return found if len(found) >= 2 else None
 
         alerts = eventually(pending, "SidecarDown for both sidecars", WAIT_S, POLL_S)
-        # Both targets Prometheus could not scrape are down, the web pod's too...
-        down = {s["metric"]["instance"] for s in prometheus.query("up == 0")}
-        assert down == {f"127.0.0.1:{sidecar_port}", f"127.0.0.2:{web_port}",
-                        f"127.0.0.1:{monitored_port}"}
+        # Both targets Prometheus could not scrape are down, the web pod's too
+        # (once its first scrape is in: each target has a schedule of its own)...
+        unscraped = {f"127.0.0.1:{sidecar_port}", f"127.0.0.2:{web_port}",
+                     f"127.0.0.1:{monitored_port}"}
+
+        def all_down() -> set[str] | None:
+            down = {s["metric"]["instance"] for s in prometheus.query("up == 0")}
+            return down if down >= unscraped else None
+
+        down = eventually(all_down, "up == 0 for every target", WAIT_S, POLL_S)
+        assert down == unscraped
     # ...but only the sidecars raise the alert, waiting out its `for:` first.
     assert set(alerts) == {f"127.0.0.1:{sidecar_port}", f"127.0.0.1:{monitored_port}"}
     annotated = alerts[f"127.0.0.1:{sidecar_port}"]
