@@ -16,6 +16,7 @@ from tests.support.installs import ensure
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
 from tests.support.s3_clients import close_clients
+from tests.support.spark_cluster import StandaloneCluster, executor_python
 from tests.support.verifying_proxy import VerifyingProxy
 
 BLOCK = 64 * 1024  # small blocks: many block boundaries with little data
@@ -47,6 +48,22 @@ def prometheus_installed() -> None:
 @pytest.fixture(scope="session")
 def chromium_installed() -> None:
     ensure("ensure-chromium.sh")
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """One Spark standalone master and worker for every job the suite submits to
+    a cluster (a start takes some ten seconds); the executors see the origin's
+    credentials. Each job is an application of its own."""
+    with StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"),
+                           env=CREDENTIALS) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def executor_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An interpreter for executors: this venv's libraries, not the project."""
+    return executor_python(tmp_path_factory.mktemp("executor"))
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 One workload with re-reads (a consumer group reading every partition, a second
 group replaying an overlapping range later, a lagging consumer catching up
-from the start) is served by a real sidecar twice: with a small cache, then a
+from the start) is served by two real sidecars: one with a small cache, one with a
 larger one. `python -m spark_warmup.capacity` on the first run's access log
 predicts the second run's byte hit ratio and origin bytes, as measured by the
 second sidecar's own counters. The report it writes is loaded in Chromium.
@@ -16,6 +16,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from tests.support.chromium import Chromium
 from tests.support.installs import ensure, save_artifact
 from tests.support.processes import SidecarProcess
-from tests.support.spark_cluster import StandaloneCluster, executor_python
+from tests.support.spark_cluster import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 64 * 1024
@@ -155,8 +156,12 @@ def analysed(local_s3: LocalS3, origin_s3: Any, tmp_path_factory: pytest.TempPat
         origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
     fetches = workload(segments)
     config = sidecar_config(work / "sidecar.toml")
-    small = serve(local_s3, bucket, fetches, SMALL_CACHE, config, work / "small")
-    large = serve(local_s3, bucket, fetches, LARGE_CACHE, config, work / "large")
+    # Two sidecars of their own, each taking the fetches one at a time: the runs
+    # go side by side, and each keeps its own order of events.
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(serve, local_s3, bucket, fetches, size, config, work / name)
+                for size, name in ((SMALL_CACHE, "small"), (LARGE_CACHE, "large"))]
+        small, large = (run.result() for run in runs)
     # Lines the analysis must count and skip, not die of.
     with small.log.open("a") as log:
         log.write("{not json\n")
@@ -358,23 +363,20 @@ def test_bad_arguments_exit_2_naming_them(tmp_path: Path) -> None:
     assert "no object read in the logs" in result.stderr and "1 malformed" in result.stderr
 
 
-def test_the_analysis_on_a_standalone_cluster(analysed: Analysed, tmp_path: Path) -> None:
+def test_the_analysis_on_a_standalone_cluster(
+    analysed: Analysed, spark_standalone: StandaloneCluster, executor_venv: Path, tmp_path: Path,
+) -> None:
     """Executors without the project installed: the job ships what the replay imports."""
-    python = executor_python(tmp_path)
-    cluster = StandaloneCluster(tmp_path, env=CREDENTIALS)
-    try:
-        cluster.start()
-        report = tmp_path / "report"
-        result = run_capacity(
-            "--logs", str(analysed.small.log), "--report", str(report),
-            "--master", cluster.url, "--sizes", f"{SMALL_CACHE},{LARGE_CACHE},{2 * LARGE_CACHE}",
-            "--sidecar-config", str(analysed.config),
-            "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
-            "--conf", "spark.driver.host=127.0.0.1",
-            "--conf", "spark.driver.bindAddress=127.0.0.1",
-            env={"PYSPARK_PYTHON": str(python)})
-    finally:
-        cluster.stop()
+    report = tmp_path / "report"
+    result = run_capacity(
+        "--logs", str(analysed.small.log), "--report", str(report),
+        "--master", spark_standalone.url,
+        "--sizes", f"{SMALL_CACHE},{LARGE_CACHE},{2 * LARGE_CACHE}",
+        "--sidecar-config", str(analysed.config),
+        "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
+        "--conf", "spark.driver.host=127.0.0.1",
+        "--conf", "spark.driver.bindAddress=127.0.0.1",
+        env={"PYSPARK_PYTHON": str(executor_venv)})
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads((report / "summary.json").read_text())
     assert summary["nodes"][NODE]["curve"] == analysed.summary["nodes"][NODE]["curve"]

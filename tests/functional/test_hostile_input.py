@@ -210,8 +210,28 @@ def build_request(rng: random.Random, bucket: str) -> tuple[bytes, bool]:
 
 # --- the client ----------------------------------------------------------------------------
 
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)[ \t]*\r\n", re.I)
+
+
+def answered(received: bytes, raw: bytes) -> bool:
+    """Whether `received` holds a whole final answer framed by its Content-Length
+    (RFC 9112 section 6.3): a request whose `Connection: close` the fuzzing
+    damaged leaves the connection open after it, and waiting for the server to
+    close it would only wait out its idle timeout."""
+    answer = final(received)
+    end = answer.find(b"\r\n\r\n")
+    if end < 0 or answer.startswith(b"HTTP/1.1 100 "):
+        return False
+    length = _CONTENT_LENGTH.search(answer[:end + 2])
+    if length is None:
+        return False  # framed by the close, if at all
+    body = 0 if raw.startswith(b"HEAD ") else int(length.group(1))
+    return len(answer) - end - 4 >= body
+
+
 def exchange(host: str, port: int, raw: bytes, complete: bool) -> bytes:
-    """Send one request and read the answer (until the server closes, or a bound)."""
+    """Send one request and read the answer: until it is whole, the server
+    closes, or a bound."""
     with socket.create_connection((host, port), timeout=ANSWER_TIMEOUT_S) as sock:
         try:
             sock.sendall(raw)
@@ -232,6 +252,8 @@ def exchange(host: str, port: int, raw: bytes, complete: bool) -> bytes:
             if not chunk:
                 break
             received += chunk
+            if answered(bytes(received), raw):
+                break
         return bytes(received)
 
 

@@ -56,7 +56,7 @@ from tests.support.kafka_broker import (
 from tests.support.processes import SidecarProcess
 from tests.support.replay_cli import replay_json
 from tests.support.s3_clients import s3_client
-from tests.support.spark_cluster import StandaloneCluster, executor_python
+from tests.support.spark_cluster import StandaloneCluster
 
 MIB = 1024 * 1024
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -633,22 +633,16 @@ def test_cluster_plans_that_cannot_run_exit_2_before_spark_starts(
 
 def test_the_same_plan_on_a_standalone_cluster(
     spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
-    tmp_path: Path,
+    spark_standalone: StandaloneCluster, executor_venv: Path, tmp_path: Path,
 ) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(plan_document(local_s3, data, sidecars)))
-    python = executor_python(tmp_path)
-    cluster = StandaloneCluster(tmp_path, env=CREDENTIALS)
-    try:
-        cluster.start()
-        result = run_cli(
-            str(plan), "--master", cluster.url, "--report", str(tmp_path / "report"),
-            "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
-            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
-            env={"PYSPARK_PYTHON": str(python), "SPARK_LOCAL_IP": "127.0.0.1"}, cwd=tmp_path,
-        )
-    finally:
-        cluster.stop()
+    result = run_cli(
+        str(plan), "--master", spark_standalone.url, "--report", str(tmp_path / "report"),
+        "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
+        "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+        env={"PYSPARK_PYTHON": str(executor_venv), "SPARK_LOCAL_IP": "127.0.0.1"}, cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "warm-up: " in result.stdout and "MiB/s effective" in result.stdout
     expected = expected_nodes(data)
