@@ -37,12 +37,15 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import logging
 import mmap
 import os
 import threading
 from collections.abc import Callable
 
 from sidecar.cache.tier_regions import Key, RegionTable, TierCounts
+
+log = logging.getLogger(__name__)
 
 _FALLOC_FL_KEEP_SIZE = 0x01  # linux/falloc.h
 _FALLOC_FL_PUNCH_HOLE = 0x02
@@ -206,19 +209,25 @@ class MemoryTier:
         with self._lock:
             if self._closed:
                 return
-            freed = self._table.forget(matches)
-        for region in freed:
-            self._punch(region * self.region_size)
+            releasing = self._table.forget(matches)
+            self._users += 1  # the file stays open until the punches are over
+        try:
+            for region in releasing:
+                self._release(region)
+        finally:
+            self._let_go()
 
     def forget_object(self, bucket: str, key: str) -> None:
         self.forget(lambda held: held[0].bucket == bucket and held[0].key == key)
 
     def unpin(self, region: int) -> None:
-        with self._lock:
-            freed = self._table.unpin(region) and not self._closed
-        if freed:
-            self._punch(region * self.region_size)
-        self._let_go()
+        try:
+            with self._lock:
+                releasing = self._table.unpin(region)
+            if releasing:
+                self._release(region)
+        finally:
+            self._let_go()
 
     def view(self, offset: int, count: int) -> memoryview:
         return memoryview(self._map)[offset:offset + count]
@@ -246,6 +255,22 @@ class MemoryTier:
             except BufferError:
                 pass  # a view is still out: the mapping goes with the last one
             os.close(fd)
+
+    def _release(self, region: int) -> None:
+        """A releasing region's pages out, then the region claimable again;
+        never claimable before (a fill would land in pages a socket may hold,
+        and the late punch would wipe what it published). A region whose
+        punch fails is not given back: a region less, no byte changed."""
+        with self._lock:
+            closed = self._closed
+        if not closed:  # a closed tier's file goes with its pages
+            try:
+                self._punch(region * self.region_size)
+            except OSError as exc:
+                log.warning("memory tier region %d kept out of use: %s", region, exc)
+                return
+        with self._lock:
+            self._table.released(region)
 
     def _give_back(self, region: int, offset: int) -> None:
         try:

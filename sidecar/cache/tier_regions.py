@@ -3,7 +3,7 @@ chunk, which are free, being filled or sent from, and which leaves next.
 
 The tier (``sidecar.cache.memory_tier``) is one fixed-size memory file cut
 into regions of one chunk each. This table decides; the tier does the I/O it
-is told to (fill a region, punch its pages out). A region is in one of four
+is told to (fill a region, punch its pages out). A region is in one of five
 states:
 
     free       no pages (never filled, or punched): claimable
@@ -11,7 +11,12 @@ states:
                (or abandons it); invisible to readers, never a victim
     live       holds a verified chunk under its key; in the eviction policy
     doomed     its chunk was forgotten (object purged) while a send still
-               had it pinned: freed once the last pin goes
+               had it pinned: released once the last pin goes
+    releasing  its chunk is gone (forgotten, or its last pin let go) and the
+               caller is punching its pages out: not claimable until the
+               caller says they are (``released``), for a writer filling it
+               before the punch would see its chunk punched away after
+               publishing it, and would write into pages a socket may hold
 
 Eviction is S3-FIFO over region numbers, the disk's own policy
 (``sidecar.cache.slot_fifo``, imported, not reimplemented): a replay read once
@@ -47,7 +52,7 @@ from sidecar.cache.slot_fifo import SlotFifo
 
 Key = tuple[BlockIdent, int, int]  # block, generation (low 32 bits), chunk
 
-FREE, FILLING, LIVE, DOOMED = 0, 1, 2, 3
+FREE, FILLING, LIVE, DOOMED, RELEASING = 0, 1, 2, 3, 4
 _FINGERPRINT_MASK = (1 << 64) - 1
 
 
@@ -184,22 +189,22 @@ class RegionTable:
         return region, self._length[region]
 
     def unpin(self, region: int) -> bool:
-        """A send from the region is over. True when that freed a doomed region:
-        the caller releases its pages."""
+        """A send from the region is over. True when that was the last pin of a
+        doomed region: it is releasing, the caller punches its pages out and
+        then calls ``released``."""
         if self._pins[region] <= 0:
             raise ValueError(f"region {region} is not pinned")
         self._pins[region] -= 1
         if self._pins[region] == 0 and self._state[region] == DOOMED:
-            self._state[region] = FREE
-            self._free.append(region)
+            self._state[region] = RELEASING
             return True
         return False
 
     def forget(self, matches: Callable[[Key], bool]) -> list[int]:
-        """Drop every chunk whose key ``matches``; the
-        regions freed now, whose pages the caller releases. Pinned ones are
-        freed when their sends end (``unpin``)."""
-        freed: list[int] = []
+        """Drop every chunk whose key ``matches``; the regions releasing now,
+        whose pages the caller punches out before calling ``released``.
+        Pinned ones follow when their sends end (``unpin``)."""
+        releasing: list[int] = []
         for key in [key for key in self._region_of if matches(key)]:
             region = self._region_of.pop(key)
             self._policy.remove(region)
@@ -208,10 +213,15 @@ class RegionTable:
             if self._pins[region]:
                 self._state[region] = DOOMED
             else:
-                self._state[region] = FREE
-                self._free.append(region)
-                freed.append(region)
-        return freed
+                self._state[region] = RELEASING
+                releasing.append(region)
+        return releasing
+
+    def released(self, region: int) -> None:
+        """The releasing region's pages are out: claimable again."""
+        self._expect(region, RELEASING)
+        self._state[region] = FREE
+        self._free.append(region)
 
     def _admitted(self, key: Key, remember: bool) -> bool:
         """Whether a chunk offered to a full tier takes a victim's place: the

@@ -87,9 +87,10 @@ async def send_held(
     until the caller releases it: the pages are handed over in several calls
     as the socket drains.
 
-    A transport that cannot send a file (TLS) gets the mapping's bytes written
-    instead; asyncio's transports copy what the socket does not take at once
-    (Python 3.11), so nothing refers to the mapping after."""
+    A transport that cannot send a file (TLS) gets a copy of the bytes
+    written instead: a transport may keep what it is handed until the socket
+    takes it (Python 3.12's do, without copying), and once the slice is
+    released the region's pages may be punched out and refilled."""
     transport = request.transport
     if transport is None or transport.is_closing():
         raise ConnectionResetError("the client went away")
@@ -106,7 +107,7 @@ async def send_held(
             except (asyncio.SendfileNotAvailableError, NotImplementedError):
                 if peer_gone(transport):
                     raise ConnectionResetError("the client went away") from None
-    await response.write(held.view()[sent:])
+    await response.write(bytes(held.view()[sent:]))
 
 
 def peer_gone(transport: asyncio.BaseTransport) -> bool:

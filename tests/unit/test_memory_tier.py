@@ -13,7 +13,16 @@ import pytest
 
 from sidecar.cache.ident import BlockIdent
 from sidecar.cache.memory_tier import MemoryTier
-from sidecar.cache.tier_regions import DOOMED, FILLING, FREE, LIVE, Claimed, Key, RegionTable
+from sidecar.cache.tier_regions import (
+    DOOMED,
+    FILLING,
+    FREE,
+    LIVE,
+    RELEASING,
+    Claimed,
+    Key,
+    RegionTable,
+)
 
 MiB = 1024 * 1024
 
@@ -157,7 +166,25 @@ def test_a_chunk_forgotten_while_pinned_is_freed_when_its_send_ends() -> None:
     assert claim(table, key(1)) is not None  # the other one: the doomed region is not
     assert table.state(other) == FILLING
     assert table.unpin(region)
+    assert table.state(region) == RELEASING
+    table.released(region)
     assert table.state(region) == FREE
+
+
+def test_a_forgotten_region_is_claimable_only_once_its_pages_are_out() -> None:
+    """Between forget (or the last unpin of a doomed region) and the caller's
+    punch, no writer may have the region: its fill would be punched away."""
+    table = RegionTable(1, 4096)
+    region = fill(table, key(0))
+    assert table.forget(lambda held: held[0].block == 0) == [region]
+    assert table.state(region) == RELEASING
+    assert table.claim(key(1)) is None and table.claim(key(1)) is None
+    assert table.held_regions == 1
+    table.released(region)
+    claimed = table.claim(key(1))
+    assert claimed is not None and claimed.region == region and claimed.evicted is None
+    with pytest.raises(ValueError, match="state"):
+        table.released(region)
 
 
 def test_bad_calls_are_refused() -> None:
@@ -198,10 +225,12 @@ def test_accounting_holds_under_random_operations() -> None:
                 pinned.append((found[0], which))
         elif action < 0.95 and pinned:
             region, _ = pinned.pop(rng.randrange(len(pinned)))
-            table.unpin(region)
+            if table.unpin(region):
+                table.released(region)  # the caller punched its pages out
         else:
             gone = rng.randrange(40)
-            table.forget(lambda held: held[0].block == gone)  # noqa: B023 (called at once)
+            for region in table.forget(lambda held: held[0].block == gone):  # noqa: B023
+                table.released(region)
         assert table.live_bytes <= table.regions * table.region_size
         others = sum(1 for r in range(8) if table.state(r) in (FREE, FILLING, DOOMED))
         assert len(table) + others == 8
@@ -290,6 +319,56 @@ def test_memory_used_never_exceeds_the_tier_size_under_concurrent_load() -> None
     assert worst[0] > 0
     # At rest, the pages held are those of the live chunks, page-rounded.
     assert tier.resident_bytes() <= tier.held_bytes() <= tier.size_bytes
+    tier.close()
+
+
+def test_chunks_put_while_others_are_forgotten_keep_their_bytes() -> None:
+    """One thread forgets objects (their regions punched out) while another
+    puts chunks: every chunk published reads back as put, never punched to
+    zeros after the fact by a forget that freed its region first."""
+    region = 64 * 1024
+    tier = MemoryTier(16 * region, region)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def forgetter() -> None:
+        try:
+            round_ = 0
+            while not stop.is_set():
+                round_ += 1
+                for chunk in range(8):
+                    tier.put(key(0, chunk, name=f"gone-{round_}"), b"g" * region)
+                tier.forget(lambda held: held[0].key == f"gone-{round_}")  # noqa: B023
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=forgetter)
+    thread.start()
+    checked = corrupt = 0
+    deadline = time.monotonic() + 30
+    try:
+        for number in range(20_000):
+            if checked >= 2000:
+                break
+            assert time.monotonic() < deadline, f"only {checked} chunks checked"
+            which = key(number, name="kept")
+            body = bytes([number % 251 + 1]) * region
+            if not tier.put(which, body):
+                continue
+            piece = tier.slice(which, 0, region)
+            assert piece is not None
+            try:
+                checked += 1
+                corrupt += os.pread(piece.file, region, piece.offset) != body
+            finally:
+                piece.release()
+            tier.forget(lambda held: held == which)  # noqa: B023 (called at once)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    assert checked >= 2000
+    assert corrupt == 0, f"{corrupt} of {checked} chunks changed after they were published"
     tier.close()
 
 
