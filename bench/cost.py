@@ -180,27 +180,30 @@ def _floor(bench: Bench, mode: str, number: int) -> dict[str, Any]:
                             pid, None)
 
 
-def _origin_floor(bench: Bench, number: int) -> dict[str, Any]:
+def _origin_floor(bench: Bench, number: int, work: str = "write") -> dict[str, Any]:
     """The data set's blocks received, hashed and written past the page cache
-    by bench.origin_floor, from a fresh origin: the floor under a cold
-    replay's origin threads."""
+    by bench.origin_floor (and with `work` "tier", kept in a memory tier that
+    holds them all), from a fresh origin: the floor under a cold replay's
+    origin threads."""
     dataset = bench.dataset
     segments = segments_file(bench, dataset)
-    scratch = bench.workdir(f"origin-floor-{number}")
-    with bench.origin(f"origin-floor-{number}") as origin:
+    name = f"origin-floor-{number}" if work == "write" else f"origin-floor-{work}-{number}"
+    scratch = bench.workdir(name)
+    with bench.origin(name) as origin:
         args = [sys.executable, "-m", "bench.origin_floor", "--endpoint", origin.url,
                 "--bucket", dataset.spec.bucket, "--segments", str(segments),
-                "--threads", str(ORIGIN_FLOOR_THREADS), "--scratch", str(scratch)]
-        print(f"  origin floor {number}: {dataset.total_bytes / MiB:.0f} MiB from {origin.url} "
+                "--threads", str(ORIGIN_FLOOR_THREADS), "--scratch", str(scratch),
+                "--work", work]
+        print(f"  {name}: {dataset.total_bytes / MiB:.0f} MiB from {origin.url} "
               "...", file=sys.stderr, flush=True)
         finished = run_bounded(args, 120 + dataset.total_bytes / 2e6, client_env(),
-                               bench.work / "logs" / f"origin-floor-{number}.log")
+                               bench.work / "logs" / f"{name}.log")
     lines = finished.stdout.strip().splitlines()
     if finished.returncode != 0 or not lines:
         raise ClientFailed(f"origin floor: {finished.stderr[-2000:] or lines[-1:]}")
     report: dict[str, Any] = json.loads(lines[-1])
     report["command"] = "python " + " ".join(args[1:])
-    print(f"  origin floor {number}: {report['mb_per_s']} MB/s, "
+    print(f"  {name}: {report['mb_per_s']} MB/s, "
           f"{report['server_cpu_per_gib']['total']} CPU-s/GiB", file=sys.stderr, flush=True)
     return report
 
@@ -230,6 +233,8 @@ def run_cost_4p(bench: Bench) -> None:
         for mode in FLOOR_MODES:
             bench.attempt(scenario, f"floor_{mode}_{number}", partial(_floor, bench, mode, number))
         bench.attempt(scenario, f"floor_origin_{number}", partial(_origin_floor, bench, number))
+        bench.attempt(scenario, f"floor_origin-tier_{number}",
+                      partial(_origin_floor, bench, number, "tier"))
         if number == 1:
             bench.attempt(scenario, "origin_1", partial(_direct, bench, number))
 

@@ -12,7 +12,11 @@ threads at once. `--work` says what is done with each chunk as it lands:
 - `hash`: its xxh3 checksum (sidecar.cache.slot_format.chunk_checksum);
 - `write`: the checksum, then written past the page cache (O_DIRECT) into a
   scratch file under `--scratch` on the cache's disk, as the sidecar writes
-  a chunk into its slot.
+  a chunk into its slot;
+- `tier`: `write`, then copied into a memory tier large enough for every
+  block (sidecar.cache.memory_tier, the sidecar's own), as a sidecar whose
+  tier holds the data set keeps each chunk that lands: each region filled
+  takes fresh pages of shared memory.
 
 No cache index, no event loop, no readers: a cold replay through the sidecar
 pays this, the warm replay's serving and what ties the two together. Prints
@@ -34,10 +38,12 @@ from typing import Any
 from urllib.parse import quote
 
 from bench.clients import head
+from sidecar.cache.ident import BlockIdent
+from sidecar.cache.memory_tier import MemoryTier
 from sidecar.cache.slot_format import chunk_checksum
 from sidecar.origin.range_reader import Progress, RangeReader
 
-WORK = ("receive", "hash", "write")
+WORK = ("receive", "hash", "write", "tier")
 BLOCK = 8 * 1024 * 1024
 CHUNK = 1024 * 1024
 # Slots of the scratch file the blocks land in, round robin.
@@ -103,12 +109,19 @@ def main(argv: list[str] | None = None) -> int:
     lock = threading.Lock()
     failures: list[str] = []
 
-    def sink_for(slot: int) -> Any:
+    # Room for every chunk: no region is ever evicted, as with a tier that
+    # holds the data set.
+    tier = MemoryTier(len(jobs) * block, CHUNK) if args.work == "tier" else None
+
+    def sink_for(slot: int, url: str, etag: str) -> Any:
         def take(offset: int, data: memoryview) -> None:
             if args.work != "receive":
                 chunk_checksum(data)
-            if args.work == "write":
+            if args.work in ("write", "tier"):
                 os.pwrite(fd, data, slot * block + offset % block)
+            if tier is not None:
+                ident = BlockIdent(args.bucket, url, etag, offset // block)
+                tier.put((ident, 0, offset % block // CHUNK), data, read=False)
         return take
 
     def work() -> None:
@@ -119,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                 url, size, etag, start = jobs.pop()
                 slot = len(jobs) % SCRATCH_SLOTS
             try:
-                reader.read(url, start + block, etag, size, sink_for(slot), Progress(start),
-                            CHUNK)
+                reader.read(url, start + block, etag, size, sink_for(slot, url, etag),
+                            Progress(start), CHUNK)
             except Exception as exc:  # reported, and the run stops
                 with lock:
                     failures.append(f"{url} at {start}: {exc!r}")
@@ -138,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     after = resource.getrusage(resource.RUSAGE_SELF)
     reader.close()
     os.close(fd)
+    if tier is not None:
+        tier.close()
     scratch.unlink()
     gib = total / _GIB
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime

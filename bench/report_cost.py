@@ -89,7 +89,10 @@ _COST_ROWS = {
                  "with a hit in the memory tier)"),
                 ("floor_origin",
                  "floor: the origin side alone, 8 connections (each chunk received, hashed "
-                 "and written with O_DIRECT)")],
+                 "and written with O_DIRECT)"),
+                ("floor_origin-tier",
+                 "floor: the origin side alone, each chunk also kept in a memory tier that "
+                 "holds the data set")],
     "wide-48p": [("nginx_slice_cold", "nginx slice 8m + proxy_cache, cold"),
                  ("sidecar_cold", "**sidecar, cold**")],
 }
@@ -98,7 +101,7 @@ _COST_ROWS = {
 # Rows of runs older results files do not have: left out rather than shown failed.
 _OPTIONAL_ROWS = frozenset({"sidecar_tier_auto_cold", "sidecar_tier_auto_warm",
                             "sidecar_tier_whole_cold", "sidecar_tier_whole_warm",
-                            "floor_aiohttp-sendfile"})
+                            "floor_aiohttp-sendfile", "floor_origin-tier"})
 
 
 def _cost_rows(results: Results, scenario: str) -> list[list[str]]:

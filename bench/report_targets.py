@@ -217,9 +217,9 @@ def _cost_targets(results: Results) -> list[Target]:
     # The memory tier's hits go out with sendfile, a chunk's slice a call: its
     # floor is aiohttp doing that and nothing else (no index, signature or log).
     tiered = rounds_of(results, "cost-4p", "sidecar_tier_whole_warm")
+    tier_floor = median([cpu_per_gib(run) for run in rounds_of(
+        results, "cost-4p", "floor_aiohttp-sendfile")])
     if any(tiered):
-        tier_floor = median([cpu_per_gib(run) for run in rounds_of(
-            results, "cost-4p", "floor_aiohttp-sendfile")])
         bare = median([cpu_per_gib(run) for run in rounds_of(
             results, "cost-4p", "floor_sendfile")])
         at_most("warm replay, light client, a memory tier holding the data set: sidecar "
@@ -228,6 +228,19 @@ def _cost_targets(results: Results) -> list[Target]:
                     f"{label} {value:.2f}" for label, value in (
                         ("floor: the memory tier's way alone", tier_floor),
                         ("bare sendfile", bare)) if value is not None))
+    # A cold chunk kept in the tier costs fresh pages of shared memory on top of
+    # the origin side's work: its floor is that side with the fill
+    # (bench/origin_floor.py --work tier) plus the tier's way of serving.
+    tiered_cold = rounds_of(results, "cost-4p", "sidecar_tier_whole_cold")
+    if any(tiered_cold):
+        filled = median([cpu_per_gib(run) for run in rounds_of(
+            results, "cost-4p", "floor_origin-tier")])
+        at_most("cold replay, light client, a memory tier holding the data set: sidecar "
+                "CPU per GiB", "<= 1.6", [cpu_per_gib(run) for run in tiered_cold], 1.6,
+                lambda v: f"{v:.2f}", tiered_cold,
+                "" if filled is None or tier_floor is None else
+                f"floor {filled + tier_floor:.2f}: the origin side with the tier's fill "
+                f"{filled:.2f} + the memory tier's way alone {tier_floor:.2f}")
     # Where the CPU is the bound, as here, a cold replay runs at most about warm /
     # (warm + the origin side alone) of the warm one's speed, even if serving it
     # cost no more than serving a hit.

@@ -201,7 +201,7 @@ def test_the_light_client_reads_every_partition_as_a_broker_does(
     assert report["first_done_s"] <= report["last_done_s"]
 
 
-@pytest.mark.parametrize("work", ["receive", "write"])
+@pytest.mark.parametrize("work", ["receive", "write", "tier"])
 def test_the_origin_floor_reads_every_block_and_reports_its_cpu(
     origin: NginxServer, dataset: Dataset, tmp_path: Path, work: str
 ) -> None:
@@ -297,6 +297,11 @@ def test_cost_targets_take_the_median_of_the_rounds() -> None:
             "sidecar_cold_3": replay(450, 1.1), "sidecar_warm_3": replay(500, 0.45),
             # The floors: serving the data port's way 0.6, the origin side 0.4.
             "floor_aiohttp-direct-verified_1": replay(500, 0.6), "floor_origin_1": replay(500, 0.4),
+            # A tier that takes every chunk: its fill on the origin side, its own serving.
+            "sidecar_tier_whole_cold_1": replay(400, 2.0),
+            "sidecar_tier_whole_cold_2": replay(400, 1.5),
+            "sidecar_tier_whole_cold_3": replay(400, 1.7),
+            "floor_origin-tier_1": replay(500, 1.0), "floor_aiohttp-sendfile_1": replay(900, 0.5),
         }},
         "wide-48p": {"rounds": 1, "runs": {
             "sidecar_cold_1": replay(600, 1.0, p99=600.0), "nginx_slice_cold_1": replay(250, 4),
@@ -310,6 +315,11 @@ def test_cost_targets_take_the_median_of_the_rounds() -> None:
     warm = targets["warm replay, light client: sidecar CPU per GiB vs its floor"]
     # 0.4, 0.6 and 0.45 against 0.6: 0.75x at the median.
     assert warm["value"] == pytest.approx(0.75) and warm["met"] is True
+    tiered = targets["cold replay, light client, a memory tier holding the data set: "
+                     "sidecar CPU per GiB"]
+    assert tiered["value"] == pytest.approx(1.7) and tiered["met"] is False
+    assert tiered["note"].endswith("floor 1.50: the origin side with the tier's fill 1.00 + "
+                                   "the memory tier's way alone 0.50")
     ratio = targets["4 partitions, light client: sidecar cold vs the same sidecar warm"]
     assert ratio["value"] == 0.8 and ratio["met"] is True
     wide = targets["48 partitions at once, cold: sidecar vs nginx slice cold"]
