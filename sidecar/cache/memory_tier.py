@@ -158,9 +158,10 @@ class MemoryTier:
 
     def put(self, key: Key, data: Bytes, *, read: bool = True) -> bool:
         """Keep a verified chunk; False when it is held already, no region is
-        free of sends, it is not admitted, or the tier is closed. ``read``
-        False: it was just fetched, not read (``RegionTable.claim``). Any
-        thread; the copy is made outside the lock."""
+        free of sends, it is not admitted, the tier is closed, or the memory
+        refused it (a failed fill is the tier's own: never the disk's or the
+        fetch's). ``read`` False: it was just fetched, not read
+        (``RegionTable.claim``). Any thread; the copy is made outside the lock."""
         length = len(data)
         if not 0 < length <= self.region_size:
             return False
@@ -173,13 +174,23 @@ class MemoryTier:
             self._users += 1  # the file stays open until this fill is over
         region, offset = claimed.region, claimed.region * self.region_size
         try:
-            try:
-                if claimed.evicted is not None:
-                    # Fresh pages for the refill: a socket may still hold the old ones.
+            if claimed.evicted is not None:
+                # Fresh pages for the refill: a socket may still hold the old ones.
+                try:
                     self._punch(offset)
+                except OSError as exc:
+                    with self._lock:
+                        self._table.withhold(region)
+                    log.warning("memory tier region %d kept out of use: %s", region, exc)
+                    return False
+            try:
                 self._fill(offset, data)
                 with self._lock:
                     published = self._table.publish(region, key, length)
+            except OSError as exc:
+                self._give_back(region, offset)
+                log.warning("memory tier: a chunk not kept: %s", exc)
+                return False
             except BaseException:
                 self._give_back(region, offset)
                 raise
@@ -205,20 +216,39 @@ class MemoryTier:
         return TierSlice(self, region, region * self.region_size + start, end - start)
 
     def forget(self, matches: Callable[[Key], bool]) -> None:
-        """Drop the chunks whose keys match (an object purged or rewritten)."""
+        """Drop the chunks whose keys match, and punch their pages out
+        (blocking)."""
         with self._lock:
             if self._closed:
                 return
             releasing = self._table.forget(matches)
-            self._users += 1  # the file stays open until the punches are over
+            if releasing:
+                self._users += 1
+        self.release(releasing)
+
+    def forget_object(self, bucket: str, key: str) -> list[int]:
+        """Drop the object's chunks (purged or rewritten): lookups miss them
+        from now on. The regions whose pages are still to be punched out:
+        hand them to ``release``, once, off the event loop (a large object's
+        punches take milliseconds). The file stays open until then."""
+        with self._lock:
+            if self._closed:
+                return []
+            releasing = self._table.forget_object(bucket, key)
+            if releasing:
+                self._users += 1
+        return releasing
+
+    def release(self, regions: list[int]) -> None:
+        """Punch the pages of regions ``forget_object`` returned out, and make
+        them claimable again. Blocking."""
+        if not regions:
+            return
         try:
-            for region in releasing:
+            for region in regions:
                 self._release(region)
         finally:
             self._let_go()
-
-    def forget_object(self, bucket: str, key: str) -> None:
-        self.forget(lambda held: held[0].bucket == bucket and held[0].key == key)
 
     def unpin(self, region: int) -> None:
         try:
@@ -273,8 +303,13 @@ class MemoryTier:
             self._table.released(region)
 
     def _give_back(self, region: int, offset: int) -> None:
+        """A claimed region back to the free list. Its pages were never sent
+        (fresh, or punched before the fill), so a failed punch only leaves
+        them to the next fill."""
         try:
             self._punch(offset)
+        except OSError as exc:
+            log.debug("memory tier region %d given back unpunched: %s", region, exc)
         finally:
             with self._lock:
                 self._table.abandon(region)

@@ -229,7 +229,9 @@ class BlockStore:
     def invalidate_object(self, bucket: str, key: str) -> Purged:
         """Drop every cached block of the object, whatever its ETag."""
         if self.tier is not None:
-            self.tier.forget_object(bucket, key)
+            releasing = self.tier.forget_object(bucket, key)
+            if releasing:
+                self._work.start(self._work.run(self.tier.release, releasing))
         return self._residency.invalidate_object(bucket, key)
 
     def used_bytes(self) -> int:

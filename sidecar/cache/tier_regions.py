@@ -92,6 +92,9 @@ class RegionTable:
         self._read = bytearray(regions)
         self._key_of: list[Key | None] = [None] * regions
         self._region_of: dict[Key, int] = {}
+        # The keys held of each object (bucket, key): a purge finds its own
+        # chunks without looking at every other one.
+        self._of_object: dict[tuple[str, str], set[Key]] = {}
         # Lowest numbers last: the first claims take the file's front.
         self._free = list(range(regions - 1, -1, -1))
         # Keys declined lately, oldest first, at most one a region.
@@ -143,6 +146,7 @@ class RegionTable:
         evicted = self._key_of[region]
         if evicted is not None:
             del self._region_of[evicted]
+            self._unlist(evicted)
         self._key_of[region] = None
         self._length[region] = 0
         self._state[region] = FILLING
@@ -162,6 +166,7 @@ class RegionTable:
         self._key_of[region] = key
         self._length[region] = length
         self._region_of[key] = region
+        self._of_object.setdefault((key[0].bucket, key[0].key), set()).add(key)
         self._read[region] = 0
         self._policy.insert(region, self._fingerprint(key))
         self.counts.inserts += 1
@@ -204,9 +209,31 @@ class RegionTable:
         """Drop every chunk whose key ``matches``; the regions releasing now,
         whose pages the caller punches out before calling ``released``.
         Pinned ones follow when their sends end (``unpin``)."""
+        return self._forget([key for key in self._region_of if matches(key)])
+
+    def forget_object(self, bucket: str, key: str) -> list[int]:
+        """``forget`` of every chunk of one object (any version), found
+        through the object's own keys."""
+        return self._forget(list(self._of_object.get((bucket, key), ())))
+
+    def withhold(self, region: int) -> None:
+        """A claimed region whose old pages could not be punched out: out of
+        use for good (releasing, never released), a region less rather than
+        a fill into pages a socket may hold."""
+        self._expect(region, FILLING)
+        self._state[region] = RELEASING
+
+    def released(self, region: int) -> None:
+        """The releasing region's pages are out: claimable again."""
+        self._expect(region, RELEASING)
+        self._state[region] = FREE
+        self._free.append(region)
+
+    def _forget(self, keys: list[Key]) -> list[int]:
         releasing: list[int] = []
-        for key in [key for key in self._region_of if matches(key)]:
+        for key in keys:
             region = self._region_of.pop(key)
+            self._unlist(key)
             self._policy.remove(region)
             self._key_of[region] = None
             self._length[region] = 0
@@ -217,11 +244,12 @@ class RegionTable:
                 releasing.append(region)
         return releasing
 
-    def released(self, region: int) -> None:
-        """The releasing region's pages are out: claimable again."""
-        self._expect(region, RELEASING)
-        self._state[region] = FREE
-        self._free.append(region)
+    def _unlist(self, key: Key) -> None:
+        name = (key[0].bucket, key[0].key)
+        held = self._of_object[name]
+        held.discard(key)
+        if not held:
+            del self._of_object[name]
 
     def _admitted(self, key: Key, remember: bool) -> bool:
         """Whether a chunk offered to a full tier takes a victim's place: the

@@ -150,7 +150,7 @@ async def test_tier_pieces_reach_the_client_whole_and_are_released(
     first, _, second = engine.handed
     assert (spy.sent(first), spy.sent(second)) == ((0, 0) if tls else (REGION, REGION - 100))
     # Released: a purge frees every page at once (a pinned region would wait).
-    tier.forget_object("bkt", "seg.log")
+    tier.release(tier.forget_object("bkt", "seg.log"))
     assert tier.resident_bytes() == 0 and tier.used_bytes() == 0
 
 

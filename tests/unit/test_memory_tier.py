@@ -171,6 +171,16 @@ def test_a_chunk_forgotten_while_pinned_is_freed_when_its_send_ends() -> None:
     assert table.state(region) == FREE
 
 
+def test_a_purge_finds_the_objects_chunks_of_every_version() -> None:
+    table = RegionTable(8, 4096)
+    mine = [fill(table, (BlockIdent("b", "k", etag, block), 1, 0))
+            for etag, block in (("e1", 0), ("e1", 1), ("e2", 0))]
+    theirs = [fill(table, key(0, name="other")), fill(table, (BlockIdent("c", "k", "e1", 0), 1, 0))]
+    assert sorted(table.forget_object("b", "k")) == sorted(mine)
+    assert table.forget_object("b", "k") == []
+    assert len(table) == 2 and all(table.state(region) == LIVE for region in theirs)
+
+
 def test_a_forgotten_region_is_claimable_only_once_its_pages_are_out() -> None:
     """Between forget (or the last unpin of a doomed region) and the caller's
     punch, no writer may have the region: its fill would be punched away."""
@@ -227,10 +237,14 @@ def test_accounting_holds_under_random_operations() -> None:
             region, _ = pinned.pop(rng.randrange(len(pinned)))
             if table.unpin(region):
                 table.released(region)  # the caller punched its pages out
-        else:
+        elif action < 0.975:
             gone = rng.randrange(40)
             for region in table.forget(lambda held: held[0].block == gone):  # noqa: B023
                 table.released(region)
+        else:
+            for region in table.forget_object("b", "k"):
+                table.released(region)
+            assert len(table) == 0
         assert table.live_bytes <= table.regions * table.region_size
         others = sum(1 for r in range(8) if table.state(r) in (FREE, FILLING, DOOMED))
         assert len(table) + others == 8
@@ -257,9 +271,37 @@ def test_the_tier_keeps_and_gives_back_verified_bytes() -> None:
         assert tier.counts.hits == 1 and tier.counts.misses == 1
         with pytest.raises(ValueError, match="outside"):
             tier.slice(key(0), 0, MiB)
-        tier.forget_object("b", "k")
-        assert key(0) not in tier and tier.resident_bytes() == 0
+        releasing = tier.forget_object("b", "k")
+        assert key(0) not in tier and tier.resident_bytes() == MiB  # not punched yet
+        tier.release(releasing)
+        assert tier.resident_bytes() == 0
     finally:
+        tier.close()
+
+
+def test_a_tier_the_memory_refuses_declines_the_chunk_and_raises_nothing() -> None:
+    """A failed fill or punch is the tier's own business: put says no, the
+    disk and the fetch never hear of it. A region whose old pages could not
+    be punched out is kept out of use rather than filled in place."""
+    tier = MemoryTier(MiB, MiB)
+    writable = tier.fd
+    # The same file, read-only: pwrite and fallocate fail (EBADF) in the kernel.
+    tier.fd = os.open(f"/proc/self/fd/{writable}", os.O_RDONLY)
+    try:
+        assert not tier.put(key(0), b"x" * 100)  # the fill failed: region given back
+        assert tier.held_bytes() == 0
+        tier.fd, read_only = writable, tier.fd
+        assert tier.put(key(0), b"x" * 100)
+        tier.fd = read_only
+        assert not tier.put(key(1), b"y" * 100)  # a full tier declines a first offer
+        assert not tier.put(key(1), b"y" * 100)  # admitted; its victim's punch failed
+        assert key(0) not in tier and key(1) not in tier
+        tier.fd = writable
+        assert not tier.put(key(2), b"z" * 100) and not tier.put(key(2), b"z" * 100)
+        assert tier.held_bytes() == MiB  # withheld for good
+    finally:
+        tier.fd = writable
+        os.close(read_only)
         tier.close()
 
 
