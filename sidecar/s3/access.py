@@ -9,7 +9,13 @@ test rig). So before the origin is asked:
 - a bucket the sidecar does not serve ([access] buckets) is 403 AccessDenied;
 - bucket-level writes (CreateBucket, DeleteBucket, bucket configuration such as
   a policy, an ACL or a lifecycle) and object ACL writes are refused unless
-  [access] bucket_admin: the plugin needs none of them;
+  [access] bucket_admin: the plugin needs none of them. That includes an ACL
+  set by headers on a write the plugin does make (x-amz-grant-*, and an
+  x-amz-acl other than the owner-only canned ones that uploaders such as
+  rclone send by default, on PutObject, CopyObject or CreateMultipartUpload:
+  a copy of an object onto itself with them is PutObjectAcl by another name),
+  and the bypass of object-lock governance retention
+  (x-amz-bypass-governance-retention);
 - a copy reads its source with the sidecar's credentials too: the source must
   be a served bucket or one of [access] copy_sources;
 - a key scoped in [auth] scopes uses only its buckets, and only reads when its
@@ -23,7 +29,7 @@ existed); the other rules hold all the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -35,6 +41,14 @@ BUCKET_ADMIN_OPERATIONS = frozenset({
     "CreateBucket", "DeleteBucket", "PutBucketConfig", "DeleteBucketConfig", "PutObjectAcl",
 })
 COPY_OPERATIONS = frozenset({"CopyObject", "UploadPartCopy"})
+# Headers that grant access to an object or override its retention: the
+# rights of an ACL write (S3 API reference: PutObject, CopyObject,
+# CreateMultipartUpload; DeleteObject for the bypass). Canned ACLs that give
+# no one but the owners access are an uploader's defaults, not a grant.
+_ACL = "x-amz-acl"
+_OWNERS_ONLY_ACLS = frozenset({"private", "bucket-owner-full-control", "bucket-owner-read"})
+_BYPASS = "x-amz-bypass-governance-retention"
+_GRANT_PREFIX = "x-amz-grant-"
 LIST_BUCKETS = "ListBuckets"
 
 
@@ -63,11 +77,14 @@ class AccessPolicy:
                    frozenset(access.copy_sources), dict(scopes))
 
     def refusal(
-        self, caller: Caller, operation: str, bucket: str, copy_source: str | None = None
+        self, caller: Caller, operation: str, bucket: str, copy_source: str | None = None,
+        admin_header: str | None = None,
     ) -> str | None:
         """Why ``caller`` may not perform ``operation`` on ``bucket`` (the message
         of a 403 AccessDenied), or None when it may. ``copy_source``: the
-        x-amz-copy-source header of a copy, as sent."""
+        x-amz-copy-source header of a copy, as sent; ``admin_header``: a header
+        of the request that only bucket administration may send
+        (``admin_header_of``)."""
         scope = None if caller.access_key is None else self.scopes.get(caller.access_key)
         if not bucket:
             if operation != LIST_BUCKETS or caller.anonymous or (scope and scope.buckets):
@@ -77,6 +94,8 @@ class AccessPolicy:
             return f"This sidecar does not serve bucket {bucket}."
         if operation in BUCKET_ADMIN_OPERATIONS and not self.bucket_admin:
             return f"{operation} is not allowed here (access_bucket_admin is off)."
+        if admin_header is not None and not self.bucket_admin:
+            return f"Setting {admin_header} is not allowed here (access_bucket_admin is off)."
         if scope is not None:
             if scope.buckets and bucket not in scope.buckets:
                 return f"This access key may not use bucket {bucket}."
@@ -97,6 +116,18 @@ class AccessPolicy:
         if not source or not allowed:
             return f"Copying from bucket {source or '(none)'} is not allowed here."
         return None
+
+
+def admin_header_of(headers: Iterable[tuple[str, str]]) -> str | None:
+    """The first of a request's headers that grants access or bypasses
+    retention (its name, and a canned ACL's value), or None."""
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == _ACL and value.strip().lower() not in _OWNERS_ONLY_ACLS:
+            return f"{_ACL}: {value.strip()}"
+        if lowered == _BYPASS or lowered.startswith(_GRANT_PREFIX):
+            return lowered
+    return None
 
 
 def source_bucket(copy_source: str) -> str:

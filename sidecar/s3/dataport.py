@@ -15,6 +15,7 @@ import logging
 import secrets
 import socket
 import time
+from collections.abc import Mapping
 from contextlib import aclosing
 
 from aiohttp import web
@@ -29,7 +30,7 @@ from sidecar.errors import (
 from sidecar.http_fields import undecodable_field
 from sidecar.model import ObjectInfo
 from sidecar.origin.client import Origin
-from sidecar.s3.access import AccessPolicy, Caller
+from sidecar.s3.access import AccessPolicy, Caller, admin_header_of
 from sidecar.s3.addressing import split_path, validate_object_address
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
@@ -125,12 +126,18 @@ class DataPort:
                 raise S3Error(405, "MethodNotAllowed",
                               "The specified method is not allowed against this resource.")
             if caller.anonymous:
-                self._refuse_anonymous_writes(operation)
+                self._refuse_anonymous_writes(operation, query)
             if bucket:
                 validate_object_address(bucket, key)
+            copy_sources = request.headers.getall("x-amz-copy-source", [])
+            if len(copy_sources) > 1:
+                # Only one is checked below; an origin might copy from another.
+                raise S3Error(400, "InvalidArgument",
+                              "The x-amz-copy-source header may be sent once.")
             # Before the origin is asked: what this caller may do here at all.
             refusal = self._access.refusal(caller, operation.name, bucket,
-                                           request.headers.get("x-amz-copy-source"))
+                                           next(iter(copy_sources), None),
+                                           admin_header_of(request.headers.items()))
             if refusal is not None:
                 self._metrics.access_denied.labels(operation.name).inc()
                 raise S3Error(403, "AccessDenied", refusal)
@@ -201,13 +208,20 @@ class DataPort:
         request[PassThrough.CHUNK_SIGNER] = verified.chunk_signer
         return Caller(verified.access_key)
 
-    def _refuse_anonymous_writes(self, operation: Operation) -> None:
+    def _refuse_anonymous_writes(self, operation: Operation, query: Mapping[str, str]) -> None:
         """Next to access keys, anonymous requests only read: everything the cache
-        does not serve goes to the origin with the sidecar's own credentials."""
-        if self._auth is not None and not self._auth.anonymous_may(operation.name):
+        does not serve goes to the origin with the sidecar's own credentials.
+        Nor may they override the answer's headers, which S3 refuses to an
+        unsigned GET (GetObject API reference: response-* parameters)."""
+        if self._auth is None:
+            return
+        if not self._auth.anonymous_may(operation.name):
             self._metrics.auth_failures.labels(Reason.UNSIGNED.value).inc()
             raise S3Error(403, "AccessDenied",
                           "Anonymous requests may only read here; sign this one.")
+        if any(name.startswith("response-") for name in query):
+            raise S3Error(400, "InvalidRequest", "Request specific response headers "
+                          "cannot be used for anonymous GET requests.")
 
     async def _pass_through(
         self, request: web.Request, operation: Operation, bucket: str, key: str

@@ -169,7 +169,9 @@ def _bucket_operation(method: str, query: Mapping[str, str]) -> Operation:
             return Operation("GetBucketConfig")
         return Operation("ListObjectsV2" if query.get("list-type") == "2" else "ListObjects")
     if method == "HEAD":
-        return Operation("HeadBucket")
+        # A sub-resource makes it the HEAD of that configuration's GET, as
+        # for objects: no read.
+        return Operation("GetBucketConfig" if set(query) - HARMLESS_QUERY else "HeadBucket")
     if method == "POST" and "delete" in query:
         return Operation("DeleteObjects", invalidates=Invalidates.DELETED_KEYS)
     configures = bool(set(query) - HARMLESS_QUERY)

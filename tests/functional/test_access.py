@@ -1,11 +1,13 @@
 """What the data port serves at all ([access] and [auth] scopes), against a
 running sidecar in front of moto: only the served bucket, no bucket
-administration, copies only from served buckets, scoped keys, and anonymous
-callers that never list the buckets. The origin is watched through a recording
+administration (nor its rights by ACL headers on writes), copies only from
+served buckets, scoped keys, and anonymous callers that never list the
+buckets nor override an answer's headers. The origin is watched through a recording
 proxy: a refused request never reaches it."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import secrets
 import urllib.error
@@ -14,6 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
@@ -111,8 +116,24 @@ def test_bucket_administration_is_refused_before_the_origin(
     denied(s3.put_bucket_policy, Bucket=served, Policy=json.dumps(policy))
     denied(s3.put_bucket_acl, Bucket=served, ACL="public-read")
     denied(s3.put_object_acl, Bucket=served, Key="seg.log", ACL="public-read")
+    # The same rights by headers, on writes a write key may otherwise make: an
+    # upload, a copy of an object onto itself, a multipart upload, a delete
+    # past governance retention.
+    writer = client(sidecar, (WRITER, WRITER_SECRET))
+    assert "Setting x-amz-acl: public-read is not allowed" in denied(
+        writer.put_object, Bucket=served, Key="pub", Body=b"x", ACL="public-read")
+    denied(writer.copy_object, Bucket=served, Key="seg.log", ACL="public-read",
+           MetadataDirective="REPLACE", CopySource={"Bucket": served, "Key": "seg.log"})
+    assert "x-amz-grant-read" in denied(
+        writer.create_multipart_upload, Bucket=served, Key="pub",
+        GrantRead='uri="http://acs.amazonaws.com/groups/global/AllUsers"')
+    denied(s3.delete_object, Bucket=served, Key="seg.log", BypassGovernanceRetention=True)
     assert recorder.requests == []
+    # An uploader's default canned ACL grants no one else: it passes.
+    writer.put_object(Bucket=served, Key="owned", Body=b"o", ACL="bucket-owner-full-control")
     assert origin_s3.head_bucket(Bucket=served)["ResponseMetadata"]["HTTPStatusCode"] == 200
+    grants = origin_s3.get_object_acl(Bucket=served, Key="seg.log")["Grants"]
+    assert not any("AllUsers" in str(grant) for grant in grants), grants
 
 
 def test_a_copy_reads_only_served_buckets(
@@ -126,6 +147,38 @@ def test_a_copy_reads_only_served_buckets(
         origin_s3.head_object(Bucket=served, Key="stolen")
     s3.copy_object(Bucket=served, Key="copied", CopySource={"Bucket": served, "Key": "seg.log"})
     assert origin_s3.get_object(Bucket=served, Key="copied")["Body"].read() == served.encode()
+
+
+def test_a_copy_names_one_source(
+    sidecar: SidecarProcess, recorder: RecordingProxy, buckets: tuple[str, str]
+) -> None:
+    """Two signed x-amz-copy-source headers: only one would be checked, and an
+    origin that takes the last copies from where it likes. (An SDK sends one;
+    the request is signed here and sent with both.)"""
+    served, other = buckets
+    url = f"{sidecar.data_url}/{served}/two"
+    request = AWSRequest(method="PUT", url=url)
+    request.headers["x-amz-copy-source"] = f"/{served}/seg.log"
+    request.headers["x-amz-copy-source"] = f"/{other}/seg.log"  # a second, kept
+    S3SigV4Auth(Credentials(*OWN), "s3", "us-east-1").add_auth(request)
+    host, _, port = sidecar.data_url.removeprefix("http://").rpartition(":")
+    recorder.clear()
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.putrequest("PUT", f"/{served}/two", skip_host=True,
+                              skip_accept_encoding=True)
+        connection.putheader("Host", f"{host}:{port}")
+        for name, value in request.headers.items():
+            connection.putheader(name, value)
+        connection.putheader("Content-Length", "0")
+        connection.endheaders()
+        response = connection.getresponse()
+        status, body = response.status, response.read()
+    finally:
+        connection.close()
+    assert status == 400 and b"<Code>InvalidArgument</Code>" in body, body
+    assert b"x-amz-copy-source header may be sent once" in body
+    assert recorder.requests == []
 
 
 def test_scoped_keys(sidecar: SidecarProcess, buckets: tuple[str, str]) -> None:
@@ -153,6 +206,14 @@ def test_anonymous_callers_read_the_served_bucket_and_never_list_buckets(
     assert status == 403 and b"<Code>AccessDenied</Code>" in body, body
     status, body = unsigned(f"{sidecar.data_url}/{other}?list-type=2")
     assert status == 403 and b"<Code>AccessDenied</Code>" in body, body
+    # S3 lets no unsigned GET override the answer's headers (a stored segment
+    # served as text/html, inline, by anyone who reaches the port).
+    status, body = unsigned(f"{sidecar.data_url}/{served}/seg.log"
+                            "?response-content-type=text/html")
+    assert status == 400 and b"<Code>InvalidRequest</Code>" in body, body
+    # A sub-resource makes a bucket's HEAD that configuration's: no read.
+    assert unsigned(f"{sidecar.data_url}/{served}?policy", "HEAD")[0] == 403
+    assert unsigned(f"{sidecar.data_url}/{served}", "HEAD")[0] == 200
 
 
 def test_the_plugins_operations_work_with_its_scoped_key(

@@ -7,7 +7,7 @@ import pytest
 
 from sidecar.config import KeyScope, load_config
 from sidecar.errors import ConfigError
-from sidecar.s3.access import AccessPolicy, Caller, source_bucket
+from sidecar.s3.access import AccessPolicy, Caller, admin_header_of, source_bucket
 
 OWN, ANONYMOUS = Caller("AKIDOWN"), Caller(None)
 DIR = {"cache_dir": "/nonexistent/cache"}  # loading never touches it
@@ -59,6 +59,27 @@ def test_no_served_buckets_serves_every_bucket_but_never_bucket_administration()
     assert policy.refusal(ANONYMOUS, "ListBuckets", "") is not None
     admin = AccessPolicy(bucket_admin=True)
     assert admin.refusal(OWN, "PutBucketConfig", "any-bucket") is None
+
+
+def test_headers_that_grant_or_bypass_retention_need_bucket_administration() -> None:
+    assert admin_header_of([("Host", "h"), ("X-Amz-Acl", "public-read")]) == \
+        "x-amz-acl: public-read"
+    assert admin_header_of([("x-amz-acl", "authenticated-read")]) is not None
+    assert admin_header_of([("x-amz-grant-full-control", "id=x")]) == "x-amz-grant-full-control"
+    assert admin_header_of([("X-Amz-Bypass-Governance-Retention", "true")]) == \
+        "x-amz-bypass-governance-retention"
+    # An uploader's defaults give no one but the owners access.
+    for canned in ("private", "bucket-owner-full-control", " Bucket-Owner-Read "):
+        assert admin_header_of([("x-amz-acl", canned)]) is None
+    assert admin_header_of([("x-amz-meta-acl", "public-read"), ("Range", "bytes=0-")]) is None
+    writer = Caller("WRITER")
+    refusal = POLICY.refusal(writer, "PutObject", "kafka-tiered",
+                             admin_header="x-amz-acl: public-read")
+    assert refusal == ("Setting x-amz-acl: public-read is not allowed here "
+                       "(access_bucket_admin is off).")
+    assert POLICY.refusal(writer, "PutObject", "kafka-tiered") is None
+    admin = AccessPolicy(bucket_admin=True)
+    assert admin.refusal(OWN, "CopyObject", "b", "/b/k", admin_header="x-amz-grant-read") is None
 
 
 def test_source_bucket() -> None:

@@ -77,6 +77,8 @@ from tests.support.signed_chunks import chunked_body, crc32_trailer, key_of
         ("GET", "b", {"location": ""}, {}, "GetBucketLocation", False, Invalidates.NOTHING),
         ("GET", "b", {"policy": ""}, {}, "GetBucketConfig", False, Invalidates.NOTHING),
         ("HEAD", "b", {}, {}, "HeadBucket", False, Invalidates.NOTHING),
+        ("HEAD", "b", {"policy": ""}, {}, "GetBucketConfig", False, Invalidates.NOTHING),
+        ("HEAD", "b", {"x-id": "HeadBucket"}, {}, "HeadBucket", False, Invalidates.NOTHING),
         ("PUT", "b", {}, {}, "CreateBucket", False, Invalidates.NOTHING),
         ("DELETE", "b", {}, {}, "DeleteBucket", False, Invalidates.NOTHING),
         ("GET", "", {}, {}, "ListBuckets", False, Invalidates.NOTHING),
