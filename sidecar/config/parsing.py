@@ -4,6 +4,7 @@ expected, and the loader adds where the value came from."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,7 +97,15 @@ class HostPort:
 
     @property
     def is_loopback(self) -> bool:
-        return self.host in ("localhost", "::1") or self.host.startswith("127.")
+        """Whether it listens on loopback only: an address in 127.0.0.0/8 or
+        ::1, or localhost. A name that merely starts like one
+        (127.example.net) is not."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
 
 
 def parse_host_port(value: object) -> HostPort:

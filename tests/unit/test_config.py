@@ -160,6 +160,16 @@ def test_an_address_is_shown_and_made_a_url_as_rfc_3986_writes_it(
     assert parse_host_port(str(address)) == address
 
 
+@pytest.mark.parametrize(
+    ("text", "loopback"),
+    [("127.0.0.1:1", True), ("127.3.2.1:1", True), ("[::1]:1", True), ("localhost:1", True),
+     ("127.example.net:1", False), ("127.0.0.1.nip.io:1", False), ("0.0.0.0:1", False),
+     ("[::]:1", False), ("10.0.0.7:1", False), ("node-a:1", False)],
+)
+def test_loopback_is_an_address_not_a_prefix(text: str, loopback: bool) -> None:
+    assert parse_host_port(text).is_loopback is loopback
+
+
 def test_an_admin_port_off_loopback_without_a_token_names_every_way_to_set_one() -> None:
     with pytest.raises(ConfigError) as refused:
         load_config({"cache_dir": "/x"}, {"SIDECAR_ADMIN_LISTEN": "0.0.0.0:9331"}, {})
