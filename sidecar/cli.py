@@ -26,6 +26,7 @@ from urllib.parse import quote
 from sidecar import installed_version
 from sidecar.admin.token import client_token
 from sidecar.config import OPTIONS, Config, Setting, build_config, read_toml, resolve
+from sidecar.config.parsing import parse_http_url
 from sidecar.config.reference import NEGATED_FLAGS, effective_values, render_effective
 from sidecar.errors import ConfigError, MissingExtra, OriginUnavailable
 from sidecar.isolation.modes import Mode
@@ -98,11 +99,19 @@ def _add_demo(commands: argparse._SubParsersAction[_Parser]) -> None:
                            "interrupted)")
 
 
+def _http_url(text: str) -> str:
+    """An argument's http(s) URL (HOST:PORT taken as http://HOST:PORT)."""
+    try:
+        return parse_http_url(text, bare_host=True)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_replay(commands: argparse._SubParsersAction[_Parser]) -> None:
     """`sidecar replay`: read partitions as a broker's remote reader does."""
     replay = commands.add_parser(
         "replay", help="read partitions as a broker's remote reader does; check CRCs, measure")
-    replay.add_argument("--endpoint", required=True, metavar="URL",
+    replay.add_argument("--endpoint", required=True, metavar="URL", type=_http_url,
                         help="S3 endpoint to read through (a sidecar or the object store)")
     replay.add_argument("--bucket", required=True, help="the tiered-storage bucket")
     replay.add_argument("--prefix", default="", help="key prefix of the Aiven layout")
@@ -115,11 +124,11 @@ def _add_replay(commands: argparse._SubParsersAction[_Parser]) -> None:
                         help="partitions read at once (default 4)")
     replay.add_argument("--region", default="us-east-1",
                         help="region the requests are signed for (default us-east-1)")
-    replay.add_argument("--admin", default=None, metavar="URL",
+    replay.add_argument("--admin", default=None, metavar="URL", type=_http_url,
                         help="the sidecar's admin URL, for its hit rate")
     replay.add_argument("--max-bytes", default=None, metavar="SIZE",
                         help="stop after delivering this much (default: everything)")
-    replay.add_argument("--list-endpoint", default=None, metavar="URL",
+    replay.add_argument("--list-endpoint", default=None, metavar="URL", type=_http_url,
                         help="list segments here instead of at --endpoint")
     replay.add_argument("--from-offset", type=int, default=None, metavar="N",
                         help="only the segments holding offsets from N on (as a warm-up "
@@ -138,7 +147,7 @@ def _add_replay(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 def _add_admin_arguments(parser: argparse.ArgumentParser) -> None:
     """Where a running sidecar's admin port is, and its token."""
-    parser.add_argument("--admin", default="http://127.0.0.1:9331", metavar="URL",
+    parser.add_argument("--admin", default="http://127.0.0.1:9331", metavar="URL", type=_http_url,
                         help="the sidecar's admin port, URL or HOST:PORT "
                              "(default http://127.0.0.1:9331)")
     parser.add_argument("--admin-token-file", type=Path, default=None, metavar="PATH",

@@ -47,11 +47,14 @@ def read_token_file(path: Path) -> str:
     except OSError as exc:
         raise ConfigError(f"cannot read the admin token file {path}: {exc.strerror}") from None
     token = raw.decode("ascii", errors="replace").strip()
-    if len(raw) > MAX_TOKEN_FILE_BYTES or not token or not token.isprintable() \
-            or not token.isascii() or " " in token:
+    if len(raw) > MAX_TOKEN_FILE_BYTES or not _one_token(token):
         raise ConfigError(f"the admin token file {path} does not hold one token "
                           "(a single line of printable ASCII without spaces)")
     return token
+
+
+def _one_token(token: str) -> bool:
+    return bool(token) and token.isprintable() and token.isascii() and " " not in token
 
 
 def ensure_token_file(path: Path) -> tuple[str, bool]:
@@ -89,8 +92,14 @@ def client_token(env: Mapping[str, str], token_file: Path | None = None) -> str 
     """The token a client on this node sends: SIDECAR_ADMIN_TOKEN, else the file
     given (flag) or named by SIDECAR_ADMIN_TOKEN_FILE, else the default file under
     SIDECAR_CACHE_DIR when that exists; None when there is none to find."""
-    if env.get(ENV_TOKEN):
-        return env[ENV_TOKEN]
+    if env.get(ENV_TOKEN, "").strip():
+        # A Secret mounted as a variable often ends in a newline, as the
+        # server's own reading allows; the value is never echoed back.
+        token = env[ENV_TOKEN].strip()
+        if not _one_token(token):
+            raise ConfigError(f"{ENV_TOKEN} does not hold one token "
+                              "(a single line of printable ASCII without spaces)")
+        return token
     if token_file is None and env.get(ENV_TOKEN_FILE):
         token_file = Path(env[ENV_TOKEN_FILE])
     if token_file is not None:

@@ -28,6 +28,7 @@ from sidecar.config.parsing import (
     parse_log_format,
     parse_nice,
     parse_optional_host_port,
+    parse_optional_http_url,
     parse_path_list,
     parse_rate,
     parse_s3_location,
@@ -83,7 +84,7 @@ OPTIONS: tuple[Option, ...] = (
            "a second listener serving GET /metrics only, without a token (for Prometheus "
            "when the admin port is off loopback and guarded); empty: none", "H:P",
            field="server.metrics_listen"),
-    Option("origin_endpoint", optional_str, "",
+    Option("origin_endpoint", parse_optional_http_url, "",
            "object store URL (default: AWS from the region)", "URL",
            field="origin.endpoint"),
     Option("origin_region", str, "us-east-1", "object store region", "R",

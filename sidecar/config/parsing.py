@@ -5,10 +5,13 @@ expected, and the loader adds where the value came from."""
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sidecar.errors import ConfigError
 from sidecar.layout import Layout
@@ -19,6 +22,13 @@ _SIZE_UNITS = {
     "t": 1000**4, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
+# Past any disk or memory a sidecar is given, and well inside the 64-bit
+# fields the slab's headers keep sizes in.
+MAX_SIZE = 2**60
+# Past any timeout, interval or lifetime an option means (1000 days).
+MAX_DURATION_S = 1000 * 86400.0
+# Linux's largest NR_CPUS is 8192.
+MAX_CPU = 8191
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
@@ -27,16 +37,34 @@ _DURATION_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
 def parse_size(value: object) -> int:
     """`8MiB`, `10GiB`, `500MB`, `4096` -> bytes (binary units are powers of 1024)."""
     if isinstance(value, bool):
-        raise ConfigError(f"not a size: {value!r}")
+        raise ConfigError(f"not a size: {shown(value)}")
     if isinstance(value, int):
         if value < 0:
-            raise ConfigError(f"size must not be negative: {value}")
-        return value
+            raise ConfigError(f"size must not be negative: {shown(value)}")
+        return _bounded_size(value, value)
+    return _bounded_size(_size_amount(value), value)
+
+
+def _size_amount(value: object) -> Decimal:
+    """The bytes a size's text says, exactly (a float would overflow, or round)."""
     match = _SIZE_RE.match(str(value))
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _SIZE_UNITS:
-        raise ConfigError(f"not a size: {value!r} (expected e.g. 8MiB, 10GiB, 500MB or bytes)")
-    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+        raise ConfigError(f"not a size: {shown(value)} "
+                          "(expected e.g. 8MiB, 10GiB, 500MB or bytes)")
+    return Decimal(match.group(1)) * _SIZE_UNITS[unit]
+
+
+def _bounded_size(amount: int | Decimal, value: object) -> int:
+    if amount > MAX_SIZE:
+        raise ConfigError(f"too large a size: {shown(value)} (at most 1EiB)")
+    return int(amount)
+
+
+def shown(value: object) -> str:
+    """A value as an error message quotes it: whole, or its start when long."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
 
 
 def parse_size_or_auto(value: object) -> int | None:
@@ -52,10 +80,16 @@ def parse_rate(value: object) -> int | None:
     if text.lower() in ("unlimited", "none", "0", ""):
         return None
     if not text.endswith("/s"):
-        if isinstance(value, int):
-            return value or None
-        raise ConfigError(f"not a rate: {value!r} (expected e.g. 100MiB/s or unlimited)")
-    return parse_size(text[:-2]) or None
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 0:
+                raise ConfigError(f"a rate must not be negative: {shown(value)}")
+            return _bounded_size(value, value) or None
+        raise ConfigError(f"not a rate: {shown(value)} (expected e.g. 100MiB/s or unlimited)")
+    amount = _size_amount(text[:-2])
+    if 0 < amount < 1:
+        # Would round to 0, which means no limit at all.
+        raise ConfigError(f"a rate of less than a byte a second: {shown(value)}")
+    return _bounded_size(amount, value) or None
 
 
 def parse_duration(value: object) -> float:
@@ -67,8 +101,12 @@ def parse_duration(value: object) -> float:
         if match is None:
             raise ConfigError(f"not a duration: {value!r} (expected e.g. 30s, 500ms, 2m)")
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if not math.isfinite(seconds):
+        raise ConfigError(f"not a duration: {shown(value)} (not a finite number)")
     if seconds < 0:
-        raise ConfigError(f"duration must not be negative: {value!r}")
+        raise ConfigError(f"duration must not be negative: {shown(value)}")
+    if seconds > MAX_DURATION_S:
+        raise ConfigError(f"too long a duration: {shown(value)} (at most 1000 days)")
     return seconds
 
 
@@ -131,9 +169,12 @@ def parse_cpu_list(value: object) -> tuple[int, ...] | None:
     cpus: set[int] = set()
     for part in text.split(","):
         lo, dash, hi = part.strip().partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()):
+        if not _digits(lo) or (dash and not _digits(hi)):
             raise ConfigError(f"not a CPU list: {value!r} (expected e.g. 2-3 or 0,2,4-5)")
         first, last = int(lo), int(hi) if dash else int(lo)
+        if last > MAX_CPU:
+            raise ConfigError(f"not a CPU list: {shown(value)} (CPU {last} is past any "
+                              f"machine's: at most {MAX_CPU})")
         if last < first:
             raise ConfigError(f"not a CPU list: {value!r} ({part.strip()} is reversed)")
         cpus.update(range(first, last + 1))
@@ -155,9 +196,9 @@ def whole_number(value: object, minimum: int) -> int:
     try:
         number = int(str(value))
     except ValueError:
-        raise ConfigError(f"not a whole number: {value!r}") from None
+        raise ConfigError(f"not a whole number: {shown(value)}") from None
     if number < minimum:
-        raise ConfigError(f"must be at least {minimum}: {value!r}")
+        raise ConfigError(f"must be at least {minimum}: {shown(value)}")
     return number
 
 
@@ -173,7 +214,7 @@ def fraction(value: object) -> float:
     try:
         number = float(str(value))
     except ValueError:
-        raise ConfigError(f"not a number: {value!r}") from None
+        raise ConfigError(f"not a number: {shown(value)}") from None
     if not 0.0 <= number <= 1.0:
         raise ConfigError(f"must be between 0 and 1: {value!r}")
     return number
@@ -253,6 +294,27 @@ def parse_s3_location(value: object) -> S3Location | None:
 def optional_str(value: object) -> str | None:
     text = str(value).strip()
     return text or None
+
+
+def parse_http_url(value: object, *, bare_host: bool = False) -> str:
+    """An http(s) URL with a host (and a valid port, if any); ``bare_host``:
+    HOST:PORT without a scheme is taken as http://HOST:PORT."""
+    text = str(value).strip()
+    url = f"http://{text}" if bare_host and "://" not in text else text
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (urlsplit checks the port only when asked)
+    except ValueError as exc:
+        raise ConfigError(f"not a URL: {shown(value)} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"not an http(s) URL: {shown(value)} "
+                          "(expected e.g. https://s3.eu-west-1.amazonaws.com)")
+    return url
+
+
+def parse_optional_http_url(value: object) -> str | None:
+    """``parse_http_url``, or None for an empty value."""
+    return None if optional_str(value) is None else parse_http_url(value)
 
 
 def parse_log_format(value: object) -> str:
@@ -373,3 +435,8 @@ def parse_key_scopes(value: object) -> dict[str, KeyScope]:
             raise ConfigError(f"the scope of {akid} is given twice")
         scopes[akid] = KeyScope(parse_bucket_list(buckets), _SCOPE_MODES[mode.strip()])
     return scopes
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit also takes "²" and other scripts' digits."""
+    return text.isascii() and text.isdigit()

@@ -28,7 +28,10 @@ def pin_cpus(cpus: tuple[int, ...] | None) -> str:
     available = set(range(psutil.cpu_count() or 1))
     unknown = sorted(set(cpus) - available)
     if unknown:
-        raise ConfigError(f"--cpus names CPUs this machine does not have: {unknown}")
+        named = ", ".join(map(str, unknown[:5])) + (f" and {len(unknown) - 5} more"
+                                                    if len(unknown) > 5 else "")
+        raise ConfigError(f"--cpus names CPUs this machine does not have: {named} "
+                          f"(it has 0-{len(available) - 1})")
     process = psutil.Process()
     process.cpu_affinity(list(cpus))
     for thread in process.threads():

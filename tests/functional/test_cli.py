@@ -42,6 +42,9 @@ def serve_args(origin: str, cache_dir: Path, *extra: str) -> list[str]:
         (["--cpus", "9-1"], "not a CPU list"),
         (["--listen", "127.0.0.1:99999"], "not a HOST:PORT"),
         (["--cpus", "4096"], "CPUs this machine does not have"),
+        (["--origin-endpoint", "http://[::1"], "not a URL: 'http://[::1' (Invalid IPv6 URL)"),
+        (["--origin-endpoint", "ftp://x"], "not an http(s) URL: 'ftp://x'"),
+        (["--cache-size", "9" * 400], "too large a size"),
     ],
 )
 def test_bad_flags(tmp_path: Path, local_s3: LocalS3, extra: list[str], message: str) -> None:
@@ -49,6 +52,21 @@ def test_bad_flags(tmp_path: Path, local_s3: LocalS3, extra: list[str], message:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["stats", "--admin", "http://[::1"], ["mode", "bypass", "--admin", "ftp://x"],
+     ["replay", "--endpoint", "http://[::1", "--bucket", "b"],
+     ["replay", "--endpoint", "http://127.0.0.1:9", "--bucket", "b",
+      "--list-endpoint", "http://h:99999"]],
+)
+def test_a_client_given_a_bad_url_says_which(args: list[str]) -> None:
+    result = run_sidecar(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert "argument --" in lines[-1] and "URL" in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_unreachable_origin_is_worth_a_retry(tmp_path: Path) -> None:

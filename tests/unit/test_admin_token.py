@@ -51,6 +51,16 @@ def test_clients_take_the_env_then_the_file_then_the_cache_dir(tmp_path: Path) -
     assert client_token({}) is None
 
 
+def test_a_token_from_the_environment_is_trimmed_and_never_echoed() -> None:
+    # A Kubernetes Secret mounted as a variable often ends in a newline.
+    assert client_token({"SIDECAR_ADMIN_TOKEN": "s3cret-Token\n"}) == "s3cret-Token"
+    for bad in ("two words", "s3cret\u20ac", "zq\nxy"):
+        with pytest.raises(ConfigError) as refused:
+            client_token({"SIDECAR_ADMIN_TOKEN": bad})
+        assert str(refused.value).startswith("SIDECAR_ADMIN_TOKEN does not hold one token")
+        assert bad.split()[0] not in str(refused.value)
+
+
 def test_off_loopback_a_token_or_a_token_file_must_be_named() -> None:
     base = {"cache_dir": "/x", "admin_listen": "0.0.0.0:9331"}
     with pytest.raises(ConfigError, match="admin_token_file"):

@@ -12,6 +12,7 @@ from sidecar.config import (
     parse_rate,
     parse_size,
 )
+from sidecar.config.loading import read_toml
 from sidecar.config.parsing import parse_cpu_list, parse_host_port, parse_sample_interval
 from sidecar.errors import ConfigError
 
@@ -158,6 +159,43 @@ def test_an_address_is_shown_and_made_a_url_as_rfc_3986_writes_it(
     address = parse_host_port(text)
     assert str(address) == shown and address.url == url
     assert parse_host_port(str(address)) == address
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("SIDECAR_CACHE_SIZE", "9" * 400, "too large a size"),
+        ("SIDECAR_CACHE_SIZE", "99999999999999999999999999999", "at most 1EiB"),
+        ("SIDECAR_ORIGIN_BANDWIDTH", "9" * 400 + ".5GiB/s", "too large a size"),
+        ("SIDECAR_ORIGIN_BANDWIDTH", "0.5/s", "less than a byte a second"),
+        ("SIDECAR_HEAD_TTL", "nan", "not a duration"),
+        ("SIDECAR_CLIENT_TIMEOUT", "99999999999999999999h", "at most 1000 days"),
+        ("SIDECAR_CPUS", "0-99999999", "at most 8191"),
+        ("SIDECAR_CPUS", "\u00b2", "not a CPU list"),
+        ("SIDECAR_MAX_REQUESTS", "9" * 5000, "(5002 characters)"),
+    ],
+)
+def test_values_past_any_machine_are_short_clear_errors(name: str, value: str,
+                                                        says: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config({"cache_dir": "/x"}, {name: value}, {})
+    assert says in str(refused.value) and len(str(refused.value)) < 200, str(refused.value)
+
+
+def test_a_config_file_must_be_utf8_and_may_start_with_a_byte_order_mark(
+        tmp_path: Path) -> None:
+    latin1 = tmp_path / "latin1.toml"
+    latin1.write_bytes('# caché\ncache_dir = "/x"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1.toml is not UTF-8 \(byte 6\)"):
+        read_toml(latin1)
+    marked = tmp_path / "bom.toml"
+    marked.write_bytes(b'\xef\xbb\xbfcache_dir = "/x"\n')
+    assert read_toml(marked) == {"cache_dir": "/x"}
+
+
+def test_a_negative_rate_from_the_file_is_refused() -> None:
+    with pytest.raises(ConfigError, match="must not be negative"):
+        load_config({"cache_dir": "/x", "origin_bandwidth": -5}, {}, {})
 
 
 @pytest.mark.parametrize(
