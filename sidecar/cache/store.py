@@ -56,6 +56,7 @@ from sidecar.cache.startup import (
     report_for,
     slots_for_capacity,
 )
+from sidecar.errors import ConfigError
 
 __all__ = ["BlockStore", "BlockWrite", "CacheMetrics", "Purged", "Shrunk", "Written"]
 
@@ -149,8 +150,12 @@ class BlockStore:
         )
         try:
             tier = MemoryTier.create(memory_tier_bytes, slab.chunk_size)
-        except BaseException:
+        except BaseException as exc:
             await loop.run_in_executor(executor, slab.close)
+            if isinstance(exc, OSError):
+                # Not the disk cache's fault: name what could not be had.
+                raise ConfigError(f"cannot set up a {memory_tier_bytes}-byte memory_tier: "
+                                  f"{exc.strerror or exc}") from None
             raise
         recovered, merge = await recover_index(slab, executor, loop)
         report = report_for(slab, recovered, merge)

@@ -69,6 +69,17 @@ def test_a_client_given_a_bad_url_says_which(args: list[str]) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_a_memory_tier_the_machine_cannot_give_is_named(tmp_path: Path,
+                                                         local_s3: LocalS3) -> None:
+    """Not "cannot create a cache": the disk cache is not what failed."""
+    result = run_sidecar(*serve_args(local_s3.endpoint, tmp_path),
+                         env={**os.environ, **CREDENTIALS, "SIDECAR_MEMORY_TIER": "100TiB"})
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot set up a 109951162777600-byte memory_tier" in lines[0], \
+        result.stderr
+
+
 def test_unreachable_origin_is_worth_a_retry(tmp_path: Path) -> None:
     """75 (EX_TEMPFAIL), not 2: the systemd unit restarts on it, not on config errors."""
     origin = f"http://127.0.0.1:{closed_port()}"
