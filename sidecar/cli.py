@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import sys
 import urllib.error
@@ -26,7 +27,7 @@ from urllib.parse import quote
 from sidecar import installed_version
 from sidecar.admin.token import client_token
 from sidecar.config import OPTIONS, Config, Setting, build_config, read_toml, resolve
-from sidecar.config.parsing import parse_http_url
+from sidecar.config.parsing import parse_host_port, parse_http_url
 from sidecar.config.reference import NEGATED_FLAGS, effective_values, render_effective
 from sidecar.errors import ConfigError, MissingExtra, OriginUnavailable
 from sidecar.isolation.modes import Mode
@@ -88,15 +89,35 @@ def _add_demo(commands: argparse._SubParsersAction[_Parser]) -> None:
                       help="also a real Kafka broker (the jars of `make kafka`) whose tiered "
                            "storage goes through the sidecar: produce, tier, catch two "
                            "consumer groups up, print MB/s and hit ratios, then serve")
-    demo.add_argument("--listen", default=None, metavar="H:P",
+    demo.add_argument("--listen", default=None, metavar="H:P", type=_host_port,
                       help="the sidecar's S3 data port (default 127.0.0.1:9330; with "
                            "--broker a free port)")
-    demo.add_argument("--admin-listen", default=None, metavar="H:P",
+    demo.add_argument("--admin-listen", default=None, metavar="H:P", type=_host_port,
                       help="its admin port: /ui, /metrics, the API (default 127.0.0.1:9331; "
                            "with --broker a free port)")
-    demo.add_argument("--seconds", type=float, default=None,
+    demo.add_argument("--seconds", type=_seconds, default=None,
                       help="stop after this many seconds of serving (default: run until "
                            "interrupted)")
+
+
+def _host_port(text: str) -> str:
+    """A HOST:PORT argument, checked before anything is made for it."""
+    try:
+        parse_host_port(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
+    return seconds
 
 
 def _http_url(text: str) -> str:

@@ -69,6 +69,22 @@ def test_a_client_given_a_bad_url_says_which(args: list[str]) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--listen", "127.0.0.1:99999"], "argument --listen: not a HOST:PORT"),
+     (["--seconds", "-1"], "argument --seconds: not a positive number"),
+     (["--seconds", "nan"], "argument --seconds: not a positive number")],
+)
+def test_a_demo_that_cannot_run_makes_nothing(tmp_path: Path, args: list[str],
+                                              message: str) -> None:
+    """Refused before its run directory is made: no "Kept after the demo" for
+    a demo that never ran."""
+    result = run_sidecar("demo", *args, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Kept after the demo" not in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_memory_tier_the_machine_cannot_give_is_named(tmp_path: Path,
                                                          local_s3: LocalS3) -> None:
     """Not "cannot create a cache": the disk cache is not what failed."""
