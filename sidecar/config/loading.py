@@ -72,13 +72,32 @@ def flatten_sections(file_values: Mapping[str, Any]) -> dict[str, Any]:
     """
     flat: dict[str, Any] = {}
     for name, value in file_values.items():
-        if (isinstance(value, dict) and name not in BY_NAME
-                and any(option.startswith(name + "_") for option in BY_NAME)):
+        if _group_table(name, value):
             for inner, inner_value in value.items():
-                flat[f"{name}_{inner}"] = inner_value
+                _put_once(flat, f"{name}_{inner}", inner_value, f"{inner} in [{name}]")
         else:
-            flat[name] = value
+            _put_once(flat, name, value, name)
     return flat
+
+
+def _group_table(name: str, value: Any) -> bool:
+    """Whether a table names a group of options. A name that is an option
+    itself (`prefetch`, a boolean, beside `prefetch_max_window`) is a group
+    when every key of the table names an option under it; a table-valued
+    option (`[auth] keys`, access key -> secret) is not."""
+    if not isinstance(value, dict) or not any(option.startswith(name + "_")
+                                             for option in BY_NAME):
+        return False
+    if name not in BY_NAME:
+        return True
+    return bool(value) and all(f"{name}_{inner}" in BY_NAME for inner in value)
+
+
+def _put_once(flat: dict[str, Any], key: str, value: Any, written: str) -> None:
+    # `cache_size` beside `[cache] size`: one of them would silently lose.
+    if key in flat:
+        raise ConfigError(f"{key} is given twice in the config file (once as {written})")
+    flat[key] = value
 
 
 @dataclass(frozen=True)

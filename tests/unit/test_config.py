@@ -193,6 +193,20 @@ def test_a_config_file_must_be_utf8_and_may_start_with_a_byte_order_mark(
     assert read_toml(marked) == {"cache_dir": "/x"}
 
 
+def test_an_option_given_twice_in_the_file_is_refused_and_a_group_table_is_read(
+        tmp_path: Path) -> None:
+    twice = tmp_path / "twice.toml"
+    twice.write_text('cache_dir = "/x"\ncache_size = "2GiB"\n[cache]\nsize = "3GiB"\n')
+    with pytest.raises(ConfigError, match=r"cache_size is given twice in the config file"):
+        load_config({}, {}, read_toml(twice))
+    grouped = tmp_path / "grouped.toml"
+    grouped.write_text('cache_dir = "/x"\n[prefetch]\nmax_window = "24MiB"\n'
+                       '[auth.keys]\nAKIDTABLE = "a-long-random-secret"\n')
+    config = load_config({}, {}, read_toml(grouped))
+    assert config.prefetch.max_window_blocks == 3  # 24MiB of 8MiB blocks
+    assert "AKIDTABLE" in config.auth.keys
+
+
 def test_a_negative_rate_from_the_file_is_refused() -> None:
     with pytest.raises(ConfigError, match="must not be negative"):
         load_config({"cache_dir": "/x", "origin_bandwidth": -5}, {}, {})
