@@ -202,7 +202,10 @@ def load_plan(path: Path, env: Mapping[str, str]) -> Plan:
     except OSError as exc:
         raise PlanError(f"cannot read the plan: {exc.strerror or exc}") from None
     try:
-        document = json.loads(text, parse_constant=_no_constant)
+        document = json.loads(text, parse_constant=_no_constant,
+                              object_pairs_hook=_unique_keys)
+    except PlanError:
+        raise
     except ValueError as exc:
         raise PlanError(f"not JSON: {exc}") from None
     return parse_plan(document, env)
@@ -609,6 +612,17 @@ def _known(document: Mapping[str, object], allowed: tuple[str, ...], where: str)
     if unknown:
         field = unknown[0] if where == "plan" else f"{where}.{unknown[0]}"
         raise PlanError(f"{field}: unknown field; allowed here: {', '.join(allowed)}")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose keys are each given once: json.loads keeps a repeated
+    key's last value and drops the first silently (a replay list, a sidecar)."""
+    document: dict[str, object] = {}
+    for key, value in pairs:
+        if key in document:
+            raise PlanError(f"{key}: given twice in the same JSON object; give each key once")
+        document[key] = value
+    return document
 
 
 def _no_constant(name: str) -> object:

@@ -177,3 +177,19 @@ def test_load_plan_reports_unreadable_and_non_json_files(tmp_path: Path) -> None
     good = tmp_path / "plan.json"
     good.write_text(json.dumps(DESIGN_EXAMPLE))
     assert load_plan(good, env={}).ttl_s == 7200.0
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('{"replays": [{"topic": "a"}], "replays": [{"topic": "b"}]}', "replays"),
+        ('{"sidecars": {"n1": "http://10.0.0.1:9331", "n1": "http://10.0.0.2:9331"}}', "n1"),
+        ('{"replays": [{"topic": "a", "topic": "b"}]}', "topic"),
+    ],
+)
+def test_a_key_given_twice_is_refused_not_dropped(tmp_path: Path, text: str, key: str) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(text)
+    with pytest.raises(PlanError) as caught:
+        load_plan(plan, env={})
+    assert str(caught.value) == f"{key}: given twice in the same JSON object; give each key once"
