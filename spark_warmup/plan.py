@@ -201,11 +201,16 @@ def load_plan(path: Path, env: Mapping[str, str]) -> Plan:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"cannot read the plan: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:  # JSON is UTF-8 (RFC 8259); Latin-1, UTF-16 are not
+        raise PlanError(f"not UTF-8 text: byte {exc.start} is {exc.object[exc.start]:#04x} "
+                        "(a JSON plan is UTF-8)") from None
     try:
         document = json.loads(text, parse_constant=_no_constant,
                               object_pairs_hook=_unique_keys)
     except PlanError:
         raise
+    except RecursionError:
+        raise PlanError("not JSON this job reads: nested too deeply") from None
     except ValueError as exc:
         raise PlanError(f"not JSON: {exc}") from None
     return parse_plan(document, env)

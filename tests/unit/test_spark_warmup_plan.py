@@ -193,3 +193,19 @@ def test_a_key_given_twice_is_refused_not_dropped(tmp_path: Path, text: str, key
     with pytest.raises(PlanError) as caught:
         load_plan(plan, env={})
     assert str(caught.value) == f"{key}: given twice in the same JSON object; give each key once"
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
+def test_a_plan_that_is_not_utf8_is_refused(tmp_path: Path, encoding: str) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(json.dumps({**DESIGN_EXAMPLE, "admin_token": "clé"},
+                                ensure_ascii=False).encode(encoding))
+    with pytest.raises(PlanError, match=r"^not UTF-8 text: byte \d+ is 0x[0-9a-f]{2} "):
+        load_plan(plan, env={})
+
+
+def test_a_plan_nested_too_deeply_is_refused(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(PlanError, match=r"^not JSON this job reads: nested too deeply$"):
+        load_plan(plan, env={})
