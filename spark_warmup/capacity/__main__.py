@@ -27,6 +27,8 @@ try:
     from spark_warmup.capacity.curve import SizeError, parse_sizes
     from spark_warmup.capacity.job import MAX_TRACE_REQUESTS, InputError, Options, run
     from spark_warmup.capacity.simulate import Settings
+    from spark_warmup.capacity.sources import matches_nothing
+    from spark_warmup.writable import report_dir_problem
 except ImportError as missing:  # a plain `pip install .` has no spark extra
     if __name__ != "__main__":
         raise
@@ -121,6 +123,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(f"--target-hit-ratio must be in (0, 1], got {args.target_hit_ratio}")
     if args.max_trace < 1:
         return fail(f"--max-trace must be at least 1, got {args.max_trace}")
+    if (problem := report_dir_problem(args.report)) is not None:
+        return fail(f"--report {args.report}: {problem}")
+    # Some of several paths matching nothing is a problem the report lists; all of
+    # them, with no object store among them, leaves nothing to analyse at all.
+    if all(matches_nothing(path) for path in args.logs):
+        return fail("--logs: no such file, directory or match: " + ", ".join(args.logs))
     try:
         sizes = parse_sizes(args.sizes) if args.sizes else None
     except SizeError as exc:

@@ -36,7 +36,13 @@ from spark_warmup.capacity.landing import FetchTimes, time_bin
 from spark_warmup.capacity.report import render_html, size_ticks, time_ticks, unreached_note
 from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
 from spark_warmup.capacity.simulate import Read, Replay, Settings, replay
-from spark_warmup.capacity.sources import Split, Unreadable, expand, read_split
+from spark_warmup.capacity.sources import (
+    Split,
+    Unreadable,
+    expand,
+    matches_nothing,
+    read_split,
+)
 from spark_warmup.capacity.trace import Fetch, Malformed, Other, Request, parse_line
 
 MiB = 1024 * 1024
@@ -129,6 +135,16 @@ def test_splits_hand_every_line_to_exactly_one_reader(tmp_path: Path) -> None:
     assert len(splits) > 10 and [m.source for m in missing] == [str(tmp_path / "nope*")]
     read = [line.rstrip("\n") for split in splits for line in read_split(split)]
     assert read == lines
+
+
+def test_a_local_path_that_matches_nothing_is_known_before_reading(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text("{}\n")
+    assert not matches_nothing(str(tmp_path))
+    assert not matches_nothing(str(tmp_path / "*.log"))
+    assert matches_nothing(str(tmp_path / "nope*"))
+    assert matches_nothing(str(tmp_path / "gone.log"))
+    # An object store's prefix is listed on the executors, not here.
+    assert not matches_nothing("s3://bucket/nothing-here/")
 
 
 def test_an_unreadable_split_says_so_instead_of_failing(tmp_path: Path) -> None:
