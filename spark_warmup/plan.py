@@ -588,14 +588,18 @@ def _bounded_int(value: object, where: str, low: int, high: int) -> int:
 
 
 def _url(value: object, where: str) -> str:
-    parts = urlsplit(value) if isinstance(value, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    if not isinstance(value, str):
+        raise PlanError(f"{where}: must be an http(s) URL, got {value!r}")
+    try:
+        parts = urlsplit(value)
+    except ValueError as exc:  # a bracketed host unclosed or not an address: "http://[::1"
+        raise PlanError(f"{where}: not a URL ({exc}): {value!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise PlanError(f"{where}: must be an http(s) URL, got {value!r}")
     try:
         parts.port  # noqa: B018  # raises on a port that is not a number
     except ValueError:
         raise PlanError(f"{where}: bad port in {value!r}") from None
-    assert isinstance(value, str)
     return value
 
 

@@ -86,6 +86,8 @@ def test_a_single_warm_rate_applies_to_the_brokers_found_later() -> None:
         ({"sidecar_url": "{host}:9331"}, "kafka.sidecar_url: must be an http(s) URL"),
         ({"sidecars": {"one": "http://a:1"}}, "kafka.sidecars.one: a key must be a broker id"),
         ({"sidecars": {"1": "a:1"}}, "kafka.sidecars.1: must be an http(s) URL"),
+        ({"sidecars": {"1": "http://[::1"}}, "kafka.sidecars.1: not a URL (Invalid IPv6 URL)"),
+        ({"kubernetes": {"api": "https://[x"}}, "kafka.kubernetes.api: not a URL ("),
         ({"replica": "follower"}, "kafka.replica: must be \"leader\", \"rack:RACK\" or \"all\""),
         ({"replica": "rack:"}, "kafka.replica: must be"),
         ({"timeout_s": 0}, "kafka.timeout_s: must be a number of seconds"),
