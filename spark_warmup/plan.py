@@ -108,6 +108,11 @@ _MAX_GROUP = 255
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _TOPIC_PARTITION = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]{0,9})")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# ASCII digits only: str.isdigit() also takes '²' and other scripts' digits, which
+# int() then refuses.
+_BROKER_ID = re.compile(r"0|[1-9][0-9]{0,9}")
+_PORT = re.compile(r"[0-9]{1,5}")
+_MAX_INT32 = 2**31 - 1  # Kafka's broker ids and partitions are int32s
 
 
 class PlanError(ValueError):
@@ -353,7 +358,7 @@ def _kafka(value: object) -> KafkaSpec:
         template = _template(template, "kafka.sidecar_url")
     broker_sidecars: dict[int, str] = {}
     for key, url in _mapping(kafka.get("sidecars", {}), "kafka.sidecars").items():
-        if not key.isdigit() or str(int(key)) != key:
+        if _BROKER_ID.fullmatch(key) is None or int(key) > _MAX_INT32:
             raise PlanError(f"kafka.sidecars.{key}: a key must be a broker id, e.g. \"1\"")
         broker_sidecars[int(key)] = _url(url, f"kafka.sidecars.{key}").rstrip("/")
     if template is None and not broker_sidecars:
@@ -400,7 +405,7 @@ def _bootstrap_servers(value: object) -> tuple[str, ...]:
     for item in items:
         server = item.strip() if isinstance(item, str) else ""
         host, _, port = server.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not host or _PORT.fullmatch(port) is None or not 0 < int(port) < 65536:
             raise PlanError(f"kafka.bootstrap_servers: {item!r} is not host:port")
         servers.append(server)
     return tuple(servers)
