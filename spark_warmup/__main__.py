@@ -21,6 +21,7 @@ from pathlib import Path
 from sidecar.errors import MissingExtra
 
 PROG = "spark_warmup"
+MAX_PROGRESS_S = 86400  # a day: more is no progress line in any warm-up, and inf overflows
 
 try:
     from pyspark.sql import SparkSession
@@ -99,9 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: error: --conf wants KEY=VALUE, got {item!r}", file=sys.stderr)
             return 2
         settings[key] = value
-    if args.progress < 0:
-        print(f"{PROG}: error: --progress must be 0 or more seconds, got {args.progress}",
-              file=sys.stderr)
+    # float() takes "inf" and "nan": the first kills the progress thread (Event.wait
+    # overflows), the second compares false everywhere and means no progress.
+    if not 0 <= args.progress <= MAX_PROGRESS_S:
+        print(f"{PROG}: error: --progress must be 0 (none) to {MAX_PROGRESS_S} seconds, "
+              f"got {args.progress}", file=sys.stderr)
         return 2
     if args.report is not None and (problem := report_dir_problem(args.report)) is not None:
         print(f"{PROG}: error: --report {args.report}: {problem}", file=sys.stderr)
