@@ -113,6 +113,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _BROKER_ID = re.compile(r"0|[1-9][0-9]{0,9}")
 _PORT = re.compile(r"[0-9]{1,5}")
 _MAX_INT32 = 2**31 - 1  # Kafka's broker ids and partitions are int32s
+_MAX_INT64 = 2**63 - 1  # and its offsets and timestamps (epoch ms) int64s
 
 
 class PlanError(ValueError):
@@ -454,7 +455,8 @@ def _security(value: object) -> dict[str, str | bool]:
 def _assignment(value: object, sidecars: Mapping[str, str]) -> dict[str, str]:
     assignment = _mapping(value, "assignment")
     for key, node in assignment.items():
-        if _TOPIC_PARTITION.fullmatch(key) is None:
+        match = _TOPIC_PARTITION.fullmatch(key)
+        if match is None or int(match["partition"]) > _MAX_INT32:
             raise PlanError(f"assignment.{key}: a key must be 'topic-partition', e.g. 'orders-0'")
         if not isinstance(node, str) or node not in sidecars:
             raise PlanError(
@@ -504,8 +506,9 @@ def _partitions(value: object, where: str) -> tuple[int, ...] | None:
     if not isinstance(value, list) or not value:
         raise PlanError(f"{where}: must be \"all\" or a non-empty list of partition numbers")
     for item in value:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise PlanError(f"{where}: {item!r} is not a partition number")
+        if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= _MAX_INT32:
+            raise PlanError(f"{where}: {item!r} is not a partition number "
+                            f"(0 to {_MAX_INT32}, as Kafka's)")
     if len(set(value)) != len(value):
         raise PlanError(f"{where}: lists a partition twice")
     return tuple(sorted(value))
@@ -522,22 +525,30 @@ def _optional(parse: Callable[[object, str], int], value: object, where: str) ->
 
 
 def _offset(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PlanError(f"{where}: must be a non-negative integer offset, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_INT64:
+        raise PlanError(f"{where}: must be a non-negative integer offset "
+                        f"(at most {_MAX_INT64}, as Kafka's), got {value!r}")
     return value
 
 
 def _time(value: object, where: str) -> int:
-    """Epoch milliseconds from an ISO 8601 time with a zone, or an int already in ms."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str):
+    """Epoch milliseconds from an ISO 8601 time with a zone, or an int already in ms;
+    either within Kafka's timestamps (int64 ms, none before 1970)."""
+    ms: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        ms = value
+    elif isinstance(value, str):
         try:
             moment = datetime.fromisoformat(value)
         except ValueError:
             moment = None
         if moment is not None and moment.tzinfo is not None:
-            return (moment - _EPOCH) // timedelta(milliseconds=1)
+            ms = (moment - _EPOCH) // timedelta(milliseconds=1)
+    if ms is not None:
+        if not 0 <= ms <= _MAX_INT64:
+            raise PlanError(f"{where}: {value!r} is not a Kafka timestamp (epoch milliseconds "
+                            f"from 0, 1970-01-01T00:00:00Z, to {_MAX_INT64})")
+        return ms
     raise PlanError(
         f"{where}: must be an ISO 8601 time with a zone (e.g. 2026-11-01T00:00:00Z) "
         f"or epoch milliseconds, got {value!r}"

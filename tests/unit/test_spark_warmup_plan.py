@@ -137,6 +137,19 @@ def with_change(path: str, value: object) -> dict[str, Any]:
         ("replays.0.partitions", [], "replays[0].partitions: must be \"all\""),
         ("replays.0.partitions", [0, -1], "replays[0].partitions: -1 is not a partition"),
         ("replays.0.partitions", [1, 1], "replays[0].partitions: lists a partition twice"),
+        ("replays.0.partitions", [2**31], "replays[0].partitions: 2147483648 is not a partition"),
+        ("replays.0.partitions", [10**30], "replays[0].partitions: 1000000000000000000000000000000 "
+         "is not a partition number (0 to 2147483647, as Kafka's)"),
+        ("replays.0.to_offset", 10**40, "replays[0].to_offset: must be a non-negative integer "
+         "offset (at most 9223372036854775807, as Kafka's)"),
+        ("replays.0.from_offset", 2**63, "replays[0].from_offset: must be a non-negative"),
+        ("replays.1.from_time", 10**30, "replays[1].from_time: 1000000000000000000000000000000 is "
+         "not a Kafka timestamp (epoch milliseconds from 0, 1970-01-01T00:00:00Z, to 922337"),
+        ("replays.1.from_time", -1, "replays[1].from_time: -1 is not a Kafka timestamp"),
+        ("replays.1.from_time", "1969-12-31T23:59:59Z",
+         "replays[1].from_time: '1969-12-31T23:59:59Z' is not a Kafka timestamp"),
+        ("assignment", {"orders-2147483648": "broker-1"},
+         "assignment.orders-2147483648: a key must be 'topic-partition'"),
         ("replays.0.from_offset", -1, "replays[0].from_offset: must be a non-negative integer"),
         ("replays.0.from_offset", "1000", "replays[0].from_offset: must be a non-negative"),
         ("replays.0.to_offset", 999, "replays[0].to_offset: 999 is before the start"),
