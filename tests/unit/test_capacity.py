@@ -211,6 +211,9 @@ def test_sizes_parse_and_bad_ones_name_the_option() -> None:
     for bad in ("12 parsecs", "0", ""):
         with pytest.raises(SizeError, match="--sizes"):
             parse_sizes(bad)
+    for huge in ("9" * 400 + "GiB", "9000000TiB", "9" * 20):
+        with pytest.raises(SizeError, match=r"^--sizes: '[09.]+(GiB|TiB)?' is too large \(at "):
+            parse_sizes(huge)
     assert default_sizes(64 * MiB, MiB, 3 * MiB)[:2] == [MiB, 2 * MiB]
     assert 3 * MiB in default_sizes(64 * MiB, MiB, 3 * MiB)
 

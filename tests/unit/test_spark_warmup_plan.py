@@ -167,6 +167,8 @@ def with_change(path: str, value: object) -> dict[str, Any]:
         ("warm_rate", {"broker-1": "0MiB/s"}, "warm_rate.broker-1: a rate must be positive"),
         ("block_size", "huge", "block_size: not a size"),
         ("block_size", 0, "block_size: must be positive"),
+        ("block_size", "9" * 400, "block_size: too large: '999"),
+        ("warm_rate", "9" * 400 + "/s", "warm_rate: too large: '999"),
         ("concurrency", 0, "concurrency: must be an integer from 1 to 64"),
         ("retries", 11, "retries: must be an integer from 0 to 10"),
         ("admin_token", "", "admin_token: must be a non-empty string"),

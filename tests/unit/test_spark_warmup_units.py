@@ -20,7 +20,8 @@ def test_parse_size(text: object, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["lots", "8 MiBs", "-1MiB", "", True, -5, 1.5, None, "1e6"])
+@pytest.mark.parametrize("bad", ["lots", "8 MiBs", "-1MiB", "", True, -5, 1.5, None, "1e6",
+                                 "9" * 400, "9" * 400 + "MiB", "9000000TiB"])
 def test_bad_sizes(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_size(bad)
