@@ -2,9 +2,11 @@
 
 Also runs under spark-submit (`spark-submit --master URL spark_warmup/__main__.py
 PLAN.json`, with the package importable). The plan is validated, and the Kafka
-cluster it names is read, before Spark starts, so a bad plan (or an unreachable
-cluster, an unknown group or topic) costs no JVM. Exit status: 0 when every
-planned segment was warmed, 1 when any failed, 2 for a plan that cannot run
+cluster it names is read, and the --report directory checked, before Spark
+starts, so a bad plan (or an unreachable cluster, an unknown group or topic, a
+report that could not be written) costs no JVM. Exit status: 0 when every
+planned segment was warmed, 1 when any failed or the report could not be
+written after all (the summary is printed first), 2 for a plan that cannot run
 (the message names the field).
 """
 
@@ -19,6 +21,7 @@ from pathlib import Path
 from sidecar.errors import MissingExtra
 
 PROG = "spark_warmup"
+MAX_PROGRESS_S = 86400  # a day: more is no progress line in any warm-up, and inf overflows
 
 try:
     from pyspark.sql import SparkSession
@@ -26,6 +29,7 @@ try:
     from spark_warmup.cluster import read_cluster
     from spark_warmup.job import run
     from spark_warmup.plan import PlanError, load_plan
+    from spark_warmup.writable import report_dir_problem
 except ImportError as missing:  # a plain `pip install .` has no spark extra
     if __name__ != "__main__":
         raise
@@ -96,9 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: error: --conf wants KEY=VALUE, got {item!r}", file=sys.stderr)
             return 2
         settings[key] = value
-    if args.progress < 0:
-        print(f"{PROG}: error: --progress must be 0 or more seconds, got {args.progress}",
-              file=sys.stderr)
+    # float() takes "inf" and "nan": the first kills the progress thread (Event.wait
+    # overflows), the second compares false everywhere and means no progress.
+    if not 0 <= args.progress <= MAX_PROGRESS_S:
+        print(f"{PROG}: error: --progress must be 0 (none) to {MAX_PROGRESS_S} seconds, "
+              f"got {args.progress}", file=sys.stderr)
+        return 2
+    if args.report is not None and (problem := report_dir_problem(args.report)) is not None:
+        print(f"{PROG}: error: --report {args.report}: {problem}", file=sys.stderr)
         return 2
     try:
         plan = load_plan(args.plan, os.environ)
@@ -122,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         spark.stop()
+    if result.report_error is not None:
+        print(f"{PROG}: error: {result.report_error}", file=sys.stderr)
     return result.exit_code
 
 

@@ -69,12 +69,15 @@ class RunResult:
     problems: tuple[str, ...] = ()
     groups: tuple[GroupLag, ...] = ()  # each group replay's lag and what it warms
     hashed: tuple[str, ...] = ()  # partitions routed by hashing (no cluster, no assignment)
+    # Why the report could not be written (the summary was printed all the same).
+    report_error: str | None = None
 
     @property
     def exit_code(self) -> int:
         """0 when every segment was warmed (or planned, for a dry run, with every
-        sidecar answering), 1 when any failed."""
-        return 0 if all(row.ok for row in self.rows) and not self.problems else 1
+        sidecar answering) and the report written, 1 otherwise."""
+        ok = all(row.ok for row in self.rows) and not self.problems
+        return 0 if ok and self.report_error is None else 1
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,6 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
             rows = warm(spark, plan, planned, sidecars)
         summary = summarize(rows, clock() - started, rates=rates)
     summary = replace(summary, hashed_partitions=len(chosen.routes.hashed))
-    if report_dir is not None:
-        write_report(spark, rows, summary, report_dir)
     print(format_summary(summary, rates, [row for row in rows if not row.ok]), file=out,
           flush=True)
     if chosen.routes.hashed:
@@ -138,7 +139,17 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
                          is not None)
         for problem in problems:
             print(f"dry run: {problem}", file=out, flush=True)
-    return RunResult(tuple(rows), summary, problems, chosen.groups, chosen.routes.hashed)
+    # Last, after the summary is out: a report that cannot be written (its directory
+    # was checked before Spark started, but a disk fills up) loses only itself.
+    report_error = None
+    if report_dir is not None:
+        try:
+            write_report(spark, rows, summary, report_dir)
+        except OSError as exc:
+            report_error = (f"cannot write the report under {report_dir}: "
+                            f"{exc.filename or report_dir}: {exc.strerror or exc}")
+    return RunResult(tuple(rows), summary, problems, chosen.groups, chosen.routes.hashed,
+                     report_error)
 
 
 def plan_segments(spark: SparkSession, plan: Plan,

@@ -108,6 +108,12 @@ _MAX_GROUP = 255
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _TOPIC_PARTITION = re.compile(r"(?P<topic>.+)-(?P<partition>0|[1-9][0-9]{0,9})")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# ASCII digits only: str.isdigit() also takes '²' and other scripts' digits, which
+# int() then refuses.
+_BROKER_ID = re.compile(r"0|[1-9][0-9]{0,9}")
+_PORT = re.compile(r"[0-9]{1,5}")
+_MAX_INT32 = 2**31 - 1  # Kafka's broker ids and partitions are int32s
+_MAX_INT64 = 2**63 - 1  # and its offsets and timestamps (epoch ms) int64s
 
 
 class PlanError(ValueError):
@@ -201,8 +207,16 @@ def load_plan(path: Path, env: Mapping[str, str]) -> Plan:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"cannot read the plan: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:  # JSON is UTF-8 (RFC 8259); Latin-1, UTF-16 are not
+        raise PlanError(f"not UTF-8 text: byte {exc.start} is {exc.object[exc.start]:#04x} "
+                        "(a JSON plan is UTF-8)") from None
     try:
-        document = json.loads(text, parse_constant=_no_constant)
+        document = json.loads(text, parse_constant=_no_constant,
+                              object_pairs_hook=_unique_keys)
+    except PlanError:
+        raise
+    except RecursionError:
+        raise PlanError("not JSON this job reads: nested too deeply") from None
     except ValueError as exc:
         raise PlanError(f"not JSON: {exc}") from None
     return parse_plan(document, env)
@@ -345,7 +359,7 @@ def _kafka(value: object) -> KafkaSpec:
         template = _template(template, "kafka.sidecar_url")
     broker_sidecars: dict[int, str] = {}
     for key, url in _mapping(kafka.get("sidecars", {}), "kafka.sidecars").items():
-        if not key.isdigit() or str(int(key)) != key:
+        if _BROKER_ID.fullmatch(key) is None or int(key) > _MAX_INT32:
             raise PlanError(f"kafka.sidecars.{key}: a key must be a broker id, e.g. \"1\"")
         broker_sidecars[int(key)] = _url(url, f"kafka.sidecars.{key}").rstrip("/")
     if template is None and not broker_sidecars:
@@ -392,7 +406,7 @@ def _bootstrap_servers(value: object) -> tuple[str, ...]:
     for item in items:
         server = item.strip() if isinstance(item, str) else ""
         host, _, port = server.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not host or _PORT.fullmatch(port) is None or not 0 < int(port) < 65536:
             raise PlanError(f"kafka.bootstrap_servers: {item!r} is not host:port")
         servers.append(server)
     return tuple(servers)
@@ -441,7 +455,8 @@ def _security(value: object) -> dict[str, str | bool]:
 def _assignment(value: object, sidecars: Mapping[str, str]) -> dict[str, str]:
     assignment = _mapping(value, "assignment")
     for key, node in assignment.items():
-        if _TOPIC_PARTITION.fullmatch(key) is None:
+        match = _TOPIC_PARTITION.fullmatch(key)
+        if match is None or int(match["partition"]) > _MAX_INT32:
             raise PlanError(f"assignment.{key}: a key must be 'topic-partition', e.g. 'orders-0'")
         if not isinstance(node, str) or node not in sidecars:
             raise PlanError(
@@ -491,8 +506,9 @@ def _partitions(value: object, where: str) -> tuple[int, ...] | None:
     if not isinstance(value, list) or not value:
         raise PlanError(f"{where}: must be \"all\" or a non-empty list of partition numbers")
     for item in value:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise PlanError(f"{where}: {item!r} is not a partition number")
+        if isinstance(item, bool) or not isinstance(item, int) or not 0 <= item <= _MAX_INT32:
+            raise PlanError(f"{where}: {item!r} is not a partition number "
+                            f"(0 to {_MAX_INT32}, as Kafka's)")
     if len(set(value)) != len(value):
         raise PlanError(f"{where}: lists a partition twice")
     return tuple(sorted(value))
@@ -509,22 +525,30 @@ def _optional(parse: Callable[[object, str], int], value: object, where: str) ->
 
 
 def _offset(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PlanError(f"{where}: must be a non-negative integer offset, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_INT64:
+        raise PlanError(f"{where}: must be a non-negative integer offset "
+                        f"(at most {_MAX_INT64}, as Kafka's), got {value!r}")
     return value
 
 
 def _time(value: object, where: str) -> int:
-    """Epoch milliseconds from an ISO 8601 time with a zone, or an int already in ms."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str):
+    """Epoch milliseconds from an ISO 8601 time with a zone, or an int already in ms;
+    either within Kafka's timestamps (int64 ms, none before 1970)."""
+    ms: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        ms = value
+    elif isinstance(value, str):
         try:
             moment = datetime.fromisoformat(value)
         except ValueError:
             moment = None
         if moment is not None and moment.tzinfo is not None:
-            return (moment - _EPOCH) // timedelta(milliseconds=1)
+            ms = (moment - _EPOCH) // timedelta(milliseconds=1)
+    if ms is not None:
+        if not 0 <= ms <= _MAX_INT64:
+            raise PlanError(f"{where}: {value!r} is not a Kafka timestamp (epoch milliseconds "
+                            f"from 0, 1970-01-01T00:00:00Z, to {_MAX_INT64})")
+        return ms
     raise PlanError(
         f"{where}: must be an ISO 8601 time with a zone (e.g. 2026-11-01T00:00:00Z) "
         f"or epoch milliseconds, got {value!r}"
@@ -580,14 +604,18 @@ def _bounded_int(value: object, where: str, low: int, high: int) -> int:
 
 
 def _url(value: object, where: str) -> str:
-    parts = urlsplit(value) if isinstance(value, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    if not isinstance(value, str):
+        raise PlanError(f"{where}: must be an http(s) URL, got {value!r}")
+    try:
+        parts = urlsplit(value)
+    except ValueError as exc:  # a bracketed host unclosed or not an address: "http://[::1"
+        raise PlanError(f"{where}: not a URL ({exc}): {value!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise PlanError(f"{where}: must be an http(s) URL, got {value!r}")
     try:
         parts.port  # noqa: B018  # raises on a port that is not a number
     except ValueError:
         raise PlanError(f"{where}: bad port in {value!r}") from None
-    assert isinstance(value, str)
     return value
 
 
@@ -609,6 +637,17 @@ def _known(document: Mapping[str, object], allowed: tuple[str, ...], where: str)
     if unknown:
         field = unknown[0] if where == "plan" else f"{where}.{unknown[0]}"
         raise PlanError(f"{field}: unknown field; allowed here: {', '.join(allowed)}")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose keys are each given once: json.loads keeps a repeated
+    key's last value and drops the first silently (a replay list, a sidecar)."""
+    document: dict[str, object] = {}
+    for key, value in pairs:
+        if key in document:
+            raise PlanError(f"{key}: given twice in the same JSON object; give each key once")
+        document[key] = value
+    return document
 
 
 def _no_constant(name: str) -> object:

@@ -14,6 +14,7 @@ _UNITS = {
     "t": 1000**4, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
+_MAX_SIZE = 2**63  # sizes and rates are int64s wherever they are kept (the report's table)
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
 
 
@@ -29,7 +30,17 @@ def parse_size(value: object) -> int:
     unit = match.group(2).lower() if match else ""
     if match is None or unit not in _UNITS:
         raise ValueError(f"not a size: {value!r} (expected e.g. 8MiB, 10GiB, 500MB or bytes)")
-    return int(float(match.group(1)) * _UNITS[unit])
+    scaled = float(match.group(1)) * _UNITS[unit]
+    # 309 digits and more are float infinity, which int() refuses with an OverflowError.
+    if not scaled < _MAX_SIZE:
+        raise ValueError(f"too large: {shorten(str(value))!r} (at most {_MAX_SIZE - 1} bytes)")
+    return int(scaled)
+
+
+def shorten(text: str, keep: int = 24) -> str:
+    """`text` cut to about `keep` characters for an error message: a value of
+    thousands of digits would otherwise fill the screen."""
+    return text if len(text) <= keep else f"{text[:keep - 8]}...{text[-5:]}"
 
 
 def parse_rate(value: object) -> float:

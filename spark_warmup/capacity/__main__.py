@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
 from sidecar.config.loading import flatten_sections, read_toml, unknown_key
 from sidecar.config.options import BY_NAME
 from sidecar.errors import ConfigError, MissingExtra
@@ -27,6 +28,8 @@ try:
     from spark_warmup.capacity.curve import SizeError, parse_sizes
     from spark_warmup.capacity.job import MAX_TRACE_REQUESTS, InputError, Options, run
     from spark_warmup.capacity.simulate import Settings
+    from spark_warmup.capacity.sources import matches_nothing
+    from spark_warmup.writable import report_dir_problem
 except ImportError as missing:  # a plain `pip install .` has no spark extra
     if __name__ != "__main__":
         raise
@@ -78,7 +81,12 @@ def replay_settings(config_file: Path | None = None) -> Settings:
     for a serving sidecar (an admin token off loopback, a keys file to read)
     depend on the secrets its own pod holds, which this job neither has nor
     needs, so the whole configuration is not built here."""
-    file_values = flatten_sections(read_toml(config_file)) if config_file is not None else {}
+    try:
+        file_values = flatten_sections(read_toml(config_file)) if config_file is not None \
+            else {}
+    except UnicodeDecodeError as exc:  # TOML is UTF-8; tomllib decodes before it parses
+        raise ConfigError(f"not UTF-8 text: byte {exc.start} is "
+                          f"{exc.object[exc.start]:#04x} (TOML is UTF-8)") from None
     unknown = sorted(set(file_values) - set(BY_NAME))
     if unknown:
         raise ConfigError(unknown_key(unknown[0]))
@@ -90,10 +98,18 @@ def replay_settings(config_file: Path | None = None) -> Settings:
             values[name] = option.parse(raw)
         except ConfigError as exc:
             raise ConfigError(f"config key {name}: {exc}") from None
+        except (OverflowError, ValueError):  # a size of 309 digits and more: float infinity
+            raise ConfigError(f"config key {name}: out of range: {raw!r}") from None
     block_size = int(values["block_size"])
+    # The sidecar refuses any other block size (sidecar.config.loading.validate).
+    if not MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE or block_size % 4096:
+        raise ConfigError("config key block_size: must be a multiple of 4KiB between 64KiB "
+                          f"and 256MiB, as the sidecar requires, got {block_size}")
+    max_coalesce = int(values["max_coalesce"])
     return Settings(
         block_size=block_size,
-        max_coalesce_bytes=int(values["max_coalesce"]),
+        # As the sidecar derives it (sidecar.config.loading.derive): whole blocks, at least one.
+        max_coalesce_bytes=max(block_size, max_coalesce - max_coalesce % block_size),
         read_ahead=bool(values["prefetch"]),
         # As the sidecar derives its window: whole blocks, at least one.
         max_window_bytes=max(1, int(values["prefetch_max_window"]) // block_size) * block_size,
@@ -121,6 +137,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(f"--target-hit-ratio must be in (0, 1], got {args.target_hit_ratio}")
     if args.max_trace < 1:
         return fail(f"--max-trace must be at least 1, got {args.max_trace}")
+    if (problem := report_dir_problem(args.report)) is not None:
+        return fail(f"--report {args.report}: {problem}")
+    # Some of several paths matching nothing is a problem the report lists; all of
+    # them, with no object store among them, leaves nothing to analyse at all.
+    if all(matches_nothing(path) for path in args.logs):
+        return fail("--logs: no such file, directory or match: " + ", ".join(args.logs))
     try:
         sizes = parse_sizes(args.sizes) if args.sizes else None
     except SizeError as exc:

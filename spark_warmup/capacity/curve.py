@@ -7,6 +7,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from spark_warmup.units import shorten
+
 # Fractions of a node's footprint (the bytes of every object it served) the
 # curve is drawn at when no sizes are given: dense where hit ratios change most.
 FOOTPRINT_FRACTIONS = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 3 / 16, 1 / 4, 3 / 8, 1 / 2, 3 / 4, 1.0,
@@ -20,6 +22,9 @@ class SizeError(ValueError):
     pass
 
 
+_MAX_SIZE = 2**63
+
+
 def parse_sizes(text: str) -> list[int]:
     """`64GiB,128GiB,...` -> bytes, ascending, without repeats."""
     sizes: set[int] = set()
@@ -28,7 +33,13 @@ def parse_sizes(text: str) -> list[int]:
         unit = match.group(2).upper() if match else ""
         if match is None or unit not in _UNITS:
             raise SizeError(f"--sizes: {item.strip()!r} is not a size (e.g. 64GiB, 500MB)")
-        value = int(float(match.group(1)) * _UNITS[unit])
+        scaled = float(match.group(1)) * _UNITS[unit]
+        # 309 digits and more are float infinity, which int() refuses; the report's
+        # tables hold sizes as int64s.
+        if not scaled < _MAX_SIZE:
+            raise SizeError(f"--sizes: {shorten(item.strip())!r} is too large "
+                            f"(at most {_MAX_SIZE - 1} bytes)")
+        value = int(scaled)
         if value <= 0:
             raise SizeError(f"--sizes: {item.strip()!r} is not a positive size")
         sizes.add(value)

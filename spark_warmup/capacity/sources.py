@@ -64,6 +64,12 @@ def expand(paths: Sequence[str], s3: Any | None = None,
     return splits, missing
 
 
+def matches_nothing(path: str) -> bool:
+    """Whether a local PATH (not s3://) names no file: checked on the driver before
+    Spark starts, where an object store's listing is left to the executors."""
+    return not path.startswith("s3://") and not _files(path)
+
+
 def _files(path: str) -> list[str]:
     if os.path.isdir(path):
         return [os.path.join(root, name) for root, _, names in os.walk(path)

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -361,6 +362,28 @@ def test_bad_arguments_exit_2_naming_them(tmp_path: Path) -> None:
                           "--master", "local[1]", "--conf", "spark.ui.enabled=false")
     assert result.returncode == 2, result.stderr[-2000:]
     assert "no object read in the logs" in result.stderr and "1 malformed" in result.stderr
+
+
+def test_a_report_or_logs_that_cannot_be_used_exit_2_before_spark_starts(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "access.log"
+    log.write_text("{not json\n")
+    taken = tmp_path / "report"
+    taken.write_text("a file, not a directory")
+    started = time.monotonic()
+    result = run_capacity("--logs", str(log), "--report", str(taken / "run"))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.strip() == (f"spark_warmup.capacity: error: --report {taken / 'run'}: "
+                                     f"cannot be created: {taken} is not a directory")
+    missing = [str(tmp_path / "gone.log"), str(tmp_path / "nope-*.log")]
+    result = run_capacity("--logs", missing[0], "--logs", missing[1],
+                          "--report", str(tmp_path / "r"))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.strip() == ("spark_warmup.capacity: error: --logs: no such file, "
+                                     f"directory or match: {missing[0]}, {missing[1]}")
+    assert not (tmp_path / "r").exists()
+    assert time.monotonic() - started < 15  # no JVM was started for either
 
 
 def test_the_analysis_on_a_standalone_cluster(

@@ -394,6 +394,34 @@ def test_a_bad_plan_exits_2_before_spark_starts(tmp_path: Path) -> None:
     assert time.monotonic() - started < 15  # no JVM was started for it
 
 
+def test_a_report_directory_that_cannot_be_written_exits_2_before_spark_starts(
+    tmp_path: Path,
+) -> None:
+    taken = tmp_path / "report"
+    taken.write_text("a file, not a directory")
+    started = time.monotonic()
+    result = run_cli(str(tmp_path / "plan.json"), "--master", "local[1]", "--report", str(taken))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.strip() == f"spark_warmup: error: --report {taken}: is not a directory"
+    assert time.monotonic() - started < 15  # no JVM was started for it
+
+
+def test_a_report_that_fails_at_the_end_still_leaves_the_summary(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    tmp_path: Path,
+) -> None:
+    taken = tmp_path / "report"
+    taken.write_text("a file, not a directory")  # where the report would go: now a file
+    out = io.StringIO()
+    result = run(spark, parse_plan(plan_document(local_s3, data, sidecars), env=WARM_ENV),
+                 out=out, dry_run=True, report_dir=taken)
+    assert result.exit_code == 1
+    assert result.report_error is not None
+    assert result.report_error.startswith(f"cannot write the report under {taken}: ")
+    assert "\n" not in result.report_error
+    assert "dry run: " in out.getvalue() and "; estimated " in out.getvalue()  # the summary
+
+
 # -- plans that name the Kafka cluster ------------------------------------------
 # A Kafka-protocol stand-in (tests/support/kafka_broker.py) answers for brokers 1
 # and 2; the sidecars "a" and "b" are theirs. orders-0 is led by broker 2 and

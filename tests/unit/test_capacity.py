@@ -36,7 +36,13 @@ from spark_warmup.capacity.landing import FetchTimes, time_bin
 from spark_warmup.capacity.report import render_html, size_ticks, time_ticks, unreached_note
 from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
 from spark_warmup.capacity.simulate import Read, Replay, Settings, replay
-from spark_warmup.capacity.sources import Split, Unreadable, expand, read_split
+from spark_warmup.capacity.sources import (
+    Split,
+    Unreadable,
+    expand,
+    matches_nothing,
+    read_split,
+)
 from spark_warmup.capacity.trace import Fetch, Malformed, Other, Request, parse_line
 
 MiB = 1024 * 1024
@@ -131,6 +137,16 @@ def test_splits_hand_every_line_to_exactly_one_reader(tmp_path: Path) -> None:
     assert read == lines
 
 
+def test_a_local_path_that_matches_nothing_is_known_before_reading(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text("{}\n")
+    assert not matches_nothing(str(tmp_path))
+    assert not matches_nothing(str(tmp_path / "*.log"))
+    assert matches_nothing(str(tmp_path / "nope*"))
+    assert matches_nothing(str(tmp_path / "gone.log"))
+    # An object store's prefix is listed on the executors, not here.
+    assert not matches_nothing("s3://bucket/nothing-here/")
+
+
 def test_an_unreadable_split_says_so_instead_of_failing(tmp_path: Path) -> None:
     (gone,) = read_split(Split(str(tmp_path / "gone.log"), 0, 10))
     assert isinstance(gone, Unreadable) and "gone.log" in gone.source
@@ -195,6 +211,9 @@ def test_sizes_parse_and_bad_ones_name_the_option() -> None:
     for bad in ("12 parsecs", "0", ""):
         with pytest.raises(SizeError, match="--sizes"):
             parse_sizes(bad)
+    for huge in ("9" * 400 + "GiB", "9000000TiB", "9" * 20):
+        with pytest.raises(SizeError, match=r"^--sizes: '[09.]+(GiB|TiB)?' is too large \(at "):
+            parse_sizes(huge)
     assert default_sizes(64 * MiB, MiB, 3 * MiB)[:2] == [MiB, 2 * MiB]
     assert 3 * MiB in default_sizes(64 * MiB, MiB, 3 * MiB)
 

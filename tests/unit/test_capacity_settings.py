@@ -46,10 +46,31 @@ def test_a_file_with_other_values_is_followed(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ('blok_size = "4MiB"\n', "unknown config key 'blok_size'"),
     ('block_size = "four"\n', "config key block_size"),
+    ('block_size = "0"\n', "config key block_size: must be a multiple of 4KiB between 64KiB "
+     "and 256MiB, as the sidecar requires, got 0"),
+    ('block_size = "1"\n', "config key block_size: must be a multiple of 4KiB"),
+    ('block_size = "65540"\n', "config key block_size: must be a multiple of 4KiB"),
+    ('block_size = "512MiB"\n', "config key block_size: must be a multiple of 4KiB"),
+    # Refused as out of range here, or by the sidecar's own parser once it says so itself.
+    (f'block_size = "{"9" * 400}MiB"\n', "config key block_size: "),
 ])
 def test_a_bad_file_is_refused_with_the_key_named(tmp_path: Path, text: str,
                                                   message: str) -> None:
     path = tmp_path / "sidecar.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
+        replay_settings(path)
+
+
+def test_max_coalesce_is_whole_blocks_as_the_sidecar_derives_it(tmp_path: Path) -> None:
+    path = tmp_path / "sidecar.toml"
+    for given, expected in (("0", 4), ("6MiB", 4), ("10MiB", 8), ("64MiB", 64)):
+        path.write_text(f'block_size = "4MiB"\nmax_coalesce = "{given}"\n')
+        assert replay_settings(path).max_coalesce_bytes == expected * 1024 * 1024, given
+
+
+def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "sidecar.toml"
+    path.write_bytes('layout_prefix = "caf\u00e9/"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"^not UTF-8 text: byte 20 is 0xe9 \(TOML is UTF-8\)$"):
         replay_settings(path)

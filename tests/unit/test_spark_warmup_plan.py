@@ -114,6 +114,10 @@ def with_change(path: str, value: object) -> dict[str, Any]:
         ("origin", "http://x", "origin: must be a JSON object"),
         ("origin.endpoint", "ftp://x", "origin.endpoint: must be an http(s) URL"),
         ("origin.endpoint", "http://host:port", "origin.endpoint: bad port"),
+        ("origin.endpoint", "http://[::1", "origin.endpoint: not a URL (Invalid IPv6 URL)"),
+        ("origin.endpoint", "http://[zz]:9000", "origin.endpoint: not a URL ("),
+        ("origin.endpoint", "http://h:\u00b2", "origin.endpoint: bad port"),
+        ("sidecars.broker-1", "http://[::1", "sidecars.broker-1: a bracketed IPv6 host"),
         ("origin.bucket", ..., "origin.bucket: missing"),
         ("origin.bucket", "Not_A_Bucket", "origin.bucket: not an S3 bucket name"),
         ("origin.prefix", 5, "origin.prefix: must be a string"),
@@ -133,6 +137,19 @@ def with_change(path: str, value: object) -> dict[str, Any]:
         ("replays.0.partitions", [], "replays[0].partitions: must be \"all\""),
         ("replays.0.partitions", [0, -1], "replays[0].partitions: -1 is not a partition"),
         ("replays.0.partitions", [1, 1], "replays[0].partitions: lists a partition twice"),
+        ("replays.0.partitions", [2**31], "replays[0].partitions: 2147483648 is not a partition"),
+        ("replays.0.partitions", [10**30], "replays[0].partitions: 1000000000000000000000000000000 "
+         "is not a partition number (0 to 2147483647, as Kafka's)"),
+        ("replays.0.to_offset", 10**40, "replays[0].to_offset: must be a non-negative integer "
+         "offset (at most 9223372036854775807, as Kafka's)"),
+        ("replays.0.from_offset", 2**63, "replays[0].from_offset: must be a non-negative"),
+        ("replays.1.from_time", 10**30, "replays[1].from_time: 1000000000000000000000000000000 is "
+         "not a Kafka timestamp (epoch milliseconds from 0, 1970-01-01T00:00:00Z, to 922337"),
+        ("replays.1.from_time", -1, "replays[1].from_time: -1 is not a Kafka timestamp"),
+        ("replays.1.from_time", "1969-12-31T23:59:59Z",
+         "replays[1].from_time: '1969-12-31T23:59:59Z' is not a Kafka timestamp"),
+        ("assignment", {"orders-2147483648": "broker-1"},
+         "assignment.orders-2147483648: a key must be 'topic-partition'"),
         ("replays.0.from_offset", -1, "replays[0].from_offset: must be a non-negative integer"),
         ("replays.0.from_offset", "1000", "replays[0].from_offset: must be a non-negative"),
         ("replays.0.to_offset", 999, "replays[0].to_offset: 999 is before the start"),
@@ -150,6 +167,8 @@ def with_change(path: str, value: object) -> dict[str, Any]:
         ("warm_rate", {"broker-1": "0MiB/s"}, "warm_rate.broker-1: a rate must be positive"),
         ("block_size", "huge", "block_size: not a size"),
         ("block_size", 0, "block_size: must be positive"),
+        ("block_size", "9" * 400, "block_size: too large: '999"),
+        ("warm_rate", "9" * 400 + "/s", "warm_rate: too large: '999"),
         ("concurrency", 0, "concurrency: must be an integer from 1 to 64"),
         ("retries", 11, "retries: must be an integer from 0 to 10"),
         ("admin_token", "", "admin_token: must be a non-empty string"),
@@ -177,3 +196,35 @@ def test_load_plan_reports_unreadable_and_non_json_files(tmp_path: Path) -> None
     good = tmp_path / "plan.json"
     good.write_text(json.dumps(DESIGN_EXAMPLE))
     assert load_plan(good, env={}).ttl_s == 7200.0
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('{"replays": [{"topic": "a"}], "replays": [{"topic": "b"}]}', "replays"),
+        ('{"sidecars": {"n1": "http://10.0.0.1:9331", "n1": "http://10.0.0.2:9331"}}', "n1"),
+        ('{"replays": [{"topic": "a", "topic": "b"}]}', "topic"),
+    ],
+)
+def test_a_key_given_twice_is_refused_not_dropped(tmp_path: Path, text: str, key: str) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(text)
+    with pytest.raises(PlanError) as caught:
+        load_plan(plan, env={})
+    assert str(caught.value) == f"{key}: given twice in the same JSON object; give each key once"
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
+def test_a_plan_that_is_not_utf8_is_refused(tmp_path: Path, encoding: str) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(json.dumps({**DESIGN_EXAMPLE, "admin_token": "clé"},
+                                ensure_ascii=False).encode(encoding))
+    with pytest.raises(PlanError, match=r"^not UTF-8 text: byte \d+ is 0x[0-9a-f]{2} "):
+        load_plan(plan, env={})
+
+
+def test_a_plan_nested_too_deeply_is_refused(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(PlanError, match=r"^not JSON this job reads: nested too deeply$"):
+        load_plan(plan, env={})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_warmup.__main__ import local_environment, session_settings
+from spark_warmup.__main__ import local_environment, main, session_settings
 from spark_warmup.outcome import WarmRow, format_summary, summarize
 from spark_warmup.units import format_bytes, parse_rate, parse_size
 
@@ -20,7 +20,8 @@ def test_parse_size(text: object, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["lots", "8 MiBs", "-1MiB", "", True, -5, 1.5, None, "1e6"])
+@pytest.mark.parametrize("bad", ["lots", "8 MiBs", "-1MiB", "", True, -5, 1.5, None, "1e6",
+                                 "9" * 400, "9" * 400 + "MiB", "9000000TiB"])
 def test_bad_sizes(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_size(bad)
@@ -144,3 +145,13 @@ def test_a_local_jvm_binds_its_web_ui_to_loopback_unless_told_otherwise(
     master: str | None, env: dict[str, str], set_ip: str | None
 ) -> None:
     assert local_environment(master, env).get("SPARK_LOCAL_IP") == set_ip
+
+
+@pytest.mark.parametrize("seconds", ["inf", "1e300", "nan", "-1", "86401"])
+def test_a_progress_interval_that_cannot_be_kept_is_refused(
+    seconds: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Refused before the plan is read (it does not exist) and before Spark starts.
+    assert main(["no-such-plan.json", "--progress", seconds]) == 2
+    assert capsys.readouterr().err == ("spark_warmup: error: --progress must be 0 (none) to "
+                                       f"86400 seconds, got {float(seconds)}\n")
