@@ -90,7 +90,8 @@ def discover_topic(origin: OriginSpec, topic: str) -> TopicListing:
                 continue
             for partition_dir in _common_prefixes(client, origin.bucket, directory):
                 number = partition_dir[len(directory):-1]
-                if number.isdigit() and str(int(number)) == number:
+                # ASCII digits only: str.isdigit takes "²", which int() refuses.
+                if number.isascii() and number.isdigit() and str(int(number)) == number:
                     partitions.append((int(number), partition_dir))
         return TopicListing(topic, tuple(sorted(partitions)))
     except Exception as exc:  # reported to the driver as a value

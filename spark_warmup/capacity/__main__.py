@@ -81,12 +81,8 @@ def replay_settings(config_file: Path | None = None) -> Settings:
     for a serving sidecar (an admin token off loopback, a keys file to read)
     depend on the secrets its own pod holds, which this job neither has nor
     needs, so the whole configuration is not built here."""
-    try:
-        file_values = flatten_sections(read_toml(config_file)) if config_file is not None \
-            else {}
-    except UnicodeDecodeError as exc:  # TOML is UTF-8; tomllib decodes before it parses
-        raise ConfigError(f"not UTF-8 text: byte {exc.start} is "
-                          f"{exc.object[exc.start]:#04x} (TOML is UTF-8)") from None
+    # read_toml: a file that is not UTF-8 (or not TOML) is a ConfigError.
+    file_values = flatten_sections(read_toml(config_file)) if config_file is not None else {}
     unknown = sorted(set(file_values) - set(BY_NAME))
     if unknown:
         raise ConfigError(unknown_key(unknown[0]))

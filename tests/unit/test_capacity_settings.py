@@ -72,5 +72,5 @@ def test_max_coalesce_is_whole_blocks_as_the_sidecar_derives_it(tmp_path: Path) 
 def test_a_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "sidecar.toml"
     path.write_bytes('layout_prefix = "caf\u00e9/"\n'.encode("latin-1"))
-    with pytest.raises(ConfigError, match=r"^not UTF-8 text: byte 20 is 0xe9 \(TOML is UTF-8\)$"):
+    with pytest.raises(ConfigError, match=r"sidecar.toml is not UTF-8 \(byte 20\)"):
         replay_settings(path)
