@@ -378,8 +378,7 @@ def _admin_call(args: argparse.Namespace, method: str, path: str,
                 body: dict[str, Any] | None = None) -> dict[str, Any]:
     """One call to the admin port, with the admin token when one is found
     (mutating calls: required). ConfigError (exit 2) saying what went wrong."""
-    admin = args.admin if "://" in args.admin else f"http://{args.admin}"
-    url = admin.rstrip("/") + path
+    url = args.admin.rstrip("/") + path  # a URL already (_http_url)
     token = client_token(os.environ, args.admin_token_file)
     if token is None and method != "GET":
         raise ConfigError("no admin token found: set SIDECAR_ADMIN_TOKEN, "

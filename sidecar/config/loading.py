@@ -199,9 +199,7 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {
         "cache": {
             "directory": Path(values["cache_dir"]),
-            # Whole blocks, at least one.
-            "max_coalesce_bytes": max(block_size, values["max_coalesce"]
-                                      - values["max_coalesce"] % block_size),
+            "max_coalesce_bytes": coalesce_bytes(values["max_coalesce"], block_size),
         },
         "prefetch": {
             "max_window_blocks": max(1, values["prefetch_max_window"] // block_size),
@@ -224,13 +222,24 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def coalesce_bytes(max_coalesce: int, block_size: int) -> int:
+    """max_coalesce as the sidecar applies it: whole blocks, at least one."""
+    return max(block_size, max_coalesce - max_coalesce % block_size)
+
+
+def block_size_refused(block_size: int) -> bool:
+    """Whether the sidecar refuses this block size (BLOCK_SIZE_RULE)."""
+    return not MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE or block_size % 4096 != 0
+
+
+BLOCK_SIZE_RULE = "must be a multiple of 4KiB between 64KiB and 256MiB"
+
+
 def validate(values: Mapping[str, Any]) -> None:
     """The checks that take more than one option, with what to change."""
     block_size: int = values["block_size"]
-    if not MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE or block_size % 4096:
-        raise ConfigError(
-            f"--block-size must be a multiple of 4KiB between 64KiB and 256MiB, got {block_size}"
-        )
+    if block_size_refused(block_size):
+        raise ConfigError(f"--block-size {BLOCK_SIZE_RULE}, got {block_size}")
     for option in OPTIONS:
         if option.required and values[option.name] is None:
             raise ConfigError(f"{option.cli} is required: the {option.help}")

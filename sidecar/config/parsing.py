@@ -149,7 +149,7 @@ class HostPort:
 def parse_host_port(value: object) -> HostPort:
     host, sep, port = str(value).strip().rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+    if not sep or not host or not _digits(port) or int(port) > 65535:
         raise ConfigError(f"not a HOST:PORT address: {value!r}")
     return HostPort(host, int(port))
 
@@ -242,7 +242,7 @@ def parse_ionice(value: object) -> tuple[str, int] | None:
     if text in ("", "none"):
         return None
     name, _, level = text.partition(":")
-    if name not in ("best-effort", "idle", "realtime") or (level and not level.isdigit()):
+    if name not in ("best-effort", "idle", "realtime") or (level and not _digits(level)):
         raise ConfigError(f"not an I/O priority: {value!r} (expected e.g. best-effort:7 or idle)")
     number = int(level) if level else 4
     if not 0 <= number <= 7:

@@ -16,8 +16,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
-from sidecar.config.loading import flatten_sections, read_toml, unknown_key
+from sidecar.config.loading import (
+    BLOCK_SIZE_RULE,
+    block_size_refused,
+    coalesce_bytes,
+    flatten_sections,
+    read_toml,
+    unknown_key,
+)
 from sidecar.config.options import BY_NAME
 from sidecar.errors import ConfigError, MissingExtra
 
@@ -94,18 +100,13 @@ def replay_settings(config_file: Path | None = None) -> Settings:
             values[name] = option.parse(raw)
         except ConfigError as exc:
             raise ConfigError(f"config key {name}: {exc}") from None
-        except (OverflowError, ValueError):  # a size of 309 digits and more: float infinity
-            raise ConfigError(f"config key {name}: out of range: {raw!r}") from None
     block_size = int(values["block_size"])
-    # The sidecar refuses any other block size (sidecar.config.loading.validate).
-    if not MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE or block_size % 4096:
-        raise ConfigError("config key block_size: must be a multiple of 4KiB between 64KiB "
-                          f"and 256MiB, as the sidecar requires, got {block_size}")
-    max_coalesce = int(values["max_coalesce"])
+    if block_size_refused(block_size):
+        raise ConfigError(f"config key block_size: {BLOCK_SIZE_RULE}, as the sidecar "
+                          f"requires, got {block_size}")
     return Settings(
         block_size=block_size,
-        # As the sidecar derives it (sidecar.config.loading.derive): whole blocks, at least one.
-        max_coalesce_bytes=max(block_size, max_coalesce - max_coalesce % block_size),
+        max_coalesce_bytes=coalesce_bytes(int(values["max_coalesce"]), block_size),
         read_ahead=bool(values["prefetch"]),
         # As the sidecar derives its window: whole blocks, at least one.
         max_window_bytes=max(1, int(values["prefetch_max_window"]) // block_size) * block_size,
