@@ -36,12 +36,16 @@ the copies into the file are made outside it.
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import logging
 import mmap
 import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
+
+import psutil
 
 from sidecar.cache.tier_regions import Key, RegionTable, TierCounts
 
@@ -53,6 +57,20 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 Bytes = bytes | bytearray | memoryview
+
+# cgroup v2's limit of the container the sidecar runs in ("max": none).
+_CGROUP_MEMORY_MAX = Path("/sys/fs/cgroup/memory.max")
+
+
+def memory_bytes() -> int:
+    """The memory the tier could ever have: the machine's, or the container's
+    limit where it is lower (the tier's shared memory counts toward it)."""
+    total = int(psutil.virtual_memory().total)
+    try:
+        limit = _CGROUP_MEMORY_MAX.read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isascii() and limit.isdigit() else total
 
 
 class TierSlice:
@@ -99,8 +117,13 @@ class MemoryTier:
             raise ValueError(f"memory_tier {size_bytes} cannot hold one chunk of "
                              f"{region_size} bytes")
         self.size_bytes = regions * self.region_size
-        self._table = RegionTable(regions, self.region_size)
-        self._lock = threading.Lock()
+        available = memory_bytes()
+        if self.size_bytes > available:
+            # The file and its mapping would be made (they are only address
+            # space until written), but the tier could never fill: refused
+            # before the table, which takes seconds for a mistyped size.
+            raise OSError(errno.ENOMEM, f"more than the {available} bytes of memory "
+                                        f"this machine or container has")
         self.fd = os.memfd_create("sidecar-memory-tier", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(self.fd, self.size_bytes)
@@ -110,6 +133,8 @@ class MemoryTier:
         except BaseException:
             os.close(self.fd)
             raise
+        self._table = RegionTable(regions, self.region_size)
+        self._lock = threading.Lock()
         self._closed = False
         self._users = 0  # fills and sends under way
 

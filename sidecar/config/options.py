@@ -240,7 +240,8 @@ OPTIONS: tuple[Option, ...] = (
            "memory of the sidecar's own (a sealed memfd, counted as shared memory, not RSS) "
            "for verified chunks sent with sendfile: no disk read, no second hash; auto: "
            "cache_size/8 up to 256MiB; 0: none (the default: it pays only where re-read data "
-           "fits in it, and the container must be given its memory; see deploy/README.md)",
+           "fits in it, and the container must be given its memory; see deploy/README.md); "
+           "more than the machine's or the container's memory is refused at start",
            "SIZE|auto", flag=False, group="cache",
            field="cache.memory_tier"),
     Option("scrub_rate", parse_rate, "64MiB/s",

@@ -94,6 +94,7 @@ def test_a_memory_tier_the_machine_cannot_give_is_named(tmp_path: Path,
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot set up a 109951162777600-byte memory_tier" in lines[0], \
         result.stderr
+    assert "bytes of memory this machine or container has" in lines[0], result.stderr
 
 
 def test_unreachable_origin_is_worth_a_retry(tmp_path: Path) -> None:

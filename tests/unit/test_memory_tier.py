@@ -445,3 +445,14 @@ def test_a_tier_of_size_zero_is_none_and_too_small_a_one_is_refused() -> None:
     assert MemoryTier.create(0, MiB) is None
     with pytest.raises(ValueError, match="one chunk"):
         MemoryTier(MiB - 1, MiB)
+
+
+def test_a_tier_larger_than_the_memory_here_is_refused_before_its_table_is_built() -> None:
+    """Its file and mapping would be made (address space only), and a table of
+    millions of regions takes seconds: a mistyped size fails at once instead."""
+    from sidecar.cache.memory_tier import memory_bytes
+
+    region = 4 * MiB
+    too_big = (memory_bytes() // region + 1) * region
+    with pytest.raises(OSError, match="bytes of memory this machine or container has"):
+        MemoryTier(too_big, region)
