@@ -328,26 +328,6 @@ async def test_the_report_draws_its_charts_in_chromium(
     assert NODE in state["text"] and "not JSON" in state["text"]
 
 
-def test_logs_in_the_object_store_are_read_on_the_executors(
-    analysed: Analysed, local_s3: LocalS3, origin_s3: Any, tmp_path: Path,
-) -> None:
-    bucket = "logs-" + os.urandom(4).hex()
-    origin_s3.create_bucket(Bucket=bucket)
-    origin_s3.put_object(Bucket=bucket, Key="sidecar/broker-a/access.log",
-                         Body=analysed.small.log.read_bytes())
-    report = tmp_path / "report"
-    result = run_capacity(
-        "--logs", f"s3://{bucket}/sidecar/", "--logs", f"s3://{bucket}/nothing-here/",
-        "--report", str(report), "--master", "local[2]",
-        "--sizes", f"{SMALL_CACHE},{LARGE_CACHE},{2 * LARGE_CACHE}",
-        "--sidecar-config", str(analysed.config), "--conf", "spark.ui.enabled=false",
-        env={"AWS_ENDPOINT_URL": local_s3.endpoint})
-    assert result.returncode == 0, result.stderr[-4000:]
-    summary = json.loads((report / "summary.json").read_text())
-    assert summary["nodes"] == analysed.summary["nodes"]
-    assert any(f"s3://{bucket}/nothing-here/" in p["reason"] for p in summary["problems"])
-
-
 def test_bad_arguments_exit_2_naming_them(tmp_path: Path) -> None:
     log = tmp_path / "access.log"
     log.write_text("{not json\n")
@@ -386,20 +366,30 @@ def test_a_report_or_logs_that_cannot_be_used_exit_2_before_spark_starts(
     assert time.monotonic() - started < 15  # no JVM was started for either
 
 
-def test_the_analysis_on_a_standalone_cluster(
-    analysed: Analysed, spark_standalone: StandaloneCluster, executor_venv: Path, tmp_path: Path,
+def test_logs_in_the_object_store_are_read_on_a_standalone_clusters_executors(
+    analysed: Analysed, spark_standalone: StandaloneCluster, executor_venv: Path,
+    local_s3: LocalS3, origin_s3: Any, tmp_path: Path,
 ) -> None:
-    """Executors without the project installed: the job ships what the replay imports."""
+    """Executors without the project installed (the job ships what the replay
+    imports) read the logs from the object store: the same curve as the local
+    run of the same log, and a prefix holding nothing named as a problem."""
+    bucket = "logs-" + os.urandom(4).hex()
+    origin_s3.create_bucket(Bucket=bucket)
+    origin_s3.put_object(Bucket=bucket, Key="sidecar/broker-a/access.log",
+                         Body=analysed.small.log.read_bytes())
     report = tmp_path / "report"
     result = run_capacity(
-        "--logs", str(analysed.small.log), "--report", str(report),
-        "--master", spark_standalone.url,
+        "--logs", f"s3://{bucket}/sidecar/", "--logs", f"s3://{bucket}/nothing-here/",
+        "--report", str(report), "--master", spark_standalone.url,
         "--sizes", f"{SMALL_CACHE},{LARGE_CACHE},{2 * LARGE_CACHE}",
         "--sidecar-config", str(analysed.config),
         "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=512m",
         "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.driver.bindAddress=127.0.0.1",
-        env={"PYSPARK_PYTHON": str(executor_venv)})
+        # The store the executors read, as an operator names it to a cluster.
+        "--conf", f"spark.executorEnv.AWS_ENDPOINT_URL={local_s3.endpoint}",
+        env={"PYSPARK_PYTHON": str(executor_venv), "AWS_ENDPOINT_URL": local_s3.endpoint})
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads((report / "summary.json").read_text())
-    assert summary["nodes"][NODE]["curve"] == analysed.summary["nodes"][NODE]["curve"]
+    assert summary["nodes"] == analysed.summary["nodes"]
+    assert any(f"s3://{bucket}/nothing-here/" in p["reason"] for p in summary["problems"])

@@ -53,7 +53,7 @@ from tests.support.kafka_broker import (
     FixturePartition,
     running_cluster,
 )
-from tests.support.processes import SidecarProcess
+from tests.support.processes import SidecarProcess, start_together, stop_together
 from tests.support.replay_cli import replay_json
 from tests.support.s3_clients import s3_client
 from tests.support.spark_cluster import StandaloneCluster
@@ -123,19 +123,16 @@ def spark(local_s3: LocalS3) -> Iterator[SparkSession]:
 
 @pytest.fixture()
 def sidecars(local_s3: LocalS3, tmp_path: Path) -> Iterator[dict[str, SidecarProcess]]:
-    started: dict[str, SidecarProcess] = {}
+    for node in NODES:
+        (tmp_path / f"cache-{node}").mkdir()
+    started = dict(zip(NODES, start_together(
+        SidecarProcess(local_s3.endpoint, tmp_path / f"cache-{node}", "--block-size", "1MiB",
+                       "--cache-size", "64MiB", env=WARM_ENV)
+        for node in NODES), strict=True))
     try:
-        for node in NODES:
-            cache = tmp_path / f"cache-{node}"
-            cache.mkdir()
-            started[node] = SidecarProcess(
-                local_s3.endpoint, cache, "--block-size", "1MiB", "--cache-size", "64MiB",
-                env=WARM_ENV,
-            ).__enter__()
         yield started
     finally:
-        for process in started.values():
-            process.stop()
+        stop_together(started.values())
 
 
 def iso(ms: int) -> str:

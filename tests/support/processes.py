@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
@@ -42,8 +43,15 @@ class SidecarProcess:
         self.env = env or {}
         self._process: subprocess.Popen[str] | None = None
         self._pumps: list[threading.Thread] = []
+        self._ready_lines: queue.Queue[str] = queue.Queue()
+        self._terminated = False
 
     def __enter__(self) -> SidecarProcess:
+        return self.launch().await_ready()
+
+    def launch(self) -> SidecarProcess:
+        """The process started; ``await_ready`` waits for its ready line. Apart,
+        so that several sidecars start side by side (``start_together``)."""
         # Tests read with plain HTTP as often as with an SDK: anonymous reads
         # are opted into here (writes still need a signature, which the SDK
         # clients make with the same credentials as the sidecar's origin ones).
@@ -53,18 +61,21 @@ class SidecarProcess:
         self._process = subprocess.Popen(
             self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
-        lines: queue.Queue[str] = queue.Queue()
         assert self._process.stdout is not None and self._process.stderr is not None
         self._pumps = [
-            threading.Thread(target=_pump, args=(self._process.stdout, lines.put), daemon=True),
+            threading.Thread(target=_pump, args=(self._process.stdout, self._ready_lines.put),
+                             daemon=True),
             threading.Thread(
                 target=_pump, args=(self._process.stderr, self.stderr_lines.append), daemon=True
             ),
         ]
         for pump in self._pumps:
             pump.start()
+        return self
+
+    def await_ready(self) -> SidecarProcess:
         try:
-            ready = json.loads(lines.get(timeout=START_TIMEOUT_S))
+            ready = json.loads(self._ready_lines.get(timeout=START_TIMEOUT_S))
         except queue.Empty:
             self.stop()
             raise RuntimeError(f"sidecar did not start: {''.join(self.stderr_lines)}") from None
@@ -107,11 +118,17 @@ class SidecarProcess:
         self._process.kill()
         self.stop()
 
+    def terminate(self) -> None:
+        """SIGTERM, not waited for: ``stop`` waits (``stop_together``)."""
+        if self._process is not None and self._process.poll() is None and not self._terminated:
+            self._process.send_signal(signal.SIGTERM)
+            self._terminated = True
+
     def stop(self) -> int | None:
         if self._process is None:
             return None
         if self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 self._process.wait(timeout=15)
             except subprocess.TimeoutExpired:
@@ -147,6 +164,30 @@ class SidecarProcess:
         with urllib.request.urlopen(self.admin_url + "/api/v1/stats", timeout=10) as response:
             result: dict[str, object] = json.load(response)
             return result
+
+
+def start_together(processes: Iterable[SidecarProcess]) -> list[SidecarProcess]:
+    """Sidecars whose starts overlap: all launched, then each awaited. On a
+    failure those already launched are stopped."""
+    launched: list[SidecarProcess] = []
+    try:
+        for process in processes:
+            launched.append(process.launch())
+        for process in launched:
+            process.await_ready()
+    except BaseException:
+        stop_together(launched)
+        raise
+    return launched
+
+
+def stop_together(processes: Iterable[SidecarProcess]) -> None:
+    """SIGTERM to all, then each awaited: their drains overlap."""
+    processes = list(processes)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.stop()
 
 
 def _pump(stream: object, sink: object) -> None:
