@@ -91,6 +91,10 @@ def parse_warm_body(raw: bytes) -> WarmRequest:
     except ValueError:
         # int()'s digit limit: a JSON integer of more than 4,300 digits.
         raise WarmRequestError("body: a number in it is too long") from None
+    except RecursionError:
+        # The decoder recurses once a nesting level: a megabyte of "[" is
+        # deeper than the interpreter's stack allows.
+        raise WarmRequestError("body: not JSON this API reads: nested too deeply") from None
     return validate_warm_request(document)
 
 
@@ -130,6 +134,10 @@ def _validate_object(item: object, where: str) -> WarmObject:
         if not isinstance(value, str) or not value:
             raise WarmRequestError(
                 f"{where}.{name}: must be a non-empty string, got {_kind(value)}")
+        if not _is_utf8(value):
+            # JSON lets "\ud800" through; S3 names are UTF-8, which has no lone
+            # surrogate, and the origin client fails on it as if the origin had.
+            raise WarmRequestError(f"{where}.{name}: not valid Unicode (a lone surrogate)")
         names[name] = value
     start = item.get("start", 0)
     if not _is_offset(start):
@@ -348,6 +356,14 @@ def _reject_unknown(document: Mapping[str, object], allowed: tuple[str, ...], wh
 
 def _is_offset(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _kind(value: object) -> str:

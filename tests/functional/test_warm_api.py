@@ -122,6 +122,9 @@ def rejected_bodies(bucket: str, keys: list[str]) -> list[tuple[bytes, str]]:
         (doc({"objects": [good, {"bucket": bucket, "key": "warm/missing"}]}),
          f"no such key: s3://{bucket}/warm/missing"),
         (doc({"objects": [good], "ttl_s": 60, "pad": "x" * (1024 * 1024)}), "larger than"),
+        (b'{"objects": ' + b"[" * 100_000, "nested too deeply"),
+        (b'{"objects": [{"bucket": "' + bucket.encode() + b'", "key": "a\\ud800b"}]}',
+         "objects[0].key"),
     ]
 
 
