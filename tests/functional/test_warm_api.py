@@ -7,6 +7,7 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,20 @@ def test_warm_fetches_have_access_log_lines_adding_up_to_the_counter(
     assert {(line["method"], line["lane"], line["status"]) for line in lines} == \
         {("FETCH", "warm", 200)}
     assert len(lines) == 6 and sum(line["origin_bytes"] for line in lines) == counted == 2 * SIZE
+
+
+def test_warm_calls_for_the_same_blocks_at_once_fetch_once_and_fail_none(
+    warm_sidecar: SidecarProcess, proxy: RecordingProxy, bucket: str, objects: dict[str, bytes]
+) -> None:
+    """The warm-up job retried, or two jobs over one node: the calls that find
+    the blocks on their way wait for them to be cached and count them cached."""
+    body = {"objects": [{"bucket": bucket, "key": key} for key in objects], "ttl_s": 600}
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(
+            lambda _: post(warm_sidecar.admin_url, warm_sidecar.admin_token, body), range(4)))
+    assert [status for status, _ in answers] == [200] * 4, answers
+    assert [answer["failed"] for _, answer in answers] == [0] * 4, answers
+    assert sum(answer["fetched"] for _, answer in answers) == 6, answers
+    assert all(answer["fetched"] + answer["already_cached"] == 6 for _, answer in answers)
+    assert warm_bytes(warm_sidecar) == 2 * SIZE
+    assert warm_sidecar.metric("sidecar_warm_blocks_total", outcome="failed") == 0
