@@ -36,6 +36,7 @@ from aiohttp import web
 from sidecar.engine import WarmResult
 from sidecar.errors import (
     BucketNotFound,
+    DownloadsPaused,
     ObjectNotFound,
     OriginAccessDenied,
     OriginError,
@@ -202,10 +203,15 @@ async def warm(request: WarmRequest, origin: WarmOrigin, engine: Warmer) -> Warm
             return WarmResult()
         return await engine.warm(info, span[0], span[1], request.ttl_s, BLOCK_CONCURRENCY)
 
-    results = await _bounded(
-        [partial(one, i, o) for i, o in zip(infos, request.objects, strict=True)],
-        OBJECT_CONCURRENCY,
-    )
+    try:
+        results = await _bounded(
+            [partial(one, i, o) for i, o in zip(infos, request.objects, strict=True)],
+            OBJECT_CONCURRENCY,
+        )
+    except DownloadsPaused as exc:
+        # cache-only or bypass, set by an operator or by a failing cache disk:
+        # the job may try again later, as after any 503.
+        return _error(503, str(exc))
     total = sum(results, WarmResult())
     return WarmAnswer(200, dict(zip((f.name for f in fields(WarmResult)), astuple(total),
                                     strict=True)))

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.loopback_http import admin_call
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
 
@@ -197,3 +198,17 @@ def test_warm_calls_for_the_same_blocks_at_once_fetch_once_and_fail_none(
     assert all(answer["fetched"] + answer["already_cached"] == 6 for _, answer in answers)
     assert warm_bytes(warm_sidecar) == 2 * SIZE
     assert warm_sidecar.metric("sidecar_warm_blocks_total", outcome="failed") == 0
+
+
+@pytest.mark.parametrize("mode", ["cache-only", "bypass"])
+def test_a_warm_call_while_downloads_are_paused_is_a_503_that_says_so(
+    warm_sidecar: SidecarProcess, proxy: RecordingProxy, bucket: str, objects: dict[str, bytes],
+    mode: str
+) -> None:
+    status, _ = admin_call(warm_sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": mode},
+                           warm_sidecar.admin_token)
+    assert status == 200
+    body = {"objects": [{"bucket": bucket, "key": key} for key in objects]}
+    status, answer = post(warm_sidecar.admin_url, warm_sidecar.admin_token, body)
+    assert (status, answer) == (503, {"error": f"mode {mode}: warm-up is paused"})
+    assert proxy.gets() == [] and warm_bytes(warm_sidecar) == 0
