@@ -40,6 +40,7 @@ from sidecar.errors import (
     ObjectNotFound,
     OriginAccessDenied,
     OriginError,
+    OriginRequestRefused,
     OriginUnavailable,
 )
 from sidecar.model import ObjectInfo
@@ -190,6 +191,8 @@ async def warm(request: WarmRequest, origin: WarmOrigin, engine: Warmer) -> Warm
         )
     except (BucketNotFound, ObjectNotFound) as exc:
         return _error(400, _not_found_message(exc))
+    except OriginRequestRefused as exc:
+        return _error(400, f"the origin client cannot send this: {exc}")
     except OriginAccessDenied as exc:
         return _error(403, f"origin denied access: {exc}")
     except OriginUnavailable as exc:
