@@ -263,7 +263,7 @@ class RotatingFile:
                 self._rotated(f"{self.path}.1")
             self.open()
         else:
-            self._file = open(self.path, "wb")  # noqa: SIM115
+            self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (as in open())
             self._size = 0
 
     def rotate_out(self) -> None:
