@@ -231,6 +231,11 @@ class RotatingFile:
     def _append(self, batch: list[bytes]) -> None:
         assert self._file is not None
         data = memoryview(b"".join(batch))
+        if not data:
+            return
+        # Where this batch starts: the file's end now (not self._size, which
+        # a copytruncate by a log rotator leaves stale).
+        start = os.fstat(self._file.fileno()).st_size
         written = 0
         try:
             while written < len(data):
@@ -240,14 +245,14 @@ class RotatingFile:
             # file is cut back to its last whole line (which frees the bytes),
             # or the next line would be appended to half of one, and neither
             # would be JSON.
-            self._cut_back()
+            self._cut_back(start)
             raise
         self._size += written
 
-    def _cut_back(self) -> None:
+    def _cut_back(self, size: int) -> None:
         assert self._file is not None
         try:
-            os.ftruncate(self._file.fileno(), self._size)
+            os.ftruncate(self._file.fileno(), size)
         except OSError:
             pass  # the file is reopened for the next lines; what is there stays
 

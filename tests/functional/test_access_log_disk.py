@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,9 +42,13 @@ def fill(path: Path) -> None:
             assert exc.errno == errno.ENOSPC, exc
 
 
+@pytest.mark.parametrize("copytruncate", [False, True])
 def test_a_full_log_disk_leaves_no_torn_line_behind(
-    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path, log_disk: Path
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path, log_disk: Path,
+    copytruncate: bool,
 ) -> None:
+    """`copytruncate`: a log rotator empties the file under the sidecar first
+    (logrotate's copytruncate), so the file is shorter than the sidecar wrote."""
     origin_s3.put_object(Bucket=bucket, Key="seg.log", Body=b"x" * 1000)
     access_log = log_disk / "access.jsonl"
     cache = tmp_path / "cache"
@@ -59,10 +64,15 @@ def test_a_full_log_disk_leaves_no_torn_line_behind(
 
         read()
         eventually(lambda: access_log.stat().st_size > 0, "the first line")
+        sent = 1
+        if copytruncate:
+            read()
+            eventually(lambda: len(access_log.read_bytes().splitlines()) == 2, "two lines")
+            os.truncate(access_log, 0)
+            sent = 0
         fill(log_disk / "filler")
         # The log's last page has room for a few lines; the read whose line
         # crosses into the next page finds the disk full part way through it.
-        sent = 1
         while not dropped():
             size = access_log.stat().st_size
             read()
