@@ -59,6 +59,12 @@ class OriginAccessDenied(OriginError):
     """The origin answered 403."""
 
 
+class OriginRequestRefused(OriginError):
+    """The origin client would not send the request (a bucket name it cannot
+    carry): the caller's input, not the origin's failure, so never retried
+    and never counted by the circuit breaker."""
+
+
 class DownloadsPaused(SidecarError):
     """cache-only mode: a miss would need the origin, and downloads are paused."""
 

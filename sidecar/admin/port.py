@@ -233,7 +233,9 @@ class AdminPort:
         expected = 'the body must be {"mode": "normal|no-prefetch|cache-only|bypass"}'
         try:
             body = json.loads(await request.text())
-        except ValueError:  # a bare word, or anything else that is not JSON
+        except (ValueError, RecursionError):
+            # A bare word or anything else that is not JSON; or JSON nested
+            # deeper than the decoder can recurse.
             return web.json_response({"error": f"not JSON: {expected}"}, status=400)
         try:
             if not isinstance(body, dict) or set(body) != {"mode"}:

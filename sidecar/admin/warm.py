@@ -36,9 +36,11 @@ from aiohttp import web
 from sidecar.engine import WarmResult
 from sidecar.errors import (
     BucketNotFound,
+    DownloadsPaused,
     ObjectNotFound,
     OriginAccessDenied,
     OriginError,
+    OriginRequestRefused,
     OriginUnavailable,
 )
 from sidecar.model import ObjectInfo
@@ -91,6 +93,10 @@ def parse_warm_body(raw: bytes) -> WarmRequest:
     except ValueError:
         # int()'s digit limit: a JSON integer of more than 4,300 digits.
         raise WarmRequestError("body: a number in it is too long") from None
+    except RecursionError:
+        # The decoder recurses once a nesting level: a megabyte of "[" is
+        # deeper than the interpreter's stack allows.
+        raise WarmRequestError("body: not JSON this API reads: nested too deeply") from None
     return validate_warm_request(document)
 
 
@@ -130,6 +136,10 @@ def _validate_object(item: object, where: str) -> WarmObject:
         if not isinstance(value, str) or not value:
             raise WarmRequestError(
                 f"{where}.{name}: must be a non-empty string, got {_kind(value)}")
+        if not _is_utf8(value):
+            # JSON lets "\ud800" through; S3 names are UTF-8, which has no lone
+            # surrogate, and the origin client fails on it as if the origin had.
+            raise WarmRequestError(f"{where}.{name}: not valid Unicode (a lone surrogate)")
         names[name] = value
     start = item.get("start", 0)
     if not _is_offset(start):
@@ -181,6 +191,8 @@ async def warm(request: WarmRequest, origin: WarmOrigin, engine: Warmer) -> Warm
         )
     except (BucketNotFound, ObjectNotFound) as exc:
         return _error(400, _not_found_message(exc))
+    except OriginRequestRefused as exc:
+        return _error(400, f"the origin client cannot send this: {exc}")
     except OriginAccessDenied as exc:
         return _error(403, f"origin denied access: {exc}")
     except OriginUnavailable as exc:
@@ -194,10 +206,15 @@ async def warm(request: WarmRequest, origin: WarmOrigin, engine: Warmer) -> Warm
             return WarmResult()
         return await engine.warm(info, span[0], span[1], request.ttl_s, BLOCK_CONCURRENCY)
 
-    results = await _bounded(
-        [partial(one, i, o) for i, o in zip(infos, request.objects, strict=True)],
-        OBJECT_CONCURRENCY,
-    )
+    try:
+        results = await _bounded(
+            [partial(one, i, o) for i, o in zip(infos, request.objects, strict=True)],
+            OBJECT_CONCURRENCY,
+        )
+    except DownloadsPaused as exc:
+        # cache-only or bypass, set by an operator or by a failing cache disk:
+        # the job may try again later, as after any 503.
+        return _error(503, str(exc))
     total = sum(results, WarmResult())
     return WarmAnswer(200, dict(zip((f.name for f in fields(WarmResult)), astuple(total),
                                     strict=True)))
@@ -348,6 +365,14 @@ def _reject_unknown(document: Mapping[str, object], allowed: tuple[str, ...], wh
 
 def _is_offset(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _kind(value: object) -> str:

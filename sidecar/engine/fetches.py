@@ -140,6 +140,16 @@ class Fetches:
             return None
         return self._tasks.spawn(self.fetch_run(info, [self.enter(info, block, lane)], lane))
 
+    async def sealed(self, in_flight: InFlightBlock) -> None:
+        """Wait until a block on its way is cached, or was not (the cache
+        refused it); raises its fetch's failure. Its chunks all landed is not
+        enough: its header is being written then, and it is not in the index."""
+        await in_flight.wait_complete()
+        sealing = self._sealing.get(in_flight.ident)
+        if sealing is not None:
+            # Shielded: the waiter may be cancelled, the block's seal must not be.
+            await asyncio.shield(sealing)
+
     def enter(self, info: ObjectInfo, block: int, lane: str) -> InFlightBlock:
         """The block enters the in-flight table: it is on its way from now on."""
         ident = BlockIdent(info.bucket, info.key, info.etag, block)

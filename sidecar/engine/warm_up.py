@@ -78,7 +78,8 @@ class WarmUp:
                 else:
                     pending = self._fetches.on_their_way.get(ident)
                     if pending is not None:
-                        await pending.wait_complete()
+                        # Cached, not only whole: else it is not there to protect.
+                        await self._fetches.sealed(pending)
                     fetched = 0
             except Exception:
                 self._metrics.warm_blocks.labels("failed").inc()

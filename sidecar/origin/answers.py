@@ -18,6 +18,7 @@ from botocore.exceptions import (
     ClientError,
     HTTPClientError,
     NoCredentialsError,
+    ParamValidationError,
     ReadTimeoutError,
     ResponseStreamingError,
 )
@@ -32,6 +33,7 @@ from sidecar.errors import (
     OriginBadBody,
     OriginError,
     OriginObjectChanged,
+    OriginRequestRefused,
     OriginThrottled,
     OriginUnavailable,
 )
@@ -187,6 +189,13 @@ def judge(exc: Exception, bucket: str, key: str) -> Verdict:
     where = f"s3://{bucket}/{key}"
     if isinstance(exc, OriginObjectChanged):
         return Verdict(OriginObjectChanged(f"{where}: {exc}"), False, None, described)
+    if isinstance(exc, ParamValidationError):
+        # botocore checked the parameters before sending anything (a bucket
+        # name outside its pattern): another attempt would be refused alike.
+        # Its report names the parameter, then quotes its regexes at length.
+        report = str(exc.kwargs.get("report") or exc).strip().splitlines() or [""]
+        return Verdict(OriginRequestRefused(f"{where}: {report[0].split(': ', 1)[0]}"),
+                       False, None, described)
     if isinstance(exc, NoCredentialsError):
         return Verdict(OriginUnavailable(f"{where}: origin call failed: {exc!r}"), False, None,
                        described)

@@ -40,6 +40,7 @@ from sidecar.errors import (
     ObjectNotFound,
     OriginCircuitOpen,
     OriginError,
+    OriginRequestRefused,
     OriginThrottled,
     OriginUnavailable,
 )
@@ -127,7 +128,10 @@ class Operation:
         except Exception as exc:
             verdict = rules.judge(exc, self.bucket, self.key)
             self._count(verdict.error if verdict.error is not None else exc, started)
-            if self.use_breaker:
+            if self.use_breaker and not attempt.judged and \
+                    isinstance(verdict.error, OriginRequestRefused):
+                rules.breaker.abandon()  # never sent: no word on the origin either way
+            elif self.use_breaker:
                 if verdict.retryable:
                     rules.breaker.failure()  # a body that broke off is a failure too
                 elif not attempt.judged:

@@ -96,7 +96,10 @@ class DataPort:
 
     def app(self) -> web.Application:
         application = web.Application()
-        application.router.add_route("*", "/{tail:.*}", self.handle)
+        # Every path, line breaks included: S3 keys may hold CR and LF, and the
+        # router's "." stops at a decoded LF (a plain-text 404 from aiohttp,
+        # with no S3 error, no metric and no access log line).
+        application.router.add_route("*", r"/{tail:[\s\S]*}", self.handle)
         return application
 
     async def handle(self, request: web.Request) -> web.StreamResponse:

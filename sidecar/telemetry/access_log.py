@@ -206,7 +206,9 @@ class RotatingFile:
         self.open()
 
     def open(self) -> None:
-        self._file = open(self.path, "ab")  # noqa: SIM115 (held open between writes)
+        # Unbuffered: a write the disk refuses leaves no bytes in a buffer for
+        # a later flush (or close) to append after the file was cut back.
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 (held open between writes)
         self._size = self._file.tell()
 
     def write(self, lines: list[bytes]) -> None:
@@ -228,10 +230,31 @@ class RotatingFile:
 
     def _append(self, batch: list[bytes]) -> None:
         assert self._file is not None
-        data = b"".join(batch)
-        self._file.write(data)
-        self._file.flush()
-        self._size += len(data)
+        data = memoryview(b"".join(batch))
+        if not data:
+            return
+        # Where this batch starts: the file's end now (not self._size, which
+        # a copytruncate by a log rotator leaves stale).
+        start = os.fstat(self._file.fileno()).st_size
+        written = 0
+        try:
+            while written < len(data):
+                written += self._file.write(data[written:]) or 0
+        except OSError:
+            # A full disk takes part of the batch, then refuses the rest: the
+            # file is cut back to its last whole line (which frees the bytes),
+            # or the next line would be appended to half of one, and neither
+            # would be JSON.
+            self._cut_back(start)
+            raise
+        self._size += written
+
+    def _cut_back(self, size: int) -> None:
+        assert self._file is not None
+        try:
+            os.ftruncate(self._file.fileno(), size)
+        except OSError:
+            pass  # the file is reopened for the next lines; what is there stays
 
     def _rotate(self) -> None:
         self.close()
@@ -245,7 +268,7 @@ class RotatingFile:
                 self._rotated(f"{self.path}.1")
             self.open()
         else:
-            self._file = open(self.path, "wb")  # noqa: SIM115
+            self._file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (as in open())
             self._size = 0
 
     def rotate_out(self) -> None:

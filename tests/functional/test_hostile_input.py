@@ -481,3 +481,28 @@ def test_header_bytes_that_are_not_utf8_are_refused_on_both_ports(
     logged = [json.loads(line) for line in access_log.read_text().splitlines()]
     assert len(logged) == 4 and {entry["status"] for entry in logged} == {400}
     assert logged[0]["range"] == "bytes=0-\\xff"
+
+
+def test_a_key_with_a_line_break_is_answered_as_s3_and_logged(
+    local_s3: LocalS3, fuzz_bucket: str, tmp_path: Path
+) -> None:
+    """S3 keys may hold CR and LF (percent-encoded in the path): the data port
+    answers such a request as any other, with S3's XML, and its access log
+    line keeps the key, escaped in one line of JSON."""
+    access_log = tmp_path / "access.log"
+    (tmp_path / "cache").mkdir()
+    with SidecarProcess(local_s3.endpoint, tmp_path / "cache", "--block-size", "64KiB",
+                        "--cache-size", "4MiB", "--access-log", str(access_log)) as process:
+        host, _, port = process.data_url.removeprefix("http://").rpartition(":")
+        answers = []
+        for path in (f"/{fuzz_bucket}/a%0Ab", f"/{fuzz_bucket}/q%22u%0D%0Aote%0A",
+                     f"/{fuzz_bucket}/plain.bin"):
+            raw = (f"GET {path} HTTP/1.1\r\nHost: h\r\nRange: bytes=0-9\r\n"
+                   "Connection: close\r\n\r\n").encode()
+            answers.append(final(exchange(host, int(port), raw, True)))
+        process.stop()
+    assert [status_of(answer) for answer in answers] == [404, 404, 206]
+    assert all(b"<Code>NoSuchKey</Code>" in answer for answer in answers[:2]), answers
+    logged = [json.loads(line) for line in access_log.read_text().splitlines()]
+    assert [(entry["key"], entry["status"]) for entry in logged] == [
+        ("a\nb", 404), ('q"u\r\note\n', 404), ("plain.bin", 206)]

@@ -219,6 +219,10 @@ def test_modes(local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path) -
                           token)[0] == 400
         status, error = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", b"bypass", token)
         assert status == 400 and error["error"].startswith("not JSON: the body must be")
+        # Deeper than the JSON decoder's recursion goes: a 400 all the same.
+        status, error = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode",
+                                   b'{"mode": ' + b"[" * 100_000, token)
+        assert status == 400 and error["error"].startswith("not JSON: the body must be")
 
         assert admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "cache-only"},
                           token) == (200, {"mode": "cache-only", "requested": "cache-only"})

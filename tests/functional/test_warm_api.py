@@ -7,11 +7,13 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.loopback_http import admin_call, raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
 
@@ -122,6 +124,9 @@ def rejected_bodies(bucket: str, keys: list[str]) -> list[tuple[bytes, str]]:
         (doc({"objects": [good, {"bucket": bucket, "key": "warm/missing"}]}),
          f"no such key: s3://{bucket}/warm/missing"),
         (doc({"objects": [good], "ttl_s": 60, "pad": "x" * (1024 * 1024)}), "larger than"),
+        (b'{"objects": ' + b"[" * 100_000, "nested too deeply"),
+        (b'{"objects": [{"bucket": "' + bucket.encode() + b'", "key": "a\\ud800b"}]}',
+         "objects[0].key"),
     ]
 
 
@@ -176,3 +181,50 @@ def test_warm_fetches_have_access_log_lines_adding_up_to_the_counter(
     assert {(line["method"], line["lane"], line["status"]) for line in lines} == \
         {("FETCH", "warm", 200)}
     assert len(lines) == 6 and sum(line["origin_bytes"] for line in lines) == counted == 2 * SIZE
+
+
+def test_warm_calls_for_the_same_blocks_at_once_fetch_once_and_fail_none(
+    warm_sidecar: SidecarProcess, proxy: RecordingProxy, bucket: str, objects: dict[str, bytes]
+) -> None:
+    """The warm-up job retried, or two jobs over one node: the calls that find
+    the blocks on their way wait for them to be cached and count them cached."""
+    body = {"objects": [{"bucket": bucket, "key": key} for key in objects], "ttl_s": 600}
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(
+            lambda _: post(warm_sidecar.admin_url, warm_sidecar.admin_token, body), range(4)))
+    assert [status for status, _ in answers] == [200] * 4, answers
+    assert [answer["failed"] for _, answer in answers] == [0] * 4, answers
+    assert sum(answer["fetched"] for _, answer in answers) == 6, answers
+    assert all(answer["fetched"] + answer["already_cached"] == 6 for _, answer in answers)
+    assert warm_bytes(warm_sidecar) == 2 * SIZE
+    assert warm_sidecar.metric("sidecar_warm_blocks_total", outcome="failed") == 0
+
+
+@pytest.mark.parametrize("mode", ["cache-only", "bypass"])
+def test_a_warm_call_while_downloads_are_paused_is_a_503_that_says_so(
+    warm_sidecar: SidecarProcess, proxy: RecordingProxy, bucket: str, objects: dict[str, bytes],
+    mode: str
+) -> None:
+    status, _ = admin_call(warm_sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": mode},
+                           warm_sidecar.admin_token)
+    assert status == 200
+    body = {"objects": [{"bucket": bucket, "key": key} for key in objects]}
+    status, answer = post(warm_sidecar.admin_url, warm_sidecar.admin_token, body)
+    assert (status, answer) == (503, {"error": f"mode {mode}: warm-up is paused"})
+    assert proxy.gets() == [] and warm_bytes(warm_sidecar) == 0
+
+
+def test_a_bucket_name_the_origin_client_cannot_send_is_a_400_not_an_origin_failure(
+    warm_sidecar: SidecarProcess, proxy: RecordingProxy, bucket: str, objects: dict[str, bytes]
+) -> None:
+    """The origin client refuses such a name before anything is sent: the call's
+    fault, so neither retried nor counted against the origin by the breaker,
+    which would otherwise open and turn readers away."""
+    for name in ("not a bucket", "two/parts"):
+        body = {"objects": [{"bucket": name, "key": "k"}]}
+        status, answer = post(warm_sidecar.admin_url, warm_sidecar.admin_token, body)
+        assert status == 400 and name in answer["error"], answer
+    assert warm_sidecar.metric("sidecar_origin_breaker_state", state="closed") == 1
+    key, data = next(iter(objects.items()))
+    status, _, body_read = raw_request(warm_sidecar.data_url, "GET", f"/{bucket}/{key}")
+    assert status == 200 and body_read == data

@@ -281,6 +281,31 @@ async def test_warm_fetches_once_is_idempotent_and_protects_from_a_scan(
     assert rig.store.protected_blocks() == 0
 
 
+async def test_a_warm_that_joins_a_fetch_on_its_way_protects_the_block(
+    make_rig: MakeRig
+) -> None:
+    """Two warm calls for the same blocks at once, or a warm call meeting a
+    reader's fetch: the one that joins waits until the block is cached (not only
+    whole), counts it cached and protects it."""
+    data = random.Random(12).randbytes(8 * BLOCK)
+    rig = await make_rig(data)
+    rig.origin.delay = 0.05
+    first, second = await asyncio.gather(
+        rig.engine.warm(rig.info, 0, 4 * BLOCK - 1, ttl_s=3600),
+        rig.engine.warm(rig.info, 0, 4 * BLOCK - 1, ttl_s=3600),
+    )
+    assert (first.fetched, first.already_cached, first.failed) == (4, 0, 0)
+    assert (second.fetched, second.already_cached, second.failed) == (0, 4, 0)
+    assert len(rig.origin.calls) == 4 and rig.store.protected_blocks() == 4
+    (body, _), joined = await asyncio.gather(
+        collect(rig.engine, rig.info, 4 * BLOCK, 8 * BLOCK - 1),
+        rig.engine.warm(rig.info, 4 * BLOCK, 8 * BLOCK - 1, ttl_s=3600),
+    )
+    assert body == data[4 * BLOCK:]
+    assert (joined.fetched, joined.already_cached, joined.failed) == (0, 4, 0)
+    assert rig.store.protected_blocks() == 8
+
+
 async def test_warm_counts_origin_failures(make_rig: MakeRig) -> None:
     data = random.Random(8).randbytes(3 * BLOCK)
     rig = await make_rig(data)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from botocore.exceptions import ParamValidationError
 from prometheus_client import CollectorRegistry
 
 from sidecar.errors import (
     ObjectNotFound,
     OriginCircuitOpen,
+    OriginRequestRefused,
     OriginThrottled,
     OriginUnavailable,
 )
@@ -132,3 +134,27 @@ async def test_a_cancelled_attempt_gives_no_verdict() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert breaker.state is BreakerState.CLOSED and breaker.consecutive_failures == 0
+
+
+async def test_a_request_the_client_would_not_send_is_no_word_on_the_origin() -> None:
+    rule, breaker, _ = rules(retries=3, failures=1)
+    refused = ParamValidationError(report='Invalid bucket name "not a bucket": Bucket name '
+                                          'must match the regex "^[a-zA-Z0-9.\\-_]{1,255}$"')
+    operation = Operation(rule, "foreground", "HEAD s3://not a bucket", "not a bucket", "")
+    with pytest.raises(OriginRequestRefused,
+                       match=r'^s3://not a bucket/: Invalid bucket name "not a bucket"$'):
+        await run(operation, [refused, None])  # not tried again
+    assert breaker.state is BreakerState.CLOSED and breaker.consecutive_failures == 0
+    # Half-open, it is no probe's success either: the breaker stays as it was,
+    # and the next call may probe.
+    with pytest.raises(OriginUnavailable):
+        await run(Operation(rule, "foreground", "GET s3://b/k", "b", "k"),
+                  [ConnectionResetError("reset")] * 4)
+    assert breaker.state is BreakerState.OPEN
+    rule.clock.advance(6.0)  # type: ignore[attr-defined]
+    with pytest.raises(OriginRequestRefused):
+        await run(Operation(rule, "foreground", "HEAD s3://not a bucket", "not a bucket", ""),
+                  [refused])
+    assert breaker.state is BreakerState.HALF_OPEN
+    assert await run(Operation(rule, "foreground", "GET s3://b/k", "b", "k"), [None]) == 1
+    assert breaker.state is BreakerState.CLOSED

@@ -14,6 +14,7 @@ from sidecar.telemetry.access_log import (
     AccessLog,
     NodeFacts,
     ReadFacts,
+    RotatingFile,
     entry,
     fetch_entry,
     format_entry,
@@ -139,3 +140,18 @@ def test_dash_means_stdout(capsys: pytest.CaptureFixture[str]) -> None:
     log.write(entry(**sample(cache="miss")))  # type: ignore[arg-type]
     log.close()
     assert json.loads(capsys.readouterr().out)["cache"] == "miss"
+
+
+def test_a_file_emptied_when_full_has_each_batch_at_once(tmp_path: Path) -> None:
+    """Without backups the file starts again empty when full: the lines after
+    that are in it as soon as their batch is written, as before it."""
+    target = tmp_path / "access.jsonl"
+    line = (format_entry(entry(**sample(), node=NODE)) + "\n").encode()  # type: ignore[arg-type]
+    rotating = RotatingFile(str(target), 3 * len(line), 0)
+    try:
+        rotating.write([line] * 3)
+        assert target.read_bytes() == line * 3
+        rotating.write([line] * 2)
+        assert target.read_bytes() == line * 2
+    finally:
+        rotating.close()

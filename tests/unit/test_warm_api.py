@@ -90,6 +90,11 @@ def test_exactly_the_limits_are_accepted() -> None:
         (body({"objects": [{"bucket": "b", "key": f"k{i}"} for i in range(MAX_OBJECTS + 1)]}),
          f"objects: {MAX_OBJECTS + 1} objects in one call; at most {MAX_OBJECTS}"),
         (b" " * (MAX_BODY_BYTES + 1), "body: larger than"),
+        (b"[" * (MAX_BODY_BYTES - 1), "body: not JSON this API reads: nested too deeply"),
+        (b'{"objects": [{"bucket": "b", "key": "k\\udc80"}]}',
+         "objects[0].key: not valid Unicode"),
+        (b'{"objects": [{"bucket": "\\ud800", "key": "k"}]}',
+         "objects[0].bucket: not valid Unicode"),
     ],
 )
 def test_bad_bodies_name_the_field(raw: bytes, message: str) -> None:
