@@ -184,7 +184,12 @@ OPTIONS: tuple[Option, ...] = (
            "client requests served at once; more get 503 SlowDown", "N", flag=False,
            field="server.max_requests"),
     Option("max_buffered", parse_size, "512MiB",
-           "bytes of fetched blocks held for readers; more get 503 SlowDown", "SIZE",
+           "bytes of blocks on their way from the origin past which a read that needs "
+           "another fetch gets 503 SlowDown; read-ahead and warm-up blocks count toward it "
+           "(they are bounded apart: prefetch_max_in_flight, and 16 blocks a warm call), so "
+           "keep it well above "
+           "prefetch_max_in_flight x block_size",
+           "SIZE",
            flag=False,
            field="server.max_buffered_bytes"),
     Option("client_timeout", parse_duration, "30s",
