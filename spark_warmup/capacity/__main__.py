@@ -97,6 +97,9 @@ def replay_settings(config_file: Path | None = None) -> Settings:
         option = BY_NAME[name]
         raw = file_values.get(name, option.default)
         try:
+            if name in file_values:
+                # As the sidecar checks its file's values.
+                option.file_type.check(raw, secret=option.secret)
             values[name] = option.parse(raw)
         except ConfigError as exc:
             raise ConfigError(f"config key {name}: {exc}") from None
