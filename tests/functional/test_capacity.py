@@ -348,6 +348,30 @@ def test_logs_in_the_object_store_are_read_on_the_executors(
     assert any(f"s3://{bucket}/nothing-here/" in p["reason"] for p in summary["problems"])
 
 
+def test_a_report_that_fails_at_the_end_keeps_the_findings_on_stdout(
+    analysed: Analysed, tmp_path: Path,
+) -> None:
+    """The directory passes the check before Spark starts, but a former run's
+    summary.json is a directory now: writing fails after the analysis ran."""
+    report = tmp_path / "report"
+    (report / "summary.json").mkdir(parents=True)
+    result = run_capacity("--logs", str(analysed.small.log), "--report", str(report),
+                          "--master", "local[1]", "--sizes", str(SMALL_CACHE),
+                          "--sidecar-config", str(analysed.config),
+                          "--conf", "spark.ui.enabled=false")
+    assert result.returncode == 1, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"spark_warmup.capacity: error: cannot write the report under {report}: "
+        f"{report / 'summary.json'}: Is a directory")
+    findings, _, document = result.stdout.partition("summary.json (not written):\n")
+    assert findings.startswith(f"{NODE}: ") and "report: " not in result.stdout
+    node, measured = json.loads(document)["nodes"][NODE], analysed.summary["nodes"][NODE]
+    for figure in ("requests", "served_bytes", "byte_hit_ratio", "origin_bytes"):
+        assert node[figure] == measured[figure], figure
+    assert [point["cache_bytes"] for point in node["curve"]] == [SMALL_CACHE]
+
+
 def test_bad_arguments_exit_2_naming_them(tmp_path: Path) -> None:
     log = tmp_path / "access.log"
     log.write_text("{not json\n")
