@@ -331,3 +331,31 @@ def test_every_option_names_the_toml_types_it_takes() -> None:
     for option in OPTIONS:
         # The default, as an operator would copy it from the example config, is taken.
         option.file_type.check(option.default if option.file_type.types != (list,) else [])
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    # int(), float() and \d take other scripts' digits and "1_000"; an operator's
+    # number is ASCII decimal.
+    ({"SIDECAR_ORIGIN_RETRIES": "\u0663"}, "SIDECAR_ORIGIN_RETRIES: not a whole number"),
+    ({"SIDECAR_MAX_REQUESTS": "1_000"}, "SIDECAR_MAX_REQUESTS: not a whole number"),
+    ({"SIDECAR_NICE": "-\u0663"}, "SIDECAR_NICE: not a nice value"),
+    ({"SIDECAR_PREFETCH_SHARE": "\u0660.\u0665"}, "SIDECAR_PREFETCH_SHARE: not a number"),
+    ({"SIDECAR_ORIGIN_BREAKER_RATIO": "nan"}, "SIDECAR_ORIGIN_BREAKER_RATIO: not a number"),
+    ({"SIDECAR_HEAD_TTL": "\u0663s"}, "SIDECAR_HEAD_TTL: not a duration"),
+    ({"SIDECAR_CACHE_SIZE": "\u0663GiB"}, "SIDECAR_CACHE_SIZE: not a size"),
+    ({"SIDECAR_ORIGIN_BANDWIDTH": "\u0663MiB/s"}, "SIDECAR_ORIGIN_BANDWIDTH: not a size"),
+])
+def test_numbers_from_the_environment_are_ascii_decimal(env: dict[str, str],
+                                                        message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config({"cache_dir": "/x"}, env, {})
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_ascii_numbers_in_every_form_still_load() -> None:
+    config = load_config({"cache_dir": "/x"}, {
+        "SIDECAR_ORIGIN_RETRIES": " 5 ", "SIDECAR_NICE": "-3", "SIDECAR_PREFETCH_SHARE": ".5",
+        "SIDECAR_ORIGIN_BREAKER_RATIO": "1e-1", "SIDECAR_MAX_REQUESTS": "+300"}, {})
+    assert config.origin.retries == 5 and config.server.nice == -3
+    assert config.origin.prefetch_share == 0.5 and config.origin.breaker_ratio == 0.1
+    assert config.server.max_requests == 300
