@@ -196,6 +196,7 @@ class Sidecar:
             cache_recovery=store.recovery_stats, reload=self.reload_from_source,
             sample_interval_s=server.stats_interval_s,
             guard_reads=not server.admin_listen.is_loopback,
+            listen_host=server.admin_listen.host,
         )
         watcher = DiskWatcher(
             cache.directory, cache.disk_reserve_bytes, cache.disk_check_interval_s,

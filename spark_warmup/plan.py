@@ -361,7 +361,9 @@ def _kafka(value: object) -> KafkaSpec:
     for key, url in _mapping(kafka.get("sidecars", {}), "kafka.sidecars").items():
         if _BROKER_ID.fullmatch(key) is None or int(key) > _MAX_INT32:
             raise PlanError(f"kafka.sidecars.{key}: a key must be a broker id, e.g. \"1\"")
-        broker_sidecars[int(key)] = _url(url, f"kafka.sidecars.{key}").rstrip("/")
+        # The admin token goes to these as to `sidecars`: checked as strictly.
+        where = f"kafka.sidecars.{key}"
+        broker_sidecars[int(key)] = _sidecar_url(_url(url, where), where)
     if template is None and not broker_sidecars:
         raise PlanError("kafka.sidecar_url: missing; give a template such as "
                         "\"http://{host}:9331\", or kafka.sidecars (broker id -> sidecar URL)")

@@ -8,7 +8,9 @@ CORS preflight (Fetch standard, "CORS-safelisted request-header"), so no page a
 local user opens can drive the port. Off loopback, /metrics, /ui and
 /api/v1/stats need the token too (they name objects and show origin errors);
 Prometheus then scrapes the token-free `metrics_app`, which serves /metrics only,
-on its own address (`metrics_listen`).
+on its own address (`metrics_listen`). On loopback they need none, but are
+served only under a loopback Host (sidecar.admin.host_names): 421 otherwise, so a
+page that rebinds its own name to 127.0.0.1 cannot read them.
 
 While the port runs, a sampler reads the counters every `sample_interval_s` into a
 bounded ring (sidecar.admin.history): the stats' last-minute `window` and the
@@ -33,6 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from sidecar.admin import ui, warm
 from sidecar.admin.history import SampleRing, take_sample
+from sidecar.admin.host_names import names_loopback
 from sidecar.admin.stats import stats_snapshot
 from sidecar.config.reloading import Reload
 from sidecar.engine import Engine
@@ -127,11 +130,15 @@ class AdminPort:
         reload: Callable[[], Awaitable[Reload]] | None = None,
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
         guard_reads: bool = False,
+        listen_host: str = "",
     ) -> None:
         """`token`: the admin token (None: every mutating call is refused);
-        `guard_reads`: /metrics, /ui and /api/v1/stats need it too (off loopback)."""
+        `guard_reads`: /metrics, /ui and /api/v1/stats need it too (off loopback);
+        `listen_host`: the host of the configured address, a Host they are served
+        under besides the loopback names (when not guarded)."""
         self._metrics = metrics
         self._guard_reads = guard_reads
+        self._listen_host = listen_host
         self._sample_interval_s = sample_interval_s
         self._samples = SampleRing(HISTORY_SAMPLES, sample_interval_s, started=time.time())
         self.warm_calls = warm.RecentWarmCalls()
@@ -164,9 +171,24 @@ class AdminPort:
             )
 
     def authorize_read(self, request: web.Request) -> None:
-        """Off loopback, the pages that name objects and show errors need the token."""
+        """Off loopback, the pages that name objects and show errors need the token.
+        On loopback they need a loopback Host instead (or the token, as anywhere)."""
         if self._guard_reads:
             self.authorize(request)
+            return
+        hosts = request.headers.getall("Host", [])
+        if len(hosts) <= 1 and names_loopback(hosts[0] if hosts else None,
+                                              self._listen_host):
+            return
+        if "Authorization" in request.headers:
+            self.authorize(request)
+            return
+        # RFC 9110 section 15.5.20: not a name this port answers for.
+        raise web.HTTPMisdirectedRequest(
+            text=json.dumps({"error": "this page is served without a token only under a "
+                                      "loopback Host (127.0.0.1, [::1] or localhost)"}),
+            content_type="application/json",
+        )
 
     def app(self) -> web.Application:
         application = web.Application(middlewares=[_refuse_undecodable_headers])

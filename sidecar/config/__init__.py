@@ -4,6 +4,7 @@ frozen tree (flags > env > file > defaults; each value parsed once, so
 
     parsing.py   one option's value: sizes, rates, durations, addresses, keys
     options.py   the option table: parser, default, help, flag, the field it fills
+    toml_types.py the TOML types each option takes in the config file
     tree.py      the frozen dataclasses the rest of the sidecar reads
     loading.py   the sources merged, the tree built, derived, validated
     reference.py docs/CONFIG.md and --check-config, rendered from the table

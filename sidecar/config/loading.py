@@ -141,6 +141,9 @@ def resolve(
         else:
             raw, source, where = option.default, "default", f"default of {option.name}"
         try:
+            if source == "file":
+                # Before parsing: a parser that takes env text takes str() of anything.
+                option.file_type.check(raw, secret=option.secret)
             settings[option.name] = Setting(option, raw, option.parse(raw), source)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None

@@ -37,6 +37,7 @@ from sidecar.config.parsing import (
     parse_size_or_auto,
     positive_int,
 )
+from sidecar.config.toml_types import TomlType, toml_type
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,11 @@ class Option:
     @property
     def env(self) -> str:
         return "SIDECAR_" + self.name.upper()
+
+    @property
+    def file_type(self) -> TomlType:
+        """The TOML types its config-file value may have (sidecar.config.toml_types)."""
+        return toml_type(self.parse)
 
     @property
     def cli(self) -> str:

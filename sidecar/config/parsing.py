@@ -29,8 +29,12 @@ MAX_SIZE = 2**60
 MAX_DURATION_S = 1000 * 86400.0
 # Linux's largest NR_CPUS is 8192.
 MAX_CPU = 8191
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+# re.ASCII: \d would also take other scripts' digits ("٣MiB"), and int() and
+# float() take those and "1_000" too; an operator's number is ASCII decimal.
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$", re.ASCII)
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", re.ASCII)
+_WHOLE_RE = re.compile(r"\s*[+-]?[0-9]+\s*")
+_DECIMAL_RE = re.compile(r"\s*[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\s*")
 _DURATION_UNITS = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0}
 
 
@@ -192,11 +196,23 @@ def parse_bool(value: object) -> bool:
     raise ConfigError(f"not a boolean: {value!r} (expected true or false)")
 
 
-def whole_number(value: object, minimum: int) -> int:
+def _whole(value: object) -> int | None:
+    """An integer, or ASCII decimal text of one; None for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    if not _WHOLE_RE.fullmatch(text):
+        return None
     try:
-        number = int(str(value))
-    except ValueError:
-        raise ConfigError(f"not a whole number: {shown(value)}") from None
+        return int(text)
+    except ValueError:  # past int()'s 4300 digits
+        return None
+
+
+def whole_number(value: object, minimum: int) -> int:
+    number = _whole(value)
+    if number is None:
+        raise ConfigError(f"not a whole number: {shown(value)}")
     if number < minimum:
         raise ConfigError(f"must be at least {minimum}: {shown(value)}")
     return number
@@ -211,12 +227,14 @@ def non_negative_int(value: object) -> int:
 
 
 def fraction(value: object) -> float:
-    try:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif _DECIMAL_RE.fullmatch(str(value)):
         number = float(str(value))
-    except ValueError:
-        raise ConfigError(f"not a number: {shown(value)}") from None
+    else:
+        raise ConfigError(f"not a number: {shown(value)}")
     if not 0.0 <= number <= 1.0:
-        raise ConfigError(f"must be between 0 and 1: {value!r}")
+        raise ConfigError(f"must be between 0 and 1: {shown(value)}")
     return number
 
 
@@ -251,10 +269,9 @@ def parse_ionice(value: object) -> tuple[str, int] | None:
 
 
 def parse_nice(value: object) -> int:
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise ConfigError(f"not a nice value: {value!r}") from None
+    number = _whole(value)
+    if number is None:
+        raise ConfigError(f"not a nice value: {shown(value)}")
     if not -20 <= number <= 19:
         raise ConfigError(f"nice must be between -20 and 19: {value!r}")
     return number

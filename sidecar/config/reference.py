@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from sidecar.config import OPTIONS, Option, Setting
+from sidecar.errors import ConfigError
 
 # Flags that are not `--name VALUE`: cli.py builds these, the reference lists them.
 NEGATED_FLAGS: Mapping[str, str] = {"prefetch": "--no-prefetch"}
@@ -163,6 +164,11 @@ def render_markdown(options: Sequence[Option]) -> str:
         "or plain bytes; rates the same with `/s` (or `unlimited`); durations `30s`,",
         "`500ms`, `2m`; booleans `true`/`false`. A key of the form `group_name` may also",
         "be written in a TOML table: `[auth]` with `keys = ...` is the option `auth_keys`.",
+        "In the file a value has the TOML type its option takes: booleans unquoted,",
+        "counts and fractions as numbers, sizes and rates as integers or strings,",
+        "lists as arrays of strings (`protect_path = [\"/data/kafka\"]`). A value of",
+        "another type is refused (exit 2), naming the option, the type given and the",
+        "type it takes.",
         "",
         "`sidecar serve --check-config` loads and validates the configuration from all",
         "three sources exactly as `serve` does, prints the effective values (secrets",
@@ -220,6 +226,20 @@ def shown_value(setting: Setting) -> object:
     return setting.raw
 
 
+def file_form(setting: Setting) -> object:
+    """The shown value as the config file takes it: env text and defaults such as
+    "5", "false" or "" for a list become the TOML type the option takes."""
+    shown = shown_value(setting)
+    try:
+        setting.option.file_type.check(shown)
+    except ConfigError:
+        value = setting.value
+        if isinstance(value, (list, tuple)):
+            return [str(item) for item in value]
+        return value
+    return shown
+
+
 def effective_values(settings: Mapping[str, Setting]) -> dict[str, object]:
     """Every option -> a JSON-ready value as given, secrets redacted (the start-up log record)."""
     def plain(value: object) -> object:
@@ -236,7 +256,7 @@ def effective_values(settings: Mapping[str, Setting]) -> dict[str, object]:
 def render_effective(settings: Mapping[str, Setting], source_names: Callable[[Setting], str]
                      ) -> str:
     """`--check-config` output: a loadable TOML listing with where each value came from."""
-    rows = [(f"{name} = {toml_literal(shown_value(setting))}", source_names(setting))
+    rows = [(f"{name} = {toml_literal(file_form(setting))}", source_names(setting))
             for name, setting in settings.items()]
     width = max((len(row) for row, _ in rows), default=0)
     lines = ["# effective configuration (flag > env > file > default); secrets are not shown"]

@@ -4,13 +4,16 @@
 PATH: a file, a directory (every file under it), a glob, or s3://bucket/prefix
 (read on the executors with boto3; AWS_ENDPOINT_URL names another store).
 Writes DIR/summary.json, DIR/*.parquet and DIR/report.html. Exit status: 0
-when analysed (malformed or unreadable lines are counted in the report), 2 for
-arguments that cannot run or logs with no object read at all.
+when analysed (malformed or unreadable lines are counted in the report), 1 when
+the report could not be written after all (the findings and summary.json's
+document are printed on stdout first), 2 for arguments that cannot run or logs
+with no object read at all.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -97,6 +100,9 @@ def replay_settings(config_file: Path | None = None) -> Settings:
         option = BY_NAME[name]
         raw = file_values.get(name, option.default)
         try:
+            if name in file_values:
+                # As the sidecar checks its file's values.
+                option.file_type.check(raw, secret=option.secret)
             values[name] = option.parse(raw)
         except ConfigError as exc:
             raise ConfigError(f"config key {name}: {exc}") from None
@@ -154,19 +160,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.update(local_environment(args.master, os.environ))
     spark = build_session(args.master, spark_settings)
     try:
-        summary = run(spark, Options(
+        analysis = run(spark, Options(
             logs=args.logs, report_dir=args.report, target_hit_ratio=args.target_hit_ratio,
             sizes=sizes, max_trace_requests=args.max_trace, settings=replay))
     except InputError as exc:
         return fail(str(exc))
     finally:
         spark.stop()
-    for node, facts in summary["nodes"].items():
+    for node, facts in analysis.summary["nodes"].items():
         recommended = facts["recommended_cache_bytes"]
         print(f"{node}: {facts['requests']} requests, byte hit ratio "
               f"{facts['byte_hit_ratio']:.4f}; for {args.target_hit_ratio}: "
               + (f"{recommended} bytes" if recommended else "not reached on the curve "
                  f"(best {facts['best_predicted_byte_hit_ratio']})"))
+    if analysis.report_error is not None:
+        # The analysis ran: what summary.json would have held is kept on stdout.
+        print("summary.json (not written):")
+        print(json.dumps(analysis.summary, indent=1), flush=True)
+        print(f"{PROG}: error: {analysis.report_error}", file=sys.stderr)
+        return 1
     print(f"report: {args.report / 'report.html'}")
     return 0
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -147,8 +148,18 @@ def ratio(part: float, whole: float) -> float:
     return part / whole if whole else 0.0
 
 
-def run(spark: SparkSession, options: Options) -> dict[str, Any]:
-    """Analyse the logs; writes the report directory and returns summary.json's document."""
+@dataclass(frozen=True)
+class Analysis:
+    """summary.json's document, and why the report could not be written (None:
+    written). The report is written last: its failure loses only itself."""
+
+    summary: dict[str, Any]
+    report_error: str | None = None
+
+
+def run(spark: SparkSession, options: Options) -> Analysis:
+    """Analyse the logs, write the report directory; the summary, and whether
+    the report was written."""
     ship_capacity(spark)
     splits, unreadable_inputs = expand(options.logs)
     if not splits:
@@ -166,15 +177,13 @@ def run(spark: SparkSession, options: Options) -> dict[str, Any]:
 
 
 def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
-             unreadable_inputs: list[Unreadable]) -> dict[str, Any]:
+             unreadable_inputs: list[Unreadable]) -> Analysis:
     kinds, problems = _line_kinds(lines, unreadable_inputs)
     reads = lines.where(F.col("kind") == "read")
     span = reads.agg(F.min("time_s").alias("lo"), F.max("time_s").alias("hi")).first()
     assert span is not None
     window = window_seconds(float(span["hi"] - span["lo"]))
-    report = options.report_dir
-    report.mkdir(parents=True, exist_ok=True)
-    traffic = _Traffic.of(lines, window, report)
+    traffic = _Traffic.of(lines, window)
     footprints = {row["node"]: int(row["footprint"]) for row in
                   reads.groupBy("node", "bucket", "key", "etag")
                   .agg(F.max("object_size").alias("size"))
@@ -189,11 +198,32 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
     summary = _summary(options, traffic.node_rows, traffic.topic_rows, curves, plans, kinds,
                        problems, window)
     _add_bounds_and_trust(summary, bounds, traffic.breakdown, footprints)
-    _write_tables(spark, report, curve_rows, traffic)
-    (report / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (report / "report.html").write_text(
-        render_html(summary, traffic.over_time, traffic.topic_rows, window), encoding="utf-8")
-    return summary
+    report = options.report_dir
+    # The directory was checked before Spark started, but a disk fills up, or a
+    # file of a former run is in the way: Spark's work is not lost for it.
+    try:
+        report.mkdir(parents=True, exist_ok=True)
+        _write_tables(spark, report, curve_rows, traffic)
+        (report / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        (report / "report.html").write_text(
+            render_html(summary, traffic.over_time, traffic.topic_rows, window),
+            encoding="utf-8")
+    except (OSError, Py4JJavaError) as exc:
+        return Analysis(summary, f"cannot write the report under {report}: {_why(exc, report)}")
+    return Analysis(summary)
+
+
+def _why(exc: OSError | Py4JJavaError, report: Path) -> str:
+    """One line: the file and the OS's reason, or the first line of Spark's."""
+    if isinstance(exc, OSError):
+        return f"{exc.filename or report}: {exc.strerror or exc}"
+    return spark_reason(str(exc.java_exception))
+
+
+def spark_reason(java_text: str) -> str:
+    """A Java exception as py4j prints it (its stack trace follows) -> one short line."""
+    first = (java_text.strip().splitlines() or ["failed"])[0]
+    return "Spark: " + (first if len(first) <= 300 else first[:300] + "...")
 
 
 def _line_kinds(lines: DataFrame, unreadable_inputs: list[Unreadable]
@@ -227,7 +257,7 @@ class _Traffic:
     node_rows: dict[str, dict[str, Any]]
 
     @classmethod
-    def of(cls, lines: DataFrame, window: int, report: Path) -> _Traffic:
+    def of(cls, lines: DataFrame, window: int) -> _Traffic:
         # The reads and the background fetches' lines: every origin byte the log
         # records, so the figures agree with the sidecar's counters.
         traffic = lines.where(F.col("kind").isin("read", "fetch"))
@@ -249,8 +279,6 @@ class _Traffic:
                                       (F.floor(F.col("time_s") / window) * window).cast("long"))
                      .groupBy("node", "topic", "partition", "window_start").agg(*sums)
                      .select("*", *ratios))
-        breakdown.orderBy("node", "topic", "partition", "window_start").write.mode(
-            "overwrite").parquet(str(report / "breakdown.parquet"))
         # Small enough to collect: per node and window, per node and topic.
         over_time = [row.asDict() for row in breakdown.groupBy("node", "window_start").agg(
             F.sum("served_bytes").alias("served_bytes"), F.sum("hit_bytes").alias("hit_bytes"),
@@ -345,7 +373,9 @@ def _add_bounds_and_trust(summary: dict[str, Any], bounds: Mapping[str, float],
 
 def _write_tables(spark: SparkSession, report: Path, curve_rows: list[dict[str, Any]],
                   traffic: _Traffic) -> None:
-    """curves.parquet, nodes.parquet and topics.parquet."""
+    """breakdown.parquet, curves.parquet, nodes.parquet and topics.parquet."""
+    traffic.breakdown.orderBy("node", "topic", "partition", "window_start").write.mode(
+        "overwrite").parquet(str(report / "breakdown.parquet"))
     spark.createDataFrame(_table_rows(curve_rows)).write.mode("overwrite").parquet(
         str(report / "curves.parquet"))
     # 0: the log does not say (a column of nulls alone has no type to infer).

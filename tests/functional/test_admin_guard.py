@@ -136,6 +136,35 @@ def test_off_loopback_the_pages_need_the_token_and_prometheus_gets_its_own_liste
         assert refused.returncode == 2 and "401" in refused.stderr
 
 
+def test_on_loopback_the_tokenless_pages_answer_only_to_loopback_names(
+    local_s3: LocalS3, tmp_path: Path
+) -> None:
+    """A page whose own name was rebound to 127.0.0.1 sends that name in Host:
+    the pages served without a token refuse it; what needs the token does not care."""
+    with SidecarProcess(local_s3.endpoint, tmp_path) as sidecar:
+        port = sidecar.admin_url.rsplit(":", 1)[1]
+        rebound = {"Host": f"rebind.attacker.example:{port}"}
+        for path in ("/metrics", "/ui", "/api/v1/stats"):
+            status, answer = call(sidecar.admin_url + path, headers=rebound)
+            assert status == 421, path
+            assert b"sidecar_" not in answer and b"loopback Host" in answer, path
+            for host in (f"127.0.0.1:{port}", f"localhost:{port}", "127.0.0.1", "LocalHost"):
+                assert call(sidecar.admin_url + path, headers={"Host": host})[0] == 200, host
+            # The token opens them under any name, as off loopback.
+            assert call(sidecar.admin_url + path,
+                        headers={**rebound, **bearer(sidecar.admin_token)})[0] == 200, path
+            assert call(sidecar.admin_url + path,
+                        headers={**rebound, **bearer("not-the-token")})[0] == 401, path
+        # Pages that never take a token, and calls that always need one, are as they were.
+        assert call(sidecar.admin_url + "/healthz", headers=rebound)[0] == 200
+        mode_url = sidecar.admin_url + "/api/v1/mode"
+        body = json.dumps({"mode": "no-prefetch"}).encode()
+        assert call(mode_url, "PUT", body, {**rebound, "Content-Type": "application/json"}
+                    )[0] == 401
+        assert call(mode_url, "PUT", body, {**rebound, **bearer(sidecar.admin_token)}
+                    )[0] == 200
+
+
 def run_stats(admin: str, env: dict[str, str], prefix: tuple[str, ...] = ()
               ) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}

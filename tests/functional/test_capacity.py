@@ -366,18 +366,24 @@ def test_a_report_or_logs_that_cannot_be_used_exit_2_before_spark_starts(
     assert time.monotonic() - started < 15  # no JVM was started for either
 
 
-def test_logs_in_the_object_store_are_read_on_a_standalone_clusters_executors(
+def test_a_standalone_clusters_executors_read_the_logs_in_the_object_store(
     analysed: Analysed, spark_standalone: StandaloneCluster, executor_venv: Path,
     local_s3: LocalS3, origin_s3: Any, tmp_path: Path,
 ) -> None:
     """Executors without the project installed (the job ships what the replay
-    imports) read the logs from the object store: the same curve as the local
-    run of the same log, and a prefix holding nothing named as a problem."""
+    imports) read the logs from the object store: the same findings as the
+    local run of the same log, and a prefix holding nothing named as a problem.
+
+    One cluster run shows a second thing (each costs a JVM): a report that
+    fails at the end keeps the findings. The directory passes the check
+    before Spark starts, but a former run's summary.json is a directory now,
+    so writing fails after the analysis ran; the whole summary goes to stdout."""
     bucket = "logs-" + os.urandom(4).hex()
     origin_s3.create_bucket(Bucket=bucket)
     origin_s3.put_object(Bucket=bucket, Key="sidecar/broker-a/access.log",
                          Body=analysed.small.log.read_bytes())
     report = tmp_path / "report"
+    (report / "summary.json").mkdir(parents=True)
     result = run_capacity(
         "--logs", f"s3://{bucket}/sidecar/", "--logs", f"s3://{bucket}/nothing-here/",
         "--report", str(report), "--master", spark_standalone.url,
@@ -389,7 +395,13 @@ def test_logs_in_the_object_store_are_read_on_a_standalone_clusters_executors(
         # The store the executors read, as an operator names it to a cluster.
         "--conf", f"spark.executorEnv.AWS_ENDPOINT_URL={local_s3.endpoint}",
         env={"PYSPARK_PYTHON": str(executor_venv), "AWS_ENDPOINT_URL": local_s3.endpoint})
-    assert result.returncode == 0, result.stderr[-4000:]
-    summary = json.loads((report / "summary.json").read_text())
+    assert result.returncode == 1, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"spark_warmup.capacity: error: cannot write the report under {report}: "
+        f"{report / 'summary.json'}: Is a directory")
+    findings, _, document = result.stdout.partition("summary.json (not written):\n")
+    assert findings.startswith(f"{NODE}: ") and "report: " not in result.stdout
+    summary = json.loads(document)
     assert summary["nodes"] == analysed.summary["nodes"]
     assert any(f"s3://{bucket}/nothing-here/" in p["reason"] for p in summary["problems"])

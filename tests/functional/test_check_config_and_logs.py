@@ -223,3 +223,17 @@ def test_a_sidecar_on_ipv6_loopback_announces_urls_clients_and_stats_can_use(
         assert json.loads(stats.stdout)["served_bytes"]["origin"] >= 10
     started = [r for r in _records(sidecar.stderr_lines) if r.get("event") == "started"]
     assert started and started[0]["data_url"] == sidecar.data_url
+
+
+@pytest.mark.parametrize("command", [("--check-config",), ()])
+def test_a_file_value_of_the_wrong_type_stops_serve_in_one_line(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    config = tmp_path / "sidecar.toml"
+    config.write_text(f'cache_dir = "{tmp_path / "cache"}"\nprotect_path = 5\n')
+    result = sidecar_cli("serve", "--config", str(config), "--listen", "127.0.0.1:0",
+                         "--admin-listen", "127.0.0.1:0", *command, env=clean_env())
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "sidecar: error: config key protect_path: takes an array of strings, got an integer: 5"]
+    assert not (tmp_path / "cache").exists()

@@ -460,3 +460,18 @@ def test_a_reader_that_joined_read_ahead_on_its_way_pins_it_once_it_lands() -> N
         simulation.advance(when)
     assert not simulation._pinned(slot)
     assert simulation.hit_bytes - hits == BLOCK
+
+
+def test_a_report_spark_could_not_write_is_said_in_one_short_line(tmp_path: Path) -> None:
+    from spark_warmup.capacity.job import _why, spark_reason
+
+    # What py4j prints of a Java exception: its message, then its stack trace.
+    printed = ("org.apache.spark.SparkException: Job aborted: java.io.IOException: "
+               "No space left on device" + "x" * 400 + "\n\tat org.apache.Foo(Foo.java:1)")
+    reason = spark_reason(printed)
+    assert reason.startswith("Spark: org.apache.spark.SparkException: Job aborted: "
+                             "java.io.IOException: No space left on device")
+    assert "\n" not in reason and len(reason) < 320
+    assert spark_reason("") == "Spark: failed"
+    assert _why(IsADirectoryError(21, "Is a directory", str(tmp_path / "summary.json")),
+                tmp_path) == f"{tmp_path / 'summary.json'}: Is a directory"

@@ -53,6 +53,10 @@ def test_a_file_with_other_values_is_followed(tmp_path: Path) -> None:
     ('block_size = "512MiB"\n', "config key block_size: must be a multiple of 4KiB"),
     # Refused as out of range here, or by the sidecar's own parser once it says so itself.
     (f'block_size = "{"9" * 400}MiB"\n', "config key block_size: "),
+    # A value of a TOML type the option does not take, as the sidecar refuses it.
+    ("prefetch = 1\n", "config key prefetch: takes true or false, got an integer: 1"),
+    ("block_size = 4194304.5\n", "config key block_size: takes an integer of bytes or a "
+     "string"),
 ])
 def test_a_bad_file_is_refused_with_the_key_named(tmp_path: Path, text: str,
                                                   message: str) -> None:

@@ -257,3 +257,105 @@ def test_the_config_knows_the_cache_chunk_size_the_slab_uses() -> None:
 
     for block_size in (64 * 1024, 1024 * 1024, 1536 * 1024, 8 * MIB, 256 * MIB):
         assert chunk_bytes(block_size) == chunk_size_for(block_size)
+
+
+@pytest.mark.parametrize(("toml", "message"), [
+    # Each was once taken as str() of the value: the path "5", a bucket list of
+    # one, a boolean from a number, one byte of cache.
+    ("protect_path = 5", "config key protect_path: takes an array of strings, got an "
+     "integer: 5"),
+    ("protect_path = true", "config key protect_path: takes an array of strings, got a boolean"),
+    ('protect_path = ["/a", 5]', "config key protect_path: takes an array of strings, got an "
+     "array holding an integer: 5"),
+    ('protect_path = {a = "/x"}', "config key protect_path: takes an array of strings, got a "
+     "table"),
+    ('access_buckets = "mybucket"', "config key access_buckets: takes an array of strings, "
+     "got a string: 'mybucket'"),
+    ('access_copy_sources = {b = "x"}', "config key access_copy_sources: takes an array of "
+     "strings, got a table"),
+    ("cache_dir = 7", "config key cache_dir: takes a string, got an integer: 7"),
+    ("admin_token_file = false", "config key admin_token_file: takes a string, got a boolean"),
+    ("access_log = 1", "config key access_log: takes a string, got an integer"),
+    ("prefetch = 1", "config key prefetch: takes true or false, got an integer: 1"),
+    ('preallocate = "no"', "config key preallocate: takes true or false, got a string: 'no'"),
+    ("[access]\nbucket_admin = 0", "config key access_bucket_admin: takes true or false"),
+    ("cache_size = 1.5", "config key cache_size: takes an integer of bytes or a string such "
+     'as "64MiB", got a float: 1.5'),
+    ('origin_retries = "3"', "config key origin_retries: takes an integer, got a string"),
+    ("nice = true", "config key nice: takes an integer, got a boolean"),
+    ('origin_breaker_ratio = "0.5"', "config key origin_breaker_ratio: takes a number"),
+    ("stats_interval = 2026-01-01", "config key stats_interval: takes a number of seconds or "
+     "a string"),
+    ("origin_bandwidth = [1]", "config key origin_bandwidth: takes an integer of bytes a "
+     "second"),
+    ("[auth]\nscopes = {AKID1 = 5}", "config key auth_scopes: takes a table of strings"),
+])
+def test_a_file_value_of_a_type_the_option_does_not_take_is_refused(
+    tmp_path: Path, toml: str, message: str
+) -> None:
+    path = tmp_path / "sidecar.toml"
+    path.write_text(f'{toml}\n' if toml.startswith("cache_dir") else
+                    f'cache_dir = "{tmp_path}"\n{toml}\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config({}, {}, read_toml(path))
+    assert str(caught.value).startswith(message), str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_secret_of_the_wrong_type_is_refused_without_being_shown(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config({}, {}, {"cache_dir": str(tmp_path), "admin_token": 918273645})
+    assert str(caught.value) == "config key admin_token: takes a string, got an integer"
+
+
+def test_every_spelling_the_file_took_of_each_type_still_loads(tmp_path: Path) -> None:
+    config = load_config({}, {}, {
+        "cache_dir": str(tmp_path), "cache_size": 4 * 2**30, "block_size": "4MiB",
+        "max_coalesce": 32 * MIB, "memory_tier": "auto", "origin_bandwidth": "100MiB/s",
+        "scrub_rate": 0, "head_ttl": 30, "listing_ttl": 2.5, "client_timeout": "1m",
+        "origin_breaker_ratio": 1, "prefetch_share": 0.5, "cpus": 2, "prefetch": False,
+        "protect_path": ["/a", "/b"], "access": {"buckets": ["kafka-tiered"]},
+        "auth": {"keys": "AKID1:one", "scopes": {"AKID1": "read"}},
+    })
+    assert config.cache.size_bytes == 4 * 2**30 and config.cache.block_size == 4 * MIB
+    assert config.origin.bandwidth == 100 * MIB and config.cache.scrub_rate is None
+    assert config.origin.head_ttl_s == 30 and config.origin.listing_ttl_s == 2.5
+    assert config.origin.breaker_ratio == 1.0 and config.server.cpus == (2,)
+    assert config.prefetch.enabled is False and config.access.buckets == ("kafka-tiered",)
+    assert config.cache.protect_paths == (Path("/a"), Path("/b"))
+
+
+def test_every_option_names_the_toml_types_it_takes() -> None:
+    from sidecar.config.options import OPTIONS
+
+    for option in OPTIONS:
+        # The default, as an operator would copy it from the example config, is taken.
+        option.file_type.check(option.default if option.file_type.types != (list,) else [])
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    # int(), float() and \d take other scripts' digits and "1_000"; an operator's
+    # number is ASCII decimal.
+    ({"SIDECAR_ORIGIN_RETRIES": "\u0663"}, "SIDECAR_ORIGIN_RETRIES: not a whole number"),
+    ({"SIDECAR_MAX_REQUESTS": "1_000"}, "SIDECAR_MAX_REQUESTS: not a whole number"),
+    ({"SIDECAR_NICE": "-\u0663"}, "SIDECAR_NICE: not a nice value"),
+    ({"SIDECAR_PREFETCH_SHARE": "\u0660.\u0665"}, "SIDECAR_PREFETCH_SHARE: not a number"),
+    ({"SIDECAR_ORIGIN_BREAKER_RATIO": "nan"}, "SIDECAR_ORIGIN_BREAKER_RATIO: not a number"),
+    ({"SIDECAR_HEAD_TTL": "\u0663s"}, "SIDECAR_HEAD_TTL: not a duration"),
+    ({"SIDECAR_CACHE_SIZE": "\u0663GiB"}, "SIDECAR_CACHE_SIZE: not a size"),
+    ({"SIDECAR_ORIGIN_BANDWIDTH": "\u0663MiB/s"}, "SIDECAR_ORIGIN_BANDWIDTH: not a size"),
+])
+def test_numbers_from_the_environment_are_ascii_decimal(env: dict[str, str],
+                                                        message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config({"cache_dir": "/x"}, env, {})
+    assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_ascii_numbers_in_every_form_still_load() -> None:
+    config = load_config({"cache_dir": "/x"}, {
+        "SIDECAR_ORIGIN_RETRIES": " 5 ", "SIDECAR_NICE": "-3", "SIDECAR_PREFETCH_SHARE": ".5",
+        "SIDECAR_ORIGIN_BREAKER_RATIO": "1e-1", "SIDECAR_MAX_REQUESTS": "+300"}, {})
+    assert config.origin.retries == 5 and config.server.nice == -3
+    assert config.origin.prefetch_share == 0.5 and config.origin.breaker_ratio == 0.1
+    assert config.server.max_requests == 300

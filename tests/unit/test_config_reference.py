@@ -16,6 +16,7 @@ import pytest
 
 from sidecar.cli import build_parser
 from sidecar.config import OPTIONS, Option, flatten_sections, parse_size, resolve
+from sidecar.config.options import BY_NAME
 from sidecar.config.reference import (
     SECRET_SET,
     SECRET_UNSET,
@@ -197,3 +198,17 @@ def test_the_readme_counts_the_options_there_are() -> None:
     counted = re.search(r"Every option \((\d+) of them", readme)
     assert counted, "README.md no longer counts the options"
     assert int(counted.group(1)) == len(OPTIONS)
+
+
+def test_the_listing_of_env_values_and_defaults_loads_back_as_the_file_takes_them() -> None:
+    env = {"SIDECAR_ORIGIN_RETRIES": "5", "SIDECAR_PREFETCH": "no",
+           "SIDECAR_PROTECT_PATH": "/a,/b", "SIDECAR_ORIGIN_BREAKER_RATIO": "0.75"}
+    settings = resolve({"cache_dir": "/c"}, env, {})
+    listing = render_effective(settings, lambda setting: setting.source)
+    loaded = {name: value for name, value in tomllib.loads(listing).items()
+              if not BY_NAME[name].secret}
+    assert loaded["origin_retries"] == 5 and loaded["prefetch"] is False
+    assert loaded["protect_path"] == ["/a", "/b"] and loaded["access_buckets"] == []
+    again = resolve({}, {}, loaded)
+    assert {name: again[name].value for name in loaded} == \
+        {name: settings[name].value for name in loaded}
