@@ -58,19 +58,50 @@ _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c
 
 Bytes = bytes | bytearray | memoryview
 
-# cgroup v2's limit of the container the sidecar runs in ("max": none).
-_CGROUP_MEMORY_MAX = Path("/sys/fs/cgroup/memory.max")
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def memory_bytes() -> int:
-    """The memory the tier could ever have: the machine's, or the container's
-    limit where it is lower (the tier's shared memory counts toward it)."""
+    """The memory the tier could ever have: the machine's, or the memory limit
+    of the cgroup the sidecar runs in where it is lower (a container's, or a
+    systemd unit's MemoryMax=): the tier's shared memory counts toward it."""
     total = int(psutil.virtual_memory().total)
     try:
-        limit = _CGROUP_MEMORY_MAX.read_text().strip()
+        membership = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
         return total
-    return min(total, int(limit)) if limit.isascii() and limit.isdigit() else total
+    return min([total, *cgroup_limits(membership, _CGROUP_ROOT)])
+
+
+def cgroup_limits(membership: list[str], root: Path) -> list[int]:
+    """The memory limits set on the process's cgroup and its ancestors, from the
+    lines of /proc/self/cgroup (cgroups(7)): cgroup v2's memory.max under the
+    unified line "0::PATH", or v1's memory.limit_in_bytes under the memory
+    controller's line, under ``root`` (/sys/fs/cgroup). "max" (v2) is no
+    limit; v1's default is a huge number, which the machine's memory is under."""
+    found: list[int] = []
+    for line in membership:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":
+            base, name = root, "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = root / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        group = base / path.lstrip("/")
+        for folder in (group, *group.parents):
+            if not folder.is_relative_to(base):
+                break
+            try:
+                text = (folder / name).read_text().strip()
+            except OSError:
+                continue
+            if text.isascii() and text.isdigit():
+                found.append(int(text))
+    return found
 
 
 class TierSlice:

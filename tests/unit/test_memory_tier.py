@@ -8,6 +8,7 @@ import os
 import random
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,7 @@ from sidecar.cache.tier_regions import (
 )
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 
 def key(block: int, chunk: int = 0, name: str = "k", generation: int = 1) -> Key:
@@ -456,3 +458,21 @@ def test_a_tier_larger_than_the_memory_here_is_refused_before_its_table_is_built
     too_big = (memory_bytes() // region + 1) * region
     with pytest.raises(OSError, match="bytes of memory this machine or container has"):
         MemoryTier(too_big, region)
+
+
+def test_the_cgroup_limits_are_read_up_the_tree_for_v2_and_v1(tmp_path: Path) -> None:
+    """A unit's own memory.max may be "max" while its slice has a limit: every
+    ancestor counts. v1's memory controller keeps it in memory.limit_in_bytes."""
+    from sidecar.cache.memory_tier import cgroup_limits
+
+    unit = tmp_path / "system.slice" / "sidecar.service"
+    unit.mkdir(parents=True)
+    (unit / "memory.max").write_text("max\n")
+    (tmp_path / "system.slice" / "memory.max").write_text(f"{8 * GiB}\n")
+    assert cgroup_limits(["0::/system.slice/sidecar.service"], tmp_path) == [8 * GiB]
+    pod = tmp_path / "memory" / "kubepods" / "pod1"
+    pod.mkdir(parents=True)
+    (pod / "memory.limit_in_bytes").write_text(f"{2 * GiB}\n")
+    assert cgroup_limits(["4:memory:/kubepods/pod1", "3:cpu,cpuacct:/kubepods/pod1",
+                          "not a cgroup line"], tmp_path) == [2 * GiB]
+    assert cgroup_limits(["0::/"], tmp_path / "none") == []
