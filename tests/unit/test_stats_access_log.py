@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -155,3 +157,29 @@ def test_a_file_emptied_when_full_has_each_batch_at_once(tmp_path: Path) -> None
         assert target.read_bytes() == line * 2
     finally:
         rotating.close()
+
+
+def test_a_hung_disk_cannot_hold_the_stop(tmp_path: Path) -> None:
+    dropped: list[tuple[str, int]] = []
+    log = AccessLog(str(tmp_path / "access.jsonl"), NODE, queue_lines=2,
+                    dropped=lambda reason, lines: dropped.append((reason, lines)))
+    assert log._file is not None
+    disk_back = threading.Event()
+    writing = threading.Event()
+
+    def hung(lines: list[bytes]) -> None:  # a write(2) that does not return
+        writing.set()
+        disk_back.wait()
+
+    log._file.write = hung  # type: ignore[method-assign]
+    try:
+        log.write(entry(**sample(request_id="R0"), node=NODE))  # type: ignore[arg-type]
+        assert writing.wait(10)
+        for number in (1, 2):  # the queue is full behind the stuck writer
+            log.write(entry(**sample(request_id=f"R{number}"), node=NODE))  # type: ignore[arg-type]
+        started = time.monotonic()
+        log.close(wait_s=0.3)
+        assert time.monotonic() - started < 5
+        assert dropped == [("disk", 2)]
+    finally:
+        disk_back.set()
