@@ -85,6 +85,8 @@ BODY_BYTES = web.RequestKey("sidecar_body_bytes", int)
 QUEUE_LINES = 65536
 # Lines the writer takes from the queue per write() call.
 BATCH_LINES = 512
+# How often the writer checks that PATH is still the file it writes to.
+WATCH_EVERY_S = 1.0
 # How long close() waits for the writer to take the end marker and write what is
 # queued: a hung disk (an NFS mount gone, a stuck device) must not hold a stop
 # (SIGTERM) forever; past it the lines still queued are dropped, counted.
@@ -211,6 +213,7 @@ class RotatingFile:
         self._rotated = rotated
         self._file: IO[bytes] | None = None
         self._size = 0
+        self._checked = 0.0
         self.open()
 
     def open(self) -> None:
@@ -222,7 +225,8 @@ class RotatingFile:
     def write(self, lines: list[bytes]) -> None:
         """Append whole lines, rotating between two lines when the next would
         take the file past max_bytes (a line is never split across files)."""
-        if self._file is None:
+        if self._file is None or self._moved_away():
+            self.close()
             self.open()
         batch: list[bytes] = []
         size = self._size
@@ -235,6 +239,24 @@ class RotatingFile:
             batch.append(line)
             size += len(line)
         self._append(batch)
+
+    def _moved_away(self) -> bool:
+        """Whether PATH is no longer the open file (an operator deleted or moved
+        it): checked at most once a second, as logging.handlers.WatchedFileHandler
+        does at each record, or the lines would go on to a deleted inode."""
+        now = time.monotonic()
+        if now - self._checked < WATCH_EVERY_S:
+            return False
+        self._checked = now
+        assert self._file is not None
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # PATH cannot be looked at now: the open file is kept
+        opened = os.fstat(self._file.fileno())
+        return (named.st_dev, named.st_ino) != (opened.st_dev, opened.st_ino)
 
     def _append(self, batch: list[bytes]) -> None:
         assert self._file is not None

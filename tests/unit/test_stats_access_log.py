@@ -12,6 +12,7 @@ import pytest
 
 from sidecar.model import PREFETCH, WARM, FetchDone, ObjectInfo
 from sidecar.tally import CACHED, FETCHED, JOINED, ReadTally
+from sidecar.telemetry import access_log
 from sidecar.telemetry.access_log import (
     AccessLog,
     NodeFacts,
@@ -21,6 +22,7 @@ from sidecar.telemetry.access_log import (
     fetch_entry,
     format_entry,
 )
+from tests.support.waiting import eventually
 
 NODE = NodeFacts("broker-1", 4 * 1024 * 1024, 64 * 1024 ** 3)
 
@@ -183,3 +185,19 @@ def test_a_hung_disk_cannot_hold_the_stop(tmp_path: Path) -> None:
         assert dropped == [("disk", 2)]
     finally:
         disk_back.set()
+
+
+def test_a_deleted_log_file_is_opened_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(access_log, "WATCH_EVERY_S", 0.0)  # checked at each batch
+    target = tmp_path / "access.jsonl"
+    log = AccessLog(str(target), NODE)
+    log.write(entry(**sample(request_id="R1"), node=NODE))  # type: ignore[arg-type]
+    eventually(lambda: (target.exists() and target.stat().st_size > 0) or None,
+               "the first line written")
+    target.unlink()  # an operator removes the live log
+    log.write(entry(**sample(request_id="R2"), node=NODE))  # type: ignore[arg-type]
+    log.close()
+    assert [json.loads(line)["request_id"] for line in target.read_text().splitlines()] == [
+        "R2"]
