@@ -19,7 +19,14 @@ from email.message import Message
 from typing import IO
 
 # (url, body, headers, timeout_s) -> (status, body); raises OSError on the network.
+# The body is cut at ANSWER_BYTES + 1 bytes.
 Post = Callable[[str, bytes, Mapping[str, str], float], tuple[int, bytes]]
+
+
+# A warm answer is a few counts and an error a line: more is not a sidecar's
+# answer (a misrouted URL, a proxy streaming something else), and reading it all
+# would hold an executor's memory and time. One byte more says it was cut.
+ANSWER_BYTES = 1024 * 1024
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -46,8 +53,8 @@ def poster(ca_file: str | None) -> Post:
         request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
         try:
             with director.open(request, timeout=timeout) as response:
-                return int(response.status), bytes(response.read())
+                return int(response.status), bytes(response.read(ANSWER_BYTES + 1))
         except urllib.error.HTTPError as exc:  # an answer, a redirect too, just not a 2xx
             with exc:
-                return exc.code, exc.read()
+                return exc.code, exc.read(ANSWER_BYTES + 1)
     return post

@@ -119,8 +119,7 @@ def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
             failure = WarmCallError(f"sidecar {batch.node} unreachable: {_reason(exc)}", True)
         else:
             if status == 200:
-                counts: dict[str, int] = json.loads(answer)
-                return counts
+                return _counts(batch.node, answer)
             failure = WarmCallError(
                 f"sidecar {batch.node} answered {status}: {_error_text(answer)}", status >= 500
             ) if not 300 <= status < 400 else WarmCallError(
@@ -192,6 +191,26 @@ def _failed(row: WarmRow, segment: PlannedSegment, batch: NodeBatch, error: str,
     blocks = segment.blocks(batch.block_size)
     return WarmRow(row.topic, row.partition, row.key, row.node, row.bytes,
                    blocks=blocks, failed=blocks, seconds=seconds, error=error)
+
+
+# The counts of a warm answer (POST /api/v1/warm, docs/ARCHITECTURE.md).
+_COUNTS = ("requested_blocks", "already_cached", "fetched", "failed", "bytes_fetched")
+
+
+def _counts(node: str, answer: bytes) -> dict[str, int]:
+    """The counts of a 200 answer, or WarmCallError (not retried) when it is not
+    the warm API's JSON (a proxy's page, a truncated or huge body): the segment's
+    row fails with a clear error, not the node's whole task."""
+    try:
+        document = json.loads(answer)
+    except ValueError:  # UnicodeDecodeError too
+        document = None
+    counts = ({name: document.get(name, 0) for name in _COUNTS}
+              if isinstance(document, dict) else {})
+    if not counts or not all(type(value) is int and value >= 0 for value in counts.values()):
+        raise WarmCallError(f"sidecar {node} answered 200 with what is not the warm API's "
+                            f"answer: {answer[:200].decode(errors='replace')!r}", False)
+    return counts
 
 
 def _reason(exc: OSError) -> str:

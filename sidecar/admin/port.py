@@ -201,7 +201,9 @@ class AdminPort:
         application.router.add_get("/api/v1/mode", self.get_mode)
         application.router.add_put("/api/v1/mode", self.put_mode)
         application.router.add_post("/api/v1/reload", self.reload)
-        application.router.add_delete("/api/v1/cache/{bucket}/{key:.+}", self.purge)
+        # "[\s\S]", not ".": S3 keys may hold CR and LF, and the router's "."
+        # stops at a decoded LF (a plain-text 404 that never reaches purge).
+        application.router.add_delete(r"/api/v1/cache/{bucket}/{key:[\s\S]+}", self.purge)
         application.router.add_get("/", self.index)
         application.cleanup_ctx.append(self._sampling)
         return application

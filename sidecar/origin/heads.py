@@ -44,7 +44,10 @@ class HeadMemo:
         # The last answer of each object and when it came (bounded: an
         # ObjectInfo is a few hundred bytes).
         self._known: LRUCache[ObjectKey, tuple[ObjectInfo, float]] = LRUCache(maxsize=known)
-        self._in_flight: dict[ObjectKey, asyncio.Future[ObjectInfo]] = {}
+        self._in_flight: dict[ObjectKey, asyncio.Task[ObjectInfo]] = {}
+        # Every HEAD still running, forgotten ones too: the loop keeps only a
+        # weak reference to a task.
+        self._running: set[asyncio.Task[ObjectInfo]] = set()
 
     async def get(
         self, bucket: str, key: str, ask: Callable[[], Awaitable[ObjectInfo]]
@@ -54,26 +57,37 @@ class HeadMemo:
         remembered = self._fresh.get(where)
         if remembered is not None:
             return remembered
-        pending = self._in_flight.get(where)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[ObjectInfo] = asyncio.get_running_loop().create_future()
-        self._in_flight[where] = future
+        task = self._in_flight.get(where)
+        if task is None:
+            # A task of its own, not the first reader's: that reader's client
+            # going away (its request cancelled) must not cancel the answer
+            # the others wait for.
+            task = asyncio.get_running_loop().create_task(
+                self._ask(where, ask), name=f"HEAD s3://{bucket}/{key}")
+            self._in_flight[where] = task
+            self._running.add(task)
+            task.add_done_callback(self._settled)
+        return await asyncio.shield(task)
+
+    async def _ask(
+        self, where: ObjectKey, ask: Callable[[], Awaitable[ObjectInfo]]
+    ) -> ObjectInfo:
+        task = asyncio.current_task()
         try:
             info, fresh = await self._ask_or_stale(where, ask)
             # Remembered only if no write went through meanwhile (see forget).
-            if fresh and self._in_flight.get(where) is future:
+            if fresh and self._in_flight.get(where) is task:
                 self._fresh[where] = info
                 self._known[where] = (info, self._clock())
-            future.set_result(info)
             return info
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # consumed here: waiters re-raise it themselves
-            raise
         finally:
-            if self._in_flight.get(where) is future:
+            if self._in_flight.get(where) is task:
                 del self._in_flight[where]
+
+    def _settled(self, task: asyncio.Task[ObjectInfo]) -> None:
+        self._running.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: its waiters, if any, re-raise it themselves
 
     def forget(self, bucket: str, key: str) -> None:
         self._fresh.pop((bucket, key), None)

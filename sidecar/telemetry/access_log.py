@@ -56,10 +56,12 @@ writes to stdout for an orchestrator to collect.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -75,12 +77,20 @@ from sidecar.telemetry.thread_names import name_this_thread
 
 # The key a request's handler adds the object bytes it sent to (request[BODY_BYTES]);
 # a typed key, as aiohttp asks (a plain string warns, NotAppKeyWarning).
+LOG = logging.getLogger(__name__)
+
 BODY_BYTES = web.RequestKey("sidecar_body_bytes", int)
 # Lines queued for the writer thread at most: about 30 MB, a few seconds of a
 # busy node's requests; past it lines are dropped rather than memory grown.
 QUEUE_LINES = 65536
 # Lines the writer takes from the queue per write() call.
 BATCH_LINES = 512
+# How often the writer checks that PATH is still the file it writes to.
+WATCH_EVERY_S = 1.0
+# How long close() waits for the writer to take the end marker and write what is
+# queued: a hung disk (an NFS mount gone, a stuck device) must not hold a stop
+# (SIGTERM) forever; past it the lines still queued are dropped, counted.
+CLOSE_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -203,6 +213,7 @@ class RotatingFile:
         self._rotated = rotated
         self._file: IO[bytes] | None = None
         self._size = 0
+        self._checked = 0.0
         self.open()
 
     def open(self) -> None:
@@ -214,7 +225,8 @@ class RotatingFile:
     def write(self, lines: list[bytes]) -> None:
         """Append whole lines, rotating between two lines when the next would
         take the file past max_bytes (a line is never split across files)."""
-        if self._file is None:
+        if self._file is None or self._moved_away():
+            self.close()
             self.open()
         batch: list[bytes] = []
         size = self._size
@@ -227,6 +239,24 @@ class RotatingFile:
             batch.append(line)
             size += len(line)
         self._append(batch)
+
+    def _moved_away(self) -> bool:
+        """Whether PATH is no longer the open file (an operator deleted or moved
+        it): checked at most once a second, as logging.handlers.WatchedFileHandler
+        does at each record, or the lines would go on to a deleted inode."""
+        now = time.monotonic()
+        if now - self._checked < WATCH_EVERY_S:
+            return False
+        self._checked = now
+        assert self._file is not None
+        try:
+            named = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # PATH cannot be looked at now: the open file is kept
+        opened = os.fstat(self._file.fileno())
+        return (named.st_dev, named.st_ino) != (opened.st_dev, opened.st_ino)
 
     def _append(self, batch: list[bytes]) -> None:
         assert self._file is not None
@@ -344,11 +374,24 @@ class AccessLog:
             if self._file is not None:
                 self._file.close()
 
-    def close(self) -> None:
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
         """Write what is queued and close the file (rotated out first when rotated
-        files are shipped). Blocking: call it off the event loop."""
-        self._queue.put(None)
-        self._thread.join()
+        files are shipped), waiting `wait_s` at most for the writer thread: a
+        hung disk leaves it (a daemon thread) and the lines it still holds,
+        dropped and counted. Blocking: call it off the event loop."""
+        deadline = time.monotonic() + wait_s
+        try:
+            self._queue.put(None, timeout=wait_s)
+        except queue.Full:
+            pass  # the writer takes nothing: it is stuck on the disk
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            # The writer thread owns the file while it runs: it is left as it is.
+            left = self._queue.qsize()
+            self._dropped("disk", left)  # the disk held them past the stop
+            LOG.warning("access log: the disk did not take the last lines within "
+                        "%.0f s; %d queued lines dropped", wait_s, left)
+            return
         if self._file is not None:
             if self._rotates_out:
                 try:

@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -214,3 +215,17 @@ def test_the_mode_and_purge_commands_find_the_generated_token(
         purged = run_cli("purge", bucket, "dir/a b.bin", *admin, env=on_node)
         assert purged.returncode == 0, purged.stderr
         assert json.loads(purged.stdout) == {"purged_blocks": 1}
+
+
+def test_purge_reaches_a_key_holding_a_line_break(
+    local_s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    # S3 keys may hold CR and LF (the local origin cannot store one, so nothing
+    # is cached): the purge must reach its handler, which answers with JSON,
+    # not the router's plain-text 404.
+    quoted = urllib.parse.quote("dir/line\nbreak\r.bin")
+    with SidecarProcess(local_s3.endpoint, tmp_path) as sidecar:
+        status, answer = call(f"{sidecar.admin_url}/api/v1/cache/{bucket}/{quoted}", "DELETE",
+                              None, bearer(sidecar.admin_token))
+        assert status == 200, answer
+        assert json.loads(answer) == {"purged_blocks": 0}

@@ -19,6 +19,7 @@ from spark_warmup.warming import NodeBatch, PlannedSegment, warm_node
 from tests.support.certificates import self_signed
 from tests.support.loopback_http import LoopbackServer, relay
 from tests.support.processes import SidecarProcess
+from tests.support.waiting import eventually
 
 TOKEN = "warm-http-token-5s9D"
 SIZE = 300 * 1024
@@ -139,3 +140,36 @@ def test_a_missing_ca_file_fails_the_rows_clearly(
     [row] = warm_node(batch("https://127.0.0.1:1", bucket, segment, ca_file=missing))
     assert row.error is not None and row.error.startswith(f"cannot use ca_file {missing}")
     assert row.failed == row.blocks == 2
+
+
+def test_an_endless_answer_is_cut_and_fails_its_row(segment: PlannedSegment,
+                                                      bucket: str) -> None:
+    sent: list[int] = []
+
+    class Endless(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # a 200 whose body goes on (a misrouted URL)
+            self.send_response(200)
+            self.send_header("Content-Length", str(2 ** 40))
+            self.end_headers()
+            chunk, total = b" " * 65536, 0
+            try:
+                while total < 256 * 1024 * 1024:
+                    self.wfile.write(chunk)
+                    total += len(chunk)
+            except OSError:
+                pass  # the client stopped reading and closed
+            sent.append(total)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = LoopbackServer(Endless)
+    try:
+        [row] = warm_node(batch(server.endpoint, bucket, segment))
+        # The client closes after about a MiB: the server's writes fail long
+        # before it has sent all it would.
+        eventually(lambda: sent or None, "the server's answer ended")
+    finally:
+        server.stop()
+    assert row.error is not None and "not the warm API's answer" in row.error
+    assert sent[0] < 64 * 1024 * 1024

@@ -91,3 +91,21 @@ async def test_forget_during_a_head_hands_it_on_but_never_remembers_it() -> None
     ask.gate.set()
     assert (await waiting).etag == '"old"'
     assert (await heads.get("b", "k", ask)).etag == '"new"' and ask.asked == 2
+
+
+async def test_the_reader_asking_being_cancelled_leaves_the_others_their_answer() -> None:
+    heads, ask = memo(FakeClock()), ScriptedHead(info('"a"'))
+    ask.gate.clear()
+    first = asyncio.ensure_future(heads.get("b", "k", ask))
+    await asyncio.sleep(0)
+    others = [asyncio.ensure_future(heads.get("b", "k", ask)) for _ in range(3)]
+    await asyncio.sleep(0)
+    first.cancel()  # its client went away while the HEAD was on its way
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    ask.gate.set()
+    assert {answer.etag for answer in await asyncio.gather(*others)} == {'"a"'}
+    assert ask.asked == 1
+    # The answer is remembered, and no HEAD is left running.
+    assert (await heads.get("b", "k", ask)).etag == '"a"' and ask.asked == 1
+    assert not heads._running

@@ -140,3 +140,20 @@ def test_calls_per_sidecar_are_bounded() -> None:
     rows = warm_node(batch(12, concurrency=3), post=sidecar)
     assert len(rows) == 12 and len(sidecar.calls) == 12
     assert 1 < sidecar.most_running <= 3
+
+
+@pytest.mark.parametrize("garbage", [
+    b"<html>proxy error</html>", b"[1, 2]", b'{"fetched": "many"}', b'{"fetched": true}',
+    b"\xff\xfe", b'{"fetched": 1e400}',
+])
+def test_a_200_that_is_not_the_warm_apis_json_fails_its_row_only(garbage: bytes) -> None:
+    answers = iter([(200, garbage), (200, json.dumps(OK).encode())])
+
+    def post(url: str, body: bytes, headers: Mapping[str, str],
+             timeout: float) -> tuple[int, bytes]:
+        return next(answers)
+
+    rows = warm_node(batch(2, concurrency=1), post=post, sleep=lambda s: None)
+    assert rows[0].error is not None and "not the warm API's answer" in rows[0].error
+    assert rows[0].failed == 2
+    assert rows[1].error is None and rows[1].fetched == 2

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 
 from sidecar.model import PREFETCH, WARM, FetchDone, ObjectInfo
 from sidecar.tally import CACHED, FETCHED, JOINED, ReadTally
+from sidecar.telemetry import access_log
 from sidecar.telemetry.access_log import (
     AccessLog,
     NodeFacts,
@@ -19,6 +22,7 @@ from sidecar.telemetry.access_log import (
     fetch_entry,
     format_entry,
 )
+from tests.support.waiting import eventually
 
 NODE = NodeFacts("broker-1", 4 * 1024 * 1024, 64 * 1024 ** 3)
 
@@ -155,3 +159,45 @@ def test_a_file_emptied_when_full_has_each_batch_at_once(tmp_path: Path) -> None
         assert target.read_bytes() == line * 2
     finally:
         rotating.close()
+
+
+def test_a_hung_disk_cannot_hold_the_stop(tmp_path: Path) -> None:
+    dropped: list[tuple[str, int]] = []
+    log = AccessLog(str(tmp_path / "access.jsonl"), NODE, queue_lines=2,
+                    dropped=lambda reason, lines: dropped.append((reason, lines)))
+    assert log._file is not None
+    disk_back = threading.Event()
+    writing = threading.Event()
+
+    def hung(lines: list[bytes]) -> None:  # a write(2) that does not return
+        writing.set()
+        disk_back.wait()
+
+    log._file.write = hung  # type: ignore[method-assign]
+    try:
+        log.write(entry(**sample(request_id="R0"), node=NODE))  # type: ignore[arg-type]
+        assert writing.wait(10)
+        for number in (1, 2):  # the queue is full behind the stuck writer
+            log.write(entry(**sample(request_id=f"R{number}"), node=NODE))  # type: ignore[arg-type]
+        started = time.monotonic()
+        log.close(wait_s=0.3)
+        assert time.monotonic() - started < 5
+        assert dropped == [("disk", 2)]
+    finally:
+        disk_back.set()
+
+
+def test_a_deleted_log_file_is_opened_afresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(access_log, "WATCH_EVERY_S", 0.0)  # checked at each batch
+    target = tmp_path / "access.jsonl"
+    log = AccessLog(str(target), NODE)
+    log.write(entry(**sample(request_id="R1"), node=NODE))  # type: ignore[arg-type]
+    eventually(lambda: (target.exists() and target.stat().st_size > 0) or None,
+               "the first line written")
+    target.unlink()  # an operator removes the live log
+    log.write(entry(**sample(request_id="R2"), node=NODE))  # type: ignore[arg-type]
+    log.close()
+    assert [json.loads(line)["request_id"] for line in target.read_text().splitlines()] == [
+        "R2"]
