@@ -34,8 +34,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two pytest processes side by side (scripts/pytest-pair.sh says which tests go
+# where); `$(BIN)/pytest` alone runs the same suite one test after another.
 test: $(STAMP) $(KAFKA_STAMP) lint typecheck
-	$(BIN)/pytest
+	sh scripts/pytest-pair.sh $(BIN)/pytest
 
 # The parsers that take what a client sends (SigV4, Range and preconditions,
 # aws-chunked, slot headers, the index snapshot) under many more hypothesis
