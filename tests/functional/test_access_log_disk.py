@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,19 +16,15 @@ import pytest
 from sidecar.tools.local_s3 import LocalS3
 from tests.support.loopback_http import raw_request
 from tests.support.processes import SidecarProcess
+from tests.support.tmpfs import mounted_tmpfs
 from tests.support.waiting import eventually
 
 
 @pytest.fixture()
 def log_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs for the access log alone."""
-    mount = tmp_path / "logs"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "logs", "1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def fill(path: Path) -> None:

@@ -7,7 +7,6 @@ import os
 import random
 import secrets
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from sidecar.tools.local_s3 import LocalS3
 from tests.support.loopback_http import admin_call, raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.s3_clients import s3_client
+from tests.support.tmpfs import mounted_tmpfs
 from tests.support.waiting import eventually
 
 MiB = 1024 * 1024
@@ -254,13 +254,8 @@ def test_modes(local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path) -
 @pytest.fixture()
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 40 MiB tmpfs: a cache disk that can really fill up."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", str(mount)], check=True)
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "40m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_low_free_space_shrinks_the_cache_and_it_grows_back(
