@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import ssl
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -15,19 +16,22 @@ from urllib.parse import urlsplit
 import pytest
 
 from sidecar.tools.local_s3 import LocalS3
+from spark_warmup.outcome import summarize
 from spark_warmup.warming import NodeBatch, PlannedSegment, warm_node
 from tests.support.certificates import self_signed
-from tests.support.loopback_http import LoopbackServer, relay
+from tests.support.fault_proxy import FaultProxy
+from tests.support.loopback_http import LoopbackServer, admin_call, relay
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
 
 TOKEN = "warm-http-token-5s9D"
 SIZE = 300 * 1024
+SIDECAR_FLAGS = ("--block-size", "256KiB")
 
 
 @pytest.fixture()
 def sidecar(local_s3: LocalS3, tmp_path: Path) -> Iterator[SidecarProcess]:
-    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "256KiB",
+    with SidecarProcess(local_s3.endpoint, tmp_path, *SIDECAR_FLAGS,
                         env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as process:
         yield process
 
@@ -173,3 +177,86 @@ def test_an_endless_answer_is_cut_and_fails_its_row(segment: PlannedSegment,
         server.stop()
     assert row.error is not None and "not the warm API's answer" in row.error
     assert sent[0] < 64 * 1024 * 1024
+
+
+def put_segments(origin_s3: Any, bucket: str, count: int) -> tuple[PlannedSegment, ...]:
+    planned = []
+    for i in range(count):
+        key = f"orders-x/0/{i * 1000:020d}-seg.log"
+        origin_s3.put_object(Bucket=bucket, Key=key, Body=os.urandom(SIZE))
+        planned.append(PlannedSegment("orders", 0, key, SIZE, "a"))
+    return tuple(planned)
+
+
+def calls_seen(sidecar: SidecarProcess) -> int:
+    """Warm calls the sidecar has answered (its stats keep the last 20)."""
+    calls = sidecar.stats()["warm_calls"]
+    assert isinstance(calls, list)
+    return len(calls)
+
+
+def test_a_sidecar_whose_mode_pauses_warm_up_fails_its_rows_naming_the_mode(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str
+) -> None:
+    planned = put_segments(origin_s3, bucket, 3)
+    work = replace(batch(sidecar.admin_url, bucket, planned[0]), segments=planned, retries=3)
+    for answered, mode in enumerate(("cache-only", "bypass"), start=1):
+        status, _ = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": mode}, TOKEN)
+        assert status == 200
+        sleeps: list[float] = []
+        rows = warm_node(work, sleep=sleeps.append)
+        # One call reached it: not retried, and none sent after its answer.
+        assert calls_seen(sidecar) == answered and sleeps == []
+        assert [row.error.split(" (", 1)[0] if row.error else None for row in rows] == \
+            [f"sidecar a is in {mode} mode, which pauses warm-up"] * 3
+        assert not any("unreachable" in (row.error or "") or "taken as down" in (row.error or "")
+                       for row in rows)
+        # The summary adds up: every planned byte failed, none warmed.
+        summary = summarize(rows, 1.0)
+        assert (summary.segments, summary.failed_segments) == (3, 3)
+        assert summary.failed_bytes == summary.planned_bytes == 3 * SIZE
+        assert summary.warmed_bytes == 0 and all(row.failed == row.blocks == 2 for row in rows)
+    assert sidecar.metric("sidecar_origin_bytes_total", lane="warm") == 0
+    # It was the mode: back to normal, the same calls warm.
+    status, _ = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "normal"}, TOKEN)
+    assert status == 200
+    rows = warm_node(work)
+    assert all(row.ok and row.fetched == 2 for row in rows), rows
+
+
+def test_an_unavailable_origin_is_retried_and_reported_as_the_origins(
+    fault_proxy: FaultProxy, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    planned = put_segments(origin_s3, bucket, 4)
+    sleeps: list[float] = []
+    with SidecarProcess(fault_proxy.endpoint, tmp_path, *SIDECAR_FLAGS,
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as process:
+        fault_proxy.down = "503"
+        try:
+            work = replace(batch(process.admin_url, bucket, planned[0]), segments=planned,
+                           retries=1)
+            rows = warm_node(work, sleep=sleeps.append)
+            # Two segments, each tried twice; then the node is given up.
+            assert calls_seen(process) == 4
+        finally:
+            fault_proxy.clear()
+    assert sleeps == [0.25, 0.25]
+    assert all((row.error or "").startswith("sidecar a answered 503: origin unavailable")
+               for row in rows), rows
+    assert all("no more calls to it this run" in (row.error or "") for row in rows[2:])
+    assert not any("unreachable" in (row.error or "") or "taken as down" in (row.error or "")
+                   or "mode" in (row.error or "") for row in rows)
+
+
+def test_a_key_the_sidecar_refuses_fails_its_row_with_the_sidecars_message(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str
+) -> None:
+    missing = PlannedSegment("orders", 0, "orders-x/0/00000000000000000000-gone.log", SIZE, "a")
+    present = put_segments(origin_s3, bucket, 1)
+    sleeps: list[float] = []
+    work = replace(batch(sidecar.admin_url, bucket, missing), segments=(missing, *present),
+                   retries=3)
+    rows = warm_node(work, sleep=sleeps.append)
+    assert rows[0].error == f"sidecar a answered 400: no such key: s3://{bucket}/{missing.key}"
+    assert rows[1].ok and rows[1].fetched == 2
+    assert sleeps == [] and calls_seen(sidecar) == 2
