@@ -41,6 +41,13 @@ _BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 5.0
 # Segments of a node that fail in a row, after their retries, before it is given up.
 _DOWN_AFTER = 2
+# A call's timeout: room for the sidecar to fetch every object of the call at a
+# slow 1 MiB/s, with a base for its HEADs and first bytes and a little more for
+# each object beyond the first (each is HEADed and starts a block of its own).
+_BASE_TIMEOUT_S = 30.0
+_PER_OBJECT_S = 2.0
+_SLOW_BYTES_PER_S = 1024 * 1024
+_MAX_TIMEOUT_S = 3600.0
 # The modes in which a sidecar pauses warm-up (sidecar/isolation/modes.py).
 _PAUSING_MODES = ("cache-only", "bypass")
 # How a sidecar from before the 503's "mode" field says it (sidecar/engine/warm_up.py).
@@ -125,8 +132,7 @@ def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
     headers = {"Content-Type": "application/json"}
     if batch.token:
         headers["Authorization"] = f"Bearer {batch.token}"
-    # Room for the sidecar to fetch the whole segment at a slow 1 MiB/s.
-    timeout = min(3600.0, 30.0 + segment.size / (1024 * 1024))
+    timeout = call_timeout(segment)
     attempt = 0
     while True:
         try:
@@ -142,6 +148,14 @@ def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
             raise failure
         sleep(min(_MAX_BACKOFF_S, _BACKOFF_S * 2 ** attempt))
         attempt += 1
+
+
+def call_timeout(segment: PlannedSegment) -> float:
+    """Seconds one warm call of `segment` may take: it warms the log and its
+    companions (manifest, indexes) together, so all of them count."""
+    seconds = (_BASE_TIMEOUT_S + _PER_OBJECT_S * len(segment.companions)
+               + segment.bytes / _SLOW_BYTES_PER_S)
+    return min(_MAX_TIMEOUT_S, seconds)
 
 
 def _refusal(node: str, status: int, answer: bytes) -> WarmCallError:

@@ -14,6 +14,7 @@ from spark_warmup.warming import (
     NodeBatch,
     PlannedSegment,
     WarmCallError,
+    call_timeout,
     warm_call,
     warm_node,
 )
@@ -238,3 +239,28 @@ def test_a_refused_segment_does_not_stop_the_nodes_other_calls() -> None:
     rows = warm_node(batch(4, concurrency=1), post=sidecar, sleep=lambda s: None)
     assert [r.error for r in rows[:2]] == ["sidecar a answered 400: no such key: s3://tiered/k"] * 2
     assert all(r.ok for r in rows[2:]) and len(sidecar.calls) == 4
+
+
+def test_a_calls_timeout_counts_every_object_it_warms() -> None:
+    log = segment(0, size=100 * MIB)
+    assert call_timeout(log) == 30.0 + 100.0
+    # The log with its indexes and manifest: their bytes, and a little for each.
+    with_siblings = replace(log, companions=(("k.indexes", 20 * MIB), ("k.rsm-manifest", 1024)))
+    assert call_timeout(with_siblings) == pytest.approx(
+        30.0 + 2 * 2.0 + (100 * MIB + 20 * MIB + 1024) / MIB)
+    # However large, an hour at most.
+    assert call_timeout(segment(0, size=10 * 1024 * MIB)) == 3600.0
+
+
+def test_the_call_is_sent_with_that_timeout() -> None:
+    sidecar = ScriptedSidecar((200, OK))
+    timeouts: list[float] = []
+
+    def post(url: str, body: bytes, headers: Mapping[str, str],
+             timeout: float) -> tuple[int, bytes]:
+        timeouts.append(timeout)
+        return sidecar(url, body, headers, timeout)
+
+    with_index = replace(segment(0, size=8 * MIB), companions=(("k.indexes", 4 * MIB),))
+    warm_call(post, batch(), with_index, sleep=lambda s: None)
+    assert timeouts == [30.0 + 2.0 + 12.0]
