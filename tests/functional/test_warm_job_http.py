@@ -4,8 +4,10 @@ TLS proxy) is verified against the plan's CA file."""
 
 from __future__ import annotations
 
+import io
 import os
 import ssl
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
@@ -15,12 +17,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sidecar.tools.local_s3 import LocalS3
+from sidecar.tools.local_s3 import LocalS3, loopback_client
 from spark_warmup.outcome import summarize
+from spark_warmup.progress import WarmProgress, read_stats, stats_reader
 from spark_warmup.warming import NodeBatch, PlannedSegment, warm_node
 from tests.support.certificates import self_signed
 from tests.support.fault_proxy import FaultProxy
 from tests.support.loopback_http import LoopbackServer, admin_call, relay
+from tests.support.private_network import PrivateNetwork
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
 
@@ -260,3 +264,36 @@ def test_a_key_the_sidecar_refuses_fails_its_row_with_the_sidecars_message(
     assert rows[0].error == f"sidecar a answered 400: no such key: s3://{bucket}/{missing.key}"
     assert rows[1].ok and rows[1].fetched == 2
     assert sleeps == [] and calls_seen(sidecar) == 2
+
+
+def test_progress_reads_an_off_loopback_sidecars_stats_with_the_token(tmp_path: Path) -> None:
+    """Off loopback (0.0.0.0, as in a pod) the stats page needs the admin token:
+    the progress line reads it as the warm calls go, with the plan's token."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # A network namespace of its own, with its own S3 server: nothing outside
+    # the test reaches the sidecar bound to 0.0.0.0.
+    with PrivateNetwork() as network, LocalS3(network.prefix) as origin, SidecarProcess(
+            origin.endpoint, cache, *SIDECAR_FLAGS, "--admin-listen", "0.0.0.0:0",
+            env={"SIDECAR_ADMIN_TOKEN": TOKEN},
+            program=(*network.prefix, sys.executable, "-m", "sidecar")) as sidecar:
+        url = sidecar.admin_url.replace("0.0.0.0", "127.0.0.1")
+
+        def warm_with_progress() -> tuple[str, str]:
+            client = loopback_client(origin.endpoint)
+            client.create_bucket(Bucket="tiered")
+            [segment] = put_segments(client, "tiered", 1)
+            progress = {
+                name: WarmProgress({"a": url}, 2, 256 * 1024, io.StringIO(), 10, read=read)
+                for name, read in (("token", stats_reader(TOKEN)), ("none", read_stats))}
+            [row] = warm_node(batch(url, "tiered", segment))
+            assert row.ok and row.fetched == 2, row
+            return progress["token"].line(), progress["none"].line()
+
+        with_token, without = network.run(warm_with_progress)
+    assert with_token.startswith("warm-up: 512.0 KiB of 512.0 KiB (100%), ")
+    assert "not answering" not in with_token
+    # Without the token the page answers 401: the sidecar is left out of the line.
+    assert without.startswith("warm-up: 0 B of 512.0 KiB (0%)")
+    assert without.endswith("; 1 of 1 sidecars not answering")
+
