@@ -61,7 +61,9 @@ class MalformedRequestLog(logging.Logger):
     aiohttp answers a request it cannot parse (bad request line, oversized or
     invalid header, broken chunking) with 400 itself, then logs it as ERROR with
     a traceback: anyone able to connect could flood the log. Such a request
-    is logged at DEBUG in one line; every other error keeps its traceback.
+    is logged at DEBUG in one line (and counted in
+    sidecar_malformed_requests_total, telemetry/refused.py); every other error
+    keeps its traceback.
     """
 
     def __init__(self, parent: logging.Logger) -> None:
