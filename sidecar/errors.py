@@ -66,7 +66,14 @@ class OriginRequestRefused(OriginError):
 
 
 class DownloadsPaused(SidecarError):
-    """cache-only mode: a miss would need the origin, and downloads are paused."""
+    """cache-only mode: a miss would need the origin, and downloads are paused.
+
+    `mode`: the mode that paused them (`cache-only`, or `bypass` for a warm-up),
+    for answers that name it apart from the message (the warm API's 503)."""
+
+    def __init__(self, message: str, mode: str | None = None) -> None:
+        super().__init__(message)
+        self.mode = mode
 
 
 class Overloaded(SidecarError):

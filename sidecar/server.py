@@ -45,6 +45,7 @@ from sidecar.s3.passthrough import PassThrough, PassThroughLimits
 from sidecar.telemetry.access_log import AccessLog, NodeFacts, fetch_entry
 from sidecar.telemetry.log_shipping import LogShipper
 from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.refused import refusal_counter
 from sidecar.telemetry.thread_names import name_this_thread
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,9 @@ class MalformedRequestLog(logging.Logger):
     aiohttp answers a request it cannot parse (bad request line, oversized or
     invalid header, broken chunking) with 400 itself, then logs it as ERROR with
     a traceback: anyone able to connect could flood the log. Such a request
-    is logged at DEBUG in one line; every other error keeps its traceback.
+    is logged at DEBUG in one line (and counted in
+    sidecar_malformed_requests_total, telemetry/refused.py); every other error
+    keeps its traceback.
     """
 
     def __init__(self, parent: logging.Logger) -> None:
@@ -211,11 +214,12 @@ class Sidecar:
                  else "unlimited")
         log.info("cache dir %s is on device %s (%s mounted at %s)", cache.directory,
                  device.device, device.source, device.mount_point)
-        self.data_url = await self._listen(data.app(), self.config.server.listen)
-        self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen)
+        self.data_url = await self._listen(data.app(), self.config.server.listen, "data")
+        self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen,
+                                            "admin")
         if server.metrics_listen is not None:
             self.metrics_url = await self._listen(metrics_app(self.metrics),
-                                                  server.metrics_listen)
+                                                  server.metrics_listen, "metrics")
         self._ready = True
 
     async def _admin_token(self) -> str:
@@ -345,7 +349,10 @@ class Sidecar:
             layout=settings.layout, layout_prefix=settings.layout_prefix,
         )
 
-    async def _listen(self, application: web.Application, address: HostPort) -> str:
+    async def _listen(self, application: web.Application, address: HostPort, name: str
+                      ) -> str:
+        """Serve `application` on `address`; `name` ("data", "admin", "metrics")
+        labels what aiohttp refuses there before any handler runs."""
         # aiohttp's keep-alive timer starts with the connection and moves only
         # when a request completes: a client trickling its headers (slowloris)
         # or idling between requests is closed after client_timeout.
@@ -355,7 +362,13 @@ class Sidecar:
         # auto_decompress=False: a body is relayed as the client encoded it. aiohttp
         # would otherwise inflate a `Content-Encoding: gzip` upload and cut it at
         # the client's Content-Length, and the origin would store those bytes.
-        runner = web.AppRunner(application, access_log=None, handle_signals=False,
+        # aiohttp's access logger is not the access log (that is written by the data
+        # port's handler): it only counts the requests aiohttp refused before any
+        # handler ran (telemetry/refused.py).
+        runner = web.AppRunner(application, handle_signals=False,
+                               access_log_class=refusal_counter(
+                                   self.metrics.malformed_requests, name),
+                               access_log=logging.getLogger("aiohttp.access"),
                                auto_decompress=False,
                                keepalive_timeout=self.config.server.client_timeout_s,
                                max_line_size=MAX_HEADER_LINE, max_field_size=MAX_HEADER_LINE,

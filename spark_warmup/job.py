@@ -50,7 +50,7 @@ from spark_warmup.outcome import (
     summarize,
 )
 from spark_warmup.plan import Plan, PlanError, Replay
-from spark_warmup.progress import WarmProgress
+from spark_warmup.progress import WarmProgress, stats_reader
 from spark_warmup.report import write_report
 from spark_warmup.routing import Routes, route_partitions
 from spark_warmup.selection import Segment, needs_timestamps, select_segments
@@ -123,7 +123,8 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
     else:
         started = clock()
         planned_blocks = sum(s.blocks(plan.block_size) for s in planned)
-        with WarmProgress(sidecars, planned_blocks, plan.block_size, out, progress_s):
+        with WarmProgress(sidecars, planned_blocks, plan.block_size, out, progress_s,
+                          read=stats_reader(plan.admin_token, plan.ca_file)):
             rows = warm(spark, plan, planned, sidecars)
         summary = summarize(rows, clock() - started, rates=rates)
     summary = replace(summary, hashed_partitions=len(chosen.routes.hashed))

@@ -7,6 +7,10 @@ the end. The driver instead reads every sidecar's /api/v1/stats now and then
 prints how much of the plan is done. Counters are read as differences from
 the start, so a sidecar's earlier warm-ups do not count; a sidecar that does
 not answer is left out of that line, never fatal.
+
+The stats are read as the warm calls are sent (`stats_reader`): with the admin
+token, which the page needs on a sidecar whose admin port is off loopback (as
+in a pod), following no redirect, and verifying TLS against the plan's CA file.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TextIO
 
+from spark_warmup.sidecar_http import ANSWER_BYTES, opener
 from spark_warmup.units import format_bytes
 
 ReadStats = Callable[[str], Mapping[str, Any]]
@@ -26,9 +31,29 @@ _OUTCOMES = ("already_cached", "fetched", "failed")
 
 
 def read_stats(url: str) -> Mapping[str, Any]:
-    with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/stats", timeout=5) as response:
-        stats: Mapping[str, Any] = json.load(response)
+    """A loopback sidecar's stats, without a token."""
+    return stats_reader(None)(url)
+
+
+def stats_reader(token: str | None, ca_file: str | None = None) -> ReadStats:
+    """Reads a sidecar's /api/v1/stats as `warming` sends its calls: the token in
+    `Authorization`, no redirect followed (the token goes only to the plan's URL),
+    TLS verified against `ca_file` (None: the system's CAs). Errors are OSError
+    (a bad CA file too) or ValueError (not JSON, or too long)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    openers: list[urllib.request.OpenerDirector] = []  # made at the first read
+
+    def read(url: str) -> Mapping[str, Any]:
+        if not openers:
+            openers.append(opener(ca_file))
+        request = urllib.request.Request(f"{url.rstrip('/')}/api/v1/stats", headers=headers)
+        with openers[0].open(request, timeout=5) as response:
+            body = response.read(ANSWER_BYTES + 1)
+        if len(body) > ANSWER_BYTES:
+            raise ValueError(f"the stats of {url} are longer than {ANSWER_BYTES} bytes")
+        stats: Mapping[str, Any] = json.loads(body)
         return stats
+    return read
 
 
 def warm_blocks(stats: Mapping[str, Any]) -> int:

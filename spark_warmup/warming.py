@@ -7,9 +7,15 @@ are retried with exponential backoff; the sidecar's single-flight table and
 cache make a repeated call cheap (its blocks come back `already_cached`), so a
 retry, or a rerun of the whole plan, never fetches a block twice.
 
-A node whose calls keep failing on the network after all retries is taken as
-down for the rest of the run: its remaining segments are reported failed at
-once rather than each waiting out its own retries.
+A node whose calls keep failing after all retries is given up for the rest of
+the run: its remaining segments are reported failed at once rather than each
+waiting out its own retries. Failing on the network (refused, reset, timed out)
+takes it as down; answering 5xx (its origin unavailable) is said as such, since
+the node answered. A sidecar whose mode (`cache-only`, `bypass`) pauses warm-up
+answers 503 naming the mode: that lasts until an operator changes it, far
+beyond a call's retries, so it is not retried and the node gets no more calls;
+its rows fail naming the mode. A 4xx (a key the origin does not have, a refused
+body) fails its row with the sidecar's message and is not retried.
 
 HTTP is the standard library's urllib, to keep what executors need small; it
 follows no redirect and verifies TLS against the plan's CA file
@@ -19,6 +25,7 @@ follows no redirect and verifies TLS against the plan's CA file
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -32,9 +39,19 @@ from spark_warmup.sidecar_http import Post, opener, poster
 
 _BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 5.0
-# Calls on a node that fail on the network in a row before it is taken as down.
+# Segments of a node that fail in a row, after their retries, before it is given up.
 _DOWN_AFTER = 2
-
+# A call's timeout: room for the sidecar to fetch every object of the call at a
+# slow 1 MiB/s, with a base for its HEADs and first bytes and a little more for
+# each object beyond the first (each is HEADed and starts a block of its own).
+_BASE_TIMEOUT_S = 30.0
+_PER_OBJECT_S = 2.0
+_SLOW_BYTES_PER_S = 1024 * 1024
+_MAX_TIMEOUT_S = 3600.0
+# The modes in which a sidecar pauses warm-up (sidecar/isolation/modes.py).
+_PAUSING_MODES = ("cache-only", "bypass")
+# How a sidecar from before the 503's "mode" field says it (sidecar/engine/warm_up.py).
+_PAUSED_MESSAGE = re.compile(r"mode ([a-z-]+): warm-up is paused")
 
 
 @dataclass(frozen=True)
@@ -74,9 +91,15 @@ class NodeBatch:
 
 
 class WarmCallError(Exception):
-    def __init__(self, message: str, transient: bool) -> None:
+    """Why a warm call failed. `transient`: worth a retry; `network`: the sidecar
+    did not answer at all; `mode`: it answered that its mode pauses warm-up."""
+
+    def __init__(self, message: str, transient: bool, *, network: bool = False,
+                 mode: str | None = None) -> None:
         super().__init__(message)
         self.transient = transient
+        self.network = network
+        self.mode = mode
 
 
 def unanswered(node: str, url: str, timeout: float = 5.0,
@@ -109,26 +132,61 @@ def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
     headers = {"Content-Type": "application/json"}
     if batch.token:
         headers["Authorization"] = f"Bearer {batch.token}"
-    # Room for the sidecar to fetch the whole segment at a slow 1 MiB/s.
-    timeout = min(3600.0, 30.0 + segment.size / (1024 * 1024))
+    timeout = call_timeout(segment)
     attempt = 0
     while True:
         try:
             status, answer = post(f"{batch.url}/api/v1/warm", body, headers, timeout)
         except OSError as exc:  # refused, reset, timed out (URLError is an OSError)
-            failure = WarmCallError(f"sidecar {batch.node} unreachable: {_reason(exc)}", True)
+            failure = WarmCallError(f"sidecar {batch.node} unreachable: {_reason(exc)}", True,
+                                    network=True)
         else:
             if status == 200:
                 return _counts(batch.node, answer)
-            failure = WarmCallError(
-                f"sidecar {batch.node} answered {status}: {_error_text(answer)}", status >= 500
-            ) if not 300 <= status < 400 else WarmCallError(
-                f"sidecar {batch.node} answered a redirect ({status}), which is not followed: "
-                "the admin token goes only to the URL the plan names", False)
+            failure = _refusal(batch.node, status, answer)
         if not failure.transient or attempt >= batch.retries:
             raise failure
         sleep(min(_MAX_BACKOFF_S, _BACKOFF_S * 2 ** attempt))
         attempt += 1
+
+
+def call_timeout(segment: PlannedSegment) -> float:
+    """Seconds one warm call of `segment` may take: it warms the log and its
+    companions (manifest, indexes) together, so all of them count."""
+    seconds = (_BASE_TIMEOUT_S + _PER_OBJECT_S * len(segment.companions)
+               + segment.bytes / _SLOW_BYTES_PER_S)
+    return min(_MAX_TIMEOUT_S, seconds)
+
+
+def _refusal(node: str, status: int, answer: bytes) -> WarmCallError:
+    """The error of a call the sidecar answered with other than 200."""
+    if 300 <= status < 400:
+        return WarmCallError(
+            f"sidecar {node} answered a redirect ({status}), which is not followed: "
+            "the admin token goes only to the URL the plan names", False)
+    mode = _pausing_mode(answer) if status == 503 else None
+    if mode is not None:
+        return WarmCallError(f"sidecar {node} is in {mode} mode, which pauses warm-up "
+                             "(it answered 503; not retried: warm again once its mode is "
+                             "normal)", False, mode=mode)
+    return WarmCallError(f"sidecar {node} answered {status}: {_error_text(answer)}",
+                         status >= 500)
+
+
+def _pausing_mode(answer: bytes) -> str | None:
+    """The mode a sidecar's 503 says pauses warm-up, or None for any other 503
+    (the origin unavailable, a proxy's page)."""
+    try:
+        document = json.loads(answer)
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    if not isinstance(document, dict):
+        return None
+    mode = document.get("mode")
+    if mode is None and isinstance(document.get("error"), str):
+        said = _PAUSED_MESSAGE.fullmatch(document["error"])
+        mode = said.group(1) if said else None
+    return mode if mode in _PAUSING_MODES else None
 
 
 def warm_node(batch: NodeBatch, post: Post | None = None,
@@ -149,11 +207,11 @@ def warm_node(batch: NodeBatch, post: Post | None = None,
 def _warm_all(batch: NodeBatch, post: Post, sleep: Callable[[float], None],
               clock: Callable[[], float]) -> list[WarmRow]:
     lock = threading.Lock()
-    network_failures = 0
-    down: str | None = None
+    failures_in_a_row = 0
+    down: str | None = None  # why the node gets no more calls, once it does not
 
     def one(segment: PlannedSegment) -> WarmRow:
-        nonlocal network_failures, down
+        nonlocal failures_in_a_row, down
         row = WarmRow(segment.topic, segment.partition, segment.key, batch.node, segment.bytes)
         with lock:
             known_down = down
@@ -164,13 +222,16 @@ def _warm_all(batch: NodeBatch, post: Post, sleep: Callable[[float], None],
             counts = warm_call(post, batch, segment, sleep)
         except WarmCallError as exc:
             with lock:
-                if exc.transient:
-                    network_failures += 1
-                    if network_failures >= _DOWN_AFTER and down is None:
-                        down = f"{exc} (node taken as down for the rest of the run)"
+                if exc.mode is not None and down is None:
+                    # Its mode outlasts the run: no more calls to it.
+                    down = f"{exc}; no more calls to it this run"
+                elif exc.transient:
+                    failures_in_a_row += 1
+                    if failures_in_a_row >= _DOWN_AFTER and down is None:
+                        down = f"{exc} ({_given_up(exc)})"
             return _failed(row, segment, batch, str(exc), clock() - started)
         with lock:
-            network_failures = 0
+            failures_in_a_row = 0
         return WarmRow(
             row.topic, row.partition, row.key, row.node, row.bytes,
             blocks=int(counts.get("requested_blocks", 0)),
@@ -183,6 +244,13 @@ def _warm_all(batch: NodeBatch, post: Post, sleep: Callable[[float], None],
 
     with ThreadPoolExecutor(max_workers=batch.concurrency) as pool:
         return list(pool.map(one, batch.segments))
+
+
+def _given_up(exc: WarmCallError) -> str:
+    if exc.network:
+        return "node taken as down for the rest of the run"
+    # It answers, so it is not down; its origin is, most likely, for now.
+    return "it kept answering so after retries: no more calls to it this run"
 
 
 def _failed(row: WarmRow, segment: PlannedSegment, batch: NodeBatch, error: str,

@@ -44,6 +44,7 @@ from sidecar.http_fields import undecodable_field
 from sidecar.isolation.modes import ModeState, parse_mode
 from sidecar.origin.client import Origin
 from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.refused import mark_handled
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,9 @@ async def _refuse_undecodable_headers(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     """A header that is not UTF-8 (sidecar.http_fields) is a 400 before any handler
-    compares it with the admin token or reads it."""
+    compares it with the admin token or reads it. Every request the router
+    takes passes here, so it is marked as seen by the sidecar (a 404 too)."""
+    mark_handled(request)
     unreadable = undecodable_field(request.headers.items())
     if unreadable is not None:
         raise web.HTTPBadRequest(

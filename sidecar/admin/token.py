@@ -4,7 +4,9 @@ A token always guards the admin port's mutating calls. An operator may give one
 (`admin_token`, SIDECAR_ADMIN_TOKEN); with none given, the first start writes a
 random one to `admin_token_file` (default `<cache_dir>/admin.token`), created
 with mode 0600 so only the sidecar's own user (and root) can read it, and later
-starts read the same file, so clients keep working across restarts.
+starts read the same file, so clients keep working across restarts. A file
+found there that others may read, or that another user owns (not root, not the
+sidecar's own: whoever wrote it knows the token), is used with a warning.
 
 Clients on the node (`sidecar stats`, the warm-up job) find it the same way:
 SIDECAR_ADMIN_TOKEN, else the file named by SIDECAR_ADMIN_TOKEN_FILE (or a
@@ -57,17 +59,18 @@ def _one_token(token: str) -> bool:
     return bool(token) and token.isprintable() and token.isascii() and " " not in token
 
 
-def ensure_token_file(path: Path) -> tuple[str, bool]:
+def ensure_token_file(path: Path, own_uid: int | None = None) -> tuple[str, bool]:
     """The token kept in `path`, generated there (mode 0600) when the file does
-    not exist yet; and whether it was generated now. Blocking: call it from an
-    executor once the loop runs."""
+    not exist yet; and whether it was generated now. `own_uid`: the user the
+    sidecar runs as (default: the effective uid), who may own the file beside
+    root. Blocking: call it from an executor once the loop runs."""
     token = secrets.token_urlsafe(TOKEN_BYTES)
     try:
         # O_EXCL: two sidecars started at once on one cache dir agree on one token
         # (the loser reads the winner's); 0o600 from the first byte, never chmod later.
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
-        _warn_if_readable_by_others(path)
+        _warn_if_others_may_know_it(path, os.geteuid() if own_uid is None else own_uid)
         return read_token_file(path), False
     except OSError as exc:
         raise ConfigError(f"cannot create the admin token file {path}: {exc.strerror}") from None
@@ -78,14 +81,27 @@ def ensure_token_file(path: Path) -> tuple[str, bool]:
     return token, True
 
 
-def _warn_if_readable_by_others(path: Path) -> None:
+def _warn_if_others_may_know_it(path: Path, own_uid: int) -> None:
     try:
-        mode = path.stat().st_mode
+        found = path.stat()
     except OSError:
         return  # reading it reports the problem
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+    if found.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         log.warning("the admin token file %s may be read by other users (mode %o): "
-                    "chmod 600 it", path, stat.S_IMODE(mode))
+                    "chmod 600 it", path, stat.S_IMODE(found.st_mode))
+    if untrusted_owner(found.st_uid, own_uid):
+        # A warning, as for the mode: refusing would take the admin port down
+        # over a file an operator may have provisioned on purpose.
+        log.warning("the admin token file %s is owned by uid %d, neither root nor this "
+                    "sidecar's user (uid %d): whoever wrote it knows the token; chown it "
+                    "to uid %d, or delete it and restart for a new token",
+                    path, found.st_uid, own_uid, own_uid)
+
+
+def untrusted_owner(owner_uid: int, own_uid: int) -> bool:
+    """Whether a token file owned by `owner_uid` may have been written by someone
+    other than the sidecar's user `own_uid` or root (uid 0)."""
+    return owner_uid not in (0, own_uid)
 
 
 def client_token(env: Mapping[str, str], token_file: Path | None = None) -> str | None:

@@ -212,9 +212,13 @@ async def warm(request: WarmRequest, origin: WarmOrigin, engine: Warmer) -> Warm
             OBJECT_CONCURRENCY,
         )
     except DownloadsPaused as exc:
-        # cache-only or bypass, set by an operator or by a failing cache disk:
-        # the job may try again later, as after any 503.
-        return _error(503, str(exc))
+        # cache-only or bypass, set by an operator or by a failing cache disk.
+        # The mode has a field of its own: a caller tells this 503, which lasts
+        # until someone changes the mode, from an origin's, which may pass.
+        answer = _error(503, str(exc))
+        if exc.mode is not None:
+            answer.body["mode"] = exc.mode
+        return answer
     total = sum(results, WarmResult())
     return WarmAnswer(200, dict(zip((f.name for f in fields(WarmResult)), astuple(total),
                                     strict=True)))

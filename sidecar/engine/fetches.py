@@ -111,7 +111,8 @@ class Fetches:
         in_flight = self._in_flight.get(ident)
         if in_flight is None:
             if not self._modes.downloads:
-                raise DownloadsPaused("cache-only mode: the block is not cached")
+                raise DownloadsPaused("cache-only mode: the block is not cached",
+                                      self._modes.current.value)
             started.update(self._start_foreground(info, ahead))
             in_flight = self._in_flight[ident]
         return in_flight

@@ -51,7 +51,8 @@ class WarmUp:
         is waited for, not fetched again).
         """
         if not (self._modes.downloads and self._modes.caching):
-            raise DownloadsPaused(f"mode {self._modes.current.value}: warm-up is paused")
+            mode = self._modes.current.value
+            raise DownloadsPaused(f"mode {mode}: warm-up is paused", mode)
         if info.size == 0 or start > end:
             return WarmResult()
         gate = asyncio.Semaphore(concurrency)

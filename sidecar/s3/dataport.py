@@ -45,6 +45,7 @@ from sidecar.tally import ReadTally
 from sidecar.telemetry.access_log import BODY_BYTES, AccessLog, ReadFacts, entry
 from sidecar.telemetry.logs import CURRENT_REQUEST
 from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.refused import mark_handled
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class DataPort:
         return application
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        mark_handled(request)  # counted below, not as refused by aiohttp
         request_id = secrets.token_hex(8).upper()
         started = time.monotonic()
         op = {"GET": "GetObject", "HEAD": "HeadObject"}.get(request.method, request.method)

@@ -123,6 +123,16 @@ class Metrics:
             "failed and will be tried again (failed), files given up (dropped)",
             ["outcome"], registry=registry,
         )
+        # Pre-created for the ports every sidecar has, so a clean node exports zeros.
+        self.malformed_requests = Counter(
+            "sidecar_malformed_requests",
+            "Requests aiohttp refused itself before any handler ran (a request line, "
+            "header or Content-Length it cannot parse, an unknown Expect), by port and "
+            "status: they have no sidecar_requests_total sample and no access log line",
+            ["port", "code"], registry=registry,
+        )
+        for port in ("data", "admin"):
+            self.malformed_requests.labels(port, "400")
         self.client_disconnects = Counter(
             "sidecar_client_disconnects",
             "Answers a client stopped reading by closing its connection, before the "

@@ -29,6 +29,7 @@ import pytest
 
 from sidecar.tools.local_s3 import LocalS3
 from tests.support.processes import SidecarProcess
+from tests.support.waiting import eventually
 
 SEED = 20261122
 REQUESTS = 3000
@@ -439,6 +440,45 @@ def test_clients_hanging_up_before_the_first_byte_pin_no_slot(
             [False, True, True], "pin-c could not be cached: every slot stayed pinned"
         assert process.metric("sidecar_cache_lookups_total", result="hit") == hits_before + 2
         assert process.metric("sidecar_cache_evictions_total") >= 1
+
+
+def test_requests_aiohttp_refuses_before_any_handler_are_counted_by_port(
+    target: SidecarProcess, fuzz_bucket: str
+) -> None:
+    """A request aiohttp cannot parse gets its 400 before any handler runs: no
+    sidecar_requests_total sample and no access log line, but a count of its own."""
+    data = target.data_url.removeprefix("http://").rpartition(":")
+    admin = target.admin_url.removeprefix("http://").rpartition(":")
+
+    def refused(port: str) -> float:
+        return target.metric("sidecar_malformed_requests_total", port=port, code="400")
+
+    before = {port: refused(port) for port in ("data", "admin")}
+    answered = target.metric("sidecar_requests_total")
+    malformed = [
+        b"NOT AN HTTP REQUEST LINE\r\n\r\n",
+        f"GET /{fuzz_bucket}/{KEYS[1]} HTTP/1.1\r\nHost: h\r\nX-Long: ".encode()
+        + b"a" * 9000 + b"\r\n\r\n",  # longer than the header line bound (8190)
+        f"PUT /{fuzz_bucket}/new.bin HTTP/1.1\r\nHost: h\r\nContent-Length: twelve\r\n"
+        "\r\n".encode(),
+    ]
+    for raw in malformed:
+        answer = exchange(data[0], int(data[2]), raw, True)
+        assert status_of(answer) == 400, (raw[:60], answer[:200])
+    answer = exchange(admin[0], int(admin[2]), malformed[0], True)
+    assert status_of(answer) == 400, answer[:200]
+    # Counted once aiohttp has sent the answer: awaited, not assumed.
+    eventually(lambda: refused("data") == before["data"] + 3, "the data port's three refusals")
+    eventually(lambda: refused("admin") == before["admin"] + 1, "the admin port's refusal")
+    assert target.metric("sidecar_requests_total") == answered
+    # What a handler answers, errors included, is not counted as refused: a missing
+    # key on the data port, a path no route has on the admin port.
+    for (host, _, port), line in ((data, f"GET /{fuzz_bucket}/no-such-key"),
+                                  (admin, "GET /no-such-page")):
+        raw = f"{line} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode()
+        assert status_of(exchange(host, int(port), raw, True)) == 404
+    assert target.metric("sidecar_requests_total", code="404") >= 1
+    assert (refused("data"), refused("admin")) == (before["data"] + 3, before["admin"] + 1)
 
 
 def test_header_bytes_that_are_not_utf8_are_refused_on_both_ports(

@@ -4,9 +4,12 @@ TLS proxy) is verified against the plan's CA file."""
 
 from __future__ import annotations
 
+import io
 import os
 import ssl
+import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -14,20 +17,25 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sidecar.tools.local_s3 import LocalS3
+from sidecar.tools.local_s3 import LocalS3, loopback_client
+from spark_warmup.outcome import summarize
+from spark_warmup.progress import WarmProgress, read_stats, stats_reader
 from spark_warmup.warming import NodeBatch, PlannedSegment, warm_node
 from tests.support.certificates import self_signed
-from tests.support.loopback_http import LoopbackServer, relay
+from tests.support.fault_proxy import FaultProxy
+from tests.support.loopback_http import LoopbackServer, admin_call, relay
+from tests.support.private_network import PrivateNetwork
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
 
 TOKEN = "warm-http-token-5s9D"
 SIZE = 300 * 1024
+SIDECAR_FLAGS = ("--block-size", "256KiB")
 
 
 @pytest.fixture()
 def sidecar(local_s3: LocalS3, tmp_path: Path) -> Iterator[SidecarProcess]:
-    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "256KiB",
+    with SidecarProcess(local_s3.endpoint, tmp_path, *SIDECAR_FLAGS,
                         env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as process:
         yield process
 
@@ -173,3 +181,119 @@ def test_an_endless_answer_is_cut_and_fails_its_row(segment: PlannedSegment,
         server.stop()
     assert row.error is not None and "not the warm API's answer" in row.error
     assert sent[0] < 64 * 1024 * 1024
+
+
+def put_segments(origin_s3: Any, bucket: str, count: int) -> tuple[PlannedSegment, ...]:
+    planned = []
+    for i in range(count):
+        key = f"orders-x/0/{i * 1000:020d}-seg.log"
+        origin_s3.put_object(Bucket=bucket, Key=key, Body=os.urandom(SIZE))
+        planned.append(PlannedSegment("orders", 0, key, SIZE, "a"))
+    return tuple(planned)
+
+
+def calls_seen(sidecar: SidecarProcess) -> int:
+    """Warm calls the sidecar has answered (its stats keep the last 20)."""
+    calls = sidecar.stats()["warm_calls"]
+    assert isinstance(calls, list)
+    return len(calls)
+
+
+def test_a_sidecar_whose_mode_pauses_warm_up_fails_its_rows_naming_the_mode(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str
+) -> None:
+    planned = put_segments(origin_s3, bucket, 3)
+    work = replace(batch(sidecar.admin_url, bucket, planned[0]), segments=planned, retries=3)
+    for answered, mode in enumerate(("cache-only", "bypass"), start=1):
+        status, _ = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": mode}, TOKEN)
+        assert status == 200
+        sleeps: list[float] = []
+        rows = warm_node(work, sleep=sleeps.append)
+        # One call reached it: not retried, and none sent after its answer.
+        assert calls_seen(sidecar) == answered and sleeps == []
+        assert [row.error.split(" (", 1)[0] if row.error else None for row in rows] == \
+            [f"sidecar a is in {mode} mode, which pauses warm-up"] * 3
+        assert not any("unreachable" in (row.error or "") or "taken as down" in (row.error or "")
+                       for row in rows)
+        # The summary adds up: every planned byte failed, none warmed.
+        summary = summarize(rows, 1.0)
+        assert (summary.segments, summary.failed_segments) == (3, 3)
+        assert summary.failed_bytes == summary.planned_bytes == 3 * SIZE
+        assert summary.warmed_bytes == 0 and all(row.failed == row.blocks == 2 for row in rows)
+    assert sidecar.metric("sidecar_origin_bytes_total", lane="warm") == 0
+    # It was the mode: back to normal, the same calls warm.
+    status, _ = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "normal"}, TOKEN)
+    assert status == 200
+    rows = warm_node(work)
+    assert all(row.ok and row.fetched == 2 for row in rows), rows
+
+
+def test_an_unavailable_origin_is_retried_and_reported_as_the_origins(
+    fault_proxy: FaultProxy, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    planned = put_segments(origin_s3, bucket, 4)
+    sleeps: list[float] = []
+    with SidecarProcess(fault_proxy.endpoint, tmp_path, *SIDECAR_FLAGS,
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as process:
+        fault_proxy.down = "503"
+        try:
+            work = replace(batch(process.admin_url, bucket, planned[0]), segments=planned,
+                           retries=1)
+            rows = warm_node(work, sleep=sleeps.append)
+            # Two segments, each tried twice; then the node is given up.
+            assert calls_seen(process) == 4
+        finally:
+            fault_proxy.clear()
+    assert sleeps == [0.25, 0.25]
+    assert all((row.error or "").startswith("sidecar a answered 503: origin unavailable")
+               for row in rows), rows
+    assert all("no more calls to it this run" in (row.error or "") for row in rows[2:])
+    assert not any("unreachable" in (row.error or "") or "taken as down" in (row.error or "")
+                   or "mode" in (row.error or "") for row in rows)
+
+
+def test_a_key_the_sidecar_refuses_fails_its_row_with_the_sidecars_message(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str
+) -> None:
+    missing = PlannedSegment("orders", 0, "orders-x/0/00000000000000000000-gone.log", SIZE, "a")
+    present = put_segments(origin_s3, bucket, 1)
+    sleeps: list[float] = []
+    work = replace(batch(sidecar.admin_url, bucket, missing), segments=(missing, *present),
+                   retries=3)
+    rows = warm_node(work, sleep=sleeps.append)
+    assert rows[0].error == f"sidecar a answered 400: no such key: s3://{bucket}/{missing.key}"
+    assert rows[1].ok and rows[1].fetched == 2
+    assert sleeps == [] and calls_seen(sidecar) == 2
+
+
+def test_progress_reads_an_off_loopback_sidecars_stats_with_the_token(tmp_path: Path) -> None:
+    """Off loopback (0.0.0.0, as in a pod) the stats page needs the admin token:
+    the progress line reads it as the warm calls go, with the plan's token."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # A network namespace of its own, with its own S3 server: nothing outside
+    # the test reaches the sidecar bound to 0.0.0.0.
+    with PrivateNetwork() as network, LocalS3(network.prefix) as origin, SidecarProcess(
+            origin.endpoint, cache, *SIDECAR_FLAGS, "--admin-listen", "0.0.0.0:0",
+            env={"SIDECAR_ADMIN_TOKEN": TOKEN},
+            program=(*network.prefix, sys.executable, "-m", "sidecar")) as sidecar:
+        url = sidecar.admin_url.replace("0.0.0.0", "127.0.0.1")
+
+        def warm_with_progress() -> tuple[str, str]:
+            client = loopback_client(origin.endpoint)
+            client.create_bucket(Bucket="tiered")
+            [segment] = put_segments(client, "tiered", 1)
+            progress = {
+                name: WarmProgress({"a": url}, 2, 256 * 1024, io.StringIO(), 10, read=read)
+                for name, read in (("token", stats_reader(TOKEN)), ("none", read_stats))}
+            [row] = warm_node(batch(url, "tiered", segment))
+            assert row.ok and row.fetched == 2, row
+            return progress["token"].line(), progress["none"].line()
+
+        with_token, without = network.run(warm_with_progress)
+    assert with_token.startswith("warm-up: 512.0 KiB of 512.0 KiB (100%), ")
+    assert "not answering" not in with_token
+    # Without the token the page answers 401: the sidecar is left out of the line.
+    assert without.startswith("warm-up: 0 B of 512.0 KiB (0%)")
+    assert without.endswith("; 1 of 1 sidecars not answering")
+

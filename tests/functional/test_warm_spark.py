@@ -53,6 +53,7 @@ from tests.support.kafka_broker import (
     FixturePartition,
     running_cluster,
 )
+from tests.support.loopback_http import admin_call
 from tests.support.processes import SidecarProcess, start_together, stop_together
 from tests.support.replay_cli import replay_json
 from tests.support.s3_clients import s3_client
@@ -339,6 +340,42 @@ def test_a_sidecar_that_is_down_fails_its_rows_only(
                for row in failed)
     assert result.summary.failed_bytes == sum(row.bytes for row in failed)
     assert_warmed_exactly(data, sidecars, expected, nodes=("a",))
+
+
+def test_a_sidecar_in_cache_only_mode_fails_its_rows_naming_the_mode(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    tmp_path: Path,
+) -> None:
+    b = sidecars["b"]
+    status, _ = admin_call(b.admin_url, "PUT", "/api/v1/mode", {"mode": "cache-only"},
+                           WARM_ENV["SIDECAR_ADMIN_TOKEN"])
+    assert status == 200
+    out = io.StringIO()
+    # One call at a time, so that exactly one reaches b before its answer is known.
+    document = plan_document(local_s3, data, sidecars, concurrency=1)
+    result = run(spark, parse_plan(document, env=WARM_ENV), out=out,
+                 report_dir=tmp_path / "report")
+    assert result.exit_code == 1
+    # The node answered: its mode is named, on the console too, and nothing says it is down.
+    assert "on b: sidecar b is in cache-only mode, which pauses warm-up" in out.getvalue()
+    assert "unreachable" not in out.getvalue() and "taken as down" not in out.getvalue()
+    expected = expected_nodes(data)
+    failed = [row for row in result.rows if not row.ok]
+    assert {row.key for row in failed} == {k for k, node in expected.items() if node == "b"}
+    assert all("sidecar b is in cache-only mode" in (row.error or "")
+               and row.failed == row.blocks == 3 for row in failed)
+    # One call reached b (not retried, and none after its answer).
+    warm_calls = b.stats()["warm_calls"]
+    assert isinstance(warm_calls, list) and len(warm_calls) == 1
+    # The summary adds up, in summary.json as on the console.
+    summary = result.summary
+    assert summary.failed_segments == len(failed) == summary.nodes["b"].failed_segments
+    assert summary.failed_bytes == sum(row.bytes for row in failed)
+    assert summary.warmed_bytes + summary.failed_bytes == summary.planned_bytes
+    written = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert written["failed_bytes"] == summary.failed_bytes
+    assert_warmed_exactly(data, sidecars, expected, nodes=("a",))
+    assert b.metric("sidecar_origin_bytes_total", lane="warm") == 0
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,19 @@ and the plan keys that give the warm-up job the token."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from sidecar.admin.token import client_token, ensure_token_file, read_token_file
+from sidecar.admin.token import (
+    client_token,
+    ensure_token_file,
+    read_token_file,
+    untrusted_owner,
+)
 from sidecar.config import load_config
 from sidecar.errors import ConfigError
 from spark_warmup.plan import PlanError, parse_plan
@@ -97,3 +104,38 @@ def test_the_plan_reads_the_token_file_or_the_env(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="not both"):
         parse_plan(json.loads(json.dumps(plan(admin_token="x", admin_token_file=str(path)))),
                    env={})
+
+
+@pytest.mark.parametrize(("owner", "own", "untrusted"), [
+    (1000, 1000, False),  # the sidecar's own user
+    (0, 1000, False),  # root, who can read and write it anyway
+    (0, 0, False),
+    (1001, 1000, True),
+    (65534, 0, True),  # nobody, though the sidecar runs as root
+])
+def test_a_token_file_is_trusted_from_root_or_the_sidecars_own_user(
+        owner: int, own: int, untrusted: bool) -> None:
+    assert untrusted_owner(owner, own) is untrusted
+
+
+def test_a_token_file_another_user_owns_is_used_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "admin.token"
+    path.write_text("planted-token\n")
+    path.chmod(0o600)
+    if os.geteuid() == 0:
+        os.chown(path, 65534, -1)  # root gives it to another user
+    owner = path.stat().st_uid
+    # The sidecar's user: this test's, unless that owns the file (then another).
+    own = os.geteuid() if owner != os.geteuid() else owner + 1
+    with caplog.at_level(logging.WARNING, logger="sidecar.admin.token"):
+        assert ensure_token_file(path, own) == ("planted-token", False)
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning == (f"the admin token file {path} is owned by uid {owner}, neither root "
+                       f"nor this sidecar's user (uid {own}): whoever wrote it knows the "
+                       f"token; chown it to uid {own}, or delete it and restart for a new token")
+    # Its own file, or root's: no warning.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sidecar.admin.token"):
+        ensure_token_file(path, owner)
+    assert caplog.records == []

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from spark_warmup.progress import WarmProgress, warm_blocks
+import pytest
+
+from spark_warmup.progress import WarmProgress, stats_reader, warm_blocks
 from tests.support.clock import FakeClock
 
 MIB = 1024 * 1024
@@ -53,3 +56,11 @@ def test_no_interval_reads_and_prints_nothing() -> None:
 def test_warm_blocks_adds_every_outcome() -> None:
     assert warm_blocks({"warm_blocks": {"fetched": 2, "already_cached": 3, "failed": 1}}) == 6
     assert warm_blocks({}) == 0
+
+
+def test_a_stats_reader_with_a_missing_ca_file_fails_at_reading_not_before(
+        tmp_path: Path) -> None:
+    # Made for every real run, whether progress lines are printed or not.
+    read = stats_reader("tok", str(tmp_path / "no-ca.pem"))
+    with pytest.raises(OSError):
+        read("https://127.0.0.1:1")

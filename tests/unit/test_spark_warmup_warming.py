@@ -10,7 +10,14 @@ from dataclasses import replace
 
 import pytest
 
-from spark_warmup.warming import NodeBatch, PlannedSegment, WarmCallError, warm_call, warm_node
+from spark_warmup.warming import (
+    NodeBatch,
+    PlannedSegment,
+    WarmCallError,
+    call_timeout,
+    warm_call,
+    warm_node,
+)
 
 MIB = 1024 * 1024
 OK: dict[str, object] = {"requested_blocks": 2, "already_cached": 0, "fetched": 2, "failed": 0,
@@ -157,3 +164,103 @@ def test_a_200_that_is_not_the_warm_apis_json_fails_its_row_only(garbage: bytes)
     assert rows[0].error is not None and "not the warm API's answer" in rows[0].error
     assert rows[0].failed == 2
     assert rows[1].error is None and rows[1].fetched == 2
+
+
+@pytest.mark.parametrize("answer", [
+    {"error": "mode cache-only: warm-up is paused", "mode": "cache-only"},
+    # A sidecar from before the answer's "mode" field names it in its message.
+    {"error": "mode cache-only: warm-up is paused"},
+])
+def test_a_sidecar_paused_by_its_mode_gets_no_retry_and_no_more_calls(
+        answer: dict[str, object]) -> None:
+    sleeps: list[float] = []
+    sidecar = ScriptedSidecar((503, answer))
+    rows = warm_node(batch(5, concurrency=1, retries=3), post=sidecar, sleep=sleeps.append)
+    assert len(sidecar.calls) == 1 and sleeps == []
+    first = rows[0].error or ""
+    assert first.startswith("sidecar a is in cache-only mode, which pauses warm-up "
+                            "(it answered 503; not retried")
+    assert all("is in cache-only mode" in (r.error or "") for r in rows)
+    assert all("no more calls to it this run" in (r.error or "") for r in rows[1:])
+    assert not any("unreachable" in (r.error or "") or "down" in (r.error or "")
+                   for r in rows)
+    assert all(r.failed == r.blocks == 2 for r in rows)
+
+
+def test_a_bypass_mode_503_is_named_too() -> None:
+    sidecar = ScriptedSidecar((503, {"error": "mode bypass: warm-up is paused",
+                                     "mode": "bypass"}))
+    with pytest.raises(WarmCallError) as caught:
+        warm_call(sidecar, batch(), segment(0), sleep=lambda s: None)
+    assert caught.value.mode == "bypass" and not caught.value.transient
+    assert "is in bypass mode" in str(caught.value)
+
+
+@pytest.mark.parametrize("answer", [
+    {"error": "origin unavailable: s3://tiered/k: origin answered 500"},
+    {"error": "busy", "mode": "normal"},  # not a mode that pauses warm-up
+    {"error": "mode cache-only: warm-up is paused, and more"},
+    ["mode", "cache-only"],
+])
+def test_any_other_503_is_retried_as_before(answer: object) -> None:
+    sleeps: list[float] = []
+    sidecar = ScriptedSidecar((503, answer), (200, OK))  # type: ignore[arg-type]
+    assert warm_call(sidecar, batch(), segment(0), sleep=sleeps.append) == OK
+    assert sleeps == [0.25]
+
+
+def test_a_proxys_503_page_is_retried_as_before() -> None:
+    answers = iter([(503, b"<html>503 Service Unavailable</html>"),
+                    (200, json.dumps(OK).encode())])
+
+    def post(url: str, body: bytes, headers: Mapping[str, str],
+             timeout: float) -> tuple[int, bytes]:
+        return next(answers)
+
+    assert warm_call(post, batch(), segment(0), sleep=lambda s: None) == OK
+
+
+def test_a_node_whose_origin_stays_unavailable_is_given_up_without_calling_it_down() -> None:
+    sleeps: list[float] = []
+    sidecar = ScriptedSidecar((503, {"error": "origin unavailable: timed out"}))
+    rows = warm_node(batch(5, concurrency=1, retries=1), post=sidecar, sleep=sleeps.append)
+    assert len(sidecar.calls) == 2 * 2 and sleeps == [0.25, 0.25]
+    assert rows[0].error == "sidecar a answered 503: origin unavailable: timed out"
+    assert all((r.error or "").startswith("sidecar a answered 503: origin unavailable")
+               for r in rows)
+    assert all("no more calls to it this run" in (r.error or "") for r in rows[2:])
+    assert not any("unreachable" in (r.error or "") or "taken as down" in (r.error or "")
+                   for r in rows)
+
+
+def test_a_refused_segment_does_not_stop_the_nodes_other_calls() -> None:
+    sidecar = ScriptedSidecar((400, {"error": "no such key: s3://tiered/k"}),
+                              (400, {"error": "no such key: s3://tiered/k"}), (200, OK))
+    rows = warm_node(batch(4, concurrency=1), post=sidecar, sleep=lambda s: None)
+    assert [r.error for r in rows[:2]] == ["sidecar a answered 400: no such key: s3://tiered/k"] * 2
+    assert all(r.ok for r in rows[2:]) and len(sidecar.calls) == 4
+
+
+def test_a_calls_timeout_counts_every_object_it_warms() -> None:
+    log = segment(0, size=100 * MIB)
+    assert call_timeout(log) == 30.0 + 100.0
+    # The log with its indexes and manifest: their bytes, and a little for each.
+    with_siblings = replace(log, companions=(("k.indexes", 20 * MIB), ("k.rsm-manifest", 1024)))
+    assert call_timeout(with_siblings) == pytest.approx(
+        30.0 + 2 * 2.0 + (100 * MIB + 20 * MIB + 1024) / MIB)
+    # However large, an hour at most.
+    assert call_timeout(segment(0, size=10 * 1024 * MIB)) == 3600.0
+
+
+def test_the_call_is_sent_with_that_timeout() -> None:
+    sidecar = ScriptedSidecar((200, OK))
+    timeouts: list[float] = []
+
+    def post(url: str, body: bytes, headers: Mapping[str, str],
+             timeout: float) -> tuple[int, bytes]:
+        timeouts.append(timeout)
+        return sidecar(url, body, headers, timeout)
+
+    with_index = replace(segment(0, size=8 * MIB), companions=(("k.indexes", 4 * MIB),))
+    warm_call(post, batch(), with_index, sleep=lambda s: None)
+    assert timeouts == [30.0 + 2.0 + 12.0]

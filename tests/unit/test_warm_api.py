@@ -201,6 +201,7 @@ async def test_origin_down_is_a_503_so_callers_retry() -> None:
     origin = FakeOrigin({}, {"b"}, fail=OriginUnavailable("s3://b/k: origin answered 500"))
     answer = await warm(WarmRequest((WarmObject("b", "k"),)), origin, FakeEngine())
     assert answer.status == 503 and "origin unavailable" in answer.body["error"]
+    assert "mode" not in answer.body  # not the 503 of a mode that pauses warm-up
 
 
 async def test_objects_are_warmed_concurrently_but_bounded() -> None:
