@@ -29,13 +29,14 @@ import re
 import threading
 import time
 import urllib.error
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sidecar.blocks import block_count
 from spark_warmup.outcome import WarmRow
-from spark_warmup.sidecar_http import Post, opener, poster
+from spark_warmup.sidecar_http import ANSWER_BYTES, Post, opener, poster
 
 _BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 5.0
@@ -104,14 +105,16 @@ class WarmCallError(Exception):
 
 def unanswered(node: str, url: str, timeout: float = 5.0,
                ca_file: str | None = None) -> str | None:
-    """Why the sidecar at `url` does not answer its admin port (GET /healthz),
-    or None when it does: a dry run checks what a real run would meet."""
+    """What a real run's calls to the sidecar at `url` would fail on, or None: it
+    does not answer its admin port (GET /healthz), or its mode pauses warm-up
+    (GET /readyz names the mode, without a token). A dry run checks what a real
+    run would meet."""
+    base = url.rstrip("/")
     try:
-        with opener(ca_file).open(f"{url.rstrip('/')}/healthz",
-                                  timeout=timeout) as response:
-            if response.status == 200:
-                return None
-            return f"sidecar {node} at {url} answered {response.status} to /healthz"
+        director = opener(ca_file)  # a CA file gone bad since the plan was read: OSError
+        with director.open(f"{base}/healthz", timeout=timeout) as response:
+            if response.status != 200:
+                return f"sidecar {node} at {url} answered {response.status} to /healthz"
     except urllib.error.HTTPError as exc:
         with exc:
             return f"sidecar {node} at {url} answered {exc.code} to /healthz"
@@ -119,6 +122,31 @@ def unanswered(node: str, url: str, timeout: float = 5.0,
         return f"sidecar {node} at {url} unreachable: {_reason(exc)}"
     except ValueError as exc:  # not a URL urllib can open
         return f"sidecar {node}: {url!r} is not a URL: {exc}"
+    mode = _mode_of(director, f"{base}/readyz", timeout)
+    if mode in _PAUSING_MODES:
+        return (f"sidecar {node} at {url} is in {mode} mode, which pauses warm-up: a real "
+                "run would fail its segments")
+    return None
+
+
+def _mode_of(director: urllib.request.OpenerDirector, url: str, timeout: float
+             ) -> str | None:
+    """The mode /readyz names (it answers 503 with the same body while not ready),
+    or None when it names none: a sidecar without it, or no answer now."""
+    try:
+        with director.open(url, timeout=timeout) as response:
+            answer = response.read(ANSWER_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            answer = exc.read(ANSWER_BYTES + 1)
+    except (OSError, ValueError):
+        return None
+    try:
+        document = json.loads(answer)
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    mode = document.get("mode") if isinstance(document, dict) else None
+    return mode if isinstance(mode, str) else None
 
 
 def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,

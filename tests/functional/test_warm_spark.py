@@ -376,6 +376,13 @@ def test_a_sidecar_in_cache_only_mode_fails_its_rows_naming_the_mode(
     assert written["failed_bytes"] == summary.failed_bytes
     assert_warmed_exactly(data, sidecars, expected, nodes=("a",))
     assert b.metric("sidecar_origin_bytes_total", lane="warm") == 0
+    # A dry run says so beforehand, and fails as it does for a sidecar that is down.
+    out = io.StringIO()
+    dry = run(spark, parse_plan(document, env=WARM_ENV), out=out, dry_run=True)
+    assert dry.exit_code == 1
+    assert len(dry.problems) == 1 and dry.problems[0].startswith("sidecar b at http://")
+    assert "is in cache-only mode, which pauses warm-up: a real run would fail its " \
+        "segments" in out.getvalue()
 
 
 @pytest.mark.parametrize(
