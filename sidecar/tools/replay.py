@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -29,7 +30,12 @@ from typing import Any
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    ParamValidationError,
+)
 from botocore.handlers import set_list_objects_encoding_type_url
 
 from sidecar.admin.token import client_token
@@ -95,6 +101,20 @@ class FetchResult:
     next_offset: int | None
     error: str | None
     cache: str | None  # x-sidecar-cache header, if the endpoint sends one
+
+
+# What botocore lets through as a bucket name (S3's own rules are narrower, but
+# other object stores take upper case and '_'): anything else fails before a
+# request is sent.
+_BUCKET_NAME = re.compile(r"[a-zA-Z0-9.\-_]{1,255}")
+
+
+def check_bucket(name: str) -> str:
+    """The name, if a bucket can have it; ConfigError otherwise."""
+    if not _BUCKET_NAME.fullmatch(name):
+        raise ConfigError("--bucket: expected a bucket name (letters, digits, '.', '-', '_'; "
+                          f"at most 255), got {name[:80]!r}")
+    return name
 
 
 def parse_partitions(text: str) -> frozenset[int] | None:
@@ -474,6 +494,11 @@ class Replayer:
             raise ConfigError(str(error)) from exc
         except NoCredentialsError as exc:
             raise ConfigError("no credentials found (set AWS_ACCESS_KEY_ID etc.)") from exc
+        except ParamValidationError as exc:
+            # botocore refused the request before sending it: no endpoint was
+            # tried, so it is no reason to retry later.
+            refused = str(exc).splitlines()[-1].partition(":")[0]
+            raise ConfigError(f"{where}: not a valid request ({refused})") from exc
         except (TimeoutError, BotoCoreError, OSError) as exc:
             raise OriginUnavailable(f"{where}: endpoint unreachable or failed: {exc}") from exc
 

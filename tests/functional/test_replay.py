@@ -361,6 +361,15 @@ def test_unreachable_endpoint(bucket: str) -> None:
     assert "unreachable" in one_error_line(result)
 
 
+@pytest.mark.parametrize("name", ["", "tiered/storage", "a" * 256])
+def test_a_name_no_bucket_can_have_is_a_usage_error(local_s3: LocalS3, name: str) -> None:
+    """Not "endpoint unreachable" with exit 75, which a service manager retries."""
+    result = run_replay("--endpoint", local_s3.endpoint, "--bucket", name)
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert "--bucket" in line and len(line) < 200
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [(["--partitions", "x"], "--partitions"), (["--fetch-bytes", "lots"], "not a size"),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from botocore.exceptions import ParamValidationError
 
 from sidecar.errors import ConfigError, OriginUnavailable
 from sidecar.layout import parse_aiven_key
@@ -18,6 +19,7 @@ from sidecar.tools.replay import (
     ReplayOptions,
     Tally,
     build_report,
+    check_bucket,
     format_summary,
     hit_ratios,
     list_prefix,
@@ -54,6 +56,29 @@ def test_parse_partitions() -> None:
 def test_parse_partitions_rejects(text: str) -> None:
     with pytest.raises(ConfigError, match="--partitions"):
         parse_partitions(text)
+
+
+def test_check_bucket() -> None:
+    assert check_bucket("tiered-storage.eu_1") == "tiered-storage.eu_1"
+    assert check_bucket("A" * 255) == "A" * 255
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "a b", "a" * 256, "s3://bucket", "caf\u00e9"])
+def test_check_bucket_rejects(name: str) -> None:
+    with pytest.raises(ConfigError, match="--bucket: expected a bucket name") as caught:
+        check_bucket(name)
+    assert len(str(caught.value)) < 200
+
+
+async def test_a_request_botocore_refuses_is_a_usage_error_not_an_outage() -> None:
+    replayer = Replayer(ReplayOptions("http://127.0.0.1:1", "bkt"), None, None)
+
+    async def refused() -> None:
+        raise ParamValidationError(report='Invalid bucket name "a/b": Bucket name must '
+                                          'match the regex "^[a-zA-Z0-9.\\-_]{1,255}$"')
+
+    with pytest.raises(ConfigError, match=r'not a valid request \(Invalid bucket name "a/b"\)$'):
+        await replayer.call(refused(), "k")
 
 
 def test_list_prefix() -> None:
