@@ -20,14 +20,13 @@ import os
 import re
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import (
@@ -56,6 +55,8 @@ MIB = 1024 * 1024
 # than the fetch), read on in pieces of this size until it completes.
 _TAIL_CHUNK = 64 * 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# How long --admin's stats may take to arrive, before and after the replay.
+STATS_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -503,18 +504,27 @@ class Replayer:
             raise OriginUnavailable(f"{where}: endpoint unreachable or failed: {exc}") from exc
 
 
-def _read_stats(admin: str) -> dict[str, Any]:
+async def _read_stats(admin: str) -> dict[str, Any]:
     url = admin.rstrip("/") + "/api/v1/stats"
     # Off loopback the stats need the admin token (SIDECAR_ADMIN_TOKEN[_FILE]).
     token = client_token(os.environ)
-    request = urllib.request.Request(
-        url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    # On the event loop, not urllib in a thread: Ctrl-C cancels the read at once,
+    # where asyncio.run would wait for the thread until its socket timed out.
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            stats: dict[str, Any] = json.load(response)
-            return stats
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=STATS_TIMEOUT_S)
+                                         ) as session, \
+                session.get(url, headers=headers) as response:
+            if response.status != 200:
+                raise ConfigError(f"cannot read {url}: HTTP {response.status} {response.reason}")
+            stats = json.loads(await response.read())
+    except TimeoutError:
+        raise ConfigError(f"cannot read {url}: no answer in {STATS_TIMEOUT_S:g} s") from None
+    except (aiohttp.ClientError, ValueError) as exc:
         raise ConfigError(f"cannot read {url}: {exc}") from None
+    if not isinstance(stats, dict):
+        raise ConfigError(f"{url}: not a sidecar's stats (a JSON {type(stats).__name__})")
+    return stats
 
 
 def _client_config(concurrency: int) -> AioConfig:
@@ -555,7 +565,7 @@ async def run_replay(options: ReplayOptions) -> dict[str, Any]:
         total = sum(sizes[segment.key] for segment in segments)
         if options.max_bytes is not None:
             total = min(total, options.max_bytes)
-        before = await asyncio.to_thread(_read_stats, options.admin) if options.admin else None
+        before = await _read_stats(options.admin) if options.admin else None
         # Timed without the listing: a broker has its segment metadata at hand.
         started = time.perf_counter()
         progress = (asyncio.create_task(replayer.report_progress(total, len(segments)))
@@ -566,7 +576,7 @@ async def run_replay(options: ReplayOptions) -> dict[str, Any]:
             if progress is not None:
                 progress.cancel()
         seconds = time.perf_counter() - started
-        after = await asyncio.to_thread(_read_stats, options.admin) if options.admin else None
+        after = await _read_stats(options.admin) if options.admin else None
     try:
         ratios = hit_ratios(before, after) if before is not None and after is not None else None
     except (KeyError, TypeError, ValueError) as exc:

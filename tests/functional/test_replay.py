@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import socket
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,7 +24,7 @@ from sidecar.tools.kafka_segments import (
     generate_topic_segments,
     iter_segment_batches,
 )
-from sidecar.tools.local_s3 import LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
 from tests.support.replay_cli import replay_json, run_replay
@@ -359,6 +363,36 @@ def test_unreachable_endpoint(bucket: str) -> None:
     result = run_replay("--endpoint", f"http://127.0.0.1:{port}", "--bucket", bucket)
     assert result.returncode == 75  # EX_TEMPFAIL: try again later
     assert "unreachable" in one_error_line(result)
+
+
+def test_ctrl_c_while_the_admin_port_holds_the_stats_ends_at_once(
+        local_s3: LocalS3, origin_s3: Any, bucket: str, generated: tuple[SegmentObject, ...]
+) -> None:
+    """An admin port that accepts and never answers (a sidecar stuck, or another
+    service on that port): Ctrl-C must not wait for the stats read to time out."""
+    origin_s3.put_object(Bucket=bucket, Key=generated[0].key, Body=generated[0].data)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        silent.settimeout(60)
+        replay = subprocess.Popen(
+            [sys.executable, "-m", "sidecar", "replay", "--endpoint", local_s3.endpoint,
+             "--bucket", bucket, "--admin", f"http://127.0.0.1:{silent.getsockname()[1]}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING"})
+        try:
+            held, _ = silent.accept()  # the replay asks for the stats before it reads
+            with held:
+                interrupted = time.monotonic()
+                replay.send_signal(signal.SIGINT)
+                out, err = replay.communicate(timeout=60)
+                took = time.monotonic() - interrupted
+        finally:
+            replay.kill()
+            replay.wait()
+    assert replay.returncode == 130, err
+    assert took < 5, f"the replay took {took:.1f} s to stop after Ctrl-C"
+    assert "Traceback" not in err and out == ""
 
 
 @pytest.mark.parametrize("name", ["", "tiered/storage", "a" * 256])
