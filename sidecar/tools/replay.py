@@ -189,13 +189,38 @@ def plan_partitions(
     ]
 
 
+# RFC 9110 section 14.4: "bytes first-last/complete-length".
+_CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})")
+
+
+def _content_range(content_range: str) -> tuple[int, int, int]:
+    match = _CONTENT_RANGE.fullmatch(content_range.strip())
+    if match is None:
+        raise OriginUnavailable(f"the endpoint sent Content-Range: {content_range[:80]!r}, "
+                                "not bytes FIRST-LAST/SIZE")
+    first, last, size = (int(group) for group in match.groups())
+    return first, last, size
+
+
 def object_size(position: int, content_length: int, content_range: str | None) -> int:
     """Size of the whole object from the answer to `Range: bytes={position}-`."""
     if content_range:
-        return int(content_range.rpartition("/")[2])
+        return _content_range(content_range)[2]
     if position:  # a 200 with the whole object: the range was ignored
         raise OriginUnavailable(f"the endpoint ignored Range: bytes={position}-")
     return content_length
+
+
+def body_length(content_length: int | None, content_range: str | None) -> int:
+    """Bytes the answer's body holds: its Content-Length, else (a body sent chunked
+    or ended by the close) the range it says it is."""
+    if content_length is not None:
+        return content_length
+    if content_range:
+        first, last, _ = _content_range(content_range)
+        return last - first + 1
+    raise OriginUnavailable("the endpoint answered with neither Content-Length nor "
+                            "Content-Range")
 
 
 def next_fetch_position(position: int, consumed: int, pending: int, size: int) -> int | None:
@@ -454,15 +479,22 @@ class Replayer:
         scanner = BatchScanner(expected_next_offset=expected)
         error = None
         try:
-            length = int(response["ContentLength"])
-            size = object_size(position, length, response.get("ContentRange"))
+            try:
+                declared = response.get("ContentLength")
+                length = body_length(None if declared is None else int(declared),
+                                     response.get("ContentRange"))
+                size = object_size(position, length, response.get("ContentRange"))
+            except OriginUnavailable as exc:
+                raise OriginUnavailable(f"s3://{self._options.bucket}/{key}: {exc}") from None
             received = 0
             while received < length and (
                     received < self._options.fetch_bytes or not scanner.batches):
                 wanted = self._options.fetch_bytes - received
                 chunk = await self.call(body.read(wanted if wanted > 0 else _TAIL_CHUNK), key)
                 if not chunk:
-                    break
+                    # Without a Content-Length nothing below checks the length.
+                    raise OriginUnavailable(f"s3://{self._options.bucket}/{key}: the body "
+                                            f"ended after {received} of {length} bytes")
                 received += len(chunk)
                 scanner.feed(chunk)
         except BatchCheckError as exc:
@@ -500,7 +532,9 @@ class Replayer:
             # tried, so it is no reason to retry later.
             refused = str(exc).splitlines()[-1].partition(":")[0]
             raise ConfigError(f"{where}: not a valid request ({refused})") from exc
-        except (TimeoutError, BotoCoreError, OSError) as exc:
+        except (TimeoutError, BotoCoreError, OSError, aiohttp.ClientError) as exc:
+            # aiohttp.ClientPayloadError: a body cut short (a reset, or a close
+            # before its Content-Length), which aiobotocore passes on unwrapped.
             raise OriginUnavailable(f"{where}: endpoint unreachable or failed: {exc}") from exc
 
 

@@ -25,6 +25,7 @@ from sidecar.tools.kafka_segments import (
     iter_segment_batches,
 )
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
 from tests.support.replay_cli import replay_json, run_replay
@@ -363,6 +364,28 @@ def test_unreachable_endpoint(bucket: str) -> None:
     result = run_replay("--endpoint", f"http://127.0.0.1:{port}", "--bucket", bucket)
     assert result.returncode == 75  # EX_TEMPFAIL: try again later
     assert "unreachable" in one_error_line(result)
+
+
+@pytest.mark.parametrize("kind", ["reset_mid_body", "truncate", "truncate_close"])
+def test_a_body_cut_short_is_one_line_and_a_retry_later(
+        fault_proxy: FaultProxy, origin_s3: Any, bucket: str,
+        generated: tuple[SegmentObject, ...], kind: str,
+) -> None:
+    """An endpoint that drops the connection in the middle of a segment's body, or
+    closes it early (a sidecar whose origin failed mid-read does either), is the
+    endpoint failing: exit 75 with one line, not a traceback."""
+    segment = generated[0]
+    origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+    fault_proxy.clear()
+    fault_proxy.add(Fault(kind, after_bytes=len(segment.data) // 3), "GET", key=segment.key,
+                    times=None)
+    try:
+        result = run_replay("--endpoint", fault_proxy.endpoint, "--bucket", bucket)
+    finally:
+        fault_proxy.clear()
+    assert result.returncode == 75, result.stderr
+    line = one_error_line(result)
+    assert segment.key in line and len(line) < 400, line
 
 
 def test_ctrl_c_while_the_admin_port_holds_the_stats_ends_at_once(

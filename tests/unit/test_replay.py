@@ -18,6 +18,7 @@ from sidecar.tools.replay import (
     Replayer,
     ReplayOptions,
     Tally,
+    body_length,
     build_report,
     check_bucket,
     format_summary,
@@ -138,6 +139,20 @@ def test_object_size() -> None:
     assert object_size(0, 100, None) == 100  # a 200 to bytes=0- is the whole object
     with pytest.raises(OriginUnavailable, match="ignored Range"):
         object_size(40, 100, None)
+
+
+@pytest.mark.parametrize("content_range", ["bytes 0-99/*", "bytes */100", "items 0-9/10"])
+def test_object_size_of_a_content_range_without_a_size_is_an_endpoint_fault(
+        content_range: str) -> None:
+    with pytest.raises(OriginUnavailable, match="not bytes FIRST-LAST/SIZE"):
+        object_size(40, 60, content_range)
+
+
+def test_body_length_without_a_content_length_is_the_range_it_says_it_is() -> None:
+    assert body_length(60, "bytes 40-99/100") == 60
+    assert body_length(None, "bytes 40-99/100") == 60
+    with pytest.raises(OriginUnavailable, match="neither Content-Length nor Content-Range"):
+        body_length(None, None)
 
 
 def test_next_fetch_position() -> None:
