@@ -47,6 +47,7 @@ from sidecar.tools.kafka_segments import (
     BatchScanner,
     parse_batch_header,
 )
+from sidecar.tools.range_answers import body_length, object_size
 
 log = logging.getLogger(__name__)
 
@@ -187,40 +188,6 @@ def plan_partitions(
                       tuple(sorted(found, key=lambda s: s.start_offset)))
         for (topic, topic_id, partition), found in sorted(groups.items())
     ]
-
-
-# RFC 9110 section 14.4: "bytes first-last/complete-length".
-_CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})")
-
-
-def _content_range(content_range: str) -> tuple[int, int, int]:
-    match = _CONTENT_RANGE.fullmatch(content_range.strip())
-    if match is None:
-        raise OriginUnavailable(f"the endpoint sent Content-Range: {content_range[:80]!r}, "
-                                "not bytes FIRST-LAST/SIZE")
-    first, last, size = (int(group) for group in match.groups())
-    return first, last, size
-
-
-def object_size(position: int, content_length: int, content_range: str | None) -> int:
-    """Size of the whole object from the answer to `Range: bytes={position}-`."""
-    if content_range:
-        return _content_range(content_range)[2]
-    if position:  # a 200 with the whole object: the range was ignored
-        raise OriginUnavailable(f"the endpoint ignored Range: bytes={position}-")
-    return content_length
-
-
-def body_length(content_length: int | None, content_range: str | None) -> int:
-    """Bytes the answer's body holds: its Content-Length, else (a body sent chunked
-    or ended by the close) the range it says it is."""
-    if content_length is not None:
-        return content_length
-    if content_range:
-        first, last, _ = _content_range(content_range)
-        return last - first + 1
-    raise OriginUnavailable("the endpoint answered with neither Content-Length nor "
-                            "Content-Range")
 
 
 def next_fetch_position(position: int, consumed: int, pending: int, size: int) -> int | None:

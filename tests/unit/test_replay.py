@@ -13,19 +13,18 @@ from botocore.exceptions import ParamValidationError
 from sidecar.errors import ConfigError, OriginUnavailable
 from sidecar.layout import parse_aiven_key
 from sidecar.tools.kafka_segments import BatchCheckError, build_segment, iter_segment_batches
+from sidecar.tools.range_answers import body_length, object_size
 from sidecar.tools.replay import (
     PartitionPlan,
     Replayer,
     ReplayOptions,
     Tally,
-    body_length,
     build_report,
     check_bucket,
     format_summary,
     hit_ratios,
     list_prefix,
     next_fetch_position,
-    object_size,
     parse_partitions,
     parse_range,
     percentile,
