@@ -220,10 +220,17 @@ def hit_ratios(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str,
     misses = int(after["misses"]) - int(before["misses"])
     cache = int(after["served_bytes"]["cache"]) - int(before["served_bytes"]["cache"])
     origin = int(after["served_bytes"]["origin"]) - int(before["served_bytes"]["origin"])
+    origin_read = int(after["origin_bytes"]) - int(before["origin_bytes"])
+    if min(hits, misses, cache, origin, origin_read) < 0:
+        # Counters only fall when the sidecar restarted in between: the deltas
+        # would mix two processes (a ratio of -40% or 170%).
+        log.warning("the sidecar's counters went back during the replay (it restarted): "
+                    "no hit ratio")
+        return {"block_hit_ratio": None, "byte_hit_ratio": None, "origin_bytes": None}
     return {
         "block_hit_ratio": hits / (hits + misses) if hits + misses else None,
         "byte_hit_ratio": cache / (cache + origin) if cache + origin else None,
-        "origin_bytes": int(after["origin_bytes"]) - int(before["origin_bytes"]),
+        "origin_bytes": origin_read,
     }
 
 

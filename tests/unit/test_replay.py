@@ -203,6 +203,17 @@ def test_hit_ratios_without_traffic() -> None:
     }
 
 
+def test_hit_ratios_of_a_sidecar_restarted_during_the_replay_are_unknown(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # It served 40 lookups before the replay, restarted, then served 10 more.
+    before = stats(30, 10, 3000, 1000, 1000)
+    after = stats(9, 1, 900, 100, 100)
+    assert hit_ratios(before, after) == {
+        "block_hit_ratio": None, "byte_hit_ratio": None, "origin_bytes": None,
+    }
+    assert "restarted" in caplog.text
+
+
 REPORT_KEYS = {
     "endpoint", "bucket", "partitions", "segments", "fetches", "records", "batches", "bytes",
     "seconds", "mb_per_s", "mib_per_s", "records_per_s", "fetch_latency_ms", "crc_errors",
