@@ -337,6 +337,11 @@ class Replayer:
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return keys
+            if token == params.get("ContinuationToken"):
+                # The same page again, forever (botocore's paginators refuse it too).
+                raise OriginUnavailable(
+                    f"s3://{self._options.bucket}/{prefix}: the listing answered the same "
+                    "continuation token twice")
             params["ContinuationToken"] = token
 
     async def select(self, plans: Sequence[PartitionPlan]) -> list[PartitionPlan]:

@@ -359,6 +359,24 @@ async def test_list_keys_paginates_with_prefix_only() -> None:
     assert len(s3.listings) == 3
 
 
+class StuckListing(FakeS3):
+    """A store whose listing says "more" with the token it was given."""
+
+    async def list_objects_v2(self, **params: Any) -> dict[str, Any]:
+        await asyncio.sleep(0)  # a real call yields to the loop
+        self.listings.append(params)
+        return {"Contents": [{"Key": seg_key("orders", 0, 0), "Size": 1}],
+                "IsTruncated": True, "NextContinuationToken": "again"}
+
+
+async def test_a_listing_that_repeats_its_token_is_an_error_not_a_loop() -> None:
+    s3 = StuckListing({})
+    replayer = Replayer(ReplayOptions(endpoint="e", bucket="tiered"), s3, s3)
+    with pytest.raises(OriginUnavailable, match="same continuation token twice"):
+        await asyncio.wait_for(replayer.list_keys(), 5)
+    assert len(s3.listings) == 2
+
+
 async def test_fetches_restart_after_the_last_whole_batch() -> None:
     objects = segments(0, 2)
     s3 = FakeS3(objects)
