@@ -471,7 +471,8 @@ class Replayer:
                 wanted = self._options.fetch_bytes - received
                 chunk = await self.call(body.read(wanted if wanted > 0 else _TAIL_CHUNK), key)
                 if not chunk:
-                    # Without a Content-Length nothing below checks the length.
+                    # aiohttp checks a Content-Length; a body without one (chunked,
+                    # or ended by the close) is checked against its range here.
                     raise OriginUnavailable(f"s3://{self._options.bucket}/{key}: the body "
                                             f"ended after {received} of {length} bytes")
                 received += len(chunk)
