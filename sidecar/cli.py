@@ -268,6 +268,7 @@ def _replay(args: argparse.Namespace) -> None:
     try:
         from sidecar.tools.replay import (
             ReplayOptions,
+            check_bucket,
             format_summary,
             parse_partitions,
             parse_range,
@@ -282,7 +283,8 @@ def _replay(args: argparse.Namespace) -> None:
     if fetch_bytes < 1:
         raise ConfigError("--fetch-bytes must be at least 1 byte")
     options = ReplayOptions(
-        endpoint=args.endpoint, bucket=args.bucket, prefix=args.prefix, topic=args.topic,
+        endpoint=args.endpoint, bucket=check_bucket(args.bucket), prefix=args.prefix,
+        topic=args.topic,
         partitions=parse_partitions(args.partitions), fetch_bytes=fetch_bytes,
         concurrency=args.concurrency, region=args.region, admin=args.admin,
         max_bytes=None if args.max_bytes is None else parse_size(args.max_bytes),

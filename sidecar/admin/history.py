@@ -243,15 +243,26 @@ class SampleRing:
         # change knows the sidecar restarted and its history with it
         self._samples: deque[Sample] = deque(maxlen=capacity)
         self._points: deque[tuple[float, array[float]]] = deque(maxlen=capacity)
+        self._newest_time = started  # the chart time of the newest sample
 
     def __len__(self) -> int:
         return len(self._samples)
 
     def add(self, sample: Sample) -> None:
+        # A point's time is the wall clock's, but never earlier than the sample
+        # before's plus the monotonic span between them: a clock stepped back
+        # (NTP, a resumed VM) would otherwise stamp new points before the newest
+        # one a page holds, which asks only for points after it (`since`), and
+        # run its time axis backwards. Once the wall clock is ahead again, the
+        # points follow it.
+        when = sample.wall
         if self._samples:
-            point = rates(self._samples[-1], sample)
+            previous = self._samples[-1]
+            when = max(when, self._newest_time + max(0.0, sample.mono - previous.mono))
+            point = rates(previous, sample)
             if point is not None:
-                self._points.append((sample.wall, flatten(point)))
+                self._points.append((when, flatten(point)))
+        self._newest_time = when
         self._samples.append(sample)
 
     def window(self, now: Sample, seconds: float) -> dict[str, Any] | None:
@@ -264,8 +275,8 @@ class SampleRing:
         return rates(start, now)
 
     def history(self, since: float | None = None) -> dict[str, Any]:
-        """The points whose span ends after `since` (wall-clock seconds; None: all),
-        oldest first, as columns."""
+        """The points whose span ends after `since` (None: all), oldest first, as
+        columns. Times are wall-clock seconds that never go back (see `add`)."""
         kept = [(wall, point) for wall, point in self._points if since is None or wall > since]
         return {"interval_s": self.interval_s, "capacity": self.capacity,
                 "started": self.started, "time": [wall for wall, _ in kept],

@@ -5,9 +5,9 @@ No external assets (the Content-Security-Policy below forbids them): inline CSS,
 inline JavaScript drawing on <canvas>, no build step. The page arrives with the
 stats JSON in it, the chart history included (`render`), and draws them before
 its first paint: nothing waits for a poll. It then polls
-`/api/v1/stats?since=<its newest point>` every `interval_ms` (default 2000, a
-query parameter) and appends the new points, keeping as many as the sidecar's
-ring holds.
+`/api/v1/stats?since=<its newest point>` every `interval_ms` (a query parameter:
+default 2000, at least 100, at most a day) and appends the new points, keeping
+as many as the sidecar's ring holds.
 
 Stable hooks for tests and scripts: every figure is an element with an id whose
 `data-value` holds the raw number from the stats JSON (empty when n/a); each

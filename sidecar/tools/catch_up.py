@@ -12,6 +12,7 @@ benchmark share them.
 
 from __future__ import annotations
 
+import math
 import random
 import struct
 import time
@@ -95,18 +96,21 @@ def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import UnknownError
 
+    expected = {partition: (start or {}).get(partition, 0) for partition in partitions}
+    _check_arguments(expected, count, timeout_s)
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=group is not None,
         auto_offset_reset="earliest", fetch_max_bytes=50 * 1024 * 1024,
         max_partition_fetch_bytes=1024 * 1024, request_timeout_ms=60_000)
-    assigned = [TopicPartition(topic, partition) for partition in partitions]
-    consumer.assign(assigned)
-    expected = {partition: (start or {}).get(partition, 0) for partition in partitions}
-    for tp in assigned:
-        consumer.seek(tp, expected[tp.partition])
     result = CatchUp()
     started = time.monotonic()
     try:
+        # Inside the try: the consumer's I/O thread and connections are closed
+        # whatever fails from here on.
+        assigned = [TopicPartition(topic, partition) for partition in partitions]
+        consumer.assign(assigned)
+        for tp in assigned:
+            consumer.seek(tp, expected[tp.partition])
         while any(done < count for done in expected.values()):
             if time.monotonic() - started > timeout_s:
                 raise CatchUpError(f"caught up {dict(expected)} of {count} a partition "
@@ -135,6 +139,21 @@ def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
     finally:
         consumer.close()
     return result
+
+
+def _check_arguments(expected: Mapping[int, int], count: int, timeout_s: float) -> None:
+    """ValueError, before any connection, for a catch-up that could not end or
+    would check nothing: a NaN timeout is never passed, so it would wait forever."""
+    if not expected:
+        raise ValueError("catch_up: no partition to read")
+    if count < 0:
+        raise ValueError(f"catch_up: count must be 0 or more, got {count}")
+    if not 0 < timeout_s < math.inf:
+        raise ValueError(f"catch_up: timeout_s must be a number of seconds above 0, "
+                         f"got {timeout_s}")
+    below = {partition: offset for partition, offset in expected.items() if offset < 0}
+    if below:
+        raise ValueError(f"catch_up: start offsets must be 0 or more, got {below}")
 
 
 def _check(record: Any, partition: int, index: int, size: int) -> None:

@@ -17,19 +17,24 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    ParamValidationError,
+)
 from botocore.handlers import set_list_objects_encoding_type_url
 
 from sidecar.admin.token import client_token
@@ -42,6 +47,7 @@ from sidecar.tools.kafka_segments import (
     BatchScanner,
     parse_batch_header,
 )
+from sidecar.tools.range_answers import body_length, object_size
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +56,8 @@ MIB = 1024 * 1024
 # than the fetch), read on in pieces of this size until it completes.
 _TAIL_CHUNK = 64 * 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# How long --admin's stats may take to arrive, before and after the replay.
+STATS_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,20 @@ class FetchResult:
     next_offset: int | None
     error: str | None
     cache: str | None  # x-sidecar-cache header, if the endpoint sends one
+
+
+# What botocore lets through as a bucket name (S3's own rules are narrower, but
+# other object stores take upper case and '_'): anything else fails before a
+# request is sent.
+_BUCKET_NAME = re.compile(r"[a-zA-Z0-9.\-_]{1,255}")
+
+
+def check_bucket(name: str) -> str:
+    """The name, if a bucket can have it; ConfigError otherwise."""
+    if not _BUCKET_NAME.fullmatch(name):
+        raise ConfigError("--bucket: expected a bucket name (letters, digits, '.', '-', '_'; "
+                          f"at most 255), got {name[:80]!r}")
+    return name
 
 
 def parse_partitions(text: str) -> frozenset[int] | None:
@@ -168,15 +190,6 @@ def plan_partitions(
     ]
 
 
-def object_size(position: int, content_length: int, content_range: str | None) -> int:
-    """Size of the whole object from the answer to `Range: bytes={position}-`."""
-    if content_range:
-        return int(content_range.rpartition("/")[2])
-    if position:  # a 200 with the whole object: the range was ignored
-        raise OriginUnavailable(f"the endpoint ignored Range: bytes={position}-")
-    return content_length
-
-
 def next_fetch_position(position: int, consumed: int, pending: int, size: int) -> int | None:
     """Where the next fetch of this segment starts; None when the segment is done.
 
@@ -207,10 +220,17 @@ def hit_ratios(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str,
     misses = int(after["misses"]) - int(before["misses"])
     cache = int(after["served_bytes"]["cache"]) - int(before["served_bytes"]["cache"])
     origin = int(after["served_bytes"]["origin"]) - int(before["served_bytes"]["origin"])
+    origin_read = int(after["origin_bytes"]) - int(before["origin_bytes"])
+    if min(hits, misses, cache, origin, origin_read) < 0:
+        # Counters only fall when the sidecar restarted in between: the deltas
+        # would mix two processes (a ratio of -40% or 170%).
+        log.warning("the sidecar's counters went back during the replay (it restarted): "
+                    "no hit ratio")
+        return {"block_hit_ratio": None, "byte_hit_ratio": None, "origin_bytes": None}
     return {
         "block_hit_ratio": hits / (hits + misses) if hits + misses else None,
         "byte_hit_ratio": cache / (cache + origin) if cache + origin else None,
-        "origin_bytes": int(after["origin_bytes"]) - int(before["origin_bytes"]),
+        "origin_bytes": origin_read,
     }
 
 
@@ -317,6 +337,11 @@ class Replayer:
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return keys
+            if token == params.get("ContinuationToken"):
+                # The same page again, forever (botocore's paginators refuse it too).
+                raise OriginUnavailable(
+                    f"s3://{self._options.bucket}/{prefix}: the listing answered the same "
+                    "continuation token twice")
             params["ContinuationToken"] = token
 
     async def select(self, plans: Sequence[PartitionPlan]) -> list[PartitionPlan]:
@@ -433,15 +458,23 @@ class Replayer:
         scanner = BatchScanner(expected_next_offset=expected)
         error = None
         try:
-            length = int(response["ContentLength"])
-            size = object_size(position, length, response.get("ContentRange"))
+            try:
+                declared = response.get("ContentLength")
+                length = body_length(None if declared is None else int(declared),
+                                     response.get("ContentRange"))
+                size = object_size(position, length, response.get("ContentRange"))
+            except OriginUnavailable as exc:
+                raise OriginUnavailable(f"s3://{self._options.bucket}/{key}: {exc}") from None
             received = 0
             while received < length and (
                     received < self._options.fetch_bytes or not scanner.batches):
                 wanted = self._options.fetch_bytes - received
                 chunk = await self.call(body.read(wanted if wanted > 0 else _TAIL_CHUNK), key)
                 if not chunk:
-                    break
+                    # aiohttp checks a Content-Length; a body without one (chunked,
+                    # or ended by the close) is checked against its range here.
+                    raise OriginUnavailable(f"s3://{self._options.bucket}/{key}: the body "
+                                            f"ended after {received} of {length} bytes")
                 received += len(chunk)
                 scanner.feed(chunk)
         except BatchCheckError as exc:
@@ -474,22 +507,38 @@ class Replayer:
             raise ConfigError(str(error)) from exc
         except NoCredentialsError as exc:
             raise ConfigError("no credentials found (set AWS_ACCESS_KEY_ID etc.)") from exc
-        except (TimeoutError, BotoCoreError, OSError) as exc:
+        except ParamValidationError as exc:
+            # botocore refused the request before sending it: no endpoint was
+            # tried, so it is no reason to retry later.
+            refused = str(exc).splitlines()[-1].partition(":")[0]
+            raise ConfigError(f"{where}: not a valid request ({refused})") from exc
+        except (TimeoutError, BotoCoreError, OSError, aiohttp.ClientError) as exc:
+            # aiohttp.ClientPayloadError: a body cut short (a reset, or a close
+            # before its Content-Length), which aiobotocore passes on unwrapped.
             raise OriginUnavailable(f"{where}: endpoint unreachable or failed: {exc}") from exc
 
 
-def _read_stats(admin: str) -> dict[str, Any]:
+async def _read_stats(admin: str) -> dict[str, Any]:
     url = admin.rstrip("/") + "/api/v1/stats"
     # Off loopback the stats need the admin token (SIDECAR_ADMIN_TOKEN[_FILE]).
     token = client_token(os.environ)
-    request = urllib.request.Request(
-        url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    # On the event loop, not urllib in a thread: Ctrl-C cancels the read at once,
+    # where asyncio.run would wait for the thread until its socket timed out.
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            stats: dict[str, Any] = json.load(response)
-            return stats
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=STATS_TIMEOUT_S)
+                                         ) as session, \
+                session.get(url, headers=headers) as response:
+            if response.status != 200:
+                raise ConfigError(f"cannot read {url}: HTTP {response.status} {response.reason}")
+            stats = json.loads(await response.read())
+    except TimeoutError:
+        raise ConfigError(f"cannot read {url}: no answer in {STATS_TIMEOUT_S:g} s") from None
+    except (aiohttp.ClientError, ValueError) as exc:
         raise ConfigError(f"cannot read {url}: {exc}") from None
+    if not isinstance(stats, dict):
+        raise ConfigError(f"{url}: not a sidecar's stats (a JSON {type(stats).__name__})")
+    return stats
 
 
 def _client_config(concurrency: int) -> AioConfig:
@@ -530,7 +579,7 @@ async def run_replay(options: ReplayOptions) -> dict[str, Any]:
         total = sum(sizes[segment.key] for segment in segments)
         if options.max_bytes is not None:
             total = min(total, options.max_bytes)
-        before = await asyncio.to_thread(_read_stats, options.admin) if options.admin else None
+        before = await _read_stats(options.admin) if options.admin else None
         # Timed without the listing: a broker has its segment metadata at hand.
         started = time.perf_counter()
         progress = (asyncio.create_task(replayer.report_progress(total, len(segments)))
@@ -541,7 +590,7 @@ async def run_replay(options: ReplayOptions) -> dict[str, Any]:
             if progress is not None:
                 progress.cancel()
         seconds = time.perf_counter() - started
-        after = await asyncio.to_thread(_read_stats, options.admin) if options.admin else None
+        after = await _read_stats(options.admin) if options.admin else None
     try:
         ratios = hit_ratios(before, after) if before is not None and after is not None else None
     except (KeyError, TypeError, ValueError) as exc:

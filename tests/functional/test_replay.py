@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import socket
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,7 +24,8 @@ from sidecar.tools.kafka_segments import (
     generate_topic_segments,
     iter_segment_batches,
 )
-from sidecar.tools.local_s3 import LocalS3
+from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
 from tests.support.recording_proxy import RecordingProxy
 from tests.support.replay_cli import replay_json, run_replay
@@ -359,6 +364,67 @@ def test_unreachable_endpoint(bucket: str) -> None:
     result = run_replay("--endpoint", f"http://127.0.0.1:{port}", "--bucket", bucket)
     assert result.returncode == 75  # EX_TEMPFAIL: try again later
     assert "unreachable" in one_error_line(result)
+
+
+@pytest.mark.parametrize("kind", ["reset_mid_body", "truncate", "truncate_close"])
+def test_a_body_cut_short_is_one_line_and_a_retry_later(
+        fault_proxy: FaultProxy, origin_s3: Any, bucket: str,
+        generated: tuple[SegmentObject, ...], kind: str,
+) -> None:
+    """An endpoint that drops the connection in the middle of a segment's body, or
+    closes it early (a sidecar whose origin failed mid-read does either), is the
+    endpoint failing: exit 75 with one line, not a traceback."""
+    segment = generated[0]
+    origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+    fault_proxy.clear()
+    fault_proxy.add(Fault(kind, after_bytes=len(segment.data) // 3), "GET", key=segment.key,
+                    times=None)
+    try:
+        result = run_replay("--endpoint", fault_proxy.endpoint, "--bucket", bucket)
+    finally:
+        fault_proxy.clear()
+    assert result.returncode == 75, result.stderr
+    line = one_error_line(result)
+    assert segment.key in line and len(line) < 400, line
+
+
+def test_ctrl_c_while_the_admin_port_holds_the_stats_ends_at_once(
+        local_s3: LocalS3, origin_s3: Any, bucket: str, generated: tuple[SegmentObject, ...]
+) -> None:
+    """An admin port that accepts and never answers (a sidecar stuck, or another
+    service on that port): Ctrl-C must not wait for the stats read to time out."""
+    origin_s3.put_object(Bucket=bucket, Key=generated[0].key, Body=generated[0].data)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        silent.settimeout(60)
+        replay = subprocess.Popen(
+            [sys.executable, "-m", "sidecar", "replay", "--endpoint", local_s3.endpoint,
+             "--bucket", bucket, "--admin", f"http://127.0.0.1:{silent.getsockname()[1]}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING"})
+        try:
+            held, _ = silent.accept()  # the replay asks for the stats before it reads
+            with held:
+                interrupted = time.monotonic()
+                replay.send_signal(signal.SIGINT)
+                out, err = replay.communicate(timeout=60)
+                took = time.monotonic() - interrupted
+        finally:
+            replay.kill()
+            replay.wait()
+    assert replay.returncode == 130, err
+    assert took < 5, f"the replay took {took:.1f} s to stop after Ctrl-C"
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize("name", ["", "tiered/storage", "a" * 256])
+def test_a_name_no_bucket_can_have_is_a_usage_error(local_s3: LocalS3, name: str) -> None:
+    """Not "endpoint unreachable" with exit 75, which a service manager retries."""
+    result = run_replay("--endpoint", local_s3.endpoint, "--bucket", name)
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert "--bucket" in line and len(line) < 200
 
 
 @pytest.mark.parametrize(

@@ -128,3 +128,23 @@ async def test_quiet_ui_says_what_is_missing_and_draws_a_lone_value_over_its_spa
             span_px = chart["plotW"] * after["interval"] / chart["span"]
             assert span_px > 8, chart
             assert chart["inkWidth"] >= 0.9 * span_px, chart
+
+
+async def test_an_interval_beyond_a_day_polls_once_a_day_not_in_a_loop(
+    chromium_installed: None, local_s3: LocalS3, tmp_path: Path,
+) -> None:
+    """`interval_ms=Infinity` (meant as "do not poll") reached setTimeout, which
+    takes it as 0: the page polled the admin port as fast as it answered."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache) as sidecar, \
+            Chromium(tmp_path / "profile") as browser:
+        async with browser.page() as page:
+            for asked in ("Infinity", "1e12"):
+                await page.load(f"{sidecar.admin_url}/ui?interval_ms={asked}")
+                state = await page.evaluate(
+                    "[document.getElementById('status').textContent,"
+                    " document.body.dataset.samples]")
+                assert "every 86400 s" in state[0], (asked, state)
+                assert state[1] == "1", (asked, state)  # the page's own stats, no poll
+            assert page.exceptions() == []

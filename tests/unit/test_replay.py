@@ -8,21 +8,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from botocore.exceptions import ParamValidationError
 
 from sidecar.errors import ConfigError, OriginUnavailable
 from sidecar.layout import parse_aiven_key
 from sidecar.tools.kafka_segments import BatchCheckError, build_segment, iter_segment_batches
+from sidecar.tools.range_answers import body_length, object_size
 from sidecar.tools.replay import (
     PartitionPlan,
     Replayer,
     ReplayOptions,
     Tally,
     build_report,
+    check_bucket,
     format_summary,
     hit_ratios,
     list_prefix,
     next_fetch_position,
-    object_size,
     parse_partitions,
     parse_range,
     percentile,
@@ -54,6 +56,29 @@ def test_parse_partitions() -> None:
 def test_parse_partitions_rejects(text: str) -> None:
     with pytest.raises(ConfigError, match="--partitions"):
         parse_partitions(text)
+
+
+def test_check_bucket() -> None:
+    assert check_bucket("tiered-storage.eu_1") == "tiered-storage.eu_1"
+    assert check_bucket("A" * 255) == "A" * 255
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "a b", "a" * 256, "s3://bucket", "caf\u00e9"])
+def test_check_bucket_rejects(name: str) -> None:
+    with pytest.raises(ConfigError, match="--bucket: expected a bucket name") as caught:
+        check_bucket(name)
+    assert len(str(caught.value)) < 200
+
+
+async def test_a_request_botocore_refuses_is_a_usage_error_not_an_outage() -> None:
+    replayer = Replayer(ReplayOptions("http://127.0.0.1:1", "bkt"), None, None)
+
+    async def refused() -> None:
+        raise ParamValidationError(report='Invalid bucket name "a/b": Bucket name must '
+                                          'match the regex "^[a-zA-Z0-9.\\-_]{1,255}$"')
+
+    with pytest.raises(ConfigError, match=r'not a valid request \(Invalid bucket name "a/b"\)$'):
+        await replayer.call(refused(), "k")
 
 
 def test_list_prefix() -> None:
@@ -115,6 +140,20 @@ def test_object_size() -> None:
         object_size(40, 100, None)
 
 
+@pytest.mark.parametrize("content_range", ["bytes 0-99/*", "bytes */100", "items 0-9/10"])
+def test_object_size_of_a_content_range_without_a_size_is_an_endpoint_fault(
+        content_range: str) -> None:
+    with pytest.raises(OriginUnavailable, match="not bytes FIRST-LAST/SIZE"):
+        object_size(40, 60, content_range)
+
+
+def test_body_length_without_a_content_length_is_the_range_it_says_it_is() -> None:
+    assert body_length(60, "bytes 40-99/100") == 60
+    assert body_length(None, "bytes 40-99/100") == 60
+    with pytest.raises(OriginUnavailable, match="neither Content-Length nor Content-Range"):
+        body_length(None, None)
+
+
 def test_next_fetch_position() -> None:
     # Two whole batches (300 bytes) and part of a third: re-read from the third.
     assert next_fetch_position(1000, 300, 50, 2000) == 1300
@@ -162,6 +201,17 @@ def test_hit_ratios_without_traffic() -> None:
     assert hit_ratios(same, same) == {
         "block_hit_ratio": None, "byte_hit_ratio": None, "origin_bytes": 0,
     }
+
+
+def test_hit_ratios_of_a_sidecar_restarted_during_the_replay_are_unknown(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # It served 40 lookups before the replay, restarted, then served 10 more.
+    before = stats(30, 10, 3000, 1000, 1000)
+    after = stats(9, 1, 900, 100, 100)
+    assert hit_ratios(before, after) == {
+        "block_hit_ratio": None, "byte_hit_ratio": None, "origin_bytes": None,
+    }
+    assert "restarted" in caplog.text
 
 
 REPORT_KEYS = {
@@ -307,6 +357,24 @@ async def test_list_keys_paginates_with_prefix_only() -> None:
     assert s3.listings[0] == {"Bucket": "tiered", "Prefix": "orders-"}
     assert s3.listings[1] == {"Bucket": "tiered", "Prefix": "orders-", "ContinuationToken": "2"}
     assert len(s3.listings) == 3
+
+
+class StuckListing(FakeS3):
+    """A store whose listing says "more" with the token it was given."""
+
+    async def list_objects_v2(self, **params: Any) -> dict[str, Any]:
+        await asyncio.sleep(0)  # a real call yields to the loop
+        self.listings.append(params)
+        return {"Contents": [{"Key": seg_key("orders", 0, 0), "Size": 1}],
+                "IsTruncated": True, "NextContinuationToken": "again"}
+
+
+async def test_a_listing_that_repeats_its_token_is_an_error_not_a_loop() -> None:
+    s3 = StuckListing({})
+    replayer = Replayer(ReplayOptions(endpoint="e", bucket="tiered"), s3, s3)
+    with pytest.raises(OriginUnavailable, match="same continuation token twice"):
+        await asyncio.wait_for(replayer.list_keys(), 5)
+    assert len(s3.listings) == 2
 
 
 async def test_fetches_restart_after_the_last_whole_batch() -> None:

@@ -183,6 +183,36 @@ def test_the_clock_is_handed_in_spans_use_the_monotonic_one() -> None:
     assert span is not None and span["served_bytes_per_s"]["cache"] == MIB / 2
 
 
+def test_a_wall_clock_stepped_back_neither_hides_new_points_nor_reverses_the_axis() -> None:
+    """NTP stepping the clock back (or a VM resumed with an old clock): the page
+    asks for the points after the newest one it has, so points stamped with the
+    earlier wall time would never reach it, and its time axis would run backwards."""
+    metrics = Metrics(CollectorRegistry())
+    ring = SampleRing(capacity=10, interval_s=2.0, started=5000.0)
+    for i in range(3):  # wall 5000, 5002, 5004
+        ring.add(sample_of(metrics, wall=5000.0 + 2 * i, mono=100.0 + 2 * i))
+    newest_shown = ring.history()["time"][-1]
+    for i in range(3, 5):  # the clock stepped back an hour; the monotonic one runs on
+        metrics.served_bytes.labels("cache").inc(MIB)
+        ring.add(sample_of(metrics, wall=1400.0 + 2 * i, mono=100.0 + 2 * i))
+    times = ring.history()["time"]
+    assert times == sorted(set(times))  # strictly increasing
+    # Each point is a span of the monotonic clock after the one before.
+    assert times[-2:] == [newest_shown + 2.0, newest_shown + 4.0]
+    fresh = ring.history(since=newest_shown)
+    assert fresh["time"] == times[-2:]
+    assert fresh["series"]["served_bytes_per_s"]["cache"] == [MIB / 2, MIB / 2]
+
+
+def test_once_the_wall_clock_is_ahead_again_the_points_follow_it() -> None:
+    metrics = Metrics(CollectorRegistry())
+    ring = SampleRing(capacity=10, interval_s=2.0, started=5000.0)
+    ring.add(sample_of(metrics, wall=5000.0, mono=0.0))
+    ring.add(sample_of(metrics, wall=4000.0, mono=2.0))  # stepped back: 5002 instead
+    ring.add(sample_of(metrics, wall=9000.0, mono=4.0))  # stepped forward past it
+    assert ring.history()["time"] == [5002.0, 9000.0]
+
+
 def test_points_kept_flat_come_back_as_columns_of_the_same_shape() -> None:
     metrics = Metrics(CollectorRegistry())
     quiet = sample_of(metrics, 0.0)
