@@ -387,6 +387,9 @@ class SlotScan:
     corrupt: list[int]  # slots whose header claims a block but fails a check
     # Slots whose header holds no block (zeros, or the valid flag clear).
     empty: array[int] = field(default_factory=lambda: array("I"))
+    # Slots whose header the disk failed to read (EIO): neither free nor
+    # indexed, out of use until a later start reads them.
+    unreadable: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.slots)
