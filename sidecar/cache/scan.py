@@ -153,7 +153,7 @@ class BackgroundScan:
             for _ in found.unreadable:
                 self._metrics.on_disk_error("read")
             log.warning("cache scan: the disk failed to read %d slot headers (slots %s): "
-                        "those slots stay out of use until a later start reads them",
+                        "those slots stay out of use until a start scans the headers again",
                         len(found.unreadable), _listed(found.unreadable))
         for _ in merged.purged:
             self._metrics.on_eviction(REASON_INVALIDATED)
