@@ -384,8 +384,8 @@ class BlockStore:
         try:
             if residency.scan_merge is None:
                 self.close_step = "the index snapshot to be written to the cache disk"
-                await self._work.run(snapshot.save_at_close, self._slab.path, residency.index,
-                                     residency.policy, self._slots.free,
+                await self._work.run(snapshot.save_at_close, self._slab.path, self._slab.stat,
+                                     residency.index, residency.policy, self._slots.free,
                                      self._writer.next_generation)
             else:
                 self._scan.log_unsaved()
