@@ -74,11 +74,12 @@ def cut_short(sidecar: SidecarProcess) -> dict[str, Any] | None:
     return None
 
 
-def waits_in_the_kernel(pid: int) -> bool:
-    """A thread of `pid` is in D state (uninterruptible), as on the frozen disk."""
+def waits_on_the_frozen_disk(pid: int) -> bool:
+    """A thread of `pid` sleeps uninterruptibly (D) on the file system's freeze
+    lock (a per-CPU rw-semaphore since Linux 4.x): a write to the frozen disk."""
     for task in Path(f"/proc/{pid}/task").iterdir():
         stat = (task / "stat").read_text()
-        if stat[stat.rindex(")") + 2] == "D":
+        if stat[stat.rindex(")") + 2] == "D" and "rwsem" in (task / "wchan").read_text():
             return True
     return False
 
@@ -117,7 +118,7 @@ def test_a_second_sigterm_during_a_held_stop_ends_the_process_at_once(
         cached_object(sidecar, origin_s3, bucket)
         with frozen(cache_disk.mount):
             sidecar.terminate()
-            eventually(lambda: waits_in_the_kernel(sidecar.pid),
+            eventually(lambda: waits_on_the_frozen_disk(sidecar.pid),
                        "the stop waiting on the frozen disk", RECORD_WAIT_S)
             assert cut_short(sidecar) is None
             os.kill(sidecar.pid, signal.SIGTERM)
