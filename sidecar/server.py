@@ -42,6 +42,7 @@ from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
 from sidecar.s3.held_send import quiet_sendfile_hangups
 from sidecar.s3.passthrough import PassThrough, PassThroughLimits
+from sidecar.stop_deadline import StopDeadline
 from sidecar.telemetry.access_log import AccessLog, NodeFacts, fetch_entry
 from sidecar.telemetry.log_shipping import LogShipper
 from sidecar.telemetry.metrics import Metrics
@@ -50,6 +51,8 @@ from sidecar.telemetry.thread_names import name_this_thread
 
 log = logging.getLogger(__name__)
 
+
+_CLOSING_CACHE = "the cache to close"
 
 MAX_HEADER_LINE = 8190
 MAX_HEADERS = 128
@@ -116,6 +119,7 @@ class Sidecar:
         self._planner: ReadAheadPlanner | None = None
         self._data_port: DataPort | None = None
         self._ready = False
+        self.stop_step = "the stop to begin"
         self.data_url = ""
         self.admin_url = ""
         self.metrics_url = ""  # the metrics_listen one, "" when there is none
@@ -394,28 +398,45 @@ class Sidecar:
                 "disk_problem": self.modes.disk_problem,
             })
 
+    def stopping_at(self) -> str:
+        """The step of the stop under way (read by the stop's deadline, from
+        its own thread: plain attributes only)."""
+        if self.stop_step == _CLOSING_CACHE and self._store is not None:
+            return f"{self.stop_step}: {self._store.close_step}"
+        return self.stop_step
+
     async def stop(self) -> None:
         self._ready = False
+        self.stop_step = "the disk watcher to stop"
         if self._watcher is not None:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)
+        self.stop_step = "the listeners to close (requests in progress)"
         for runner in reversed(self._runners):
             await runner.cleanup()
+        self.stop_step = "the engine to close (fetches in progress)"
         if self._engine is not None:
             await self._engine.close()
         # After the engine: the fetches it stopped have their lines too.
+        self.stop_step = "the access log's last lines to be written"
         if self._access_log is not None:
             # Joins the writer thread, which writes (and rotates) the last lines.
             await asyncio.get_running_loop().run_in_executor(self._executor,
                                                              self._access_log.close)
+        self.stop_step = "the access log upload to stop"
         if self._shipper is not None:
             await self._shipper.stop()
+        self.stop_step = _CLOSING_CACHE
         if self._store is not None:
             await self._store.close()
+        self.stop_step = "the pass-through's origin connections to close"
         if self._passthrough is not None:
             await self._passthrough.close()
+        self.stop_step = "the origin client to close"
         await self.origin.close()
+        self.stop_step = "the disk threads to finish"
         self._executor.shutdown(wait=True)
+        self.stop_step = "the process to exit"
 
 
 async def _reload_on_signal(sidecar: Sidecar) -> None:
@@ -463,5 +484,19 @@ async def serve(config: Config, summary: Mapping[str, object] | None = None,
                         "mode": sidecar.modes.current.value, "config": dict(summary or {})})
         await stop.wait()
     finally:
-        await sidecar.stop()
+        await _stop_within_deadline(sidecar, config.server.stop_timeout_s)
         sys.stdout.flush()
+
+
+async def _stop_within_deadline(sidecar: Sidecar, deadline_s: float) -> None:
+    """Stop, ended by ``StopDeadline`` past ``deadline_s`` or at a second
+    SIGTERM/SIGINT. The deadline is left running until the process exits: a
+    stop that returns and then hangs at the interpreter's exit is ended too."""
+    deadline = StopDeadline(deadline_s, sidecar.stopping_at)
+    deadline.start()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        # Off the loop: its handler would only run once the loop turns again.
+        loop.remove_signal_handler(signum)
+        signal.signal(signum, deadline.signalled)
+    await sidecar.stop()

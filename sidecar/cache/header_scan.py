@@ -6,7 +6,9 @@ asked of the disk first (``POSIX_FADV_WILLNEED``, one hint per header: they lie
 a block apart, and a hint over the batch's range would read the blocks' data
 too). Zeros and clear flags are empty slots, valid headers come back as cached
 blocks into flat arrays (``SlotScan``), anything else that claims a block is
-corrupt. Data pages are never read here.
+corrupt. A header the disk fails to read (EIO) leaves its slot out of use
+(``SlotScan.unreadable``); only a run of such failures stops the scan. Data
+pages are never read here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from sidecar.cache.slot_format import (
 )
 
 SCAN_BATCH = 1024  # slot headers asked of the disk at once
+# Header reads the disk may fail in one call before the disk counts as failing
+# and the call raises (the scan stops; the slots not scanned stay out of use).
+MAX_UNREADABLE_HEADERS = 16
 
 
 def scan_headers(
@@ -74,7 +79,16 @@ def scan_headers(
             hinted = wanted
         offset = slot_offset(batch, block_size)
         for slot in range(batch, min(stop, batch + SCAN_BATCH)):
-            header = pread(fd, SLOT_HEADER_SIZE, offset)
+            try:
+                header = pread(fd, SLOT_HEADER_SIZE, offset)
+            except OSError:
+                # One bad sector costs its slot, not the batch (nor every
+                # slot after it, at every start): the slot is left out of use.
+                found.unreadable.append(slot)
+                if len(found.unreadable) >= MAX_UNREADABLE_HEADERS:
+                    raise
+                offset += stride
+                continue
             offset += stride
             if header[:8] == ZEROS_8:  # the common empty slot, without decoding
                 found.empty.append(slot)

@@ -149,6 +149,12 @@ class BackgroundScan:
         self._slots.free.extend(array("i", reversed(merged.free)))
         for _ in merged.erase:
             self._metrics.on_eviction(REASON_RECOVERY)
+        if found.unreadable:
+            for _ in found.unreadable:
+                self._metrics.on_disk_error("read")
+            log.warning("cache scan: the disk failed to read %d slot headers (slots %s): "
+                        "those slots stay out of use until a start scans the headers again",
+                        len(found.unreadable), _listed(found.unreadable))
         for _ in merged.purged:
             self._metrics.on_eviction(REASON_INVALIDATED)
         if merged.erase or merged.purged:
@@ -174,6 +180,11 @@ class BackgroundScan:
             log.warning("could not erase %d dropped cache slot headers: %s", len(slots), exc)
         if not self._slots.closed:
             self._slots.free.extend(array("i", reversed(slots)))
+
+
+def _listed(slots: list[int], most: int = 8) -> str:
+    shown = ", ".join(map(str, slots[:most]))
+    return shown + (f" and {len(slots) - most} more" if len(slots) > most else "")
 
 
 def _erase_all(slab: Slab, slots: list[int]) -> None:

@@ -145,6 +145,11 @@ class Slab:
     def path(self) -> Path:
         return self._path
 
+    def stat(self) -> os.stat_result:
+        """The open file's inode, size and times: those of the file this slab
+        reads and writes, whatever is at ``path`` now. Blocking."""
+        return os.fstat(self._fd)
+
     @property
     def slot_count(self) -> int:
         return self._slot_count

@@ -387,6 +387,10 @@ class SlotScan:
     corrupt: list[int]  # slots whose header claims a block but fails a check
     # Slots whose header holds no block (zeros, or the valid flag clear).
     empty: array[int] = field(default_factory=lambda: array("I"))
+    # Slots whose header the disk failed to read (EIO): neither free nor
+    # indexed, out of use until a start scans the headers again (a start from
+    # the index snapshot keeps them out: a bad sector is best left alone).
+    unreadable: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.slots)

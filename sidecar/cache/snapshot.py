@@ -62,10 +62,12 @@ never outlive the next write to the slab. The protocol makes sure of it:
   lies inside the slab (a file with the right checksums may still come from
   another writer), the geometry is the slab's, and
   the slab file is the same file (inode) of the same size and modification
-  time, kept whole (``Opening.state`` "reused"); anything else is a scan,
-  with a log line. The time catches a slab written after the snapshot by
-  other means (an older version of the sidecar that knows no snapshots,
-  say), unless within the file system's timestamp granularity.
+  time (``save`` takes them from the file the store has open, not from the
+  path, which may name a file put there since), kept whole (``Opening.state``
+  "reused"); anything else is a scan, with a log line. The time catches a
+  slab written after the snapshot by other means (an older version of the
+  sidecar that knows no snapshots, say), unless within the file system's
+  timestamp granularity.
 
 Version 1 (before the identity key) held unkeyed identity hashes: it is "of
 another format", and the start scans the slot headers, whose names are hashed
@@ -83,6 +85,7 @@ import os
 import struct
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from io import BufferedReader
 from pathlib import Path
@@ -122,9 +125,15 @@ class Taken:
 
 
 def save(directory: Path, slab_path: Path, index: SlotIndex, policy: SlotFifo,
-         free: array[int], next_generation: int) -> int:
-    """Write the snapshot (see the module docstring); its size in bytes. Blocking."""
-    stat = os.stat(slab_path)
+         free: array[int], next_generation: int,
+         slab_stat: os.stat_result | None = None) -> int:
+    """Write the snapshot (see the module docstring); its size in bytes. Blocking.
+
+    ``slab_stat``: the slab file as the store has it open (``Slab.stat``), by
+    default ``slab_path``'s. They differ when the file at the path was replaced
+    under the store: the snapshot must describe the file the index is of, so
+    that the next start refuses it for the file now at the path."""
+    stat = os.stat(slab_path) if slab_stat is None else slab_stat
     parts: list[array[int] | bytearray] = [*index.buffers(), *policy.buffers(), free]
     body = xxhash.xxh3_64()
     for part in parts:
@@ -154,14 +163,16 @@ def save(directory: Path, slab_path: Path, index: SlotIndex, policy: SlotFifo,
     return size
 
 
-def save_at_close(slab_path: Path, index: SlotIndex, policy: SlotFifo, free: array[int],
-                  next_generation: int) -> None:
+def save_at_close(slab_path: Path, slab_stat: Callable[[], os.stat_result], index: SlotIndex,
+                  policy: SlotFifo, free: array[int], next_generation: int) -> None:
     """``save`` beside the slab, when the store closes: no read or write of a
-    live slot is under way any more. Blocking. A snapshot that cannot be
-    saved is logged: the next start scans the slot headers instead."""
+    live slot is under way any more. ``slab_stat``: the open slab file's
+    (``Slab.stat``). Blocking. A snapshot that cannot be saved is logged: the
+    next start scans the slot headers instead."""
     started = time.perf_counter()
     try:
-        size = save(slab_path.parent, slab_path, index, policy, free, next_generation)
+        size = save(slab_path.parent, slab_path, index, policy, free, next_generation,
+                    slab_stat())
     except OSError as exc:
         log.warning("could not save the cache index snapshot: %s", exc)
         return

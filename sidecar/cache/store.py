@@ -104,6 +104,8 @@ class BlockStore:
         self._scan = BackgroundScan(residency=self._residency, slab=slab, work=self._work,
                                     metrics=metrics, report=report, scrubber=self._scrubber)
         self.recovery = report
+        # What close() waits for now: read by the stop's deadline, from its thread.
+        self.close_step = "nothing (open)"
 
     @classmethod
     async def open(
@@ -374,20 +376,25 @@ class BlockStore:
             return
         self._slots.closed = True
         self._scrubber.stop()
+        self.close_step = "the start-up scan of the slot headers to stop"
         await self._scan.stop()
+        self.close_step = "the cache disk's reads and writes in progress"
         await self._work.idle()
         residency = self._residency
         try:
             if residency.scan_merge is None:
-                await self._work.run(snapshot.save_at_close, self._slab.path, residency.index,
-                                     residency.policy, self._slots.free,
+                self.close_step = "the index snapshot to be written to the cache disk"
+                await self._work.run(snapshot.save_at_close, self._slab.path, self._slab.stat,
+                                     residency.index, residency.policy, self._slots.free,
                                      self._writer.next_generation)
             else:
                 self._scan.log_unsaved()
         finally:
             if self.tier is not None:
                 self.tier.close()
+            self.close_step = "the slab file to close"
             await self._work.run(self._slab.close)
+            self.close_step = "nothing (closed)"
 
 
 def _nothing_skips_probation(ident: BlockIdent) -> bool:

@@ -35,6 +35,7 @@ from sidecar.config.parsing import (
     parse_sample_interval,
     parse_size,
     parse_size_or_auto,
+    parse_stop_timeout,
     positive_int,
 )
 from sidecar.config.toml_types import TomlType, toml_type
@@ -291,6 +292,12 @@ OPTIONS: tuple[Option, ...] = (
            "/api/v1/stats and the charts of /ui; it keeps the last 450 samples (15 minutes "
            "at 2s)", "DURATION", flag=False,
            field="server.stats_interval_s"),
+    Option("stop_timeout", parse_stop_timeout, "20s",
+           "the longest a stop (SIGTERM, SIGINT) may take: past it, or at a second signal, "
+           "the process logs what it was still waiting for and exits 1 at once (a hung "
+           "cache disk never holds it); keep it under the orchestrator's grace period "
+           "(terminationGracePeriodSeconds, TimeoutStopSec)", "DURATION", flag=False,
+           field="server.stop_timeout_s"),
     # Data-port SigV4 verification ([auth] in TOML). Keys never go on the command
     # line, where any user of the host can read them from ps.
     Option("auth_keys", parse_auth_keys, "",

@@ -123,6 +123,15 @@ def parse_sample_interval(value: object) -> float:
     return seconds
 
 
+def parse_stop_timeout(value: object) -> float:
+    """A duration from 100ms to 1h: a stop must get some time to save the
+    index snapshot, and one that may take longer is no bound at all."""
+    seconds = parse_duration(value)
+    if not 0.1 <= seconds <= 3600:
+        raise ConfigError(f"must be between 100ms and 1h: {value!r}")
+    return seconds
+
+
 @dataclass(frozen=True)
 class HostPort:
     host: str

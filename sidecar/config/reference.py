@@ -40,6 +40,7 @@ _GROUP_OF_NAME: Mapping[str, str] = {
     "listen": "server", "admin_listen": "server", "admin_token": "server",
     "access_log": "server", "log_format": "server", "max_requests": "server",
     "max_buffered": "server", "client_timeout": "server", "stats_interval": "server",
+    "stop_timeout": "server",
     "head_ttl": "origin", "listing_ttl": "origin", "head_stale_if_error": "origin",
     "block_size": "cache", "max_coalesce": "cache", "io_threads": "cache",
     "protect_path": "cache", "allow_shared_disk": "cache", "preallocate": "cache",

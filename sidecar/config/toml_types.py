@@ -38,6 +38,7 @@ from sidecar.config.parsing import (
     parse_sample_interval,
     parse_size,
     parse_size_or_auto,
+    parse_stop_timeout,
     positive_int,
     shown,
 )
@@ -103,7 +104,7 @@ BY_PARSER: dict[Callable[[object], Any], TomlType] = {
     fraction: NUMBER,
     parse_bool: BOOLEAN,
     parse_size: SIZE, parse_size_or_auto: SIZE_OR_AUTO, parse_rate: RATE,
-    parse_duration: DURATION, parse_sample_interval: DURATION,
+    parse_duration: DURATION, parse_sample_interval: DURATION, parse_stop_timeout: DURATION,
     parse_cpu_list: CPUS,
     parse_path_list: STRINGS, parse_bucket_list: STRINGS,
     parse_auth_keys: SECRET_TABLE, parse_key_scopes: KEY_TABLE,

@@ -40,6 +40,7 @@ class ServerConfig:
     node_name: str | None  # the access log's `node`; None: the host name
     log_format: str  # auto | json | text (cli.py sets logging up with it)
     stats_interval_s: float  # the admin port samples its counters this often
+    stop_timeout_s: float  # past it, a stop ends the process at once (stop_deadline.py)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import signal
 import threading
 import time
@@ -417,3 +418,45 @@ def _header_valid(slab: Path, slot: int) -> bool:
         handle.seek(4096 + slot * SLOT)
         head = handle.read(8)
     return head[:4] == b"SLOT" and head[6] & 1 == 1
+
+
+def test_a_slab_file_replaced_under_a_running_sidecar_is_not_described_by_its_snapshot(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    """The slab file is replaced by a copy of itself while the sidecar runs (a
+    restore from a backup, a tool that rewrites files by copy and rename): the
+    sidecar goes on writing to the file it has open, and its snapshot at the
+    clean stop describes that file, not the copy now at the path. Before, the
+    snapshot recorded the path's inode, size and time, the copy's, and the next
+    start took it over for the copy: every block cached after the copy was
+    missing there, each read of one a checksum failure (and enough of them put
+    the sidecar in bypass)."""
+    objects = put_objects(origin_s3, bucket, random.Random("replaced"), 4)
+    early, late = list(objects)[:2], list(objects)[2:]
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    slab = cache / "slab.dat"
+
+    def read_through(process: SidecarProcess, keys: list[str]) -> None:
+        for key in keys:
+            assert get(process.data_url, bucket, key, 0, None) == (206, objects[key])
+        process.wait_idle()
+
+    with SidecarProcess(local_s3.endpoint, cache, *FLAGS, env=ENV) as process:
+        read_through(process, early)
+        shutil.copyfile(slab, cache / "slab.copy")
+        os.replace(cache / "slab.copy", slab)
+        read_through(process, late)
+        cached = process.metric("sidecar_cache_blocks")
+    assert process.stop() == 0 and (cache / "index.snap").exists()
+    with SidecarProcess(local_s3.endpoint, cache, *FLAGS, env=ENV) as process:
+        report = recovery(process)
+        assert report["index"] == "scan"
+        assert any("index snapshot of another slab file" in line
+                   for line in process.stderr_lines)
+        # The copy holds the blocks cached before it was made, and only those.
+        early_blocks = sum(-(-len(objects[key]) // BLOCK) for key in early)
+        assert report["blocks_recovered"] == early_blocks < cached
+        read_through(process, list(objects))
+        assert process.metric("sidecar_cache_checksum_failures_total") == 0
+        assert process.stats()["mode"] == "normal"

@@ -60,3 +60,16 @@ def drop_pages(path: Path) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def frozen(mount: Path) -> Iterator[None]:
+    """The file system at `mount` frozen (fsfreeze(8), the FIFREEZE ioctl LVM
+    snapshots use): every write to it, a file's creation included, waits in the
+    kernel in D state, uninterruptible, as on a device whose requests never come
+    back, until it is thawed, which this always does."""
+    subprocess.run(["fsfreeze", "--freeze", str(mount)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["fsfreeze", "--unfreeze", str(mount)], check=True)

@@ -5,6 +5,7 @@ live index (pure), and a store whose scan is held part-way by a test's gate.
 from __future__ import annotations
 
 import asyncio
+import os
 from array import array
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.cache import BlockIdent, BlockStore
+from sidecar.cache.header_scan import MAX_UNREADABLE_HEADERS, scan_headers
 from sidecar.cache.index import SlotIndex, ident_hash
 from sidecar.cache.recovery import ScanMerge
 from sidecar.cache.slot_fifo import SlotFifo
@@ -299,3 +301,20 @@ async def test_the_scrub_starts_once_the_scan_is_done(
     finally:
         gate.released.set()
         await store.close()
+
+
+def test_a_header_the_disk_fails_to_read_leaves_its_slot_out_and_the_scan_goes_on(
+        tmp_path: Path) -> None:
+    # A directory's descriptor: every pread fails in the kernel (EISDIR), as
+    # every header of a device gone bad would (EIO).
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        found = scan_headers(fd, 5, 64 * 1024, 0, 5, bytes(16))
+        assert found.unreadable == [0, 1, 2, 3, 4]
+        assert len(found) == 0 and not found.corrupt and not found.empty
+        # A run of them is a failing disk: the scan stops.
+        with pytest.raises(OSError):
+            scan_headers(fd, MAX_UNREADABLE_HEADERS, 64 * 1024, 0, MAX_UNREADABLE_HEADERS,
+                         bytes(16))
+    finally:
+        os.close(fd)
