@@ -205,7 +205,7 @@ def _resize(
             _preallocate(fd, size)
         else:
             os.ftruncate(fd, size)
-        pwrite_all(fd, file_header, 0)
+        _header_last(fd, file_header)
 
 
 def _create(path: Path, size: int, file_header: bytes, preallocate: bool) -> None:
@@ -216,7 +216,20 @@ def _create(path: Path, size: int, file_header: bytes, preallocate: bool) -> Non
             _preallocate(file.fileno(), size)
         else:
             os.ftruncate(file.fileno(), size)
-        pwrite_all(file.fileno(), file_header, 0)
+        _header_last(file.fileno(), file_header)
+
+
+def _header_last(fd: int, file_header: bytes) -> None:
+    """Write the file header once the cut and the extension are on the disk.
+    "Last" must hold across a power loss too: a file system need not order a
+    size change before a later data write (only ext4's default ordered mode
+    does), and a new header over an old size or stale slot headers of another
+    geometry would be taken for a kept file. The second sync makes the new
+    geometry durable before any slot is written under it. Both at create or
+    resize only, never on the serving path."""
+    os.fsync(fd)
+    pwrite_all(fd, file_header, 0)
+    os.fsync(fd)
 
 
 def _preallocate(fd: int, size: int) -> None:
