@@ -211,8 +211,10 @@ def _read(file: BufferedReader, slab_path: Path, slot_count: int, block_size: in
     if len(head) >= 10 and head[:8] == MAGIC and struct.unpack_from("<H", head, 8)[0] != VERSION:
         # Version 1 (unkeyed identity hashes) is this, not damage.
         return None, "index snapshot of another format: scanning the slots"
-    if len(head) != _HEAD_SIZE or xxhash.xxh3_64_intdigest(head[:_HEAD.size]) != \
-            struct.unpack_from("<Q", head, _HEAD.size)[0]:
+    if len(head) != _HEAD_SIZE:
+        return None, (f"index snapshot damaged (cut short: {len(head)} bytes, its header "
+                      f"alone is {_HEAD_SIZE}): scanning the slots")
+    if xxhash.xxh3_64_intdigest(head[:_HEAD.size]) != struct.unpack_from("<Q", head, _HEAD.size)[0]:
         return None, "index snapshot damaged (its header checksum): scanning the slots"
     (magic, version, hash_bytes, _chunks, slots, saved_block_size, saved_chunk_size, inode,
      size, mtime, next_generation, count, used_bytes, free_count, *queues, identity_key,

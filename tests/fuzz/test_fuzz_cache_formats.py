@@ -166,6 +166,16 @@ def test_the_valid_snapshot_is_taken_over() -> None:
         assert taken.restored is not None and len(taken.restored.index) == 6
 
 
+def test_a_snapshot_cut_inside_its_header_is_said_to_be_cut_short() -> None:
+    with tempfile.TemporaryDirectory() as made:
+        directory = Path(made)
+        slab, valid = snapshot_of_a_small_index(directory)
+        (directory / SNAPSHOT_FILE_NAME).write_bytes(valid[:40])
+        taken = take(directory, slab, SLOTS, BLOCK, chunk_size_for(BLOCK))
+        assert taken.restored is None
+        assert taken.reason is not None and "cut short: 40 bytes" in taken.reason
+
+
 # Each example saves and takes a snapshot on disk: a quarter of the profile's examples.
 FEWER = settings(max_examples=max(10, settings.default.max_examples // 4))
 
