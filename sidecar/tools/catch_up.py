@@ -42,9 +42,10 @@ def produce(bootstrap: str, topic: str, partitions: Iterable[int], count: int,
                              batch_size=512 * 1024, max_request_size=8 * 1024 * 1024,
                              acks="all", enable_idempotence=True, compression_type=None)
     written = 0
+    chosen = list(partitions)  # walked once per record index: an iterator would end after one
     try:
         for index in range(count):
-            for partition in partitions:
+            for partition in chosen:
                 value = record_value(partition, index, size)
                 producer.send(topic, key=f"{partition}:{index}".encode(), value=value,
                               partition=partition)
