@@ -10,6 +10,7 @@ them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import psutil
 
@@ -32,11 +33,30 @@ def pin_cpus(cpus: tuple[int, ...] | None) -> str:
                                                     if len(unknown) > 5 else "")
         raise ConfigError(f"--cpus names CPUs this machine does not have: {named} "
                           f"(it has 0-{len(available) - 1})")
-    process = psutil.Process()
-    process.cpu_affinity(list(cpus))
-    for thread in process.threads():
-        os.sched_setaffinity(thread.id, cpus)
+    # sched_setaffinity(2): the kernel keeps only the CPUs of the cgroup's
+    # cpuset (a container given fewer CPUs than the machine has), silently,
+    # and refuses with EINVAL when none is left; EPERM when not allowed.
+    try:
+        os.sched_setaffinity(0, cpus)
+        refused = sorted(set(cpus) - os.sched_getaffinity(0))
+    except OSError as exc:
+        raise ConfigError(f"cannot pin to --cpus {_listed(cpus)}: {exc.strerror} "
+                          f"(this process may run on {_listed(os.sched_getaffinity(0))})"
+                          ) from None
+    if refused:
+        raise ConfigError(f"--cpus names CPUs outside this process's cpuset: "
+                          f"{_listed(refused)} (it may run on "
+                          f"{_listed(os.sched_getaffinity(0))})")
+    for thread in psutil.Process().threads():
+        try:
+            os.sched_setaffinity(thread.id, cpus)
+        except ProcessLookupError:  # the thread ended since it was listed
+            continue
     return f"cpus: pinned to {','.join(map(str, cpus))}"
+
+
+def _listed(cpus: Iterable[int]) -> str:
+    return ",".join(map(str, sorted(cpus)))
 
 
 def set_io_priority(ionice: tuple[str, int] | None) -> str:

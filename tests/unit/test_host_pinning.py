@@ -1,0 +1,62 @@
+"""CPU pinning against a kernel whose cpuset holds fewer CPUs than the machine.
+
+sched_setaffinity(2) keeps only the cpuset's CPUs of the mask it is given and
+fails with EINVAL when none is left; a fake of those two calls stands in for a
+container's cgroup, which a test cannot create unprivileged.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterable
+
+import psutil
+import pytest
+
+from sidecar.errors import ConfigError
+from sidecar.isolation import host
+
+
+class CpusetKernel:
+    def __init__(self, cpuset: set[int]) -> None:
+        self.cpuset = cpuset
+        self.affinity = set(cpuset)
+
+    def setaffinity(self, pid: int, cpus: Iterable[int]) -> None:
+        kept = set(cpus) & self.cpuset
+        if not kept:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        if pid == 0:
+            self.affinity = kept
+
+    def getaffinity(self, pid: int) -> set[int]:
+        return set(self.affinity)
+
+
+@pytest.fixture
+def kernel(monkeypatch: pytest.MonkeyPatch) -> CpusetKernel:
+    fake = CpusetKernel({0})
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 4)
+    monkeypatch.setattr(os, "sched_setaffinity", fake.setaffinity)
+    monkeypatch.setattr(os, "sched_getaffinity", fake.getaffinity)
+    return fake
+
+
+def test_cpus_outside_the_cpuset_are_a_config_error(kernel: CpusetKernel) -> None:
+    with pytest.raises(ConfigError) as caught:
+        host.pin_cpus((2,))
+    assert str(caught.value) == (
+        "cannot pin to --cpus 2: Invalid argument (this process may run on 0)")
+
+
+def test_cpus_partly_outside_the_cpuset_are_not_dropped_silently(kernel: CpusetKernel) -> None:
+    with pytest.raises(ConfigError) as caught:
+        host.pin_cpus((0, 1, 3))
+    assert str(caught.value) == ("--cpus names CPUs outside this process's cpuset: 1,3 "
+                                 "(it may run on 0)")
+
+
+def test_cpus_inside_the_cpuset_are_pinned(kernel: CpusetKernel) -> None:
+    assert host.pin_cpus((0,)) == "cpus: pinned to 0"
+    assert kernel.affinity == {0}
