@@ -1,10 +1,10 @@
 """CPU pinning, I/O priority and niceness of the sidecar process.
 
 The broker beside the sidecar owns the node: a catch-up replay must run on the
-cores and at the I/O priority the operator leaves to it. Pinning is applied to
-the process and to every thread it already has; threads started later (the
-disk executor, aiobotocore's) inherit the affinity from the thread that starts
-them.
+cores and at the I/O priority the operator leaves to it. Pinning, niceness and
+I/O priority are applied to every thread the process already has (Linux keeps
+all three per thread); threads started later (the disk executor, aiobotocore's)
+inherit them from the thread that starts them.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ def pin_cpus(cpus: tuple[int, ...] | None) -> str:
         raise ConfigError(f"--cpus names CPUs outside this process's cpuset: "
                           f"{_listed(refused)} (it may run on "
                           f"{_listed(os.sched_getaffinity(0))})")
-    for thread in psutil.Process().threads():
+    for thread_id in _thread_ids():
         try:
-            os.sched_setaffinity(thread.id, cpus)
+            os.sched_setaffinity(thread_id, cpus)
         except ProcessLookupError:  # the thread ended since it was listed
             continue
     return f"cpus: pinned to {','.join(map(str, cpus))}"
@@ -63,12 +63,15 @@ def set_io_priority(ionice: tuple[str, int] | None) -> str:
     if ionice is None:
         return "ionice: unchanged"
     name, level = ionice
-    process = psutil.Process()
     try:
-        if name == "idle":
-            process.ionice(_IONICE_CLASSES[name])
-        else:
-            process.ionice(_IONICE_CLASSES[name], level)
+        for thread_id in _thread_ids():
+            try:
+                if name == "idle":
+                    psutil.Process(thread_id).ionice(_IONICE_CLASSES[name])
+                else:
+                    psutil.Process(thread_id).ionice(_IONICE_CLASSES[name], level)
+            except psutil.NoSuchProcess:  # the thread ended since it was listed
+                continue
     except (OSError, psutil.Error) as exc:
         raise ConfigError(f"cannot set I/O priority {name}:{level}: {exc}") from None
     return f"ionice: {name}" + ("" if name == "idle" else f":{level}")
@@ -78,10 +81,22 @@ def set_nice(nice: int) -> str:
     if nice == 0:
         return "nice: unchanged"
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
+        for thread_id in _thread_ids():
+            try:
+                os.setpriority(os.PRIO_PROCESS, thread_id, nice)
+            except ProcessLookupError:  # the thread ended since it was listed
+                continue
     except OSError as exc:
         raise ConfigError(f"cannot set nice {nice}: {exc.strerror}") from None
     return f"nice: {nice}"
+
+
+def _thread_ids() -> list[int]:
+    """The process's threads, its main thread first: on Linux both niceness
+    (pthreads(7), setpriority(2)) and I/O priority (ioprio_set(2)) belong to
+    one thread, and only threads started later inherit them from their starter."""
+    own = os.getpid()
+    return [own] + [thread.id for thread in psutil.Process().threads() if thread.id != own]
 
 
 def apply_host_settings(

@@ -54,6 +54,11 @@ def test_cpus_pins_every_thread(local_s3: LocalS3, origin_s3: Any, bucket: str,
             allowed = next(line for line in status.splitlines()
                            if line.startswith("Cpus_allowed_list:"))
             assert allowed.split()[1] == "1", (task.name, allowed)
+            # Linux applies nice and I/O priority to one thread (pthreads(7),
+            # ioprio_set(2)): threads that were there before need their own call.
+            thread = psutil.Process(int(task.name))
+            assert (task.name, thread.nice()) == (task.name, 5)
+            assert (task.name, thread.ionice().ioclass) == (task.name, psutil.IOPRIO_CLASS_IDLE)
 
 
 def test_origin_bandwidth_cap_is_never_exceeded(
