@@ -72,7 +72,13 @@ def set_io_priority(ionice: tuple[str, int] | None) -> str:
                     psutil.Process(thread_id).ionice(_IONICE_CLASSES[name], level)
             except psutil.NoSuchProcess:  # the thread ended since it was listed
                 continue
-    except (OSError, psutil.Error) as exc:
+    except psutil.AccessDenied:
+        # ioprio_set(2): the realtime class needs CAP_SYS_ADMIN (or CAP_SYS_NICE).
+        raise ConfigError(f"cannot set I/O priority {name}:{level}: permission denied "
+                          "(the realtime class needs CAP_SYS_ADMIN or CAP_SYS_NICE)") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot set I/O priority {name}:{level}: {exc.strerror}") from None
+    except psutil.Error as exc:
         raise ConfigError(f"cannot set I/O priority {name}:{level}: {exc}") from None
     return f"ionice: {name}" + ("" if name == "idle" else f":{level}")
 

@@ -1,4 +1,5 @@
-"""CPU pinning against a kernel whose cpuset holds fewer CPUs than the machine.
+"""CPU pinning against a kernel whose cpuset holds fewer CPUs than the machine,
+and an I/O priority the kernel refuses.
 
 sched_setaffinity(2) keeps only the cpuset's CPUs of the mask it is given and
 fails with EINVAL when none is left; a fake of those two calls stands in for a
@@ -60,3 +61,15 @@ def test_cpus_partly_outside_the_cpuset_are_not_dropped_silently(kernel: CpusetK
 def test_cpus_inside_the_cpuset_are_pinned(kernel: CpusetKernel) -> None:
     assert host.pin_cpus((0,)) == "cpus: pinned to 0"
     assert kernel.affinity == {0}
+
+
+def test_io_priority_refused_says_permission_denied(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(self: psutil.Process, ioclass: int, value: int | None = None) -> None:
+        raise psutil.AccessDenied(self.pid)  # what psutil raises for EPERM
+
+    monkeypatch.setattr(psutil.Process, "ionice", refuse)
+    with pytest.raises(ConfigError) as caught:
+        host.set_io_priority(("realtime", 0))
+    assert str(caught.value) == (
+        "cannot set I/O priority realtime:0: permission denied "
+        "(the realtime class needs CAP_SYS_ADMIN or CAP_SYS_NICE)")
