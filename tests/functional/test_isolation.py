@@ -315,6 +315,11 @@ def test_full_disk_flips_to_bypass_and_back_without_failing_a_read(
         status, _, body = raw_request(sidecar.admin_url, "GET", "/readyz")
         assert status == 200 and b"bypass" in body and b"ENOSPC" in body
         assert sidecar.metric("sidecar_mode", mode="bypass") == 1
+        # An operator's `normal` does not end the disk's bypass, and the answer says why.
+        status, answer = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode",
+                                    {"mode": "normal"}, sidecar.admin_token)
+        assert (status, answer["mode"], answer["requested"]) == (200, "bypass", "normal")
+        assert "ENOSPC" in answer["disk_problem"]
         for key, data in objects[3:5]:  # served from the origin meanwhile
             assert raw_request(url, "GET", f"/{bucket}/{key}")[2] == data
         filler.unlink()
