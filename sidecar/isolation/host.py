@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import psutil
 
 from sidecar.errors import ConfigError
+
+# Documented in the kernel's Documentation/ABI/testing/sysfs-devices-system-cpu.
+ONLINE_CPUS = Path("/sys/devices/system/cpu/online")
 
 _IONICE_CLASSES = {
     "realtime": psutil.IOPRIO_CLASS_RT,
@@ -26,13 +30,13 @@ _IONICE_CLASSES = {
 def pin_cpus(cpus: tuple[int, ...] | None) -> str:
     if cpus is None:
         return "cpus: not pinned"
-    available = set(range(psutil.cpu_count() or 1))
+    available = online_cpus()
     unknown = sorted(set(cpus) - available)
     if unknown:
         named = ", ".join(map(str, unknown[:5])) + (f" and {len(unknown) - 5} more"
                                                     if len(unknown) > 5 else "")
-        raise ConfigError(f"--cpus names CPUs this machine does not have: {named} "
-                          f"(it has 0-{len(available) - 1})")
+        raise ConfigError(f"--cpus names CPUs this machine does not have online: {named} "
+                          f"(it has {_listed(available)})")
     # sched_setaffinity(2): the kernel keeps only the CPUs of the cgroup's
     # cpuset (a container given fewer CPUs than the machine has), silently,
     # and refuses with EINVAL when none is left; EPERM when not allowed.
@@ -55,8 +59,31 @@ def pin_cpus(cpus: tuple[int, ...] | None) -> str:
     return f"cpus: pinned to {','.join(map(str, cpus))}"
 
 
+def online_cpus() -> set[int]:
+    """The ids of the CPUs online, from the kernel's list (e.g. `0,2,4-7`).
+
+    Not range(cpu_count()): the count is of CPUs online, and with some
+    offline (SMT turned off leaves every other id) the ids are not 0..count-1."""
+    try:
+        text = ONLINE_CPUS.read_text(encoding="ascii").strip()
+    except OSError:
+        return set(range(psutil.cpu_count() or 1))
+    online: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        online.update(range(int(first), int(last or first) + 1))
+    return online
+
+
 def _listed(cpus: Iterable[int]) -> str:
-    return ",".join(map(str, sorted(cpus)))
+    """CPU ids as the kernel lists them: runs as ranges, `0-3,6`."""
+    runs: list[list[int]] = []
+    for cpu in sorted(set(cpus)):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def set_io_priority(ionice: tuple[str, int] | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import psutil
 import pytest
@@ -36,9 +37,11 @@ class CpusetKernel:
 
 
 @pytest.fixture
-def kernel(monkeypatch: pytest.MonkeyPatch) -> CpusetKernel:
+def kernel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CpusetKernel:
     fake = CpusetKernel({0})
-    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 4)
+    online = tmp_path / "machine-online"
+    online.write_text("0-3\n")  # the machine's four CPUs; the cpuset gives it one
+    monkeypatch.setattr(host, "ONLINE_CPUS", online, raising=False)
     monkeypatch.setattr(os, "sched_setaffinity", fake.setaffinity)
     monkeypatch.setattr(os, "sched_getaffinity", fake.getaffinity)
     return fake
@@ -73,3 +76,19 @@ def test_io_priority_refused_says_permission_denied(monkeypatch: pytest.MonkeyPa
     assert str(caught.value) == (
         "cannot set I/O priority realtime:0: permission denied "
         "(the realtime class needs CAP_SYS_ADMIN or CAP_SYS_NICE)")
+
+
+def test_cpus_are_checked_against_the_online_ids_not_their_count(
+    kernel: CpusetKernel, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # SMT turned off: eight CPUs, the odd ones offline; four online, ids up to 6.
+    online = tmp_path / "online"
+    online.write_text("0,2,4,6\n")
+    monkeypatch.setattr(host, "ONLINE_CPUS", online, raising=False)
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 4)  # what such a machine says
+    kernel.cpuset = kernel.affinity = {0, 2, 4, 6}
+    assert host.pin_cpus((4, 6)) == "cpus: pinned to 4,6"
+    with pytest.raises(ConfigError) as caught:
+        host.pin_cpus((3,))
+    assert str(caught.value) == (
+        "--cpus names CPUs this machine does not have online: 3 (it has 0,2,4,6)")
