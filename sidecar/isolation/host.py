@@ -64,14 +64,13 @@ def online_cpus() -> set[int]:
 
     Not range(cpu_count()): the count is of CPUs online, and with some
     offline (SMT turned off leaves every other id) the ids are not 0..count-1."""
-    try:
-        text = ONLINE_CPUS.read_text(encoding="ascii").strip()
-    except OSError:
-        return set(range(psutil.cpu_count() or 1))
     online: set[int] = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        online.update(range(int(first), int(last or first) + 1))
+    try:
+        for part in ONLINE_CPUS.read_text(encoding="ascii").strip().split(","):
+            first, _, last = part.partition("-")
+            online.update(range(int(first), int(last or first) + 1))
+    except (OSError, ValueError):  # no sysfs (or not Linux's): the count it is
+        return set(range(psutil.cpu_count() or 1))
     return online
 
 
