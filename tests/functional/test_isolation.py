@@ -256,6 +256,34 @@ def test_modes(local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path) -
         assert status == 200 and purged == {"purged_blocks": 3}
 
 
+def test_a_mode_without_read_ahead_stops_it_within_a_running_read(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    key, data = put(origin_s3, bucket, 32 * MiB)
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "1MiB",
+                        "--cache-size", str(48 * SLOT),
+                        env={"SIDECAR_PREFETCH_MAX_WINDOW": "4MiB"}) as sidecar:
+        address = urlsplit(sidecar.data_url)
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+        connection.connect()
+        assert connection.sock is not None
+        # A small receive window: the sidecar sends only as far as the reader reads.
+        connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        try:
+            connection.request("GET", f"/{bucket}/{key}")
+            response = connection.getresponse()
+            head = response.read(4 * MiB)
+            assert sidecar.metric("sidecar_prefetch_blocks_total", outcome="issued") > 0
+            admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "no-prefetch"},
+                       sidecar.admin_token)
+            issued = sidecar.metric("sidecar_prefetch_blocks_total", outcome="issued")
+            assert head + response.read() == data
+        finally:
+            connection.close()
+        # The 28 MiB read after the switch started no read-ahead.
+        assert sidecar.metric("sidecar_prefetch_blocks_total", outcome="issued") == issued
+
+
 @pytest.fixture()
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 40 MiB tmpfs: a cache disk that can really fill up."""
