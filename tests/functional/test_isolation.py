@@ -284,6 +284,33 @@ def test_a_mode_without_read_ahead_stops_it_within_a_running_read(
         assert sidecar.metric("sidecar_prefetch_blocks_total", outcome="issued") == issued
 
 
+def test_cache_only_stops_a_running_warm_call(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    key, _ = put(origin_s3, bucket, 32 * MiB)
+    # A slow warm lane (4 MiB/s): the call is still fetching when the mode changes.
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "1MiB",
+                        "--cache-size", str(48 * SLOT), "--origin-bandwidth", "8MiB/s",
+                        env={"SIDECAR_WARM_SHARE": "0.5"}) as sidecar:
+        answers: list[tuple[int, dict[str, Any]]] = []
+        body = {"objects": [{"bucket": bucket, "key": key, "start": 0, "end": None}],
+                "ttl_s": 600}
+        caller = threading.Thread(target=lambda: answers.append(admin_call(
+            sidecar.admin_url, "POST", "/api/v1/warm", body, sidecar.admin_token)))
+        caller.start()
+        try:
+            eventually(lambda: sidecar.metric("sidecar_warm_blocks_total", outcome="fetched")
+                       >= 2, "warm-up to fetch its first blocks", timeout=15, interval=0.05)
+            admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "cache-only"},
+                       sidecar.admin_token)
+        finally:
+            caller.join(timeout=30)
+        [(status, answer)] = answers
+        assert status == 200 and answer["requested_blocks"] == 32
+        # Only blocks already on their way when the mode changed were fetched.
+        assert answer["fetched"] < 16 and answer["fetched"] + answer["failed"] == 32
+
+
 @pytest.fixture()
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 40 MiB tmpfs: a cache disk that can really fill up."""
