@@ -240,7 +240,11 @@ class AdminPort:
         return web.json_response(self._mode_answer())
 
     def _mode_answer(self) -> dict[str, str]:
-        return {"mode": self._modes.current.value, "requested": self._modes.requested.value}
+        answer = {"mode": self._modes.current.value, "requested": self._modes.requested.value}
+        if self._modes.disk_problem is not None:
+            # Why the mode is not the one requested: the cache disk forces bypass.
+            answer["disk_problem"] = self._modes.disk_problem
+        return answer
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -213,9 +213,8 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                                      or Path(values["cache_dir"]) / TOKEN_FILE_NAME),
         },
         "origin": {
-            # A share of 0 would starve the lane: it means "no share of its own".
-            "prefetch_share": values["prefetch_share"] or 1.0,
-            "warm_share": values["warm_share"] or 1.0,
+            "prefetch_share": values["prefetch_share"],
+            "warm_share": values["warm_share"],
         },
         "auth": {
             "keys": values["auth_keys"],
@@ -267,6 +266,11 @@ def validate(values: Mapping[str, Any]) -> None:
     for name in ("passthrough_acquire_timeout", "passthrough_timeout"):
         if values[name] <= 0:
             raise ConfigError(f"{name} must be more than 0 (every pass-through would fail)")
+    for name in ("prefetch_share", "warm_share"):
+        if values[name] == 0:
+            # A lane with no share could never read: its fetches would wait forever.
+            raise ConfigError(f"{name} must be more than 0 (its lane would never read from "
+                              "the origin); give it a small share such as 0.05")
     if values["origin_deadline"] <= 0:
         raise ConfigError("origin_deadline must be more than 0 (every origin read would fail)")
     if values["access_log_upload"] is not None and (

@@ -271,6 +271,10 @@ def parse_ionice(value: object) -> tuple[str, int] | None:
     name, _, level = text.partition(":")
     if name not in ("best-effort", "idle", "realtime") or (level and not _digits(level)):
         raise ConfigError(f"not an I/O priority: {value!r} (expected e.g. best-effort:7 or idle)")
+    if name == "idle" and level:
+        # ioprio_set(2): the idle class has no levels; one given would do nothing.
+        raise ConfigError(f"not an I/O priority: {value!r} (the idle class takes no level: "
+                          "give idle)")
     number = int(level) if level else 4
     if not 0 <= number <= 7:
         raise ConfigError(f"I/O priority level must be 0..7: {value!r}")

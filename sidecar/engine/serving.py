@@ -79,7 +79,9 @@ class RangeServer:
                     # Back here only once the client took the piece: heads follow
                     # delivered bytes, not the range asked for.
                     position += piece_length(piece[0])
-                    if stream is not None:
+                    # The mode is asked again at each piece: an operator's switch
+                    # to a mode without read-ahead stops it within a long read too.
+                    if stream is not None and self._modes.read_ahead:
                         assert read_ahead is not None
                         read_ahead.on_delivered(stream, info, position)
             if block_start + hi == block_end:

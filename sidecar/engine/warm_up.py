@@ -71,6 +71,11 @@ class WarmUp:
             self._metrics.warm_blocks.labels("already_cached").inc()
             return WarmResult(1, already_cached=1)
         async with gate, self._warm_gate:
+            if not (self._modes.downloads and self._modes.caching):
+                # The mode changed while this call waited its turn: cache-only
+                # and bypass download nothing for warm-up, as at the call's start.
+                self._metrics.warm_blocks.labels("failed").inc()
+                return WarmResult(1, failed=1)
             task = self._fetches.fetch_one(info, block, WARM)
             try:
                 if task is not None:

@@ -79,6 +79,22 @@ class LaneLimiter:
     def limited(self) -> bool:
         return self._total is not None
 
+    def continue_from(self, previous: LaneLimiter) -> None:
+        """Replacing `previous` (a reload): start from its tokens, not full.
+
+        A new limiter's buckets start full, so a reload would forgive the
+        foreground's debt and hand the lower lanes a fresh burst: the total
+        taken would exceed rate x interval + burst at every SIGHUP. Each bucket
+        keeps what it held (its debt too), capped at its new burst."""
+        if self._total is None or previous._total is None:
+            return
+        now = self._clock()
+        for lane, bucket in [(FOREGROUND, self._total), *self._lanes.items()]:
+            old = previous._total if lane == FOREGROUND else previous._lanes[lane]
+            old.refill(now)
+            bucket.tokens = min(bucket.burst, old.tokens)
+            bucket.stamp = now
+
     def take(self, lane: str, amount: int) -> Grant:
         total = self._total
         if total is None:

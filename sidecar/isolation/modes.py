@@ -67,7 +67,9 @@ class ModeState:
 
     def request(self, mode: Mode) -> None:
         self._update(lambda: setattr(self, "_requested", mode))
-        log.warning("mode set to %s by the operator", mode.value,
+        held = "" if self._disk_problem is None else \
+            f"; the cache stays bypassed until its disk recovers ({self._disk_problem})"
+        log.warning("mode set to %s by the operator%s", mode.value, held,
                     extra={"mode": self.current.value, "requested_mode": mode.value})
 
     def disk_failed(self, problem: str) -> None:

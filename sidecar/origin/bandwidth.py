@@ -21,8 +21,10 @@ class Bandwidth:
         self._lock = threading.Lock()
 
     def replace(self, limiter: LaneLimiter) -> None:
-        """New lanes: every read from now on takes its budget from them."""
+        """New lanes: every read from now on takes its budget from them, and
+        they begin with the tokens (or the debt) the old ones had."""
         with self._lock:
+            limiter.continue_from(self._limiter)
             self._limiter = limiter
 
     def pacer(self, lane: str) -> Callable[[int], None]:

@@ -54,6 +54,11 @@ def test_cpus_pins_every_thread(local_s3: LocalS3, origin_s3: Any, bucket: str,
             allowed = next(line for line in status.splitlines()
                            if line.startswith("Cpus_allowed_list:"))
             assert allowed.split()[1] == "1", (task.name, allowed)
+            # Linux applies nice and I/O priority to one thread (pthreads(7),
+            # ioprio_set(2)): threads that were there before need their own call.
+            thread = psutil.Process(int(task.name))
+            assert (task.name, thread.nice()) == (task.name, 5)
+            assert (task.name, thread.ionice().ioclass) == (task.name, psutil.IOPRIO_CLASS_IDLE)
 
 
 def test_origin_bandwidth_cap_is_never_exceeded(
@@ -251,6 +256,61 @@ def test_modes(local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path) -
         assert status == 200 and purged == {"purged_blocks": 3}
 
 
+def test_a_mode_without_read_ahead_stops_it_within_a_running_read(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    key, data = put(origin_s3, bucket, 32 * MiB)
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "1MiB",
+                        "--cache-size", str(48 * SLOT),
+                        env={"SIDECAR_PREFETCH_MAX_WINDOW": "4MiB"}) as sidecar:
+        address = urlsplit(sidecar.data_url)
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+        connection.connect()
+        assert connection.sock is not None
+        # A small receive window: the sidecar sends only as far as the reader reads.
+        connection.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        try:
+            connection.request("GET", f"/{bucket}/{key}")
+            response = connection.getresponse()
+            head = response.read(4 * MiB)
+            assert sidecar.metric("sidecar_prefetch_blocks_total", outcome="issued") > 0
+            admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "no-prefetch"},
+                       sidecar.admin_token)
+            issued = sidecar.metric("sidecar_prefetch_blocks_total", outcome="issued")
+            assert head + response.read() == data
+        finally:
+            connection.close()
+        # The 28 MiB read after the switch started no read-ahead.
+        assert sidecar.metric("sidecar_prefetch_blocks_total", outcome="issued") == issued
+
+
+def test_cache_only_stops_a_running_warm_call(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    key, _ = put(origin_s3, bucket, 32 * MiB)
+    # A slow warm lane (4 MiB/s): the call is still fetching when the mode changes.
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--block-size", "1MiB",
+                        "--cache-size", str(48 * SLOT), "--origin-bandwidth", "8MiB/s",
+                        env={"SIDECAR_WARM_SHARE": "0.5"}) as sidecar:
+        answers: list[tuple[int, dict[str, Any]]] = []
+        body = {"objects": [{"bucket": bucket, "key": key, "start": 0, "end": None}],
+                "ttl_s": 600}
+        caller = threading.Thread(target=lambda: answers.append(admin_call(
+            sidecar.admin_url, "POST", "/api/v1/warm", body, sidecar.admin_token)))
+        caller.start()
+        try:
+            eventually(lambda: sidecar.metric("sidecar_warm_blocks_total", outcome="fetched")
+                       >= 2, "warm-up to fetch its first blocks", timeout=15, interval=0.05)
+            admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "cache-only"},
+                       sidecar.admin_token)
+        finally:
+            caller.join(timeout=30)
+        [(status, answer)] = answers
+        assert status == 200 and answer["requested_blocks"] == 32
+        # Only blocks already on their way when the mode changed were fetched.
+        assert answer["fetched"] < 16 and answer["fetched"] + answer["failed"] == 32
+
+
 @pytest.fixture()
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 40 MiB tmpfs: a cache disk that can really fill up."""
@@ -310,6 +370,11 @@ def test_full_disk_flips_to_bypass_and_back_without_failing_a_read(
         status, _, body = raw_request(sidecar.admin_url, "GET", "/readyz")
         assert status == 200 and b"bypass" in body and b"ENOSPC" in body
         assert sidecar.metric("sidecar_mode", mode="bypass") == 1
+        # An operator's `normal` does not end the disk's bypass, and the answer says why.
+        status, answer = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode",
+                                    {"mode": "normal"}, sidecar.admin_token)
+        assert (status, answer["mode"], answer["requested"]) == (200, "bypass", "normal")
+        assert "ENOSPC" in answer["disk_problem"]
         for key, data in objects[3:5]:  # served from the origin meanwhile
             assert raw_request(url, "GET", f"/{bucket}/{key}")[2] == data
         filler.unlink()

@@ -89,6 +89,13 @@ def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
         ({"cache_dir": "/x"}, {"block_size": "lots"}, "config key block_size"),
         ({"cache_dir": "/x", "listen": "nowhere"}, {}, "HOST:PORT"),
         ({"cache_dir": "/x"}, {"origin_deadline": "0s"}, "origin_deadline must be more than 0"),
+        ({"cache_dir": "/x", "ionice": "idle:3"}, {},
+         "not an I/O priority: 'idle:3' (the idle class takes no level: give idle)"),
+        ({"cache_dir": "/x"}, {"warm_share": 0},
+         "warm_share must be more than 0 (its lane would never read from the origin); "
+         "give it a small share such as 0.05"),
+        ({"cache_dir": "/x", "origin_bandwidth": "100MiB/s"}, {"prefetch_share": 0.0},
+         "prefetch_share must be more than 0"),
     ],
 )
 def test_bad_config_is_a_clear_error(

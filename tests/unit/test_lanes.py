@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from sidecar.isolation.lanes import LaneLimiter
 from sidecar.model import FOREGROUND, PREFETCH, WARM
+from sidecar.origin.bandwidth import Bandwidth
+from sidecar.telemetry.metrics import Metrics
 from tests.support.clock import FakeClock
 
 MiB = 1024 * 1024
@@ -74,3 +77,21 @@ def test_unlimited_never_waits() -> None:
 def test_bad_share_is_rejected() -> None:
     with pytest.raises(ValueError, match="share of lane warm"):
         LaneLimiter(MiB, {WARM: 1.5}, FakeClock())
+
+
+def test_reload_keeps_the_foreground_debt_and_gives_no_fresh_burst() -> None:
+    clock = FakeClock()
+    old = LaneLimiter(16 * MiB, {PREFETCH: 1.0}, clock)
+    bandwidth = Bandwidth(old, Metrics(CollectorRegistry()))
+    debt = old.take(FOREGROUND, 8 * MiB)
+    clock.advance(0.1)
+    new = LaneLimiter(16 * MiB, {PREFETCH: 1.0}, clock)
+    bandwidth.replace(new)  # a SIGHUP reload while the debt is being paid
+    grant = new.take(PREFETCH, CHUNK)
+    assert not grant.taken and grant.wait >= debt.wait - 0.1
+    # A rate lowered by the reload keeps at most the new, smaller burst.
+    clock.advance(10)
+    lower = LaneLimiter(MiB, {PREFETCH: 1.0}, clock)
+    bandwidth.replace(lower)
+    drained = drive(lower, clock, {PREFETCH: 0}, seconds=clock.now + 2)
+    assert drained[PREFETCH] <= 2 * MiB + 512 * 1024
