@@ -1,7 +1,8 @@
 """Download modes: what the operator asked for, and what the disk forces.
 
 - normal: cache, read ahead, fetch misses.
-- no-prefetch: no read-ahead or warm-up fetches; misses are fetched.
+- no-prefetch: no read-ahead (the sidecar's own guesses); misses are fetched,
+  and warm-up, which an operator asks for by name, still runs.
 - cache-only: hits are served; misses get 503 and nothing is downloaded
   (pauses tiered downloads on demand).
 - bypass: the cache is not used; reads go to the origin as they come.
