@@ -155,10 +155,17 @@ def range_answer_problem(
     unit, _, rest = content_range.strip().partition(" ")
     span, _, complete = rest.partition("/")
     first, _, last = span.partition("-")
-    if unit != "bytes" or not first.isdigit() or not last.isdigit():
+    if unit != "bytes" or not _is_digits(first) or not _is_digits(last) \
+            or not (complete == "*" or _is_digits(complete)):
         return f"unreadable Content-Range {content_range!r}"
     if (int(first), int(last)) != (start, end - 1):
         return f"Content-Range {content_range!r} for a request of bytes={start}-{end - 1}"
-    if complete.isdigit() and int(complete) != size:
+    if complete != "*" and int(complete) != size:
         return f"Content-Range {content_range!r}: the object is no longer {size} bytes"
     return None
+
+
+def _is_digits(text: str) -> bool:
+    """RFC 9110's 1*DIGIT: ASCII digits only. Header fields are read as latin-1,
+    where superscripts such as "\xb2" pass str.isdigit() and then fail int()."""
+    return text.isascii() and text.isdigit()

@@ -76,6 +76,10 @@ SIZE = 1000
     ("bytes 100-199/2000", 100, 100, 200, "no longer 1000 bytes"),
     ("items 100-199/1000", 100, 100, 200, "unreadable"),
     ("bytes 100-/1000", 100, 100, 200, "unreadable"),
+    # Latin-1 superscripts pass str.isdigit() but are not numbers (RFC 9110: DIGIT is ASCII).
+    ("bytes 100-19\xb9/1000", 100, 100, 200, "unreadable"),
+    ("bytes \xb9\xb9-199/1000", 100, 100, 200, "unreadable"),
+    ("bytes 100-199/100\xb2", 100, 100, 200, "unreadable"),
 ])
 def test_a_ranged_answer_must_be_the_range_asked(
     content_range: str | None, length: int | None, start: int, end: int, problem: str | None
