@@ -32,9 +32,16 @@ THROTTLING_CODES = frozenset({
 })
 
 
+# Statuses that mean "the same request may succeed later", as botocore's
+# standard retry mode has them: not every 5xx (S3's 501 NotImplemented says a
+# header or feature of the request is not implemented, and answers every
+# attempt alike; retrying it would spend the deadline and open the breaker).
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
 def is_retryable_answer(status: int, code: str) -> bool:
     """Whether an HTTP error answer of the origin is worth another try."""
-    return status >= 500 or status == 429 or code in RETRYABLE_CODES
+    return status in RETRYABLE_STATUSES or code in RETRYABLE_CODES
 
 
 def is_throttling(status: int, code: str) -> bool:

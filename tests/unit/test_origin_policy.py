@@ -39,6 +39,12 @@ def test_throttling_backs_off_harder() -> None:
     (404, "NoSuchKey", False, False),
     (403, "AccessDenied", False, False),
     (412, "PreconditionFailed", False, False),
+    (502, "", True, False),
+    (504, "", True, False),
+    # Not a passing state: S3's 501 NotImplemented (a header or feature the
+    # origin lacks) and 505 answer every attempt alike.
+    (501, "NotImplemented", False, False),
+    (505, "", False, False),
 ])
 def test_which_answers_are_tried_again(status: int, code: str, retry: bool,
                                        throttled: bool) -> None:
