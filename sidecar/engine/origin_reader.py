@@ -32,4 +32,6 @@ class OriginReader(Protocol):
 
     async def head(self, bucket: str, key: str) -> ObjectInfo: ...
 
-    async def list_keys(self, bucket: str, prefix: str) -> list[str]: ...
+    async def list_keys(self, bucket: str, prefix: str, start_after: str = "") -> list[str]:
+        """Keys under `prefix`; with `start_after`, those after it (at least
+        the first 1,000 of them)."""

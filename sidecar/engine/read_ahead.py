@@ -88,7 +88,9 @@ class ReadAhead:
         """Look up the partition's next segment and read its first blocks ahead."""
         bucket = wanted.after.bucket
         try:
-            keys = await self._origin.list_keys(bucket, wanted.partition_prefix)
+            # Keys after the segment being read: its successor is among the first.
+            keys = await self._origin.list_keys(bucket, wanted.partition_prefix,
+                                                start_after=wanted.after.key)
             next_key = self._planner.next_key(wanted, keys)
             if next_key is None:
                 return

@@ -210,6 +210,12 @@ def judge(exc: Exception, bucket: str, key: str) -> Verdict:
 def _answered(
     status: int, code: str, bucket: str, key: str, headers: Mapping[str, str]
 ) -> Verdict:
+    if status == 304:
+        # The sidecar's origin requests carry no If-None-Match nor
+        # If-Modified-Since, the only conditions a 304 answers (RFC 9110
+        # section 15.4.5): a wrong answer, as of a cache in between, tried
+        # again like any other malformed one.
+        return Verdict(None, True, None, "304 to a request with no such condition")
     retryable = is_retryable_answer(status, code)
     return Verdict(None if retryable else translate_answer(status, code, bucket, key, headers),
                    retryable, is_throttling(status, code), f"{status} {code}")

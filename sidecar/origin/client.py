@@ -107,7 +107,7 @@ class Origin:
         self._heads = HeadMemo(ttl_s=config.head_ttl_s,
                                stale_if_error_s=config.head_stale_if_error_s, clock=clock)
         self._buckets: TTLCache[str, bool] = TTLCache(maxsize=256, ttl=60.0, timer=clock)
-        self._listings: TTLCache[tuple[str, str], list[str]] = TTLCache(
+        self._listings: TTLCache[tuple[str, str, str], list[str]] = TTLCache(
             maxsize=4096, ttl=config.listing_ttl_s, timer=clock
         )
         # The longest one attempt may wait for its answer or for the next byte
@@ -247,18 +247,27 @@ class Origin:
         self._buckets[bucket] = exists
         return exists
 
-    async def list_keys(self, bucket: str, prefix: str) -> list[str]:
-        """Keys under a prefix (ListObjectsV2, all pages), remembered for listing_ttl.
+    async def list_keys(self, bucket: str, prefix: str, start_after: str = "") -> list[str]:
+        """Keys under a prefix (ListObjectsV2), remembered for listing_ttl.
 
-        Only Bucket, Prefix and the continuation token are sent: no delimiter.
+        Only Bucket, Prefix, StartAfter and the continuation token are sent: no
+        delimiter. With `start_after`, only the keys that sort after it, and
+        one page of them (up to 1,000, ListObjectsV2's default MaxKeys): a
+        partition's next segment sorts right after the one being read (its
+        offset is zero-padded to 20 digits), so a partition with a long tiered
+        history is not listed whole, a page per 1,000 keys, to find it, nor
+        kept in memory whole for listing_ttl.
         """
-        cached = self._listings.get((bucket, prefix))
+        remembered = (bucket, prefix, start_after)
+        cached = self._listings.get(remembered)
         if cached is not None:
             return cached
         keys: list[str] = []
         token: str | None = None
         while True:
-            extra = {"ContinuationToken": token} if token else {}
+            extra: dict[str, str] = {"ContinuationToken": token} if token else {}
+            if start_after:
+                extra["StartAfter"] = start_after
             page = await self._call(
                 "prefetch", f"LIST s3://{bucket}/{prefix}",
                 functools.partial(self._client.list_objects_v2, Bucket=bucket, Prefix=prefix,
@@ -267,9 +276,9 @@ class Origin:
             )
             keys.extend(str(item["Key"]) for item in page.get("Contents", ()))
             token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or not token:
+            if start_after or not page.get("IsTruncated") or not token:
                 break
-        self._listings[(bucket, prefix)] = keys
+        self._listings[remembered] = keys
         return keys
 
     async def upload(self, bucket: str, key: str, parts: AsyncIterator[bytes],

@@ -35,7 +35,9 @@ class ResponseHead:
         value = self.fields.get("content-length")
         if value is None:
             return None
-        if not value.isdigit():
+        # 1*DIGIT (RFC 9110 section 8.6), ASCII only: fields are read as
+        # latin-1, where superscripts pass str.isdigit() and then fail int().
+        if not (value.isascii() and value.isdigit()):
             raise MalformedAnswer(f"Content-Length {value!r}")
         return int(value)
 

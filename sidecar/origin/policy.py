@@ -32,9 +32,16 @@ THROTTLING_CODES = frozenset({
 })
 
 
+# Statuses that mean "the same request may succeed later", as botocore's
+# standard retry mode has them: not every 5xx (S3's 501 NotImplemented says a
+# header or feature of the request is not implemented, and answers every
+# attempt alike; retrying it would spend the deadline and open the breaker).
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
 def is_retryable_answer(status: int, code: str) -> bool:
     """Whether an HTTP error answer of the origin is worth another try."""
-    return status >= 500 or status == 429 or code in RETRYABLE_CODES
+    return status in RETRYABLE_STATUSES or code in RETRYABLE_CODES
 
 
 def is_throttling(status: int, code: str) -> bool:
@@ -155,10 +162,17 @@ def range_answer_problem(
     unit, _, rest = content_range.strip().partition(" ")
     span, _, complete = rest.partition("/")
     first, _, last = span.partition("-")
-    if unit != "bytes" or not first.isdigit() or not last.isdigit():
+    if unit != "bytes" or not _is_digits(first) or not _is_digits(last) \
+            or not (complete == "*" or _is_digits(complete)):
         return f"unreadable Content-Range {content_range!r}"
     if (int(first), int(last)) != (start, end - 1):
         return f"Content-Range {content_range!r} for a request of bytes={start}-{end - 1}"
-    if complete.isdigit() and int(complete) != size:
+    if complete != "*" and int(complete) != size:
         return f"Content-Range {content_range!r}: the object is no longer {size} bytes"
     return None
+
+
+def _is_digits(text: str) -> bool:
+    """RFC 9110's 1*DIGIT: ASCII digits only. Header fields are read as latin-1,
+    where superscripts such as "\xb2" pass str.isdigit() and then fail int()."""
+    return text.isascii() and text.isdigit()

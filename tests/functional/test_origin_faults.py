@@ -173,6 +173,11 @@ CASES = (
          "a 200 with the whole object: its bytes would land at the wrong offsets",
          range=(2 * BLOCK + 5, 4 * BLOCK - 1)),
     Case("latency_spike", (_once(Fault("latency", seconds=0.8)),), "exact"),
+    Case("xml_error_with_200", (_once(Fault("status", 200, "InternalError")),), "exact", 2,
+         "an error document with status 200: not the range asked, so retried"),
+    Case("unasked_412", (_once(Fault("status", 412, "PreconditionFailed")),), "exact", 2,
+         "read afresh from a new HEAD, never spliced"),
+    Case("unasked_304", (_once(Fault("status", 304, "NotModified")),), "exact", 2),
     Case("status_500_always", (_always(Fault("status", 500, "InternalError")),),
          "ServiceUnavailable", 2),
     Case("slowdown_always", (_always(Fault("status", 503, "SlowDown")),), "SlowDown", 2),
@@ -221,6 +226,28 @@ def test_fault(case: Case, faulty: SidecarProcess, fault_proxy: FaultProxy, orig
         "bytes_checked": checked + len(answer.body) * (outcome == "exact bytes"),
         "notes": case.notes,
     }
+
+
+def test_a_501_is_not_tried_again(
+    faulty: SidecarProcess, fault_proxy: FaultProxy, origin_s3: Any, bucket: str,
+) -> None:
+    # S3's 501 NotImplemented says the request uses something the origin does
+    # not implement: every attempt is answered alike, so it is not retried (as
+    # botocore retries only 500, 502, 503 and 504 of the 5xx).
+    key = "seg/not-implemented.log"
+    data, _ = put(origin_s3, bucket, key, seed=501)
+    fault_proxy.add(Fault("status", 501, "NotImplemented"), "GET", key, times=None)
+    start, end = RANGE
+    try:
+        answer = fetch(faulty.data_url, bucket, key, f"bytes={start}-{end}")
+        gets = len(fault_proxy.requests("GET", key))
+    finally:
+        fault_proxy.clear()
+    assert answer.status == 503 and answer.code == "ServiceUnavailable"
+    # One GET per part of the coalesced fetch that was sent, none twice.
+    ranges = [seen.range for seen in fault_proxy.requests("GET", key)]
+    assert gets >= 1 and len(ranges) == len(set(ranges)), ranges
+    check_healed(faulty, bucket, key, data)
 
 
 def test_etag_flip_between_head_and_get(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import http.client
 import random
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from sidecar.tools.kafka_segments import BatchScanner, generate_topic_segments
 from tests.functional.conftest import PREFETCH_BLOCK as BLOCK
@@ -79,6 +79,23 @@ def test_sequential_replay_hits_after_first_block_and_crosses_segments(
     stats = prefetching_sidecar.stats()
     prefetch = stats["prefetch"]
     assert isinstance(prefetch, dict) and prefetch["issued"] == issued
+
+
+def test_the_next_segment_is_listed_after_the_one_being_read(
+    prefetching_sidecar: SidecarProcess, origin_s3: Any, bucket: str, proxy: RecordingProxy
+) -> None:
+    # A partition's whole listing is a page per 1,000 keys and months of
+    # tiered history: the next segment is looked up among the keys after the
+    # current one only (ListObjectsV2 StartAfter), one page.
+    (first_key, first_data), (second_key, _) = put_partition(
+        origin_s3, bucket, segments=2, segment_bytes=3 * BLOCK)
+    read_like_a_broker(prefetching_sidecar.data_url, bucket, first_key, first_data)
+    prefetching_sidecar.wait_idle()
+    assert f"bytes=0-{BLOCK - 1}" in [r.range for r in proxy.gets(second_key)]
+    listings = [parse_qs(urlsplit(r.path).query) for r in proxy.requests
+                if r.method == "GET" and "list-type=2" in r.path]
+    assert listings, "the next segment was found without a listing"
+    assert all(query.get("start-after") == [first_key] for query in listings), listings
 
 
 def test_random_reader_triggers_no_prefetch_storm(

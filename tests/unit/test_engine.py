@@ -85,8 +85,8 @@ class ScriptedOrigin:
     async def head(self, bucket: str, key: str) -> ObjectInfo:
         return ObjectInfo(bucket, key, len(self.data[key]), f'"{key}"', MODIFIED)
 
-    async def list_keys(self, bucket: str, prefix: str) -> list[str]:
-        return sorted(key for key in self.data if key.startswith(prefix))
+    async def list_keys(self, bucket: str, prefix: str, start_after: str = "") -> list[str]:
+        return sorted(key for key in self.data if key.startswith(prefix) and key > start_after)
 
 
 @dataclass

@@ -56,6 +56,15 @@ def test_a_non_numeric_content_length_is_malformed() -> None:
         _ = parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 1e3\r\n\r\n").content_length
 
 
+@pytest.mark.parametrize("value", [b"1\xb2", b"\xb9\xb2", b"+10", b" 1 0"])
+def test_only_ascii_digits_make_a_content_length(value: bytes) -> None:
+    # Fields are read as latin-1, where superscript digits pass str.isdigit()
+    # and then fail int(): they must be a malformed answer, not a ValueError.
+    head = parse_head(b"HTTP/1.1 206 Partial Content\r\nContent-Length: " + value + b"\r\n\r\n")
+    with pytest.raises(MalformedAnswer):
+        _ = head.content_length
+
+
 def test_chunk_sizes_and_s3_error_codes() -> None:
     assert parse_chunk_size(b"1f;name=value") == 31
     with pytest.raises(MalformedAnswer):

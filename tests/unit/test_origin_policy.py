@@ -39,6 +39,12 @@ def test_throttling_backs_off_harder() -> None:
     (404, "NoSuchKey", False, False),
     (403, "AccessDenied", False, False),
     (412, "PreconditionFailed", False, False),
+    (502, "", True, False),
+    (504, "", True, False),
+    # Not a passing state: S3's 501 NotImplemented (a header or feature the
+    # origin lacks) and 505 answer every attempt alike.
+    (501, "NotImplemented", False, False),
+    (505, "", False, False),
 ])
 def test_which_answers_are_tried_again(status: int, code: str, retry: bool,
                                        throttled: bool) -> None:
@@ -76,6 +82,10 @@ SIZE = 1000
     ("bytes 100-199/2000", 100, 100, 200, "no longer 1000 bytes"),
     ("items 100-199/1000", 100, 100, 200, "unreadable"),
     ("bytes 100-/1000", 100, 100, 200, "unreadable"),
+    # Latin-1 superscripts pass str.isdigit() but are not numbers (RFC 9110: DIGIT is ASCII).
+    ("bytes 100-19\xb9/1000", 100, 100, 200, "unreadable"),
+    ("bytes \xb9\xb9-199/1000", 100, 100, 200, "unreadable"),
+    ("bytes 100-199/100\xb2", 100, 100, 200, "unreadable"),
 ])
 def test_a_ranged_answer_must_be_the_range_asked(
     content_range: str | None, length: int | None, start: int, end: int, problem: str | None
