@@ -82,6 +82,11 @@ T = TypeVar("T")
 # access logs): no read waits for them.
 UPLOAD_LANE = "upload"
 
+# Keys a next-segment lookup reads after the segment being read: its own other
+# objects and the next segment's lie within a few, with room for copies left
+# by failed uploads; past them the read-ahead just stays in its segment.
+AFTER_PAGE_KEYS = 64
+
 # Larger reads mean fewer trips through Python per byte; readers still see
 # bytes as each chunk lands.
 _READ_CHUNK = 1024 * 1024
@@ -251,12 +256,13 @@ class Origin:
         """Keys under a prefix (ListObjectsV2), remembered for listing_ttl.
 
         Only Bucket, Prefix, StartAfter and the continuation token are sent: no
-        delimiter. With `start_after`, only the keys that sort after it, and
-        one page of them (up to 1,000, ListObjectsV2's default MaxKeys): a
-        partition's next segment sorts right after the one being read (its
-        offset is zero-padded to 20 digits), so a partition with a long tiered
-        history is not listed whole, a page per 1,000 keys, to find it, nor
-        kept in memory whole for listing_ttl.
+        delimiter. With `start_after`, only the first AFTER_PAGE_KEYS keys that
+        sort after it: a partition's next segment sorts right after the one
+        being read (its offset is zero-padded to 20 digits; in between lie only
+        the current segment's other objects and any copies a failed upload left),
+        so a partition with a long tiered history is not listed whole, a page
+        per 1,000 keys, to find it, and what is kept for listing_ttl stays a
+        few kilobytes however many segments the partition holds.
         """
         remembered = (bucket, prefix, start_after)
         cached = self._listings.get(remembered)
@@ -265,9 +271,10 @@ class Origin:
         keys: list[str] = []
         token: str | None = None
         while True:
-            extra: dict[str, str] = {"ContinuationToken": token} if token else {}
+            extra: dict[str, str | int] = {"ContinuationToken": token} if token else {}
             if start_after:
                 extra["StartAfter"] = start_after
+                extra["MaxKeys"] = AFTER_PAGE_KEYS
             page = await self._call(
                 "prefetch", f"LIST s3://{bucket}/{prefix}",
                 functools.partial(self._client.list_objects_v2, Bucket=bucket, Prefix=prefix,

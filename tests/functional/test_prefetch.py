@@ -86,7 +86,7 @@ def test_the_next_segment_is_listed_after_the_one_being_read(
 ) -> None:
     # A partition's whole listing is a page per 1,000 keys and months of
     # tiered history: the next segment is looked up among the keys after the
-    # current one only (ListObjectsV2 StartAfter), one page.
+    # current one only (ListObjectsV2 StartAfter), a few of them (MaxKeys).
     (first_key, first_data), (second_key, _) = put_partition(
         origin_s3, bucket, segments=2, segment_bytes=3 * BLOCK)
     read_like_a_broker(prefetching_sidecar.data_url, bucket, first_key, first_data)
@@ -95,7 +95,8 @@ def test_the_next_segment_is_listed_after_the_one_being_read(
     listings = [parse_qs(urlsplit(r.path).query) for r in proxy.requests
                 if r.method == "GET" and "list-type=2" in r.path]
     assert listings, "the next segment was found without a listing"
-    assert all(query.get("start-after") == [first_key] for query in listings), listings
+    assert all(query.get("start-after") == [first_key] and query.get("max-keys") == ["64"]
+               for query in listings), listings
 
 
 def test_random_reader_triggers_no_prefetch_storm(
