@@ -165,7 +165,7 @@ def _add_replay(commands: argparse._SubParsersAction[_Parser]) -> None:
                         help="a progress line on stderr this often (default 10; 0: none)")
     replay.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                         help="how long each request may wait to connect and for each read "
-                        "before it fails (default 10; a request is tried 3 times); an "
+                        "before it fails (default 10; a request is tried 4 times in all); an "
                         "endpoint that stays silent ends the replay with exit 75")
     replay.add_argument("--json", action="store_true", help="print one JSON object")
 

@@ -495,6 +495,7 @@ def _client_config(concurrency: int, timeout_s: float) -> AioConfig:
         # read_timeout bounds each wait for bytes (the first of the answer, then
         # every read of the body), not the whole transfer: a slow segment is fine.
         max_pool_connections=concurrency + 2, connect_timeout=timeout_s, read_timeout=timeout_s,
+        # max_attempts counts the retries: 4 attempts in all (--timeout's help says so).
         retries={"mode": "standard", "max_attempts": 3}, s3={"addressing_style": "path"},
         # Batches carry their own CRC; whole-object checksums mean nothing for a
         # range (and "when_supported" would add x-amz-checksum-mode to each GET).

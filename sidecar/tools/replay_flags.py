@@ -14,8 +14,9 @@ from sidecar.errors import ConfigError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # Each request's connect and read timeout unless --timeout says otherwise:
-# botocore's own 60 s read timeout, tried 3 times, leaves an operator waiting
-# three minutes on an endpoint that accepts the connection and never answers.
+# botocore's own 60 s read timeout, tried 4 times (retries max_attempts 3 counts
+# the retries), left an operator waiting four minutes on an endpoint that accepts
+# the connection and never answers.
 DEFAULT_TIMEOUT_S = 10.0
 
 

@@ -368,7 +368,7 @@ def test_unreachable_endpoint(bucket: str) -> None:
 
 def test_an_endpoint_that_accepts_and_never_answers_ends_after_the_timeout(bucket: str) -> None:
     """The kernel completes the handshake for a listening socket nobody reads:
-    replay must give up after --timeout (3 tries), not botocore's 60 s x 3."""
+    replay must give up after --timeout (4 tries), not botocore's 60 s x 4."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
@@ -379,7 +379,7 @@ def test_an_endpoint_that_accepts_and_never_answers_ends_after_the_timeout(bucke
     assert result.returncode == 75, result.stderr  # EX_TEMPFAIL: try again later
     line = one_error_line(result)
     assert "no answer from the endpoint within 0.5 s (--timeout)" in line, line
-    # 3 tries of 0.5 s, botocore's backoff between them (at most 1 s, then 2 s)
+    # 4 tries of 0.5 s, botocore's backoff between them (at most 1, 2 and 4 s)
     # and the interpreter's start: far below one default read timeout.
     assert took < 20, f"the replay took {took:.1f} s to give up"
 
