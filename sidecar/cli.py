@@ -163,6 +163,10 @@ def _add_replay(commands: argparse._SubParsersAction[_Parser]) -> None:
                         help="only the segments up to this time")
     replay.add_argument("--progress", type=float, default=10.0, metavar="SECONDS",
                         help="a progress line on stderr this often (default 10; 0: none)")
+    replay.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="how long each request may wait to connect and for each read "
+                        "before it fails (default 10; a request is tried 4 times in all); an "
+                        "endpoint that stays silent ends the replay with exit 75")
     replay.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -266,13 +270,12 @@ def _broker_demo(args: argparse.Namespace) -> None:
 def _replay(args: argparse.Namespace) -> None:
     from sidecar.config import parse_size
     try:
-        from sidecar.tools.replay import (
-            ReplayOptions,
+        from sidecar.tools.replay import ReplayOptions, format_summary, run_replay
+        from sidecar.tools.replay_flags import (
             check_bucket,
-            format_summary,
+            check_timeout,
             parse_partitions,
             parse_range,
-            run_replay,
         )
     except ImportError as exc:
         raise _tools_missing("replay", exc) from None
@@ -291,7 +294,7 @@ def _replay(args: argparse.Namespace) -> None:
         list_endpoint=args.list_endpoint,
         offsets=parse_range("offset", args.from_offset, args.to_offset),
         times_ms=parse_range("time", args.from_time, args.to_time),
-        progress_s=args.progress,
+        progress_s=args.progress, timeout_s=check_timeout(args.timeout),
     )
     if options.offsets is not None and options.times_ms is not None:
         raise ConfigError("give an offset range or a time range, not both")

@@ -222,8 +222,11 @@ class Sidecar:
         self.admin_url = await self._listen(admin.app(), self.config.server.admin_listen,
                                             "admin")
         if server.metrics_listen is not None:
-            self.metrics_url = await self._listen(metrics_app(self.metrics),
-                                                  server.metrics_listen, "metrics")
+            listener = server.metrics_listen
+            self.metrics_url = await self._listen(
+                metrics_app(self.metrics,
+                            listener.host if listener.is_loopback else None),
+                listener, "metrics")
         self._ready = True
 
     async def _admin_token(self) -> str:

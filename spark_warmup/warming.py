@@ -33,6 +33,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from sidecar.blocks import block_count
 from spark_warmup.outcome import WarmRow
@@ -141,11 +142,8 @@ def _mode_of(director: urllib.request.OpenerDirector, url: str, timeout: float
             answer = exc.read(ANSWER_BYTES + 1)
     except (OSError, ValueError):
         return None
-    try:
-        document = json.loads(answer)
-    except ValueError:  # UnicodeDecodeError too
-        return None
-    mode = document.get("mode") if isinstance(document, dict) else None
+    document = _json_object(answer)
+    mode = document.get("mode") if document is not None else None
     return mode if isinstance(mode, str) else None
 
 
@@ -204,11 +202,8 @@ def _refusal(node: str, status: int, answer: bytes) -> WarmCallError:
 def _pausing_mode(answer: bytes) -> str | None:
     """The mode a sidecar's 503 says pauses warm-up, or None for any other 503
     (the origin unavailable, a proxy's page)."""
-    try:
-        document = json.loads(answer)
-    except ValueError:  # UnicodeDecodeError too
-        return None
-    if not isinstance(document, dict):
+    document = _json_object(answer)
+    if document is None:
         return None
     mode = document.get("mode")
     if mode is None and isinstance(document.get("error"), str):
@@ -297,12 +292,9 @@ def _counts(node: str, answer: bytes) -> dict[str, int]:
     """The counts of a 200 answer, or WarmCallError (not retried) when it is not
     the warm API's JSON (a proxy's page, a truncated or huge body): the segment's
     row fails with a clear error, not the node's whole task."""
-    try:
-        document = json.loads(answer)
-    except ValueError:  # UnicodeDecodeError too
-        document = None
+    document = _json_object(answer)
     counts = ({name: document.get(name, 0) for name in _COUNTS}
-              if isinstance(document, dict) else {})
+              if document is not None else {})
     if not counts or not all(type(value) is int and value >= 0 for value in counts.values()):
         raise WarmCallError(f"sidecar {node} answered 200 with what is not the warm API's "
                             f"answer: {answer[:200].decode(errors='replace')!r}", False)
@@ -315,10 +307,18 @@ def _reason(exc: OSError) -> str:
 
 
 def _error_text(answer: bytes) -> str:
-    try:
-        document = json.loads(answer)
-    except ValueError:
-        return answer[:200].decode(errors="replace")
-    if isinstance(document, dict) and "error" in document:
+    document = _json_object(answer)
+    if document is not None and "error" in document:
         return str(document["error"])
     return answer[:200].decode(errors="replace")
+
+
+def _json_object(answer: bytes) -> dict[str, Any] | None:
+    """The JSON object a sidecar's answer holds, or None when it holds none: not
+    JSON or not UTF-8 (a proxy's page, a body cut short), or JSON of another kind
+    (an array, a string)."""
+    try:
+        document = json.loads(answer)
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    return document if isinstance(document, dict) else None

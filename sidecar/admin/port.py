@@ -10,7 +10,8 @@ local user opens can drive the port. Off loopback, /metrics, /ui and
 Prometheus then scrapes the token-free `metrics_app`, which serves /metrics only,
 on its own address (`metrics_listen`). On loopback they need none, but are
 served only under a loopback Host (sidecar.admin.host_names): 421 otherwise, so a
-page that rebinds its own name to 127.0.0.1 cannot read them.
+page that rebinds its own name to 127.0.0.1 cannot read them. A `metrics_listen`
+on loopback answers only under a loopback Host too: it serves the same counters.
 
 While the port runs, a sampler reads the counters every `sample_interval_s` into a
 bounded ring (sidecar.admin.history): the stats' last-minute `window` and the
@@ -103,10 +104,35 @@ def _is_json(request: web.Request) -> bool:
     return "Content-Type" not in request.headers and not request.body_exists
 
 
-def metrics_app(metrics: Metrics) -> web.Application:
+def _names_loopback(request: web.Request, listen_host: str) -> bool:
+    """Whether the request's Host names loopback or the configured host (two Host
+    fields name nothing: RFC 9112 section 3.2 allows one)."""
+    hosts = request.headers.getall("Host", [])
+    return len(hosts) <= 1 and names_loopback(hosts[0] if hosts else None, listen_host)
+
+
+def _misdirected(served: str) -> web.HTTPMisdirectedRequest:
+    # RFC 9110 section 15.5.20: not a name this port answers for.
+    return web.HTTPMisdirectedRequest(
+        text=json.dumps({"error": f"{served} only under a loopback Host "
+                                  "(127.0.0.1, [::1] or localhost)"}),
+        content_type="application/json",
+    )
+
+
+def metrics_app(metrics: Metrics, loopback_host: str | None = None) -> web.Application:
     """The token-free listener for Prometheus (`metrics_listen`): GET /metrics and
-    nothing else, so what it shows is counters, never object names or errors."""
+    nothing else, so what it shows is counters, never object names or errors.
+
+    `loopback_host`: the configured host when the listener is on loopback; it then
+    answers only under a loopback Host (or that host), as the admin port's pages
+    do. The counters are the ones the admin port guards so (a rebound page would
+    learn the node's traffic and cache state); a Prometheus on the node scrapes
+    127.0.0.1, [::1] or localhost. None (off loopback): any Host, since a scraper
+    there may use any of the node's names or addresses."""
     async def serve_metrics(request: web.Request) -> web.Response:
+        if loopback_host is not None and not _names_loopback(request, loopback_host):
+            raise _misdirected("this listener serves /metrics")
         return _exposition(metrics)
 
     application = web.Application(middlewares=[_refuse_undecodable_headers])
@@ -179,19 +205,12 @@ class AdminPort:
         if self._guard_reads:
             self.authorize(request)
             return
-        hosts = request.headers.getall("Host", [])
-        if len(hosts) <= 1 and names_loopback(hosts[0] if hosts else None,
-                                              self._listen_host):
+        if _names_loopback(request, self._listen_host):
             return
         if "Authorization" in request.headers:
             self.authorize(request)
             return
-        # RFC 9110 section 15.5.20: not a name this port answers for.
-        raise web.HTTPMisdirectedRequest(
-            text=json.dumps({"error": "this page is served without a token only under a "
-                                      "loopback Host (127.0.0.1, [::1] or localhost)"}),
-            content_type="application/json",
-        )
+        raise _misdirected("this page is served without a token")
 
     def app(self) -> web.Application:
         application = web.Application(middlewares=[_refuse_undecodable_headers])

@@ -89,7 +89,8 @@ OPTIONS: tuple[Option, ...] = (
            flag=False, group="server"),
     Option("metrics_listen", parse_optional_host_port, "",
            "a second listener serving GET /metrics only, without a token (for Prometheus "
-           "when the admin port is off loopback and guarded); empty: none", "H:P",
+           "when the admin port is off loopback and guarded); on loopback it answers only "
+           "under a loopback Host, as the admin port does; empty: none", "H:P",
            field="server.metrics_listen"),
     Option("origin_endpoint", parse_optional_http_url, "",
            "object store URL (default: AWS from the region)", "URL",

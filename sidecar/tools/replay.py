@@ -17,13 +17,11 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
@@ -32,8 +30,10 @@ from aiobotocore.session import get_session
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
+    ConnectTimeoutError,
     NoCredentialsError,
     ParamValidationError,
+    ReadTimeoutError,
 )
 from botocore.handlers import set_list_objects_encoding_type_url
 
@@ -48,6 +48,7 @@ from sidecar.tools.kafka_segments import (
     parse_batch_header,
 )
 from sidecar.tools.range_answers import body_length, object_size
+from sidecar.tools.replay_flags import DEFAULT_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,6 @@ MIB = 1024 * 1024
 # Once fetch-bytes are in and the first batch is still incomplete (a batch larger
 # than the fetch), read on in pieces of this size until it completes.
 _TAIL_CHUNK = 64 * 1024
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # How long --admin's stats may take to arrive, before and after the replay.
 STATS_TIMEOUT_S = 10.0
 
@@ -82,6 +82,8 @@ class ReplayOptions:
     times_ms: tuple[int, int | None] | None = None
     # A progress line on stderr this often (0: none).
     progress_s: float = 10.0
+    # Each request's connect timeout and the longest wait for any read of it.
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -103,64 +105,6 @@ class FetchResult:
     next_offset: int | None
     error: str | None
     cache: str | None  # x-sidecar-cache header, if the endpoint sends one
-
-
-# What botocore lets through as a bucket name (S3's own rules are narrower, but
-# other object stores take upper case and '_'): anything else fails before a
-# request is sent.
-_BUCKET_NAME = re.compile(r"[a-zA-Z0-9.\-_]{1,255}")
-
-
-def check_bucket(name: str) -> str:
-    """The name, if a bucket can have it; ConfigError otherwise."""
-    if not _BUCKET_NAME.fullmatch(name):
-        raise ConfigError("--bucket: expected a bucket name (letters, digits, '.', '-', '_'; "
-                          f"at most 255), got {name[:80]!r}")
-    return name
-
-
-def parse_partitions(text: str) -> frozenset[int] | None:
-    """`all` -> None; `0,1` -> {0, 1}."""
-    if text.strip().lower() == "all":
-        return None
-    parts = [part.strip() for part in text.split(",")]
-    if not parts or not all(part.isdigit() for part in parts):
-        raise ConfigError(f"--partitions: expected 'all' or a list like 0,1, got {text!r}")
-    return frozenset(int(part) for part in parts)
-
-
-def parse_moment(text: str, flag: str) -> int:
-    """Epoch milliseconds from an ISO 8601 time with a zone, or from epoch ms."""
-    if text.strip().isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise ConfigError(f"{flag}: expected an ISO 8601 time with a zone "
-                          f"(e.g. 2026-11-01T00:00:00Z) or epoch ms, got {text!r}")
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
-
-
-def parse_range(kind: str, first: int | str | None, last: int | str | None
-                ) -> tuple[int, int | None] | None:
-    """--from-KIND/--to-KIND as an inclusive range; None when neither is given."""
-    if first is None and last is None:
-        return None
-
-    def value(given: int | str, flag: str) -> int:
-        if isinstance(given, str):
-            return parse_moment(given, flag)
-        if given < 0:
-            raise ConfigError(f"{flag} must be 0 or more, got {given}")
-        return given
-
-    start = 0 if first is None else value(first, f"--from-{kind}")
-    end = None if last is None else value(last, f"--to-{kind}")
-    if end is not None and end < start:
-        raise ConfigError(f"--to-{kind} is before --from-{kind}")
-    return start, end
 
 
 def list_prefix(prefix: str, topic: str | None) -> str:
@@ -512,6 +456,11 @@ class Replayer:
             # tried, so it is no reason to retry later.
             refused = str(exc).splitlines()[-1].partition(":")[0]
             raise ConfigError(f"{where}: not a valid request ({refused})") from exc
+        except (ConnectTimeoutError, ReadTimeoutError):
+            # An endpoint that accepts the connection and never answers (a hung
+            # process, a firewall that drops): botocore's text is a URL and a repr.
+            raise OriginUnavailable(f"{where}: no answer from the endpoint within "
+                                    f"{self._options.timeout_s:g} s (--timeout)") from None
         except (TimeoutError, BotoCoreError, OSError, aiohttp.ClientError) as exc:
             # aiohttp.ClientPayloadError: a body cut short (a reset, or a close
             # before its Content-Length), which aiobotocore passes on unwrapped.
@@ -541,9 +490,12 @@ async def _read_stats(admin: str) -> dict[str, Any]:
     return stats
 
 
-def _client_config(concurrency: int) -> AioConfig:
+def _client_config(concurrency: int, timeout_s: float) -> AioConfig:
     return AioConfig(
-        max_pool_connections=concurrency + 2, connect_timeout=10, read_timeout=60,
+        # read_timeout bounds each wait for bytes (the first of the answer, then
+        # every read of the body), not the whole transfer: a slow segment is fine.
+        max_pool_connections=concurrency + 2, connect_timeout=timeout_s, read_timeout=timeout_s,
+        # max_attempts counts the retries: 4 attempts in all (--timeout's help says so).
         retries={"mode": "standard", "max_attempts": 3}, s3={"addressing_style": "path"},
         # Batches carry their own CRC; whole-object checksums mean nothing for a
         # range (and "when_supported" would add x-amz-checksum-mode to each GET).
@@ -554,7 +506,7 @@ def _client_config(concurrency: int) -> AioConfig:
 async def run_replay(options: ReplayOptions) -> dict[str, Any]:
     """List, replay, measure; the report of the contract (see build_report)."""
     session = get_session()
-    config = _client_config(options.concurrency)
+    config = _client_config(options.concurrency, options.timeout_s)
     async with AsyncExitStack() as stack:
         client = await stack.enter_async_context(session.create_client(
             "s3", endpoint_url=options.endpoint, region_name=options.region, config=config))

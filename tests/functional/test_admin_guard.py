@@ -166,6 +166,23 @@ def test_on_loopback_the_tokenless_pages_answer_only_to_loopback_names(
                     )[0] == 200
 
 
+def test_a_metrics_listener_on_loopback_answers_only_to_loopback_names(
+    local_s3: LocalS3, tmp_path: Path
+) -> None:
+    """The counters the admin port keeps from a rebound page are kept from it on
+    the metrics listener too; Prometheus on the node scrapes it by loopback name."""
+    with SidecarProcess(local_s3.endpoint, tmp_path, "--metrics-listen", "127.0.0.1:0"
+                        ) as sidecar:
+        url = sidecar.metrics_url + "/metrics"
+        port = sidecar.metrics_url.rsplit(":", 1)[1]
+        status, answer = call(url, headers={"Host": f"rebind.attacker.example:{port}"})
+        assert status == 421
+        assert b"sidecar_" not in answer and b"loopback Host" in answer
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+            status, answer = call(url, headers={"Host": host})
+            assert status == 200 and b"sidecar_requests_total" in answer, host
+
+
 def run_stats(admin: str, env: dict[str, str], prefix: tuple[str, ...] = ()
               ) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SIDECAR_")}

@@ -366,6 +366,24 @@ def test_unreachable_endpoint(bucket: str) -> None:
     assert "unreachable" in one_error_line(result)
 
 
+def test_an_endpoint_that_accepts_and_never_answers_ends_after_the_timeout(bucket: str) -> None:
+    """The kernel completes the handshake for a listening socket nobody reads:
+    replay must give up after --timeout (4 tries), not botocore's 60 s x 4."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        started = time.monotonic()
+        result = run_replay("--endpoint", f"http://127.0.0.1:{silent.getsockname()[1]}",
+                            "--bucket", bucket, "--timeout", "0.5", timeout=60)
+        took = time.monotonic() - started
+    assert result.returncode == 75, result.stderr  # EX_TEMPFAIL: try again later
+    line = one_error_line(result)
+    assert "no answer from the endpoint within 0.5 s (--timeout)" in line, line
+    # 4 tries of 0.5 s, botocore's backoff between them (at most 1, 2 and 4 s)
+    # and the interpreter's start: far below one default read timeout.
+    assert took < 20, f"the replay took {took:.1f} s to give up"
+
+
 @pytest.mark.parametrize("kind", ["reset_mid_body", "truncate", "truncate_close"])
 def test_a_body_cut_short_is_one_line_and_a_retry_later(
         fault_proxy: FaultProxy, origin_s3: Any, bucket: str,
@@ -435,7 +453,9 @@ def test_a_name_no_bucket_can_have_is_a_usage_error(local_s3: LocalS3, name: str
      (["--from-offset", "1", "--from-time", "0"], "an offset range or a time range"),
      (["--from-time", "yesterday"], "ISO 8601 time with a zone"),
      (["--from-time", "2026-11-01T00:00:00"], "ISO 8601 time with a zone"),
-     (["--from-offset", "-1"], "--from-offset must be 0 or more")],
+     (["--from-offset", "-1"], "--from-offset must be 0 or more"),
+     (["--timeout", "0"], "--timeout must be a positive number of seconds"),
+     (["--timeout", "nan"], "--timeout must be a positive number of seconds")],
 )
 def test_bad_flags(local_s3: LocalS3, bucket: str, flags: list[str], message: str) -> None:
     result = run_replay("--endpoint", local_s3.endpoint, "--bucket", bucket, *flags)

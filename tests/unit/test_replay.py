@@ -20,16 +20,14 @@ from sidecar.tools.replay import (
     ReplayOptions,
     Tally,
     build_report,
-    check_bucket,
     format_summary,
     hit_ratios,
     list_prefix,
     next_fetch_position,
-    parse_partitions,
-    parse_range,
     percentile,
     plan_partitions,
 )
+from sidecar.tools.replay_flags import check_bucket, parse_partitions, parse_range
 
 MIB = 1024 * 1024
 TOPIC_ID = "Qx-9_aBcDeFgHiJkLmNoPw"

@@ -14,6 +14,7 @@ from spark_warmup.warming import (
     NodeBatch,
     PlannedSegment,
     WarmCallError,
+    _json_object,
     call_timeout,
     warm_call,
     warm_node,
@@ -264,3 +265,17 @@ def test_the_call_is_sent_with_that_timeout() -> None:
     with_index = replace(segment(0, size=8 * MIB), companions=(("k.indexes", 4 * MIB),))
     warm_call(post, batch(), with_index, sleep=lambda s: None)
     assert timeouts == [30.0 + 2.0 + 12.0]
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    (b'{"mode": "bypass", "error": "x"}', {"mode": "bypass", "error": "x"}),
+    (b"{}", {}),
+    (b"[1, 2]", None), (b'"mode"', None), (b"null", None), (b"7", None),
+    (b"<html>502 Bad Gateway</html>", None), (b'{"mode": "by', None), (b"\xff\xfe", None),
+    (b"", None),
+])
+def test_one_parse_reads_every_answer_the_sidecar_may_send(
+        answer: bytes, expected: dict[str, object] | None) -> None:
+    """The readiness check, the 503's mode, the 200's counts and an error's text
+    all read the answer through this one parse: a JSON object or nothing."""
+    assert _json_object(answer) == expected
