@@ -95,3 +95,35 @@ def test_the_reload_call_says_what_changed_and_keeps_a_bad_configuration_out(
         assert foreground_waited(sidecar) > 0  # still capped at 8 MiB/s
         status, index = admin_call(sidecar.admin_url, "GET", "/", b"", None)
         assert "POST /api/v1/reload" in json.dumps(index)
+
+
+def test_a_bandwidth_too_low_for_a_block_is_refused_at_reload(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    """1 KiB/s would make a miss of an 8 MiB block wait for hours: refused, and
+    the running cap stays. So is a lane share that is fine for the blocks the
+    new file names (a restart's matter) but not for the blocks read now."""
+    config = tmp_path / "sidecar.toml"
+    config.write_text('origin_bandwidth = "8MiB/s"\nprefetch = false\n')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key, data = put(origin_s3, bucket, 2 * MiB + 7)
+    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                        "--cache-size", "64MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+        config.write_text('origin_bandwidth = "1KiB/s"\nprefetch = false\n')
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert status == 400, answer
+        assert "origin_bandwidth 1KiB/s is too low: one 8MiB block would take 2.28 h" in \
+            answer["error"]
+        assert "running configuration stays" in answer["error"]
+        config.write_text('origin_bandwidth = "1MiB/s"\nwarm_share = 0.05\n'
+                          'block_size = "64KiB"\nprefetch = false\n')
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert status == 400, answer
+        assert "warm_share 0.05 of origin_bandwidth 1MiB/s gives the warm-up lane 51.2KiB/s, " \
+            "under one 8MiB block a minute (137KiB/s)" in answer["error"]
+        assert "(with the running block_size)" in answer["error"]
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")[2] == data
+        assert not any("configuration reloaded" in line for line in sidecar.stderr_lines)
+        assert sidecar.alive()
