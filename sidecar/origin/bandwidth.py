@@ -28,15 +28,21 @@ class Bandwidth:
             self._limiter = limiter
 
     def pacer(self, lane: str) -> Callable[[int], None]:
-        """The lane's bandwidth budget, taken chunk by chunk in the fetch thread."""
-        if not self._limiter.limited:
-            return lambda amount: None
+        """The lane's bandwidth budget, taken chunk by chunk in the fetch thread.
+
+        The lanes are looked up at every chunk, not once per fetch: a reload
+        that adds, changes or lifts a limit reaches the fetches already under
+        way at their next chunk (a block fetch of a coalesced run may read
+        for minutes), and a fetch begun unlimited does not stay so."""
         waits = self._metrics.ratelimit_wait.labels(lane)
 
         def pace(amount: int) -> None:
             while True:
                 with self._lock:
-                    grant = self._limiter.take(lane, amount)
+                    limiter = self._limiter
+                    if not limiter.limited:
+                        return
+                    grant = limiter.take(lane, amount)
                 if grant.wait > 0:
                     waits.inc(grant.wait)
                     time.sleep(grant.wait)

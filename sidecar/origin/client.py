@@ -156,8 +156,9 @@ class Origin:
         await self._own_key.start(session)
 
     def set_limiter(self, limiter: LaneLimiter) -> None:
-        """New bandwidth lanes (a configuration reload): every read from now on
-        takes its budget from them; the old buckets' debts are forgotten."""
+        """New bandwidth lanes (a configuration reload): every read takes its
+        budget from them from its next chunk on, reads under way too; the new
+        buckets start from the old ones' tokens and debts (LaneLimiter.continue_from)."""
         self._bandwidth.replace(limiter)
 
     def own_key(self) -> tuple[str, str] | None:

@@ -9,10 +9,13 @@ import os
 import random
 import secrets
 import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from sidecar.tools.local_s3 import LocalS3
+from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.loopback_http import admin_call, raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
@@ -127,3 +130,55 @@ def test_a_bandwidth_too_low_for_a_block_is_refused_at_reload(
         assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")[2] == data
         assert not any("configuration reloaded" in line for line in sidecar.stderr_lines)
         assert sidecar.alive()
+
+
+def test_a_limit_added_by_a_reload_paces_the_fetch_under_way(
+    fault_proxy: FaultProxy, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    """A coalesced fetch begun unlimited (four GETs that trickle from the
+    origin) is paced from its next chunk on once a reload sets 1 MiB/s, and
+    goes at full speed again once a reload lifts it; the client's bytes are
+    exact throughout."""
+    config = tmp_path / "sidecar.toml"
+    config.write_text('origin_bandwidth = "unlimited"\nprefetch = false\n')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key, data = put(origin_s3, bucket, 8 * MiB)
+    # About 1.6 MiB/s a GET, 6 MiB/s for the four of a coalesced fetch.
+    fault_proxy.add(Fault("trickle", after_bytes=64 * 1024, seconds=0.04), "GET", key,
+                    times=None)
+    with SidecarProcess(fault_proxy.endpoint, cache, "--config", str(config),
+                        "--block-size", "256KiB", "--cache-size", "64MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar, \
+            ThreadPoolExecutor(1) as client:
+        def fetched() -> float:
+            return sidecar.metric("sidecar_origin_bytes_total", lane="foreground")
+
+        def reload(text: str) -> None:
+            config.write_text(text)
+            status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"",
+                                        TOKEN)
+            assert (status, answer["applied"]) == (200, ["origin_bandwidth"]), answer
+
+        try:
+            read = client.submit(raw_request, sidecar.data_url, "GET", f"/{bucket}/{key}",
+                                 {"Range": f"bytes=0-{len(data) - 1}"})
+            eventually(lambda: fetched() >= MiB, "the fetch to be under way")
+            reload('origin_bandwidth = "1MiB/s"\nprefetch = false\n')
+            # The fetch's own threads now wait for the budget...
+            eventually(lambda: foreground_waited(sidecar) > 0,
+                       "the running fetch to wait for the new limit")
+            # ...and its rate falls to the limit: 3 MiB take at least the time
+            # 1 MiB/s gives, less the new buckets' first burst (768 KiB) and a
+            # chunk each of the four GETs granted before (1 MiB).
+            start_bytes, started = fetched(), time.monotonic()
+            assert start_bytes < len(data) - 3 * MiB, "the fetch ended before the limit"
+            eventually(lambda: fetched() >= start_bytes + 3 * MiB, "3 MiB more at 1 MiB/s")
+            assert time.monotonic() - started >= (3 * MiB - 768 * 1024 - MiB) / MiB
+            reload('origin_bandwidth = "unlimited"\nprefetch = false\n')
+            fault_proxy.clear()
+            status, _, body = read.result(timeout=30)
+        finally:
+            fault_proxy.clear()
+        assert status == 206 and body == data
+        assert fetched() == len(data)

@@ -10,7 +10,9 @@ a body, a body that stalls, a body shorter than its range with a clean close
 an origin that ignores If-Match or Range (a 200 with the whole object),
 latency spikes, answers held back after the origin gave them (late_answer), and
 a HEAD answer without a Content-Length or with one that is no number
-(no_length, bad_length: S3 always sends it, an S3-compatible store may not).
+(no_length, bad_length: S3 always sends it, an S3-compatible store may not),
+and a body that trickles (`after_bytes` at a time, `seconds` apart, at full
+speed again once the proxy is cleared).
 `before` runs just before a request is forwarded: an ETag flip is the object
 really rewritten in moto between the sidecar's HEAD and its GET. `down` makes
 the whole origin answer
@@ -37,7 +39,7 @@ from tests.support.loopback_http import HOP_BY_HOP, LoopbackServer
 KINDS = (
     "status", "reset_before_body", "reset_mid_body", "stall_mid_body", "truncate",
     "truncate_close", "overlong", "overlong_close", "latency", "late_answer",
-    "ignore_if_match", "ignore_range", "no_length", "bad_length", "pass",
+    "ignore_if_match", "ignore_range", "no_length", "bad_length", "trickle", "pass",
 )
 # What a bad_length fault sends as the HEAD answer's Content-Length.
 BAD_LENGTH = "twelve"
@@ -266,6 +268,14 @@ class FaultProxy:
                 elif fault.kind == "truncate_close":  # no length: the close ends the body
                     self._head(answer, None, close=True)
                     self.wfile.write(body[:cut])
+                elif fault.kind == "trickle":
+                    self._head(answer, len(body))
+                    step = max(1, fault.after_bytes)
+                    for at in range(0, len(body), step):
+                        self.wfile.write(body[at:at + step])
+                        self.wfile.flush()
+                        if at + step < len(body):
+                            wake.wait(fault.seconds)
                 elif fault.kind == "overlong":  # a consistent length, too many bytes
                     self._head(answer, len(body) + fault.extra)
                     self.wfile.write(body + b"\xee" * fault.extra)
