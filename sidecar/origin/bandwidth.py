@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 
 from sidecar.isolation.lanes import LaneLimiter
@@ -19,6 +18,8 @@ class Bandwidth:
         self._metrics = metrics
         # The lanes' budget is taken by the loop and by the fetch threads alike.
         self._lock = threading.Lock()
+        # Set at the stop: a fetch thread waiting for its budget returns at once.
+        self._closed = threading.Event()
 
     def replace(self, limiter: LaneLimiter) -> None:
         """New lanes: every read from now on takes its budget from them, and
@@ -45,11 +46,18 @@ class Bandwidth:
                     grant = limiter.take(lane, amount)
                 if grant.wait > 0:
                     waits.inc(grant.wait)
-                    time.sleep(grant.wait)
+                    # A wait for a foreground debt at a low limit may be long:
+                    # the stop does not wait for it.
+                    if self._closed.wait(grant.wait):
+                        raise ConnectionAbortedError("the origin reader is closed")
                 if grant.taken:
                     return
 
         return pace
+
+    def close(self) -> None:
+        """The stop: fetch threads waiting for their budget give up now."""
+        self._closed.set()
 
     async def throttle(self, lane: str, amount: int) -> float:
         """Wait until the lane may read `amount` more bytes from the origin; the wait."""

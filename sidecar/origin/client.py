@@ -169,7 +169,7 @@ class Origin:
 
     async def close(self) -> None:
         self._own_key.stop()
-        self._blocks.close()
+        await self._blocks.close()
         await self._stack.aclose()
 
     async def check_reachable(self) -> None:
