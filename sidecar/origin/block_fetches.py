@@ -88,10 +88,17 @@ class BlockFetches:
                 try:
                     url = await within(operation.deadline, self._stall_s,
                                        lambda: self._presign(info))
-                    await asyncio.wrap_future(self._workers.submit(urgency, functools.partial(
-                        self._reader.read, url, end, info.etag, info.size, counted,
-                        progress, chunk_size, pace,
-                    )))
+                    try:
+                        await asyncio.wrap_future(self._workers.submit(
+                            urgency, functools.partial(
+                                self._reader.read, url, end, info.etag, info.size, counted,
+                                progress, chunk_size, pace,
+                            )))
+                    except asyncio.CancelledError:
+                        # A thread already reading goes on until it looks at
+                        # this: before its next chunk, not at the range's end.
+                        progress.stopped.set()
+                        raise
                 except BaseException:
                     # Whatever went wrong (a 403 for a revoked key among it),
                     # the next attempt signs afresh.

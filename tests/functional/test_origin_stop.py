@@ -1,6 +1,6 @@
 """The origin client's stop, in this process against moto: its fetch threads
-are joined off the event loop, and one waiting for its bandwidth budget does
-not hold the stop."""
+are joined off the event loop, one waiting for its bandwidth budget does not
+hold the stop, and a cancelled fetch's thread stops at its next chunk."""
 
 from __future__ import annotations
 
@@ -100,3 +100,31 @@ async def test_the_stop_ends_a_fetch_thread_waiting_for_its_bandwidth_budget(
     await asyncio.wait_for(origin.close(), 10)
     assert time.monotonic() - started < 5.0
     assert landed == []  # nothing read past the budget
+
+
+async def test_a_cancelled_fetch_hands_its_sink_nothing_after_the_chunk_in_hand(
+    local_s3: LocalS3, tmp_path: Path, object_info: ObjectInfo,
+) -> None:
+    """The engine cancels a fetch (a sibling GET failed, the reader's request
+    ended, the stop) and then hands its cache slots on: the fetch's thread
+    must not go on writing the rest of its range into them."""
+    origin = await started_origin(local_s3, tmp_path, Metrics(CollectorRegistry()))
+    writing, written = threading.Event(), threading.Event()
+    landed: list[int] = []
+
+    def slow_disk(offset: int, data: memoryview) -> None:
+        landed.append(offset)
+        writing.set()
+        written.wait(10)
+
+    fetch = asyncio.ensure_future(origin.fetch_into(object_info, 0, SIZE, FOREGROUND,
+                                                    slow_disk, MiB))
+    try:
+        await eventually_async(writing.is_set, "the fetch thread to be in its sink")
+        fetch.cancel()
+        await asyncio.gather(fetch, return_exceptions=True)
+        written.set()  # the chunk in hand is written; the thread reads on, or not
+    finally:
+        written.set()
+        await origin.close()  # the threads joined: whatever they would hand on, they have
+    assert landed == [0]
