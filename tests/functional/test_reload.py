@@ -171,7 +171,8 @@ def test_a_limit_added_by_a_reload_paces_the_fetch_under_way(
             # ...and its rate falls to the limit: 3 MiB take at least the time
             # 1 MiB/s gives, less the new buckets' first burst (768 KiB) and a
             # chunk each of the four GETs granted before (1 MiB).
-            start_bytes, started = fetched(), time.monotonic()
+            started = time.monotonic()  # before the count: the window holds it
+            start_bytes = fetched()
             assert start_bytes < len(data) - 3 * MiB, "the fetch ended before the limit"
             eventually(lambda: fetched() >= start_bytes + 3 * MiB, "3 MiB more at 1 MiB/s")
             assert time.monotonic() - started >= (3 * MiB - 768 * 1024 - MiB) / MiB
