@@ -94,3 +94,8 @@ class OriginCircuitOpen(OriginUnavailable):
 
 class OriginBadBody(OriginUnavailable):
     """A body shorter or longer than the range asked, or of another range: never cached."""
+
+
+class OriginMalformedAnswer(OriginUnavailable):
+    """An answer without what the request needs (a HEAD without the object's
+    size): tried again like a broken body, never remembered."""

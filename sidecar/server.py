@@ -25,6 +25,7 @@ from sidecar.admin.port import AdminPort, metrics_app
 from sidecar.admin.token import ensure_token_file
 from sidecar.cache import BlockIdent, BlockStore
 from sidecar.config import Config, HostPort
+from sidecar.config.bandwidth import bandwidth_refusal
 from sidecar.config.reloading import Reload, plan_reload
 from sidecar.engine import Engine, max_coalesce_blocks
 from sidecar.errors import ConfigError
@@ -279,6 +280,13 @@ class Sidecar:
         (sidecar.config.reloading); the rest waits for a restart."""
         plan = plan_reload(self.config, loaded)
         new = plan.config
+        # The loaded file was checked against its own block_size; a changed one
+        # waits for a restart, so the bandwidth that is taken now must suit the
+        # blocks that are read now.
+        refusal = bandwidth_refusal(new.origin.bandwidth, new.origin.prefetch_share,
+                                    new.origin.warm_share, new.cache.block_size)
+        if refusal is not None:
+            raise ConfigError(f"{refusal} (with the running block_size)")
         if new.origin != self.config.origin:
             self.origin.set_limiter(self._lanes(new))
         if self._data_port is not None and (new.server, new.auth, new.access) != (

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
+from sidecar.config.bandwidth import bandwidth_refusal
 from sidecar.config.options import BY_NAME, OPTIONS, Option
 from sidecar.config.parsing import HostPort, parse_auth_keys_file
 from sidecar.config.tree import (
@@ -271,6 +272,10 @@ def validate(values: Mapping[str, Any]) -> None:
             # A lane with no share could never read: its fetches would wait forever.
             raise ConfigError(f"{name} must be more than 0 (its lane would never read from "
                               "the origin); give it a small share such as 0.05")
+    refusal = bandwidth_refusal(values["origin_bandwidth"], values["prefetch_share"],
+                                values["warm_share"], block_size)
+    if refusal is not None:
+        raise ConfigError(refusal)
     if values["origin_deadline"] <= 0:
         raise ConfigError("origin_deadline must be more than 0 (every origin read would fail)")
     if values["access_log_upload"] is not None and (

@@ -179,12 +179,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("nice", parse_nice, 0, "CPU scheduling niceness (0 leaves it as it is)", "N",
            field="server.nice"),
     Option("origin_bandwidth", parse_rate, "unlimited",
-           "total origin read budget, e.g. 200MiB/s (shared by the lanes)", "RATE",
+           "total origin read budget, e.g. 200MiB/s (shared by the lanes); a limit must be "
+           "at least 1MiB/s and one block a minute", "RATE",
            field="origin.bandwidth"),
     Option("prefetch_share", fraction, 0.6,
-           "share of the origin budget read-ahead may use", "F", flag=False),
+           "share of the origin budget read-ahead may use (with a limit, at least one "
+           "block a minute)", "F", flag=False),
     Option("warm_share", fraction, 0.4,
-           "share of the origin budget warm-up may use", "F", flag=False),
+           "share of the origin budget warm-up may use (with a limit, at least one block "
+           "a minute)", "F", flag=False),
     Option("warm_concurrency", positive_int, 4,
            "origin connections warm-up may hold at once", "N", flag=False,
            field="origin.warm_concurrency"),

@@ -32,6 +32,7 @@ from sidecar.errors import (
     OriginAccessDenied,
     OriginBadBody,
     OriginError,
+    OriginMalformedAnswer,
     OriginObjectChanged,
     OriginRequestRefused,
     OriginThrottled,
@@ -45,6 +46,7 @@ from sidecar.origin.range_reader import OriginAnswered
 _TRANSIENT = (
     BotoConnectionError, HTTPClientError, ReadTimeoutError, ResponseStreamingError,
     aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, OriginBadBody,
+    OriginMalformedAnswer,
 )
 
 
@@ -126,6 +128,23 @@ def checksum_headers(http_headers: Mapping[str, str]) -> tuple[tuple[str, str], 
     """The whole object's checksums of a HEAD answer asked with checksum mode
     on, bounded in size (none if the origin keeps none, or did not say)."""
     return _kept(http_headers, _CHECKSUM_HEADERS.__contains__, _MAX_CHECKSUM_HEADER_BYTES)
+
+
+def object_size(response: Mapping[str, Any], bucket: str, key: str) -> int:
+    """The object's size of a HEAD answer (botocore's parsed ContentLength).
+
+    S3 always sends Content-Length on a HEAD (HeadObject reference); an
+    S3-compatible store may leave it out, and without it no range can be
+    planned. Such an answer is malformed, tried again like a broken body (a
+    store with a proxy in front may drop it once), and never remembered: a
+    size guessed from it would be served as the object's.
+    """
+    size = response.get("ContentLength")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise OriginMalformedAnswer(
+            f"s3://{bucket}/{key}: the origin's HEAD answer has no usable Content-Length "
+            f"({size!r})")
+    return size
 
 
 def error_headers(http_headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

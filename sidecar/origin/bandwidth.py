@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 
 from sidecar.isolation.lanes import LaneLimiter
@@ -19,6 +18,8 @@ class Bandwidth:
         self._metrics = metrics
         # The lanes' budget is taken by the loop and by the fetch threads alike.
         self._lock = threading.Lock()
+        # Set at the stop: a fetch thread waiting for its budget returns at once.
+        self._closed = threading.Event()
 
     def replace(self, limiter: LaneLimiter) -> None:
         """New lanes: every read from now on takes its budget from them, and
@@ -28,22 +29,35 @@ class Bandwidth:
             self._limiter = limiter
 
     def pacer(self, lane: str) -> Callable[[int], None]:
-        """The lane's bandwidth budget, taken chunk by chunk in the fetch thread."""
-        if not self._limiter.limited:
-            return lambda amount: None
+        """The lane's bandwidth budget, taken chunk by chunk in the fetch thread.
+
+        The lanes are looked up at every chunk, not once per fetch: a reload
+        that adds, changes or lifts a limit reaches the fetches already under
+        way at their next chunk (a block fetch of a coalesced run may read
+        for minutes), and a fetch begun unlimited does not stay so."""
         waits = self._metrics.ratelimit_wait.labels(lane)
 
         def pace(amount: int) -> None:
             while True:
                 with self._lock:
-                    grant = self._limiter.take(lane, amount)
+                    limiter = self._limiter
+                    if not limiter.limited:
+                        return
+                    grant = limiter.take(lane, amount)
                 if grant.wait > 0:
                     waits.inc(grant.wait)
-                    time.sleep(grant.wait)
+                    # A wait for a foreground debt at a low limit may be long:
+                    # the stop does not wait for it.
+                    if self._closed.wait(grant.wait):
+                        raise ConnectionAbortedError("the origin reader is closed")
                 if grant.taken:
                     return
 
         return pace
+
+    def close(self) -> None:
+        """The stop: fetch threads waiting for their budget give up now."""
+        self._closed.set()
 
     async def throttle(self, lane: str, amount: int) -> float:
         """Wait until the lane may read `amount` more bytes from the origin; the wait."""

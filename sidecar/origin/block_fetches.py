@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from sidecar.origin.operation import Operation, within
 from sidecar.origin.range_reader import Progress, RangeReader, Sink
 from sidecar.origin.workers import OriginWorkers, Urgency
 from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.thread_names import name_this_thread
 
 # The largest chunk a fetch hands its sink: the cache's checksum chunk.
 _MAX_FETCH_CHUNK = 1024 * 1024
@@ -86,10 +88,17 @@ class BlockFetches:
                 try:
                     url = await within(operation.deadline, self._stall_s,
                                        lambda: self._presign(info))
-                    await asyncio.wrap_future(self._workers.submit(urgency, functools.partial(
-                        self._reader.read, url, end, info.etag, info.size, counted,
-                        progress, chunk_size, pace,
-                    )))
+                    try:
+                        await asyncio.wrap_future(self._workers.submit(
+                            urgency, functools.partial(
+                                self._reader.read, url, end, info.etag, info.size, counted,
+                                progress, chunk_size, pace,
+                            )))
+                    except asyncio.CancelledError:
+                        # A thread already reading goes on until it looks at
+                        # this: before its next chunk, not at the range's end.
+                        progress.stopped.set()
+                        raise
                 except BaseException:
                     # Whatever went wrong (a 403 for a revoked key among it),
                     # the next attempt signs afresh.
@@ -124,6 +133,30 @@ class BlockFetches:
 
         return count
 
-    def close(self) -> None:
-        self._reader.close()  # fetch threads blocked on the origin return now
-        self._workers.shutdown()
+    async def close(self) -> None:
+        """Stop the fetch threads and wait for them, off the event loop.
+
+        Threads blocked on the origin (their sockets shut down) or waiting for
+        their bandwidth budget return at once; one in its sink may be writing
+        to a cache disk that hangs, and joining it on the loop would hold
+        every other step of the stop with it. The wait is bounded by the
+        stop's deadline (sidecar.stop_deadline), which ends the process."""
+        self._bandwidth.close()
+        self._reader.close()
+        loop = asyncio.get_running_loop()
+        joined: asyncio.Future[None] = loop.create_future()
+
+        def join() -> None:
+            name_this_thread()
+            try:
+                self._workers.shutdown()
+            finally:
+                loop.call_soon_threadsafe(_settle, joined)
+
+        threading.Thread(target=join, name="sidecar-origin-stop", daemon=True).start()
+        await joined
+
+
+def _settle(joined: asyncio.Future[None]) -> None:
+    if not joined.done():  # its waiter may have been cancelled meanwhile
+        joined.set_result(None)

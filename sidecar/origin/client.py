@@ -55,6 +55,7 @@ from sidecar.origin.answers import (
     error_headers,
     judge,
     object_headers,
+    object_size,
     translate_answer,
     translate_client_error,
 )
@@ -155,8 +156,9 @@ class Origin:
         await self._own_key.start(session)
 
     def set_limiter(self, limiter: LaneLimiter) -> None:
-        """New bandwidth lanes (a configuration reload): every read from now on
-        takes its budget from them; the old buckets' debts are forgotten."""
+        """New bandwidth lanes (a configuration reload): every read takes its
+        budget from them from its next chunk on, reads under way too; the new
+        buckets start from the old ones' tokens and debts (LaneLimiter.continue_from)."""
         self._bandwidth.replace(limiter)
 
     def own_key(self) -> tuple[str, str] | None:
@@ -167,7 +169,7 @@ class Origin:
 
     async def close(self) -> None:
         self._own_key.stop()
-        self._blocks.close()
+        await self._blocks.close()
         await self._stack.aclose()
 
     async def check_reachable(self) -> None:
@@ -214,12 +216,16 @@ class Origin:
         # Checksum mode on: S3 names the object's checksums only when asked
         # (HeadObject reference, ChecksumMode), and they are remembered for
         # the whole-object answers of clients that ask for them.
+        async def head_object() -> tuple[dict[str, Any], int]:
+            # The size is read inside the attempt: an answer without one is
+            # judged, retried and counted like any other malformed answer.
+            response: dict[str, Any] = await self._client.head_object(
+                Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            return response, object_size(response, bucket, key)
+
         try:
-            response = await self._call(
-                "foreground", f"HEAD s3://{bucket}/{key}",
-                lambda: self._client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED"),
-                bucket, key,
-            )
+            response, size = await self._call(
+                "foreground", f"HEAD s3://{bucket}/{key}", head_object, bucket, key)
         except ObjectNotFound as exc:
             try:
                 exists = await self.bucket_exists(bucket)
@@ -231,7 +237,7 @@ class Origin:
         modified = response.get("LastModified") or datetime.now(UTC)
         http_headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {})
         return ObjectInfo(
-            bucket=bucket, key=key, size=int(response["ContentLength"]),
+            bucket=bucket, key=key, size=size,
             etag=str(response.get("ETag", '""')), last_modified=modified,
             content_type=response.get("ContentType"),
             headers=object_headers(http_headers), checksums=checksum_headers(http_headers),

@@ -34,7 +34,7 @@ import ssl
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from sidecar.aligned import page_aligned_buffer
@@ -82,12 +82,16 @@ class Progress:
     `position`: the first byte no sink has taken yet (a chunk boundary);
     `partial`: the bytes of the chunk from there that did arrive before an
     attempt broke off, kept so the next attempt resumes at the exact byte;
-    `received`: body bytes received so far, by every attempt.
+    `received`: body bytes received so far, by every attempt;
+    `stopped`: set when the read's caller gave up on it (its fetch was
+    cancelled): the thread stops before its next chunk, rather than reading
+    the rest of the range into a sink whose cache slots may be handed on.
     """
 
     position: int
     partial: bytes = b""
     received: int = 0
+    stopped: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True)
@@ -278,6 +282,7 @@ class RangeReader:
             want = min(end, (position // chunk_size + 1) * chunk_size) - position
             filled = len(progress.partial)
             view[:filled] = progress.partial
+            _check_stopped(progress)
             pace(want - filled)
             taken = min(len(pending), want - filled)
             view[filled:filled + taken] = pending[:taken]
@@ -298,6 +303,7 @@ class RangeReader:
             # not trusted for any byte of that chunk.
             if position + want == end and length is None and _recv(sock, 1):
                 raise OriginBadBody(f"body longer than the {end - start} bytes asked")
+            _check_stopped(progress)
             try:
                 sink(position, view[:want])
             except Exception as exc:
@@ -334,6 +340,11 @@ class RangeReader:
             view = page_aligned_buffer(self._max_chunk)
             self._buffers.view = view
         return view
+
+
+def _check_stopped(progress: Progress) -> None:
+    if progress.stopped.is_set():
+        raise ConnectionAbortedError("the fetch was stopped")
 
 
 def _timeval(seconds: float) -> bytes:

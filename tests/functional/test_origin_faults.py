@@ -433,3 +433,51 @@ async def test_a_stale_head_is_used_only_within_its_bound_and_never_after_a_404(
 
 def _ok(answer: Answer) -> Answer | None:
     return answer if answer.status == 200 and not answer.aborted else None
+
+
+@pytest.mark.parametrize("kind", ["no_length", "bad_length"])
+def test_a_head_answer_without_a_usable_length(
+    kind: str, faulty: SidecarProcess, fault_proxy: FaultProxy, origin_s3: Any, bucket: str,
+    summary: dict[str, dict[str, Any]],
+) -> None:
+    """An S3-compatible origin that answers a HEAD without Content-Length (or
+    with one that is no number): the object's size is unknown, so the read gets
+    an S3 error in bounded time, never a wrong size, and no traceback is logged;
+    once the origin answers properly, the object is read exactly (the broken
+    answer was not remembered)."""
+    key = f"seg/head-{kind}.log"
+    data, _ = put(origin_s3, bucket, key, seed=11)
+    logged = len(faulty.stderr_lines)
+    fault_proxy.add(Fault(kind), "HEAD", key, times=None)
+    start, end = RANGE
+    try:
+        head = fetch(faulty.data_url, bucket, key, method="HEAD")
+        ranged = fetch(faulty.data_url, bucket, key, f"bytes={start}-{end}")
+        heads = len(fault_proxy.requests("HEAD", key))
+    finally:
+        fault_proxy.clear()
+    assert (head.status, head.headers.get("retry-after")) == (503, "1")
+    assert (ranged.status, ranged.code) == (503, "ServiceUnavailable")
+    assert ranged.seconds < DEADLINE_S + MARGIN_S
+    assert heads >= 2, "a malformed answer is tried again, like any other"
+    assert fetch(faulty.data_url, bucket, key, method="HEAD").headers["content-length"] == \
+        str(SIZE)
+    checked = check_healed(faulty, bucket, key, data)
+    assert not [line for line in faulty.stderr_lines[logged:] if "Traceback" in line], \
+        "".join(faulty.stderr_lines[logged:])
+
+    # Once only (a key the sidecar has not asked about yet): tried again, answered.
+    fresh = f"{key}.once"
+    put(origin_s3, bucket, fresh, seed=12)
+    fault_proxy.add(Fault(kind), "HEAD", fresh, times=1)
+    try:
+        once = fetch(faulty.data_url, bucket, fresh, method="HEAD")
+    finally:
+        fault_proxy.clear()
+    assert (once.status, once.headers["content-length"]) == (200, str(SIZE))
+    assert [seen.fault for seen in fault_proxy.requests("HEAD", fresh)] == [kind, None]
+    summary[f"head_{kind}"] = {
+        "outcome": f"503 {ranged.code} while always; exact size when once",
+        "seconds": round(max(head.seconds, ranged.seconds), 3), "origin_heads": heads,
+        "once_seconds": round(once.seconds, 3), "bytes_checked": checked,
+    }

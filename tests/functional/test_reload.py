@@ -9,10 +9,13 @@ import os
 import random
 import secrets
 import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from sidecar.tools.local_s3 import LocalS3
+from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.loopback_http import admin_call, raw_request
 from tests.support.processes import SidecarProcess
 from tests.support.waiting import eventually
@@ -95,3 +98,88 @@ def test_the_reload_call_says_what_changed_and_keeps_a_bad_configuration_out(
         assert foreground_waited(sidecar) > 0  # still capped at 8 MiB/s
         status, index = admin_call(sidecar.admin_url, "GET", "/", b"", None)
         assert "POST /api/v1/reload" in json.dumps(index)
+
+
+def test_a_bandwidth_too_low_for_a_block_is_refused_at_reload(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    """1 KiB/s would make a miss of an 8 MiB block wait for hours: refused, and
+    the running cap stays. So is a lane share that is fine for the blocks the
+    new file names (a restart's matter) but not for the blocks read now."""
+    config = tmp_path / "sidecar.toml"
+    config.write_text('origin_bandwidth = "8MiB/s"\nprefetch = false\n')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key, data = put(origin_s3, bucket, 2 * MiB + 7)
+    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                        "--cache-size", "64MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+        config.write_text('origin_bandwidth = "1KiB/s"\nprefetch = false\n')
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert status == 400, answer
+        assert "origin_bandwidth 1KiB/s is too low: one 8MiB block would take 2.28 h" in \
+            answer["error"]
+        assert "running configuration stays" in answer["error"]
+        config.write_text('origin_bandwidth = "1MiB/s"\nwarm_share = 0.05\n'
+                          'block_size = "64KiB"\nprefetch = false\n')
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert status == 400, answer
+        assert "warm_share 0.05 of origin_bandwidth 1MiB/s gives the warm-up lane 51.2KiB/s, " \
+            "under one 8MiB block a minute (137KiB/s)" in answer["error"]
+        assert "(with the running block_size)" in answer["error"]
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")[2] == data
+        assert not any("configuration reloaded" in line for line in sidecar.stderr_lines)
+        assert sidecar.alive()
+
+
+def test_a_limit_added_by_a_reload_paces_the_fetch_under_way(
+    fault_proxy: FaultProxy, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    """A coalesced fetch begun unlimited (four GETs that trickle from the
+    origin) is paced from its next chunk on once a reload sets 1 MiB/s, and
+    goes at full speed again once a reload lifts it; the client's bytes are
+    exact throughout."""
+    config = tmp_path / "sidecar.toml"
+    config.write_text('origin_bandwidth = "unlimited"\nprefetch = false\n')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key, data = put(origin_s3, bucket, 8 * MiB)
+    # About 1.6 MiB/s a GET, 6 MiB/s for the four of a coalesced fetch.
+    fault_proxy.add(Fault("trickle", after_bytes=64 * 1024, seconds=0.04), "GET", key,
+                    times=None)
+    with SidecarProcess(fault_proxy.endpoint, cache, "--config", str(config),
+                        "--block-size", "256KiB", "--cache-size", "64MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar, \
+            ThreadPoolExecutor(1) as client:
+        def fetched() -> float:
+            return sidecar.metric("sidecar_origin_bytes_total", lane="foreground")
+
+        def reload(text: str) -> None:
+            config.write_text(text)
+            status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"",
+                                        TOKEN)
+            assert (status, answer["applied"]) == (200, ["origin_bandwidth"]), answer
+
+        try:
+            read = client.submit(raw_request, sidecar.data_url, "GET", f"/{bucket}/{key}",
+                                 {"Range": f"bytes=0-{len(data) - 1}"})
+            eventually(lambda: fetched() >= MiB, "the fetch to be under way")
+            reload('origin_bandwidth = "1MiB/s"\nprefetch = false\n')
+            # The fetch's own threads now wait for the budget...
+            eventually(lambda: foreground_waited(sidecar) > 0,
+                       "the running fetch to wait for the new limit")
+            # ...and its rate falls to the limit: 3 MiB take at least the time
+            # 1 MiB/s gives, less the new buckets' first burst (768 KiB) and a
+            # chunk each of the four GETs granted before (1 MiB).
+            started = time.monotonic()  # before the count: the window holds it
+            start_bytes = fetched()
+            assert start_bytes < len(data) - 3 * MiB, "the fetch ended before the limit"
+            eventually(lambda: fetched() >= start_bytes + 3 * MiB, "3 MiB more at 1 MiB/s")
+            assert time.monotonic() - started >= (3 * MiB - 768 * 1024 - MiB) / MiB
+            reload('origin_bandwidth = "unlimited"\nprefetch = false\n')
+            fault_proxy.clear()
+            status, _, body = read.result(timeout=30)
+        finally:
+            fault_proxy.clear()
+        assert status == 206 and body == data
+        assert fetched() == len(data)

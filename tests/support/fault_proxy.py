@@ -8,7 +8,11 @@ answers (500, 503, SlowDown XML), connection resets before and in the middle of
 a body, a body that stalls, a body shorter than its range with a clean close
 (Content-Length lying, or `Connection: close` without one), an over-long body,
 an origin that ignores If-Match or Range (a 200 with the whole object),
-latency spikes, and answers held back after the origin gave them (late_answer).
+latency spikes, answers held back after the origin gave them (late_answer), and
+a HEAD answer without a Content-Length or with one that is no number
+(no_length, bad_length: S3 always sends it, an S3-compatible store may not),
+and a body that trickles (`after_bytes` at a time, `seconds` apart, at full
+speed again once the proxy is cleared).
 `before` runs just before a request is forwarded: an ETag flip is the object
 really rewritten in moto between the sidecar's HEAD and its GET. `down` makes
 the whole origin answer
@@ -35,8 +39,10 @@ from tests.support.loopback_http import HOP_BY_HOP, LoopbackServer
 KINDS = (
     "status", "reset_before_body", "reset_mid_body", "stall_mid_body", "truncate",
     "truncate_close", "overlong", "overlong_close", "latency", "late_answer",
-    "ignore_if_match", "ignore_range", "pass",
+    "ignore_if_match", "ignore_range", "no_length", "bad_length", "trickle", "pass",
 )
+# What a bad_length fault sends as the HEAD answer's Content-Length.
+BAD_LENGTH = "twelve"
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,8 @@ class FaultProxy:
                     self._error(fault.status, fault.code)
                 elif kind == "reset_before_body":
                     self._reset()
+                elif kind in ("no_length", "bad_length"):
+                    self._head_length(self._forward(request_body), kind)
                 elif kind in ("ignore_if_match", "ignore_range"):
                     dropped = "if-match" if kind == "ignore_if_match" else "range"
                     self._send(self._forward(request_body, drop=(dropped,)))
@@ -225,6 +233,18 @@ class FaultProxy:
                 if self.command != "HEAD":
                     self.wfile.write(answer.body)
 
+            def _head_length(self, answer: _Upstream, kind: str) -> None:
+                if answer.status >= 300 or self.command != "HEAD":
+                    self._send(answer)  # a HEAD's fault: a body needs its length
+                    return
+                self.send_response(answer.status)
+                for name, value in answer.headers:
+                    if name.lower() != "content-length":
+                        self.send_header(name, value)
+                if kind == "bad_length":
+                    self.send_header("Content-Length", BAD_LENGTH)
+                self.end_headers()
+
             def _body_fault(self, fault: Fault, answer: _Upstream, wake: threading.Event
                             ) -> None:
                 if answer.status >= 300 or self.command == "HEAD":
@@ -248,6 +268,14 @@ class FaultProxy:
                 elif fault.kind == "truncate_close":  # no length: the close ends the body
                     self._head(answer, None, close=True)
                     self.wfile.write(body[:cut])
+                elif fault.kind == "trickle":
+                    self._head(answer, len(body))
+                    step = max(1, fault.after_bytes)
+                    for at in range(0, len(body), step):
+                        self.wfile.write(body[at:at + step])
+                        self.wfile.flush()
+                        if at + step < len(body):
+                            wake.wait(fault.seconds)
                 elif fault.kind == "overlong":  # a consistent length, too many bytes
                     self._head(answer, len(body) + fault.extra)
                     self.wfile.write(body + b"\xee" * fault.extra)

@@ -96,6 +96,17 @@ def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
          "give it a small share such as 0.05"),
         ({"cache_dir": "/x", "origin_bandwidth": "100MiB/s"}, {"prefetch_share": 0.0},
          "prefetch_share must be more than 0"),
+        ({"cache_dir": "/x", "origin_bandwidth": "1KiB/s"}, {},
+         "origin_bandwidth 1KiB/s is too low: one 8MiB block would take 2.28 h to read; "
+         "give at least 1MiB/s, or unlimited"),
+        ({"cache_dir": "/x", "block_size": "128MiB", "cache_size": "1GiB"},
+         {"origin_bandwidth": "2MiB/s"}, "block would take 1.07 min to read; give at least "
+         "2185KiB/s, or unlimited"),
+        ({"cache_dir": "/x", "origin_bandwidth": "2MiB/s"}, {"warm_share": 0.01},
+         "warm_share 0.01 of origin_bandwidth 2MiB/s gives the warm-up lane 20.48KiB/s, under "
+         "one 8MiB block a minute (137KiB/s); raise warm_share or origin_bandwidth"),
+        ({"cache_dir": "/x", "origin_bandwidth": "1MiB/s"}, {"prefetch_share": 0.1},
+         "prefetch_share 0.1 of origin_bandwidth 1MiB/s gives the read-ahead lane"),
     ],
 )
 def test_bad_config_is_a_clear_error(
@@ -103,6 +114,24 @@ def test_bad_config_is_a_clear_error(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(flags, {}, file_values)
+
+
+@pytest.mark.parametrize("block_size", ["64KiB", "8MiB", "256MiB"])
+def test_the_bandwidth_floors_themselves_are_accepted(block_size: str) -> None:
+    from sidecar.config.bandwidth import lane_rate_floor, origin_rate_floor
+    from sidecar.config.parsing import parse_size
+
+    size = parse_size(block_size)
+    floor = origin_rate_floor(size)
+    share = lane_rate_floor(size) / floor
+    values = {"cache_dir": "/x", "block_size": block_size, "cache_size": "1GiB",
+              "origin_bandwidth": floor}
+    config = load_config(values, {}, {"warm_share": share, "prefetch_share": share})
+    assert config.origin.bandwidth == floor
+    assert load_config({**values, "origin_bandwidth": "unlimited"}, {},
+                       {"warm_share": 0.001}).origin.bandwidth is None
+    with pytest.raises(ConfigError, match=r"origin_bandwidth .* is too low"):
+        load_config({**values, "origin_bandwidth": floor - 1024}, {}, {})
 
 
 def test_env_source_named_in_error() -> None:

@@ -95,3 +95,18 @@ def test_reload_keeps_the_foreground_debt_and_gives_no_fresh_burst() -> None:
     bandwidth.replace(lower)
     drained = drive(lower, clock, {PREFETCH: 0}, seconds=clock.now + 2)
     assert drained[PREFETCH] <= 2 * MiB + 512 * 1024
+
+
+def test_a_pacer_made_while_unlimited_takes_a_limit_a_reload_adds() -> None:
+    """A fetch's pacer looks the lanes up at every chunk: begun unlimited, its
+    next chunk after a reload is taken from the new limit (and counted there)."""
+    clock = FakeClock()
+    bandwidth = Bandwidth(LaneLimiter(None, {}, clock), Metrics(CollectorRegistry()))
+    pace = bandwidth.pacer(FOREGROUND)
+    pace(4 * MiB)  # unlimited: nothing to take
+    limited = LaneLimiter(MiB, {}, clock)  # a burst of 512 KiB
+    bandwidth.replace(limited)
+    pace(CHUNK)  # within the burst: no wait, but taken
+    assert limited.take(FOREGROUND, 512 * 1024).wait == pytest.approx(CHUNK / MiB)
+    bandwidth.replace(LaneLimiter(None, {}, clock))  # lifted again: no wait at all
+    pace(64 * MiB)

@@ -18,8 +18,15 @@ from botocore.exceptions import ClientError
 from prometheus_client import CollectorRegistry
 
 from sidecar.engine import Engine, Piece, Source
-from sidecar.errors import ObjectNotFound, OriginAccessDenied, OriginError, OriginUnavailable
+from sidecar.errors import (
+    ObjectNotFound,
+    OriginAccessDenied,
+    OriginError,
+    OriginMalformedAnswer,
+    OriginUnavailable,
+)
 from sidecar.model import ObjectInfo
+from sidecar.origin.answers import object_size
 from sidecar.origin.client import (
     Origin,
     checksum_headers,
@@ -209,3 +216,21 @@ async def test_checksums_only_on_a_whole_object_answer_that_asked(
     assert response.status == status
     sent = {name: response.headers.get(name) for name in CHECKSUM_NAMES}
     assert sent == (dict(INFO.checksums) if with_checksums else dict.fromkeys(CHECKSUM_NAMES))
+
+
+@pytest.mark.parametrize("answer", [{}, {"ContentLength": None}, {"ContentLength": -1},
+                                    {"ContentLength": "12"}, {"ContentLength": True}])
+def test_a_head_answer_without_a_usable_size_is_malformed(answer: dict[str, object]) -> None:
+    with pytest.raises(OriginMalformedAnswer, match="no usable Content-Length"):
+        object_size(answer, "b", "k")
+    # Judged as a malformed answer: tried again, counted against the origin.
+    try:
+        object_size(answer, "b", "k")
+    except OriginMalformedAnswer as exc:
+        verdict = judge(exc, "b", "k")
+    assert (verdict.error, verdict.retryable) == (None, True)
+
+
+def test_a_head_answers_size_is_its_content_length() -> None:
+    assert object_size({"ContentLength": 0}, "b", "k") == 0
+    assert object_size({"ContentLength": 8 << 20}, "b", "k") == 8 << 20
