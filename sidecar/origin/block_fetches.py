@@ -14,6 +14,7 @@ import asyncio
 import functools
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from cachetools import TTLCache
@@ -88,16 +89,17 @@ class BlockFetches:
                 try:
                     url = await within(operation.deadline, self._stall_s,
                                        lambda: self._presign(info))
+                    work = self._workers.submit(urgency, functools.partial(
+                        self._reader.read, url, end, info.etag, info.size, counted,
+                        progress, chunk_size, pace,
+                    ))
                     try:
-                        await asyncio.wrap_future(self._workers.submit(
-                            urgency, functools.partial(
-                                self._reader.read, url, end, info.etag, info.size, counted,
-                                progress, chunk_size, pace,
-                            )))
+                        await asyncio.wrap_future(work)
                     except asyncio.CancelledError:
                         # A thread already reading goes on until it looks at
                         # this: before its next chunk, not at the range's end.
-                        progress.stopped.set()
+                        if progress.stop():
+                            await _left(work)
                         raise
                 except BaseException:
                     # Whatever went wrong (a 403 for a revoked key among it),
@@ -160,3 +162,22 @@ class BlockFetches:
 def _settle(joined: asyncio.Future[None]) -> None:
     if not joined.done():  # its waiter may have been cancelled meanwhile
         joined.set_result(None)
+
+
+async def _left(work: Future[None]) -> None:
+    """Once a cancelled fetch's thread, caught in its sink, has left its read:
+    the sink writes into cache slots that the caller gives back (or hands to
+    other blocks) as soon as the cancellation reaches it, so no chunk may
+    land after that. The thread stops at once after that chunk (Progress);
+    one waiting on the origin is not waited for, as it hands nothing more on.
+    A second cancellation (the stop, bounded by its deadline) ends the wait;
+    the stop joins the threads itself."""
+    if work.done():
+        return
+    try:
+        await asyncio.wrap_future(work)
+    except asyncio.CancelledError:
+        if not work.done():
+            raise
+    except Exception:
+        return  # the read's own error, which nobody waits for now

@@ -82,16 +82,41 @@ class Progress:
     `position`: the first byte no sink has taken yet (a chunk boundary);
     `partial`: the bytes of the chunk from there that did arrive before an
     attempt broke off, kept so the next attempt resumes at the exact byte;
-    `received`: body bytes received so far, by every attempt;
-    `stopped`: set when the read's caller gave up on it (its fetch was
-    cancelled): the thread stops before its next chunk, rather than reading
-    the rest of the range into a sink whose cache slots may be handed on.
+    `received`: body bytes received so far, by every attempt.
+
+    `stop()` is the read's caller giving up on it (its fetch was cancelled):
+    the thread stops before its next chunk, rather than reading the rest of
+    the range into a sink whose cache slots may be handed on.
     """
 
     position: int
     partial: bytes = b""
     received: int = 0
-    stopped: threading.Event = field(default_factory=threading.Event)
+    _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stopped: bool = False
+    _sinking: bool = False
+
+    def stop(self) -> bool:
+        """No chunk goes to the sink from now on; whether one is being handed
+        to it at this moment (its caller must then wait for the thread to
+        leave before giving the sink's cache slots back). Held only for a
+        flag's change by either side, so the event loop may take the guard."""
+        with self._guard:
+            self._stopped = True
+            return self._sinking
+
+    def check(self) -> None:
+        if self._stopped:
+            raise ConnectionAbortedError("the fetch was stopped")
+
+    def enter_sink(self) -> None:
+        with self._guard:
+            self.check()
+            self._sinking = True
+
+    def left_sink(self) -> None:
+        with self._guard:
+            self._sinking = False
 
 
 @dataclass(frozen=True)
@@ -282,7 +307,7 @@ class RangeReader:
             want = min(end, (position // chunk_size + 1) * chunk_size) - position
             filled = len(progress.partial)
             view[:filled] = progress.partial
-            _check_stopped(progress)
+            progress.check()
             pace(want - filled)
             taken = min(len(pending), want - filled)
             view[filled:filled + taken] = pending[:taken]
@@ -303,11 +328,13 @@ class RangeReader:
             # not trusted for any byte of that chunk.
             if position + want == end and length is None and _recv(sock, 1):
                 raise OriginBadBody(f"body longer than the {end - start} bytes asked")
-            _check_stopped(progress)
+            progress.enter_sink()
             try:
                 sink(position, view[:want])
             except Exception as exc:
                 raise SinkFailed(str(exc)) from exc
+            finally:
+                progress.left_sink()
             position += want
             progress.position = position
             progress.partial = b""
@@ -340,11 +367,6 @@ class RangeReader:
             view = page_aligned_buffer(self._max_chunk)
             self._buffers.view = view
         return view
-
-
-def _check_stopped(progress: Progress) -> None:
-    if progress.stopped.is_set():
-        raise ConnectionAbortedError("the fetch was stopped")
 
 
 def _timeval(seconds: float) -> bytes:

@@ -66,15 +66,17 @@ async def test_the_stop_joins_a_fetch_thread_busy_in_its_sink_off_the_loop(
     fetch = asyncio.ensure_future(origin.fetch_into(object_info, 0, SIZE, FOREGROUND,
                                                     slow_disk, MiB))
     await eventually_async(writing.is_set, "the fetch thread to be in its sink")
-    fetch.cancel()  # as the engine's stop does; the thread goes on with its chunk
-    await asyncio.gather(fetch, return_exceptions=True)
+    # As the engine's stop does: the thread goes on with its chunk, and the
+    # cancelled fetch ends once it has.
+    fetch.cancel()
     closing = asyncio.ensure_future(origin.close())
     turned_at = time.monotonic()
     await asyncio.sleep(0.05)
     assert time.monotonic() - turned_at < 2.0, "the loop was held by the stop"
-    assert not closing.done() and not written.is_set()
-    written.set()  # the write ends: so does the stop
+    assert not closing.done() and not fetch.done() and not written.is_set()
+    written.set()  # the write ends: so do the fetch and the stop
     await asyncio.wait_for(closing, 10)
+    await asyncio.wait_for(asyncio.gather(fetch, return_exceptions=True), 10)
 
 
 async def test_the_stop_ends_a_fetch_thread_waiting_for_its_bandwidth_budget(
@@ -107,24 +109,30 @@ async def test_a_cancelled_fetch_hands_its_sink_nothing_after_the_chunk_in_hand(
 ) -> None:
     """The engine cancels a fetch (a sibling GET failed, the reader's request
     ended, the stop) and then hands its cache slots on: the fetch's thread
-    must not go on writing the rest of its range into them."""
+    must not go on writing the rest of its range into them, and the
+    cancellation ends only once the chunk the thread holds is written."""
     origin = await started_origin(local_s3, tmp_path, Metrics(CollectorRegistry()))
     writing, written = threading.Event(), threading.Event()
     landed: list[int] = []
+    order: list[str] = []
 
     def slow_disk(offset: int, data: memoryview) -> None:
         landed.append(offset)
         writing.set()
         written.wait(10)
+        order.append("chunk written")
 
     fetch = asyncio.ensure_future(origin.fetch_into(object_info, 0, SIZE, FOREGROUND,
                                                     slow_disk, MiB))
     try:
         await eventually_async(writing.is_set, "the fetch thread to be in its sink")
         fetch.cancel()
+        # The disk write ends a while after the cancellation reached the fetch.
+        asyncio.get_running_loop().call_later(0.2, written.set)
         await asyncio.gather(fetch, return_exceptions=True)
-        written.set()  # the chunk in hand is written; the thread reads on, or not
+        order.append("fetch ended")
     finally:
         written.set()
         await origin.close()  # the threads joined: whatever they would hand on, they have
     assert landed == [0]
+    assert order == ["chunk written", "fetch ended"]
