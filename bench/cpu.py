@@ -1,7 +1,8 @@
 """What a server process costs, read from /proc around a scenario: CPU-seconds
 (user and system, all threads, and the process's children such as nginx's
 workers, those that ended meanwhile too), minor page faults, and peak resident
-memory; and per thread, which kind of thread took the CPU and how often threads were switched out.
+memory (the process's and its children's); and per thread, which kind of
+thread took the CPU and how often threads were switched out.
 
 proc(5): /proc/PID/stat fields 10 (minflt), 14 (utime) and 15 (stime) in clock
 ticks, counted over every thread of the process, and 11, 16 and 17 (cminflt,
@@ -96,6 +97,14 @@ def usage(pid: int) -> Usage:
 
 
 def peak_rss_bytes(pid: int) -> int | None:
+    """The peak resident set of the process and its live descendants, each
+    one's VmHWM summed (nginx's memory is its workers', not its master's);
+    None when the process is gone."""
+    peaks = [peak for member in family(pid) if (peak := _own_peak_rss(member)) is not None]
+    return sum(peaks) if peaks else None
+
+
+def _own_peak_rss(pid: int) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

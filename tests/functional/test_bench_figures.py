@@ -27,6 +27,21 @@ import time
 while time.process_time() < 0.5:
     sum(range(10_000))
 """
+# A parent that starts a child and only waits; the child holds 96 MiB of
+# touched memory, says so in a file, then sleeps.
+_HOLDING_PARENT = """
+import subprocess, sys
+subprocess.run([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+"""
+_HOLDER = """
+import sys, time
+held = bytearray(96 * 1024 * 1024)
+for at in range(0, len(held), 4096):
+    held[at] = 1
+open(sys.argv[1], "w").close()
+time.sleep(60)
+"""
+MiB = 1024 * 1024
 
 
 @contextmanager
@@ -50,3 +65,11 @@ def test_the_cpu_of_a_child_that_ended_meanwhile_is_counted(tmp_path: Path) -> N
     with _tree(_PARENT, _SPINNER, marker) as pid:
         used = cpu.usage(pid)
     assert used.user_s + used.system_s >= 0.5
+
+
+def test_the_peak_rss_of_a_server_counts_its_children(tmp_path: Path) -> None:
+    """nginx's master holds a few MiB; its workers hold the rest."""
+    marker = tmp_path / "memory-held"
+    with _tree(_HOLDING_PARENT, _HOLDER, marker) as pid:
+        peak = cpu.peak_rss_bytes(pid)
+    assert peak is not None and peak >= 96 * MiB
