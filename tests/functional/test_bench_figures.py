@@ -1,5 +1,5 @@
-"""What bench/cpu.py reads of a server: real process trees, /proc read as the
-benchmark reads it around a replay."""
+"""What the benchmark records: what bench/cpu.py reads of a server (real
+process trees, /proc read as around a replay), and a failure as a failure."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench import cpu
+import pytest
+
+from bench import cpu, run
+from bench.dataset import QUICK, Dataset
+from bench.harness import QUICK_SETTINGS, Bench
+from bench.report import render_markdown
 from tests.support.waiting import eventually
 
 # A parent that starts a child, waits for it to end (so the kernel adds the
@@ -73,3 +78,44 @@ def test_the_peak_rss_of_a_server_counts_its_children(tmp_path: Path) -> None:
     with _tree(_HOLDING_PARENT, _HOLDER, marker) as pid:
         peak = cpu.peak_rss_bytes(pid)
     assert peak is not None and peak >= 96 * MiB
+
+
+def _bench(tmp_path: Path) -> Bench:
+    return Bench(QUICK_SETTINGS, Dataset(tmp_path / "data", QUICK, "", ()), tmp_path / "work")
+
+
+def test_a_run_that_fails_in_any_way_is_recorded_and_the_next_runs(tmp_path: Path) -> None:
+    """A client's report without a figure the scenario reads fails that run
+    (shown failed, its error in the results), not the benchmark."""
+    bench = _bench(tmp_path)
+    bench.attempt("cost-4p", "sidecar_cold_1", lambda: {"bytes": 1}["mb_per_s"])
+    bench.attempt("cost-4p", "sidecar_warm_1", lambda: {"mb_per_s": 512.0})
+    assert bench.scenarios["cost-4p"]["runs"] == {"sidecar_cold_1": None,
+                                                  "sidecar_warm_1": {"mb_per_s": 512.0}}
+    assert bench.errors == [{"scenario": "cost-4p", "run": "sidecar_cold_1",
+                             "error": "KeyError: 'mb_per_s'"}]
+
+
+def test_a_step_that_fails_outside_its_runs_is_reported_failed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scenario that breaks between its runs is listed under the report's
+    failures, and the scenarios after it still run."""
+    def broken(bench: Bench, selected: set[str]) -> None:
+        bench.scenarios["wide-48p"] = {"rounds": 1, "runs": {}}
+        raise TypeError("unsupported format string passed to NoneType.__format__")
+
+    def fine(bench: Bench, selected: set[str]) -> None:
+        bench.attempt("warmup", "spark", lambda: {"via": "spark"})
+
+    monkeypatch.setattr(run, "STEPS", (run.Scenario(("cost-4p", "wide-48p"), broken),
+                                       run.Scenario(("isolation",), broken),
+                                       run.Scenario(("warmup",), fine)))
+    bench = _bench(tmp_path)
+    run._run_steps(bench, {"wide-48p", "warmup"})  # of the first step, wide-48p alone
+    assert bench.scenarios["warmup"]["runs"] == {"spark": {"via": "spark"}}
+    assert bench.errors == [{"scenario": "wide-48p", "run": "*", "error":
+                             "TypeError: unsupported format string passed to "
+                             "NoneType.__format__"}]
+    failures = render_markdown({"scenarios": bench.scenarios, "errors": bench.errors}
+                               ).split("## Failures in this run")[1]
+    assert "`wide-48p/*`: TypeError: unsupported format string" in failures
