@@ -4,15 +4,17 @@ process trees, /proc read as around a replay), and a failure as a failure."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from bench import cpu, run
+from bench import cpu, light_client, run
 from bench.dataset import QUICK, Dataset
 from bench.harness import QUICK_SETTINGS, Bench
 from bench.report import render_markdown
@@ -119,3 +121,40 @@ def test_a_step_that_fails_outside_its_runs_is_reported_failed(
     failures = render_markdown({"scenarios": bench.scenarios, "errors": bench.errors}
                                ).split("## Failures in this run")[1]
     assert "`wide-48p/*`: TypeError: unsupported format string" in failures
+
+
+@contextmanager
+def _answering(head: bytes) -> Iterator[str]:
+    """A server on a free loopback port that answers every request with
+    `head` and hangs up: its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.recv(65536)
+                connection.sendall(head)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+        server.join(timeout=10)
+
+
+def test_a_light_client_partition_that_breaks_off_is_an_error() -> None:
+    """Whatever ends a partition's reading early, the report counts it as an
+    error (and the client exits 1), never as a replay of fewer bytes."""
+    with _answering(b"HTTP/1.1\r\n\r\n") as url:
+        report = light_client.run(url, "bucket", {"0": [{"key": "k", "size": 4096}]},
+                                  1024, 5.0)
+    assert report["errors"] == 1 and report["bytes"] == 0
+    assert "IndexError" in str(report["error_messages"])
