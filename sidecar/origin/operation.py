@@ -17,7 +17,9 @@ it is `async with operation.attempt() as attempt:` around the I/O. The attempt:
 - `attempt.progressed()` (bytes arrived) renews the deadline, restarts the
   attempt count and tells the breaker the origin is answering;
 - a cancelled attempt (the reader went away) gives the breaker no verdict;
-  it is counted ("ok") when bytes had come: the origin answered it.
+  it is counted ("ok") when bytes had come: the origin answered it;
+- an attempt whose bytes the cache disk refused (SinkFailed) is counted "ok"
+  and raises the disk's error: nobody's fault at the origin.
 
 A caller reads:
 
@@ -122,7 +124,9 @@ class Operation:
         try:
             yield attempt
         except SinkFailed as exc:
-            # The origin did its part; the cache disk did not take the bytes.
+            # The origin did its part (its answer is counted, as any it sent);
+            # the cache disk did not take the bytes.
+            self._count(None, started)
             if self.use_breaker and not attempt.judged:
                 rules.breaker.abandon()
             raise (exc.__cause__ or exc) from None

@@ -118,6 +118,10 @@ async def test_a_failing_sink_is_not_the_origins_fault() -> None:
         await run(operation, [failed])
     assert caught.value is disk_full
     assert breaker.state is BreakerState.CLOSED and requests(metrics, "error") == 0
+    # The origin answered: its request is counted, and timed, as any other.
+    assert requests(metrics, "ok") == 1
+    assert metrics.value("sidecar_origin_request_duration_seconds_count",
+                         {"lane": "foreground"}) == 1
 
 
 async def test_a_cancelled_attempt_gives_no_verdict() -> None:
