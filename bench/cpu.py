@@ -96,6 +96,10 @@ def usage(pid: int) -> Usage:
     return Usage(user / _TICKS, system / _TICKS, faults)
 
 
+#: What `peak_rss_bytes` adds up, as the results record it beside the figure.
+PEAK_RSS_OF = "processes"
+
+
 def peak_rss_bytes(pid: int) -> int | None:
     """The peak resident set of the process and its live descendants, each
     one's VmHWM summed (nginx's memory is its workers', not its master's);

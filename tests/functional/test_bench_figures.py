@@ -137,17 +137,21 @@ def _answering(head: bytes) -> Iterator[str]:
             except OSError:
                 return
             with connection:
+                if stop.is_set():
+                    return
                 connection.recv(65536)
                 connection.sendall(head)
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
+    address = listener.getsockname()
     try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+        yield f"http://127.0.0.1:{address[1]}"
     finally:
         stop.set()
-        listener.close()
+        socket.create_connection(address, timeout=5).close()  # wakes its accept()
         server.join(timeout=10)
+        listener.close()
 
 
 def test_a_light_client_partition_that_breaks_off_is_an_error() -> None:
@@ -158,3 +162,18 @@ def test_a_light_client_partition_that_breaks_off_is_an_error() -> None:
                                   1024, 5.0)
     assert report["errors"] == 1 and report["bytes"] == 0
     assert "IndexError" in str(report["error_messages"])
+
+
+def test_the_report_says_whose_peak_rss_its_results_hold() -> None:
+    """Results measured before the peak RSS took a server's processes read as
+    what they are when the report is made again from them (--report-only)."""
+    def results(**marker: str) -> dict[str, object]:
+        run = {"mb_per_s": 500.0, "server_peak_rss_bytes": 7 * MiB, **marker}
+        return {"scenarios": {"cost-4p": {"rounds": 1, "bytes": 1024 * MiB,
+                                          "runs": {"nginx_slice_cold_1": run}}}}
+
+    older = render_markdown(results()).split("## What a replay costs the server")[1]
+    newer = render_markdown(results(server_peak_rss_of=cpu.PEAK_RSS_OF)
+                            ).split("## What a replay costs the server")[1]
+    assert "VmHWM since the server started, of its first process alone" in older
+    assert "VmHWM since the server started, summed over its processes" in newer
