@@ -1,7 +1,8 @@
-"""The label values of the sidecar's metrics stay a bounded set whatever a
-client sends: a live sidecar, hostile requests over raw sockets, /metrics
-scraped. Each label value a client could choose would be a series that lives
-as long as the process, in its memory and in Prometheus's."""
+"""What the sidecar's metrics label and count, whatever a client does: a live
+sidecar behind the recording proxy, requests over raw sockets, /metrics
+scraped. The label values stay a bounded set (each one a client could choose
+would be a series that lives as long as the process, in its memory and in
+Prometheus's), and every request the origin saw is counted, whoever left."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ MADE_UP = tuple(f"X{number:04d}" for number in range(150))
 @pytest.fixture(scope="module")
 def sidecar(proxy: RecordingProxy, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[SidecarProcess]:
-    """Behind the recording proxy: what reached the origin is known."""
+    """Behind the recording proxy (what reached the origin is known), on
+    aiohttp's pure-Python HTTP parser, which passes any method token on."""
     cache = tmp_path_factory.mktemp("labels-cache")
     with SidecarProcess(proxy.endpoint, cache, "--block-size", "1MiB",
                         "--cache-size", "16MiB",
