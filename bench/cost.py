@@ -111,6 +111,8 @@ def light_replay(
         report["server_threads_per_gib"] = cpu.by_kind(threads_before, threads_after,
                                                         int(report.get("bytes") or 0))
         report["server_peak_rss_bytes"] = cpu.peak_rss_bytes(server_pid) if server_pid else None
+        # Results from before carry the first process's alone (bench/report_cost.py).
+        report["server_peak_rss_of"] = cpu.PEAK_RSS_OF
     report["page_cache"] = watch.figures()
     if sidecar is not None and before_stats is not None:
         report["sidecar"] = stats_delta(before_stats, sidecar.stats())

@@ -1,14 +1,17 @@
 """What a server process costs, read from /proc around a scenario: CPU-seconds
 (user and system, all threads, and the process's children such as nginx's
-workers), minor page faults, and peak resident memory; and per thread, which
-kind of thread took the CPU and how often threads were switched out.
+workers, those that ended meanwhile too), minor page faults, and peak resident
+memory (the process's and its children's); and per thread, which kind of
+thread took the CPU and how often threads were switched out.
 
 proc(5): /proc/PID/stat fields 10 (minflt), 14 (utime) and 15 (stime) in clock
-ticks, counted over every thread of the process; /proc/PID/status VmHWM is the
-peak resident set. Per thread: /proc/PID/task/TID/schedstat's first field,
-the nanoseconds it ran (sched-stats.rst; a thread's utime and stime in its
-stat are scaled from sampled ticks and, summed over 38 threads of a cold
-replay, came to 0.3 CPU-s a GiB short of the process's figure, while the
+ticks, counted over every thread of the process, and 11, 16 and 17 (cminflt,
+cutime, cstime) for its children that ended and were waited for;
+/proc/PID/status VmHWM is the peak resident set. Per thread:
+/proc/PID/task/TID/schedstat's first field, the nanoseconds it ran
+(sched-stats.rst; a thread's utime and stime in its stat are scaled from
+sampled ticks and, summed over 38 threads of a cold replay, came to 0.3 CPU-s
+a GiB short of the process's figure, while the
 schedstat sum matched it), its comm (the sidecar names its threads for the
 kernel, sidecar.telemetry.thread_names) and its status
 (voluntary_ctxt_switches: the thread waited, for a lock, the GIL, a queue or
@@ -75,7 +78,10 @@ def family(pid: int) -> list[int]:
 
 
 def usage(pid: int) -> Usage:
-    """CPU and minor faults of the process, its threads and its live descendants."""
+    """CPU and minor faults of the process, its threads and its descendants:
+    those alive, and those that ended and were waited for (a worker or a
+    cache loader that exits meanwhile), whose figures the kernel adds to
+    their parent's cutime, cstime and cminflt."""
     user = system = faults = 0
     for member in family(pid):
         try:
@@ -83,14 +89,26 @@ def usage(pid: int) -> Usage:
         except OSError:
             continue  # gone meanwhile
         # After "pid (comm) ", field 3 (state) is index 0: minflt is field 10,
-        # utime 14, stime 15.
-        faults += int(fields[7])
-        user += int(fields[11])
-        system += int(fields[12])
+        # cminflt 11, utime 14, stime 15, cutime 16, cstime 17.
+        faults += int(fields[7]) + int(fields[8])
+        user += int(fields[11]) + int(fields[13])
+        system += int(fields[12]) + int(fields[14])
     return Usage(user / _TICKS, system / _TICKS, faults)
 
 
+#: What `peak_rss_bytes` adds up, as the results record it beside the figure.
+PEAK_RSS_OF = "processes"
+
+
 def peak_rss_bytes(pid: int) -> int | None:
+    """The peak resident set of the process and its live descendants, each
+    one's VmHWM summed (nginx's memory is its workers', not its master's);
+    None when the process is gone."""
+    peaks = [peak for member in family(pid) if (peak := _own_peak_rss(member)) is not None]
+    return sum(peaks) if peaks else None
+
+
+def _own_peak_rss(pid: int) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

@@ -213,12 +213,27 @@ class Bench:
         return report
 
     def attempt(self, scenario: str, run: str, action: Callable[[], dict[str, Any]]) -> None:
-        """Record one run's result, or its failure, without stopping the others."""
+        """Record one run's result, or its failure, without stopping the others.
+
+        Any failure: a client's report without a figure the scenario reads
+        (KeyError, TypeError) fails this run, not the rest of the benchmark."""
         runs = self.scenarios.setdefault(scenario, {}).setdefault("runs", {})
         try:
             runs[run] = action()
-        except (ClientFailed, RuntimeError, OSError, ValueError) as exc:
+        except Exception as exc:
             runs[run] = None
-            self.errors.append({"scenario": scenario, "run": run, "error": str(exc)[-4000:]})
-            print(f"  {scenario}/{run} FAILED: {exc}", file=sys.stderr, flush=True)
-            traceback.print_exc(file=sys.stderr)
+            self.failed(scenario, run, exc)
+
+    def failed(self, scenario: str, run: str, exc: Exception) -> None:
+        """Record a failure, shown in the report's failures and the console."""
+        self.errors.append({"scenario": scenario, "run": run, "error": failure_text(exc)})
+        print(f"  {scenario}/{run} FAILED: {failure_text(exc)}", file=sys.stderr, flush=True)
+        traceback.print_exc(file=sys.stderr)
+
+
+def failure_text(exc: Exception) -> str:
+    """What the results keep of a failure: the message of the benchmark's own
+    errors, and the kind of any other (a bare KeyError says only its key)."""
+    expected = (ClientFailed, RuntimeError, OSError, ValueError)
+    text = str(exc) if isinstance(exc, expected) else f"{type(exc).__name__}: {exc}"
+    return text[-4000:]

@@ -151,7 +151,9 @@ def read_partition(endpoint: str, bucket: str, segments: list[dict[str, object]]
                 result.fetches += 1
                 result.bytes += got
                 position += got
-    except (OSError, FetchFailed) as exc:
+    except Exception as exc:
+        # Any: else the thread would end with the bytes it had and no error,
+        # and the report would give a rate over a partial replay as a whole one.
         result.error = f"{type(exc).__name__}: {exc}"
     result.done_at = time.perf_counter()
 

@@ -38,7 +38,7 @@ def cost_sections(results: Results) -> list[str]:
         out += [
             "## What a replay costs the server (light client)\n",
             paragraph("cost-4p", mib=num(info.get("bytes", 0) / MiB, 0),
-                      rounds=info.get("rounds", "?")) + "\n",
+                      rounds=info.get("rounds", "?"), rss_of=_rss_of(results)) + "\n",
             md_table(_HEADER, _cost_rows(results, "cost-4p")),
             "",
             prefetch_line(results, "cost-4p", "sidecar_cold_1") + "\n",
@@ -57,6 +57,16 @@ def cost_sections(results: Results) -> list[str]:
             prefetch_line(results, "wide-48p", "sidecar_cold_1") + "\n",
         ]
     return out + thread_section(results)
+
+
+def _rss_of(results: Results) -> str:
+    """Whose VmHWM the peak RSS column holds: a results file from before
+    bench/cpu.py summed a server's processes has its first process's alone."""
+    runs = ((results.get("scenarios") or {}).get("cost-4p") or {}).get("runs") or {}
+    if any((run or {}).get("server_peak_rss_of") == "processes" for run in runs.values()):
+        return ("summed over its processes (nginx's master and workers; shared pages "
+                "count in each)")
+    return "of its first process alone (nginx's master, not its workers)"
 
 
 _COST_ROWS = {

@@ -189,10 +189,21 @@ def _header(settings: Settings, selected: set[str], command: str, dataset: Datas
 
 
 def _run_steps(bench: Bench, selected: set[str]) -> None:
+    """Each selected step in turn; one that fails outside its runs is recorded
+    as failed and the next steps still run."""
     try:
         for step in STEPS:
-            if selected & set(step.names):
+            names = [name for name in step.names if name in selected]
+            if not names:
+                continue
+            try:
                 step.run(bench, selected)
+            except Exception as exc:
+                # Under each scenario of the step: any of them may be short of
+                # runs, and a later partial run that measures one again
+                # replaces its failure with it (merge_results).
+                for name in names:
+                    bench.failed(name, "*", exc)
     except KeyboardInterrupt:
         bench.errors.append({"scenario": "*", "run": "*", "error": "interrupted"})
         print("bench: interrupted; writing what was measured", file=sys.stderr)

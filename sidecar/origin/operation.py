@@ -16,7 +16,10 @@ it is `async with operation.attempt() as attempt:` around the I/O. The attempt:
   gives up with OriginThrottled or OriginUnavailable;
 - `attempt.progressed()` (bytes arrived) renews the deadline, restarts the
   attempt count and tells the breaker the origin is answering;
-- a cancelled attempt (the reader went away) gives the breaker no verdict.
+- a cancelled attempt (the reader went away) gives the breaker no verdict;
+  it is counted ("ok") when bytes had come: the origin answered it;
+- an attempt whose bytes the cache disk refused (SinkFailed) is counted "ok"
+  and raises the disk's error: nobody's fault at the origin.
 
 A caller reads:
 
@@ -121,7 +124,9 @@ class Operation:
         try:
             yield attempt
         except SinkFailed as exc:
-            # The origin did its part; the cache disk did not take the bytes.
+            # The origin did its part (its answer is counted, as any it sent);
+            # the cache disk did not take the bytes.
+            self._count(None, started)
             if self.use_breaker and not attempt.judged:
                 rules.breaker.abandon()
             raise (exc.__cause__ or exc) from None
@@ -152,6 +157,10 @@ class Operation:
             # Cancelled, or the reader went away: no verdict on the origin.
             if self.use_breaker and not attempt.judged:
                 rules.breaker.abandon()
+            if attempt.judged:
+                # Bytes had come: a request the origin answered (and bills),
+                # left by its reader, as a Kafka reader leaves a bypass read.
+                self._count(None, started)
             raise
         else:
             self._count(None, started)

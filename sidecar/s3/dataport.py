@@ -35,7 +35,7 @@ from sidecar.s3.addressing import split_path, validate_object_address
 from sidecar.s3.auth import Authenticator
 from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
 from sidecar.s3.held_send import offer_held, send_held
-from sidecar.s3.operations import OTHER_OPERATION, Operation, classify
+from sidecar.s3.operations import OTHER_OPERATION, Operation, classify, unclassified_name
 from sidecar.s3.passthrough import PassThrough
 from sidecar.s3.payload import BadPayload, connection_named
 from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
@@ -107,7 +107,7 @@ class DataPort:
         mark_handled(request)  # counted below, not as refused by aiohttp
         request_id = secrets.token_hex(8).upper()
         started = time.monotonic()
-        op = {"GET": "GetObject", "HEAD": "HeadObject"}.get(request.method, request.method)
+        op = unclassified_name(request.method)  # until classified
         resource = request.raw_path.partition("?")[0]
         cache_label = "none"
         facts = ReadFacts()  # what the access log says of the object read, if any

@@ -44,6 +44,15 @@ class Invalidates(enum.Enum):
 
 # What a request that is no S3 operation is called (and refused as).
 OTHER_OPERATION = "Other"
+# The `op` of a request answered before it is classified (a signature refused,
+# a header that is not text, admission full): GET and HEAD as the object reads
+# they mostly are, the other methods S3 has as they are sent, and every other
+# method Other, as `classify` would call it. Never the method itself: the
+# client chooses it, and each new one would be a new series of
+# sidecar_requests_total that lives as long as the process (llhttp passes some
+# 35 methods, aiohttp's pure-Python parser any token).
+_UNCLASSIFIED_NAMES = {"GET": "GetObject", "HEAD": "HeadObject", "PUT": "PUT", "POST": "POST",
+                       "DELETE": "DELETE"}
 
 
 # What an anonymous request may do when access keys are configured
@@ -97,6 +106,12 @@ _OBJECT_PUT_SUBRESOURCES = {
     "tagging": "PutObjectTagging", "acl": "PutObjectAcl",
     "retention": "PutObjectRetention", "legal-hold": "PutObjectLegalHold",
 }
+
+
+def unclassified_name(method: str) -> str:
+    """The `op` label of a request with `method` that was answered before
+    `classify` saw it: one of a fixed few, whatever the method sent."""
+    return _UNCLASSIFIED_NAMES.get(method, OTHER_OPERATION)
 
 
 def classify(

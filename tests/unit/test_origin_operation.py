@@ -4,6 +4,8 @@ the retry decision and the metrics, with scripted attempts (no I/O)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import pytest
 from botocore.exceptions import ParamValidationError
@@ -116,6 +118,10 @@ async def test_a_failing_sink_is_not_the_origins_fault() -> None:
         await run(operation, [failed])
     assert caught.value is disk_full
     assert breaker.state is BreakerState.CLOSED and requests(metrics, "error") == 0
+    # The origin answered: its request is counted, and timed, as any other.
+    assert requests(metrics, "ok") == 1
+    assert metrics.value("sidecar_origin_request_duration_seconds_count",
+                         {"lane": "foreground"}) == 1
 
 
 async def test_a_cancelled_attempt_gives_no_verdict() -> None:
@@ -134,6 +140,42 @@ async def test_a_cancelled_attempt_gives_no_verdict() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert breaker.state is BreakerState.CLOSED and breaker.consecutive_failures == 0
+
+
+async def test_an_answered_attempt_its_reader_left_is_counted_once() -> None:
+    """Bytes came, then the reader went away (GeneratorExit at a yield, or a
+    cancel): the origin answered that request, so it is counted, once, as
+    ok; an attempt left before any byte came has no answer to count."""
+    rule, _, metrics = rules()
+    operation = Operation(rule, "foreground", "GET s3://b/k", "b", "k")
+
+    async def chunks() -> AsyncIterator[bytes]:
+        async with operation.attempt() as attempt:
+            attempt.progressed()
+            yield b"first"
+            yield b"second"
+
+    async with aclosing(chunks()) as reading:
+        async for _ in reading:
+            break  # the reader leaves after its first chunk
+    assert requests(metrics, "ok") == 1 and requests(metrics, "error") == 0
+    assert metrics.value("sidecar_origin_request_duration_seconds_count",
+                         {"lane": "foreground"}) == 1
+
+    unanswered = Operation(rule, "foreground", "GET s3://b/k", "b", "k")
+    started = asyncio.Event()
+
+    async def waiting() -> None:
+        async with unanswered.attempt():
+            started.set()
+            await asyncio.sleep(60)
+
+    task = asyncio.ensure_future(waiting())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert requests(metrics, "ok") == 1 and requests(metrics, "error") == 0
 
 
 async def test_a_request_the_client_would_not_send_is_no_word_on_the_origin() -> None:

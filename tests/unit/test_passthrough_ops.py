@@ -18,11 +18,13 @@ from sidecar.s3.aws_chunked import (
     unsigned_trailer_length,
 )
 from sidecar.s3.operations import (
+    OTHER_OPERATION,
     Invalidates,
     classify,
     deleted_keys,
     outbound_path,
     outbound_query,
+    unclassified_name,
 )
 from sidecar.s3.payload import (
     BadPayload,
@@ -405,3 +407,21 @@ def test_query_pairs_decode_as_the_signature_does() -> None:
     pairs = query_pairs("prefix=a+b%20c&uploads&&x=%FF")
     assert pairs[:2] == [("prefix", "a+b c"), ("uploads", "")]
     assert outbound_query(pairs) == "prefix=a%2Bb%20c&uploads=&x=%FF"
+
+
+# RFC 9110 section 5.6.2: a method is a token of these.
+TOKEN_CHARS = "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+@given(st.text(alphabet=TOKEN_CHARS, min_size=1, max_size=12))
+def test_a_request_not_yet_classified_is_named_from_a_fixed_few(method: str) -> None:
+    """The `op` label of a request answered before `classify` (a refused
+    signature, a header that is not text): whatever token the method is."""
+    assert unclassified_name(method) in {"GetObject", "HeadObject", "PUT", "POST", "DELETE",
+                                         OTHER_OPERATION}
+
+
+def test_a_request_not_yet_classified_keeps_the_names_s3_methods_had() -> None:
+    assert [unclassified_name(m) for m in ("GET", "HEAD", "PUT", "POST", "DELETE")] == \
+        ["GetObject", "HeadObject", "PUT", "POST", "DELETE"]
+    assert unclassified_name("PROPFIND") == unclassified_name("get") == OTHER_OPERATION
