@@ -332,6 +332,7 @@ class AccessLog:
                                                                rotated)
         self._dropped = dropped or (lambda reason, lines: None)
         self._queue: queue.Queue[str | None] = queue.Queue(maxsize=queue_lines)
+        self._in_hand = 0  # lines the writer thread is writing now
         self._thread = threading.Thread(target=self._run, name="sidecar-access-log",
                                         daemon=True)
         self._thread.start()
@@ -356,7 +357,9 @@ class AccessLog:
             done = None in lines
             batch = [line for line in lines if line is not None]
             if batch:
+                self._in_hand = len(batch)  # what a stop cut short would lose
                 self._emit(batch)
+                self._in_hand = 0
             if done:
                 return
 
@@ -386,8 +389,12 @@ class AccessLog:
             pass  # the writer takes nothing: it is stuck on the disk
         self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            # The writer thread owns the file while it runs: it is left as it is.
-            left = self._queue.qsize()
+            # The writer thread owns the file while it runs: it is left as it is,
+            # with the batch it holds and the lines still queued (not the end
+            # marker, if it went in).
+            with self._queue.mutex:
+                queued = sum(1 for line in self._queue.queue if line is not None)
+            left = self._in_hand + queued
             self._dropped("disk", left)  # the disk held them past the stop
             LOG.warning("access log: the disk did not take the last lines within "
                         "%.0f s; %d queued lines dropped", wait_s, left)
