@@ -3,7 +3,7 @@ and the slots the policy may not take as victims. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from sidecar.cache.ident import BlockIdent
@@ -43,17 +43,27 @@ class Catalogue:
 
 class Held:
     """Slots the policy may not take as victims: pinned by the reads reading them
-    now (the engine's _attach), and warmed blocks protected until read, within
-    a share of the slots (the store's Residency.protect; the TTL is not in the
-    log)."""
+    now (the engine's _attach), warmed blocks protected until read, within a
+    share of the slots (the store's Residency.protect; the TTL is not in the
+    log), and read-ahead held for its reader until a given time (`clock`: the
+    replay's)."""
 
-    def __init__(self, max_protected: int) -> None:
+    def __init__(self, max_protected: int, clock: Callable[[], float] = lambda: 0.0) -> None:
         self._pins: dict[int, int] = {}  # slot -> reads reading it now
         self._protected: set[int] = set()
         self._max_protected = max_protected
+        self._awaited: dict[int, float] = {}  # slot -> until when
+        self._clock = clock
 
     def __call__(self, slot: int) -> bool:
-        return slot in self._pins or slot in self._protected
+        if slot in self._pins or slot in self._protected:
+            return True
+        until = self._awaited.get(slot)
+        return until is not None and until > self._clock()
+
+    def await_reader(self, slot: int, until: float) -> None:
+        """Read-ahead landed before its reader came: no victim until `until`."""
+        self._awaited[slot] = until
 
     def pin(self, slot: int) -> None:
         self._pins[slot] = self._pins.get(slot, 0) + 1
@@ -69,5 +79,6 @@ class Held:
             self._protected.add(slot)
 
     def release(self, slot: int) -> None:
-        """Read, or gone: no longer protected."""
+        """Read, or gone: no longer protected, nor awaited."""
         self._protected.discard(slot)
+        self._awaited.pop(slot, None)

@@ -27,7 +27,9 @@ What the engine adds around them is modelled here as it does it:
   log's FETCH lines started about then took: spark_warmup.capacity.landing)
   and counts against the planner's bounds until then; one that finds no
   victim in probation while writes are on their way waits for its slot, on
-  its way meanwhile (BlockStore.begin_write);
+  its way meanwhile (BlockStore.begin_write); one that lands before its
+  reader comes is no victim for a fetch's time after (the sidecar's readers,
+  paced by the read-ahead they wait for, have joined it by then);
 - a warm-up's fetch lands when the logged one ended and is protected until
   read, within the store's protected share.
 
@@ -197,7 +199,7 @@ class Replay:
         self.fetch_times = fetch_s if isinstance(fetch_s, FetchTimes) else FetchTimes(fetch_s)
         self._due: list[tuple[float, int, BlockIdent]] = []
         self._issued = 0
-        self._pinned = Held(int(self.slots * settings.protected_share))
+        self._pinned = Held(int(self.slots * settings.protected_share), lambda: self.now)
         self._warming: set[BlockIdent] = set()  # warm fetches on their way
         self.origin_warm = 0
 
@@ -522,6 +524,14 @@ class Replay:
             self._evicted(victim)  # not with a slot per block: kept correct regardless
         if not read:
             self.unread.add(ident)
+            if ident in self._reading_ahead:
+                # The sidecar's readers are paced by the read-ahead they wait
+                # for, so it lands as its reader comes for it, or after: the
+                # reader has joined it and pins it. The log's readers keep the
+                # log's pace whatever the replay's read-ahead does; one that
+                # lands before its reader is held for it for a fetch's time,
+                # not taken at once by the next write that wants a victim.
+                self._pinned.await_reader(slot, self.now + self.fetch_times.at(self.now))
         if ident in self._warming:
             self._warming.discard(ident)
             if not read:

@@ -462,6 +462,30 @@ def test_a_reader_that_joined_read_ahead_on_its_way_pins_it_once_it_lands() -> N
     assert simulation.hit_bytes - hits == BLOCK
 
 
+def test_read_ahead_that_lands_before_its_reader_is_held_for_it_a_fetch_s_time() -> None:
+    """The sidecar's readers, paced by the read-ahead they wait for, have joined
+    it by the time it lands; the log's readers keep the log's pace. A block
+    that lands unread is no victim for a fetch's time, and its reader's read
+    lets go of it."""
+    reads = reads_of([(0.0, 0)], size=8 * MiB)
+    simulation = Replay(SETTINGS, 64 * (BLOCK + 4096), keys=[
+        (r.bucket, r.key, r.etag, r.object_size) for r in reads], fetch_s=1.0)
+    for read in reads[:3]:  # a stream by then: read-ahead goes out
+        simulation.read(read)
+    first, second = sorted(simulation._reading_ahead, key=lambda ident: ident.block)[:2]
+    due = {ident: when for when, _, ident in simulation._due}
+    landed = max(due[first], due[second])
+    simulation.advance(landed)
+    held = [simulation._slot_of[first], simulation._slot_of[second]]
+    assert all(simulation._pinned(slot) for slot in held)
+    simulation.read(Read(landed + 0.5, "tiered", KEY, '"e"', 8 * MiB, first.block * BLOCK,
+                         BLOCK, True))
+    assert not simulation._pinned(held[0])  # read: no longer waiting for its reader
+    assert simulation._pinned(held[1])
+    simulation.advance(due[second] + 1.0 + 1e-6)  # a fetch's time since it landed
+    assert not simulation._pinned(held[1])
+
+
 def test_a_report_spark_could_not_write_is_said_in_one_short_line(tmp_path: Path) -> None:
     from spark_warmup.capacity.job import _why, spark_reason
 
