@@ -119,6 +119,59 @@ def test_bad_lines_are_malformed_with_the_field_named(line: str, reason: str) ->
     assert isinstance(parsed, Malformed) and parsed.reason.startswith(reason), parsed
 
 
+def _fetch_line() -> str:
+    info = ObjectInfo("tiered", KEY, 8 * MiB, '"e"', datetime(2026, 9, 1, tzinfo=UTC))
+    return format_entry(fetch_entry(
+        now=1_790_000_001.0, node=NodeFacts("b1", BLOCK, 64 * MiB),
+        done=FetchDone(PREFETCH, info, 5, 6, 2 * MiB, 0.02, ok=True)))
+
+
+@pytest.mark.parametrize(("field", "value", "reason"), [
+    ("object_size", 10 ** 30, "field 'object_size' is larger than 9007199254740991"),
+    ("bytes", 2 ** 63, "field 'bytes' is larger than 9007199254740991"),
+    ("first_byte", -1, "field 'first_byte' is negative"),
+    ("object_size", -8, "field 'object_size' is negative"),
+    ("block_size", 2 ** 64, "field 'block_size' is larger than 9007199254740991"),
+    ("cache_bytes", 10 ** 20, "field 'cache_bytes' is larger than 9007199254740991"),
+    ("origin_bytes", 10 ** 20, "field 'origin_bytes' is larger than 9007199254740991"),
+    ("blocks", {"first": -2, "found": "c"}, "field 'blocks.first' is negative"),
+    ("duration_s", -0.5, "field 'duration_s' is negative"),
+    ("duration_s", float("nan"), "field 'duration_s' is not a finite number"),
+    ("duration_s", float("inf"), "field 'duration_s' is not a finite number"),
+    ("duration_s", 10 ** 400, "field 'duration_s' is not a finite number"),
+], ids=lambda value: repr(value)[:24])
+def test_numbers_a_sidecar_never_writes_are_malformed_not_a_crash(
+        field: str, value: object, reason: str, tmp_path: Path) -> None:
+    """Out of a 64-bit long (Spark's column type), negative or not finite: the
+    line is counted with the field named, and never reaches Spark's rows."""
+    from pyspark.sql.types import _make_type_verifier
+
+    from spark_warmup.capacity.job import LINE_SCHEMA, line_rows
+
+    read = json.loads(logged())
+    read[field] = value
+    # NaN and Infinity as Python's JSON writes them (and reads them back).
+    assert parse_line(json.dumps(read)) == Malformed(reason)
+    if field not in ("first_byte", "cache_bytes"):  # not read from a FETCH line
+        fetch = json.loads(_fetch_line())
+        fetch[field] = value
+        assert parse_line(json.dumps(fetch)) == Malformed(reason)
+    log = tmp_path / "access.log"
+    log.write_text("\n".join([json.dumps(read), logged(), _fetch_line()]) + "\n")
+    rows = list(line_rows(Split(str(log)), ""))
+    assert [row[0] for row in rows] == ["malformed", "read", "fetch"]
+    verify = _make_type_verifier(LINE_SCHEMA)
+    for row in rows:
+        verify(row)  # raises for a value Spark's createDataFrame would refuse
+
+
+def test_a_fetch_starting_past_the_largest_count_is_malformed() -> None:
+    fetch = json.loads(_fetch_line())
+    fetch["blocks"]["first"] = 2 ** 52
+    assert parse_line(json.dumps(fetch)) == \
+        Malformed("field 'blocks.first' starts past byte 9007199254740991")
+
+
 def test_lines_without_object_bytes_are_counted_not_replayed() -> None:
     head = logged(method="HEAD", body_bytes=0)
     assert parse_line(head) == Other("b1")
