@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import aiohttp
 from aiobotocore.session import get_session
-from aiohttp import web
+from aiohttp import HttpVersion11, hdrs, web
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from multidict import CIMultiDict
@@ -99,6 +99,38 @@ class _BodyFailure:
     """Why reading the client's body failed, if it did (seen after the upload)."""
 
     error: BadPayload | SignatureRejected | None = None
+
+
+# Whether the 100 (Continue) a client asked for went out ("sent"), or an answer
+# came first and none will ("withheld").
+_CONTINUE: web.RequestKey[str] = web.RequestKey("sidecar_continue", str)
+
+
+def _expects_continue(request: web.Request) -> bool:
+    return request.version == HttpVersion11 and \
+        request.headers.get(hdrs.EXPECT, "").lower() == "100-continue"
+
+
+async def send_continue(request: web.Request) -> None:
+    """The 100 (Continue) a client that sent `Expect: 100-continue` waits for
+    before its body (RFC 9110 section 10.1.1), now that the body is wanted: the
+    request was checked, let through and its origin request begun (the data
+    port's expect handler sends none earlier)."""
+    if _expects_continue(request) and _CONTINUE not in request:
+        request[_CONTINUE] = "sent"
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # not part of the answer's own bytes
+
+
+def withhold_continue(request: web.Request, response: web.StreamResponse) -> None:
+    """Before an answer's headers go out: a client still waiting for its 100
+    gets none, and the connection closes after the answer (RFC 9110 section
+    10.1.1): the client may send the body anyway or not at all, so the next
+    bytes on it could be either."""
+    if _expects_continue(request) and _CONTINUE not in request:
+        request[_CONTINUE] = "withheld"
+        if request.body_exists and not response.prepared:
+            response.force_close()
 
 
 class PassThrough:
@@ -254,6 +286,7 @@ class PassThrough:
             status=upstream.status, reason=upstream.reason,
             headers=CIMultiDict(response_headers(upstream.headers.items())),
         )
+        withhold_continue(request, response)  # an origin's answer before the body
         await response.prepare(request)
         if request.method == "HEAD":
             return response
@@ -296,6 +329,7 @@ class PassThrough:
         self, request: web.Request, payload: Payload, chain: SignatureChain | None
     ) -> AsyncIterator[bytes]:
         """The body as it goes to the origin, piece by piece as the client sends it."""
+        await send_continue(request)
         if payload.mode is PayloadMode.AS_IS:
             while chunk := await self._read(request):
                 yield chunk
