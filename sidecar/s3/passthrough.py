@@ -16,8 +16,9 @@ request; decoded bytes past the signed x-amz-decoded-content-length are refused
 as they arrive, and the last declared byte is held back until the whole chain
 holds, so the origin never stores a body that is over-long or whose chain
 fails. Writes and deletes invalidate the cached blocks and the remembered HEAD
-of their keys once the origin accepted them, so an object written through the
-sidecar reads back through it at once.
+of their keys once the origin accepted them, or may have (a 5xx, a request sent
+and never answered), so an object written through the sidecar reads back
+through it at once.
 """
 
 from __future__ import annotations
@@ -249,15 +250,21 @@ class PassThrough:
                     total=self._limits.timeout_s, sock_connect=self._config.connect_timeout_s,
                     sock_read=self._config.read_timeout_s),
             ) as upstream:
-                if 200 <= upstream.status < 300:
-                    for each in keys:
-                        self._invalidate(bucket, each)
+                if 200 <= upstream.status < 300 or upstream.status >= 500:
+                    # Applied, or perhaps (an error after the write, an answer
+                    # a gateway lost): the cache must not outlive it either way.
+                    self._forget(bucket, keys)
                 return await self._relay(request, upstream)
         except (BadPayload, SignatureRejected):
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if failure.error is not None:
                 raise failure.error from exc
+            if not isinstance(exc, (aiohttp.ClientConnectorError,
+                                    aiohttp.ConnectionTimeoutError)):
+                # Sent, the whole body perhaps, and no answer: the origin may
+                # have applied it. (No connection at all: it did not.)
+                self._forget(bucket, keys)
             if isinstance(exc, TimeoutError) and \
                     asyncio.get_running_loop().time() - started >= self._limits.timeout_s:
                 raise BadPayload(
@@ -266,6 +273,12 @@ class PassThrough:
             raise OriginUnavailable(
                 f"{operation.name} {bucket}/{key}: origin unreachable: {exc!r}"
             ) from exc
+
+    def _forget(self, bucket: str, keys: list[str]) -> None:
+        """Invalidate what the cache holds of `keys`, once per request."""
+        for each in keys:
+            self._invalidate(bucket, each)
+        keys.clear()
 
     async def _signed(
         self, method: str, url: str, headers: list[tuple[str, str]], payload: Payload

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from botocore.exceptions import ClientError
 from prometheus_client import CollectorRegistry
 
 from sidecar.config import load_config
@@ -28,6 +29,7 @@ from sidecar.telemetry.metrics import Metrics
 from tests.support.clock import FakeClock
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -324,6 +326,34 @@ def test_etag_flip_mid_stream_aborts_the_response(
         "outcome": f"connection aborted after {len(answer.body)} bytes, all of the old version",
         "seconds": round(answer.seconds, 3), "bytes_checked": checked + len(answer.body),
     }
+
+
+@pytest.mark.parametrize("fault", [Fault("status", 500, "InternalError"),
+                                   Fault("reset_before_body")], ids=lambda f: f.kind)
+def test_a_write_the_origin_may_have_stored_leaves_nothing_stale(
+    faulty: SidecarProcess, fault_proxy: FaultProxy, origin_s3: Any, bucket: str,
+    fault: Fault,
+) -> None:
+    """The origin stores a PUT and then fails to say so (a 500, a connection
+    cut before its answer): the client cannot know whether the write happened,
+    and the sidecar must not go on serving the old version from its cache."""
+    key = f"seg/written-{fault.kind}.log"
+    old, _ = put(origin_s3, bucket, key, seed=7)
+    assert fetch(faulty.data_url, bucket, key).body == old
+    assert fetch(faulty.data_url, bucket, key).headers["x-sidecar-cache"] == "hit"
+    new = random.Random(8).randbytes(SIZE)
+    # Every attempt (the client's own retry too) stores, then fails.
+    fault_proxy.add(fault, "PUT", key, None,
+                    before=lambda: origin_s3.put_object(Bucket=bucket, Key=key, Body=new))
+    try:
+        with pytest.raises(ClientError):
+            s3_client(faulty.data_url).put_object(Bucket=bucket, Key=key, Body=new)
+    finally:
+        fault_proxy.clear()
+    assert fault_proxy.requests("PUT", key)
+    answer = fetch(faulty.data_url, bucket, key)
+    assert (answer.status, answer.aborted) == (200, False)
+    assert answer.body == new, "the old version was served after a write that went through"
 
 
 @pytest.mark.parametrize("down", ["503", "reset"])
