@@ -71,12 +71,23 @@ def matches_nothing(path: str) -> bool:
 
 
 def _files(path: str) -> list[str]:
+    """The files PATH names: itself, every file under a directory, and both for
+    what a glob matches (`/logs/broker-*` matching one directory per node)."""
     if os.path.isdir(path):
-        return [os.path.join(root, name) for root, _, names in os.walk(path)
-                for name in names if not name.startswith(".")]
+        return _under(path)
     if os.path.isfile(path):
         return [path]
-    return [match for match in glob.glob(path, recursive=True) if os.path.isfile(match)]
+    found: dict[str, None] = {}  # `**` matches a directory and the files under it
+    for match in glob.glob(path, recursive=True):
+        files = _under(match) if os.path.isdir(match) else [match] \
+            if os.path.isfile(match) else []
+        found.update(dict.fromkeys(os.path.normpath(file) for file in files))
+    return list(found)
+
+
+def _under(directory: str) -> list[str]:
+    return [os.path.join(root, name) for root, _, names in os.walk(directory)
+            for name in names if not name.startswith(".")]
 
 
 def _objects(url: str, s3: Any | None) -> list[Split] | Unreadable:

@@ -200,6 +200,25 @@ def test_a_local_path_that_matches_nothing_is_known_before_reading(tmp_path: Pat
     assert not matches_nothing("s3://bucket/nothing-here/")
 
 
+def test_a_glob_that_matches_directories_reads_every_file_under_them_once(
+        tmp_path: Path) -> None:
+    # One directory per node, as a fleet's logs are gathered: `logs/broker-*`.
+    for node in ("broker-1", "broker-2"):
+        (tmp_path / node / "old").mkdir(parents=True)
+        (tmp_path / node / "access.log").write_text(f'{{"node": "{node}"}}\n')
+        (tmp_path / node / "old" / "access.log.1").write_text(f'{{"node": "{node}"}}\n')
+    (tmp_path / "notes.txt").write_text("not a node's\n")
+    assert not matches_nothing(str(tmp_path / "broker-*"))
+    splits, missing = expand([str(tmp_path / "broker-*")])
+    assert missing == []
+    assert sorted(Path(split.path).relative_to(tmp_path).as_posix() for split in splits) == [
+        "broker-1/access.log", "broker-1/old/access.log.1",
+        "broker-2/access.log", "broker-2/old/access.log.1"]
+    # `**` matches the directories and the files in them: each file once.
+    splits, _ = expand([str(tmp_path / "broker-1" / "**")])
+    assert sorted(Path(split.path).name for split in splits) == ["access.log", "access.log.1"]
+
+
 def test_an_unreadable_split_says_so_instead_of_failing(tmp_path: Path) -> None:
     (gone,) = read_split(Split(str(tmp_path / "gone.log"), 0, 10))
     assert isinstance(gone, Unreadable) and "gone.log" in gone.source
