@@ -42,18 +42,28 @@ def expand(paths: Sequence[str], s3: Any | None = None,
     """The splits of every PATH, and the PATHs that name nothing readable."""
     splits: list[Split] = []
     missing: list[Unreadable] = []
+    # A file or object named by two PATHs (a directory and a glob inside it, a
+    # prefix and a longer one) is read once: read twice, every figure of its
+    # node would count twice.
+    seen: set[str] = set()
     for path in paths:
         if path.startswith("s3://"):
             found = _objects(path, s3)
             if isinstance(found, Unreadable):
                 missing.append(found)
-            else:
-                splits.extend(found)
+                continue
+            for split in found:
+                if split.name not in seen:
+                    seen.add(split.name)
+                    splits.append(split)
             continue
         files = sorted(_files(path))
         if not files:
             missing.append(Unreadable(path, "no such file, directory or match"))
         for file in files:
+            if os.path.realpath(file) in seen:
+                continue
+            seen.add(os.path.realpath(file))
             try:
                 size = os.path.getsize(file)
             except OSError as exc:

@@ -219,6 +219,37 @@ def test_a_glob_that_matches_directories_reads_every_file_under_them_once(
     assert sorted(Path(split.path).name for split in splits) == ["access.log", "access.log.1"]
 
 
+class _Listing:
+    """list_objects_v2 as boto3's paginator pages it, over a fixed set of keys."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+
+    def get_paginator(self, operation: str) -> _Listing:
+        assert operation == "list_objects_v2"
+        return self
+
+    def paginate(self, Bucket: str, Prefix: str) -> list[dict[str, object]]:
+        return [{"Contents": [{"Key": k} for k in self.keys if k.startswith(Prefix)]}]
+
+
+def test_a_log_named_by_two_paths_is_read_once(tmp_path: Path) -> None:
+    (tmp_path / "b1").mkdir()
+    (tmp_path / "b1" / "access.log").write_text("{}\n")
+    (tmp_path / "b2.log").write_text("{}\n")
+    (tmp_path / "again.log").symlink_to(tmp_path / "b2.log")
+    splits, _ = expand([str(tmp_path), str(tmp_path / "b1" / "access.log"),
+                        str(tmp_path / "*.log")])
+    assert sorted(Path(split.path).resolve().name for split in splits) == \
+        ["access.log", "b2.log"]
+    # A prefix and a longer one: each object once.
+    listing = _Listing(["logs/b1/1.jsonl", "logs/b1/2.jsonl", "logs/b2/1.jsonl"])
+    splits, _ = expand(["s3://tiered/logs/", "s3://tiered/logs/b1/"], s3=listing)
+    assert [split.name for split in splits] == [
+        "s3://tiered/logs/b1/1.jsonl", "s3://tiered/logs/b1/2.jsonl",
+        "s3://tiered/logs/b2/1.jsonl"]
+
+
 def test_an_unreadable_split_says_so_instead_of_failing(tmp_path: Path) -> None:
     (gone,) = read_split(Split(str(tmp_path / "gone.log"), 0, 10))
     assert isinstance(gone, Unreadable) and "gone.log" in gone.source
