@@ -110,6 +110,9 @@ def line_rows(split: Split, layout_prefix: str) -> Iterator[tuple[Any, ...]]:
         if isinstance(line, Unreadable):
             yield ("unreadable", f"{line.source}: {line.reason}", *_EMPTY)
             continue
+        if isinstance(line, Malformed):  # too long to be read as a line
+            yield ("malformed", line.reason, *_EMPTY)
+            continue
         if not line.strip():
             continue
         parsed = parse_line(line, layout_prefix)

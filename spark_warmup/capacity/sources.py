@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
+
+from spark_warmup.capacity.trace import Malformed
 
 SPLIT_BYTES = 64 * 1024 * 1024  # a task's share of a large log file
+# A line the sidecar writes is a few hundred bytes (a key is at most 1 KiB): a
+# longer one is no log line (a file of NULs after a crash, a core dump in the
+# log directory), and is counted without being held whole, however long.
+MAX_LINE_BYTES = 1024 * 1024
+LONG_LINE = Malformed(f"line longer than {MAX_LINE_BYTES} bytes")
+_READ_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -124,25 +132,64 @@ def s3_client() -> Any:
     return boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
 
 
-def read_split(split: Split) -> Iterator[str | Unreadable]:
-    """The lines of one split (a line belongs to the split it starts in)."""
+def read_split(split: Split) -> Iterator[str | Unreadable | Malformed]:
+    """The lines of one split (a line belongs to the split it starts in); a line
+    longer than MAX_LINE_BYTES is LONG_LINE, never held whole."""
     try:
         if split.bucket is not None:
             body = s3_client().get_object(Bucket=split.bucket, Key=split.path)["Body"]
-            for raw in body.iter_lines():
-                yield raw.decode("utf-8", "replace")
+            for raw in split_lines(body.iter_chunks(_READ_BYTES)):
+                yield raw if isinstance(raw, Malformed) else raw.decode("utf-8", "replace")
             return
         with open(split.path, "rb") as file:
             position = split.start
             if split.start:
                 file.seek(split.start - 1)
-                skipped = file.readline()  # the end of a line the previous split reads
-                position = split.start - 1 + len(skipped)
+                # The end of a line the previous split reads.
+                position = split.start - 1 + _read_line(file)[1]
             while split.end < 0 or position < split.end:
-                raw = file.readline()
-                if not raw:
+                line, length = _read_line(file)
+                if not length:
                     break
-                position += len(raw)
-                yield raw.decode("utf-8", "replace")
+                position += length
+                yield line if isinstance(line, Malformed) else line.decode("utf-8", "replace")
     except Exception as exc:
         yield Unreadable(split.name, str(exc))
+
+
+def _read_line(file: BinaryIO) -> tuple[bytes | Malformed, int]:
+    """The next line of `file` and the bytes it took (0: the end): past
+    MAX_LINE_BYTES, LONG_LINE, the rest of it skipped a piece at a time."""
+    raw = file.readline(MAX_LINE_BYTES + 1)
+    if len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n"):
+        return raw, len(raw)
+    length = len(raw)
+    while raw and not raw.endswith(b"\n"):
+        raw = file.readline(_READ_BYTES)
+        length += len(raw)
+    return LONG_LINE, length
+
+
+def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes | Malformed]:
+    """The lines of a stream read in `chunks` (each with its newline, the last
+    perhaps without); past MAX_LINE_BYTES, LONG_LINE."""
+    pending = bytearray()
+    too_long = False
+    for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if too_long or len(pending) + end + 1 - start > MAX_LINE_BYTES + 1:
+                yield LONG_LINE
+            else:
+                yield bytes(pending) + chunk[start:end + 1]
+            pending.clear()
+            too_long, start = False, end + 1
+        if not too_long:
+            pending += chunk[start:]
+            if len(pending) > MAX_LINE_BYTES:
+                too_long = True
+                pending.clear()
+    if too_long:
+        yield LONG_LINE
+    elif pending:
+        yield bytes(pending)

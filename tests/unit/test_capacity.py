@@ -37,11 +37,14 @@ from spark_warmup.capacity.report import render_html, size_ticks, time_ticks, un
 from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
 from spark_warmup.capacity.simulate import Read, Replay, Settings, replay
 from spark_warmup.capacity.sources import (
+    LONG_LINE,
+    MAX_LINE_BYTES,
     Split,
     Unreadable,
     expand,
     matches_nothing,
     read_split,
+    split_lines,
 )
 from spark_warmup.capacity.trace import Fetch, Malformed, Other, Request, parse_line
 
@@ -248,6 +251,35 @@ def test_a_log_named_by_two_paths_is_read_once(tmp_path: Path) -> None:
     assert [split.name for split in splits] == [
         "s3://tiered/logs/b1/1.jsonl", "s3://tiered/logs/b1/2.jsonl",
         "s3://tiered/logs/b2/1.jsonl"]
+
+
+def test_a_line_too_long_to_be_a_log_line_is_counted_never_held_whole(
+        tmp_path: Path) -> None:
+    import tracemalloc
+
+    # A run of NULs where a crash cut the log, between two good lines.
+    log = tmp_path / "access.log"
+    with log.open("wb") as file:
+        file.write(b'{"n": 1}\n' + b"\0" * (24 * MiB) + b'\n{"n": 2}\n' + b"\0" * (3 * MiB))
+    splits, _ = expand([str(log)], split_bytes=5 * MiB)
+    tracemalloc.start()
+    try:
+        lines = [line for split in splits for line in read_split(split)]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert lines == ['{"n": 1}\n', LONG_LINE, '{"n": 2}\n', LONG_LINE]
+    assert LONG_LINE.reason == "line longer than 1048576 bytes"
+    assert peak < 4 * MiB, peak  # one line's worth, not the run of NULs
+    # Read from a stream in pieces (an object), the lines are the same.
+    data = log.read_bytes()
+    pieces = [data[at:at + 65536] for at in range(0, len(data), 65536)]
+    assert [line if isinstance(line, Malformed) else line.decode()
+            for line in split_lines(pieces)] == lines
+    # A line of exactly the limit is a line, one byte more is not.
+    exact = b"x" * MAX_LINE_BYTES
+    assert list(split_lines([exact[:7], exact[7:] + b"\n", exact + b"y"])) == \
+        [exact + b"\n", LONG_LINE]
 
 
 def test_an_unreadable_split_says_so_instead_of_failing(tmp_path: Path) -> None:
