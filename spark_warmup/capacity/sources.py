@@ -9,6 +9,7 @@ cluster shares, objects with boto3). A split that cannot be read yields one
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,12 @@ SPLIT_BYTES = 64 * 1024 * 1024  # a task's share of a large log file
 MAX_LINE_BYTES = 1024 * 1024
 LONG_LINE = Malformed(f"line longer than {MAX_LINE_BYTES} bytes")
 _READ_BYTES = 64 * 1024
+# A gzip member's first bytes (RFC 1952 section 2.3.1): logrotate's `compress`
+# leaves such files next to the live log. Only plain JSON lines are read; a
+# compressed file is named as unreadable rather than counted as thousands of
+# lines that are not JSON.
+GZIP_MAGIC = b"\x1f\x8b"
+COMPRESSED = "gzip-compressed: only plain JSON lines are read (gunzip it first)"
 
 
 @dataclass(frozen=True)
@@ -138,10 +145,14 @@ def read_split(split: Split) -> Iterator[str | Unreadable | Malformed]:
     try:
         if split.bucket is not None:
             body = s3_client().get_object(Bucket=split.bucket, Key=split.path)["Body"]
-            for raw in split_lines(body.iter_chunks(_READ_BYTES)):
-                yield raw if isinstance(raw, Malformed) else raw.decode("utf-8", "replace")
+            yield from object_lines(split.name, body.iter_chunks(_READ_BYTES))
             return
         with open(split.path, "rb") as file:
+            if file.read(len(GZIP_MAGIC)) == GZIP_MAGIC:
+                if not split.start:  # said once, by the file's first split
+                    yield Unreadable(split.name, COMPRESSED)
+                return
+            file.seek(0)
             position = split.start
             if split.start:
                 file.seek(split.start - 1)
@@ -155,6 +166,17 @@ def read_split(split: Split) -> Iterator[str | Unreadable | Malformed]:
                 yield line if isinstance(line, Malformed) else line.decode("utf-8", "replace")
     except Exception as exc:
         yield Unreadable(split.name, str(exc))
+
+
+def object_lines(name: str, chunks: Iterable[bytes]) -> Iterator[str | Unreadable | Malformed]:
+    """The lines of an object read in `chunks` (read_split's, for one named `name`)."""
+    pieces = iter(chunks)
+    first = next(pieces, b"")
+    if first.startswith(GZIP_MAGIC):
+        yield Unreadable(name, COMPRESSED)
+        return
+    for raw in split_lines(itertools.chain([first], pieces)):
+        yield raw if isinstance(raw, Malformed) else raw.decode("utf-8", "replace")
 
 
 def _read_line(file: BinaryIO) -> tuple[bytes | Malformed, int]:

@@ -37,12 +37,14 @@ from spark_warmup.capacity.report import render_html, size_ticks, time_ticks, un
 from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
 from spark_warmup.capacity.simulate import Read, Replay, Settings, replay
 from spark_warmup.capacity.sources import (
+    COMPRESSED,
     LONG_LINE,
     MAX_LINE_BYTES,
     Split,
     Unreadable,
     expand,
     matches_nothing,
+    object_lines,
     read_split,
     split_lines,
 )
@@ -280,6 +282,26 @@ def test_a_line_too_long_to_be_a_log_line_is_counted_never_held_whole(
     exact = b"x" * MAX_LINE_BYTES
     assert list(split_lines([exact[:7], exact[7:] + b"\n", exact + b"y"])) == \
         [exact + b"\n", LONG_LINE]
+
+
+def test_a_gzip_compressed_log_is_named_unreadable_once(tmp_path: Path) -> None:
+    import gzip
+
+    lines = "".join(f'{{"n": {n}}}\n' for n in range(20000)).encode()
+    (tmp_path / "access.log.2.gz").write_bytes(gzip.compress(lines))
+    (tmp_path / "access.log").write_bytes(lines[:100])
+    splits, _ = expand([str(tmp_path)], split_bytes=4096)
+    read = [line for split in splits for line in read_split(split)]
+    unreadable = [line for line in read if isinstance(line, Unreadable)]
+    assert unreadable == [Unreadable(str(tmp_path / "access.log.2.gz"), COMPRESSED)]
+    assert [line for line in read if not isinstance(line, Unreadable)] == \
+        lines[:100].decode().splitlines(keepends=True)
+    # An object: the same, from its first piece.
+    compressed = gzip.compress(lines)
+    assert list(object_lines("s3://logs/b1.gz", [compressed[:10], compressed[10:]])) == \
+        [Unreadable("s3://logs/b1.gz", COMPRESSED)]
+    assert list(object_lines("s3://logs/b1", [b'{"n": 1}\n{"n"', b': 2}\n'])) == \
+        ['{"n": 1}\n', '{"n": 2}\n']
 
 
 def test_an_unreadable_split_says_so_instead_of_failing(tmp_path: Path) -> None:
