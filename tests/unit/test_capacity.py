@@ -304,6 +304,21 @@ def test_a_gzip_compressed_log_is_named_unreadable_once(tmp_path: Path) -> None:
         ['{"n": 1}\n', '{"n": 2}\n']
 
 
+def test_logs_with_no_read_say_what_they_hold_instead() -> None:
+    from spark_warmup.capacity.job import no_reads_message
+
+    assert no_reads_message({"unreadable": 1}, [
+        {"kind": "unreadable", "reason": f"/logs/a.gz: {COMPRESSED}", "lines": 1}]) == (
+        "no object read in the logs (0 other lines, 0 malformed, 1 unreadable); "
+        f"unreadable: /logs/a.gz: {COMPRESSED}")
+    assert no_reads_message({"malformed": 7, "other": 2}, [
+        {"kind": "malformed", "reason": "field 'time' is missing or not str", "lines": 7}]) == (
+        "no object read in the logs (2 other lines, 7 malformed, 0 unreadable); "
+        "malformed: field 'time' is missing or not str (7 lines)")
+    assert no_reads_message({}, []) == \
+        "no object read in the logs (0 other lines, 0 malformed, 0 unreadable)"
+
+
 def test_an_unreadable_split_says_so_instead_of_failing(tmp_path: Path) -> None:
     (gone,) = read_split(Split(str(tmp_path / "gone.log"), 0, 10))
     assert isinstance(gone, Unreadable) and "gone.log" in gone.source
