@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sidecar.layout import parse_aiven_key
 
@@ -183,7 +183,12 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 
 def parse_time(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    """A line's `time`, UTC as the access log's contract says; one without an
+    offset too (not the local time of whichever executor reads it)."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
 
 
 def parse_line(line: str, layout_prefix: str = "") -> Parsed:

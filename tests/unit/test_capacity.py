@@ -177,6 +177,23 @@ def test_a_fetch_starting_past_the_largest_count_is_malformed() -> None:
         Malformed("field 'blocks.first' starts past byte 9007199254740991")
 
 
+def test_a_time_without_an_offset_is_utc_wherever_it_is_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from spark_warmup.capacity.trace import parse_time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # an executor's local time, 9 hours off
+    time.tzset()
+    try:
+        assert parse_time("2026-11-01T06:00:00.5") == parse_time("2026-11-01T06:00:00.5Z") \
+            == datetime(2026, 11, 1, 6, 0, 0, 500000, tzinfo=UTC).timestamp()
+        assert parse_time("2026-11-01T15:00:00+09:00") == parse_time("2026-11-01T06:00:00Z")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_lines_without_object_bytes_are_counted_not_replayed() -> None:
     head = logged(method="HEAD", body_bytes=0)
     assert parse_line(head) == Other("b1")
