@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
 from sidecar.layout import parse_aiven_key
 
 # The letters of the log's blocks.found (sidecar/tally.py).
@@ -211,8 +212,12 @@ def parse_line(line: str, layout_prefix: str = "") -> Parsed:
             return Other(node)
         key = str(_field(doc, "key", str))
         block_size = _count(doc, "block_size")
-        if block_size <= 0:
-            raise ValueError("field 'block_size' is not positive")
+        # The replay cuts the node's reads into blocks of this size: one the
+        # sidecar cannot have had would cut them all wrong.
+        if not MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE or block_size % 4096:
+            raise ValueError(f"field 'block_size' is {block_size}, no block size the sidecar "
+                             f"takes (a multiple of 4 KiB from {MIN_BLOCK_SIZE} to "
+                             f"{MAX_BLOCK_SIZE})")
         blocks = doc.get("blocks")
         first_block: int | None = None
         found = ""
@@ -225,11 +230,16 @@ def parse_line(line: str, layout_prefix: str = "") -> Parsed:
                 raise ValueError("field 'blocks.found' has letters other than c, j, f")
         segment = parse_aiven_key(key, layout_prefix)
         range_header = doc.get("range")
+        object_size, first_byte = _count(doc, "object_size"), _count(doc, "first_byte")
+        if first_byte + delivered > object_size:
+            # Delivered bytes lie in the object; the replay walks each of their
+            # blocks, and a read far past the end would keep it walking.
+            raise ValueError("field 'bytes' runs past the object's end (first_byte + bytes > "
+                             "object_size)")
         return Request(
             node=node, time_s=time_s, bucket=str(_field(doc, "bucket", str)), key=key,
             etag=str(_field(doc, "etag", str)),
-            object_size=_count(doc, "object_size"), first_byte=_count(doc, "first_byte"),
-            bytes=delivered,
+            object_size=object_size, first_byte=first_byte, bytes=delivered,
             lazy=status == 200 or (isinstance(range_header, str)
                                    and range_header.rstrip().endswith("-")),
             block_size=block_size, first_block=first_block, found=found,

@@ -170,6 +170,25 @@ def test_numbers_a_sidecar_never_writes_are_malformed_not_a_crash(
         verify(row)  # raises for a value Spark's createDataFrame would refuse
 
 
+@pytest.mark.parametrize(("changes", "reason"), [
+    ({"block_size": 4096}, "field 'block_size' is 4096, no block size the sidecar takes"),
+    ({"block_size": 512 * MiB}, "field 'block_size' is 536870912, no block size"),
+    ({"block_size": MiB + 1}, "field 'block_size' is 1048577, no block size"),
+    ({"bytes": 2 ** 50}, "field 'bytes' runs past the object's end"),
+    ({"first_byte": 8 * MiB}, "field 'bytes' runs past the object's end"),
+])
+def test_a_read_no_sidecar_could_have_served_is_malformed(
+        changes: dict[str, object], reason: str) -> None:
+    line = json.loads(logged())  # 2.5 MiB from 2.5 MiB of an 8 MiB object
+    line.update(changes)
+    parsed = parse_line(json.dumps(line))
+    assert isinstance(parsed, Malformed) and parsed.reason.startswith(reason), parsed
+    # The last byte of the object is a read like any other.
+    line = json.loads(logged())
+    line["first_byte"], line["bytes"] = 8 * MiB - 1, 1
+    assert isinstance(parse_line(json.dumps(line)), Request)
+
+
 def test_a_fetch_starting_past_the_largest_count_is_malformed() -> None:
     fetch = json.loads(_fetch_line())
     fetch["blocks"]["first"] = 2 ** 52
