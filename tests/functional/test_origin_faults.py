@@ -328,6 +328,24 @@ def test_etag_flip_mid_stream_aborts_the_response(
     }
 
 
+@pytest.mark.parametrize("kind", ["truncate", "reset_mid_body"])
+def test_a_pass_through_answer_the_origin_cuts_is_cut_for_the_client_too(
+    faulty: SidecarProcess, fault_proxy: FaultProxy, origin_s3: Any, bucket: str, kind: str,
+) -> None:
+    """A GET with partNumber is passed through, its answer streamed as it comes:
+    when the origin's body ends short of its Content-Length, the client's
+    connection is cut too, never ended as if the body were whole."""
+    key = f"seg/pass-{kind}.log"
+    data, _ = put(origin_s3, bucket, key, seed=9)
+    fault_proxy.add(Fault(kind, after_bytes=MID), "GET", key, 1)
+    try:
+        answer = fetch(faulty.data_url, bucket, f"{key}?partNumber=1")
+    finally:
+        fault_proxy.clear()
+    assert answer.status == 206 and answer.headers["content-length"] == str(SIZE)
+    assert answer.aborted and data.startswith(answer.body) and len(answer.body) < SIZE
+
+
 @pytest.mark.parametrize("fault", [Fault("status", 500, "InternalError"),
                                    Fault("reset_before_body")], ids=lambda f: f.kind)
 def test_a_write_the_origin_may_have_stored_leaves_nothing_stale(
