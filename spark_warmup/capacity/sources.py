@@ -111,8 +111,10 @@ def _files(path: str) -> list[str]:
 
 
 def _under(directory: str) -> list[str]:
-    return [os.path.join(root, name) for root, _, names in os.walk(directory)
-            for name in names if not name.startswith(".")]
+    """The regular files under `directory`: a named pipe among them (a log
+    piped to a collector) would block its reader for as long as no one writes."""
+    return [path for root, _, names in os.walk(directory) for name in names
+            if not name.startswith(".") and os.path.isfile(path := os.path.join(root, name))]
 
 
 def _objects(url: str, s3: Any | None) -> list[Split] | Unreadable:

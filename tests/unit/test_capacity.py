@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -353,6 +354,14 @@ def test_logs_with_no_read_say_what_they_hold_instead() -> None:
         "malformed: field 'time' is missing or not str (7 lines)")
     assert no_reads_message({}, []) == \
         "no object read in the logs (0 other lines, 0 malformed, 0 unreadable)"
+
+
+def test_a_named_pipe_in_a_log_directory_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / "access.log").write_text("{}\n")
+    os.mkfifo(tmp_path / "to-collector")  # opening it would wait for a writer
+    (tmp_path / "old").mkdir()
+    splits, missing = expand([str(tmp_path), str(tmp_path / "*")])
+    assert [Path(split.path).name for split in splits] == ["access.log"] and missing == []
 
 
 def test_an_unreadable_split_says_so_instead_of_failing(tmp_path: Path) -> None:
