@@ -18,7 +18,8 @@ holds, so the origin never stores a body that is over-long or whose chain
 fails. Writes and deletes invalidate the cached blocks and the remembered HEAD
 of their keys once the origin accepted them, or may have (a 5xx, a request sent
 and never answered), so an object written through the sidecar reads back
-through it at once.
+through it at once; a write of what every GET repeats as headers (tags,
+retention, legal hold, restore) drops the remembered HEAD alone.
 """
 
 from __future__ import annotations
@@ -146,9 +147,11 @@ class PassThrough:
         invalidate: Callable[[str, str], object],
         client_timeout_s: float = 30.0,
         limits: PassThroughLimits | None = None,
+        forget_head: Callable[[str, str], object] | None = None,
     ) -> None:
         self._config = config
-        self._invalidate = invalidate
+        self._invalidate = invalidate  # a key's blocks and remembered HEAD
+        self._forget_head = forget_head  # its remembered HEAD alone
         self._client_timeout = client_timeout_s
         self._limits = limits or PassThroughLimits()
         # The origin connections pass-through requests may hold, and how many
@@ -229,6 +232,7 @@ class PassThrough:
             request.method, url, outbound_headers(request.headers.items(), payload), payload
         )
         keys = [key] if operation.invalidates is Invalidates.KEY else []
+        heads = [key] if operation.invalidates is Invalidates.HEAD else []
         failure = _BodyFailure()
         body: bytes | AsyncIterator[bytes] | None
         if operation.invalidates is Invalidates.DELETED_KEYS:
@@ -253,7 +257,7 @@ class PassThrough:
                 if 200 <= upstream.status < 300 or upstream.status >= 500:
                     # Applied, or perhaps (an error after the write, an answer
                     # a gateway lost): the cache must not outlive it either way.
-                    self._forget(bucket, keys)
+                    self._forget(bucket, keys, heads)
                 return await self._relay(request, upstream)
         except (BadPayload, SignatureRejected):
             raise
@@ -264,7 +268,7 @@ class PassThrough:
                                     aiohttp.ConnectionTimeoutError)):
                 # Sent, the whole body perhaps, and no answer: the origin may
                 # have applied it. (No connection at all: it did not.)
-                self._forget(bucket, keys)
+                self._forget(bucket, keys, heads)
             if isinstance(exc, TimeoutError) and \
                     asyncio.get_running_loop().time() - started >= self._limits.timeout_s:
                 raise BadPayload(
@@ -274,11 +278,16 @@ class PassThrough:
                 f"{operation.name} {bucket}/{key}: origin unreachable: {exc!r}"
             ) from exc
 
-    def _forget(self, bucket: str, keys: list[str]) -> None:
-        """Invalidate what the cache holds of `keys`, once per request."""
+    def _forget(self, bucket: str, keys: list[str], heads: list[str]) -> None:
+        """Invalidate what the cache holds of `keys`, and the remembered HEAD of
+        `heads`, once per request."""
         for each in keys:
             self._invalidate(bucket, each)
+        for each in heads:
+            if self._forget_head is not None:
+                self._forget_head(bucket, each)
         keys.clear()
+        heads.clear()
 
     async def _signed(
         self, method: str, url: str, headers: list[tuple[str, str]], payload: Payload

@@ -113,6 +113,28 @@ def test_a_write_through_the_sidecar_reads_back_at_once(
     assert any(method == "PUT" for method, _, _ in verifying.verified)
 
 
+def test_tags_written_through_the_sidecar_show_in_its_next_answer(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str
+) -> None:
+    # Every GET and HEAD repeats the object's tag count; a tagging write leaves
+    # its bytes and ETag alone: the remembered HEAD goes, the blocks stay.
+    client = s3_client(sidecar.data_url)
+    data = random.Random(3).randbytes(2 * BLOCK)
+    origin_s3.put_object(Bucket=bucket, Key="tagged.log", Body=data)
+    blocks_before = cached_blocks(sidecar)
+    first = client.get_object(Bucket=bucket, Key="tagged.log")
+    assert first["Body"].read() == data and "TagCount" not in first
+    cached_blocks_reach(sidecar, blocks_before + 2)
+    client.put_object_tagging(Bucket=bucket, Key="tagged.log",
+                              Tagging={"TagSet": [{"Key": "tier", "Value": "cold"}]})
+    tagged = client.get_object(Bucket=bucket, Key="tagged.log")
+    assert tagged["Body"].read() == data and tagged.get("TagCount") == 1
+    assert tagged["ResponseMetadata"]["HTTPHeaders"]["x-sidecar-cache"] == "hit"
+    client.delete_object_tagging(Bucket=bucket, Key="tagged.log")
+    assert "TagCount" not in client.head_object(Bucket=bucket, Key="tagged.log")
+    assert cached_blocks(sidecar) == blocks_before + 2
+
+
 def test_bucket_and_sub_resource_operations_reach_the_origin(
     sidecar: SidecarProcess, origin_s3: Any, bucket: str
 ) -> None:
