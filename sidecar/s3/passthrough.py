@@ -103,6 +103,11 @@ class _BodyFailure:
     error: BadPayload | SignatureRejected | None = None
 
 
+class _ClientLeft(Exception):
+    """The client hung up before its answer's headers could go out (aiohttp
+    raises the same ClientConnectionResetError for it as for the origin)."""
+
+
 # Whether the 100 (Continue) a client asked for went out ("sent"), or an answer
 # came first and none will ("withheld").
 _CONTINUE: web.RequestKey[str] = web.RequestKey("sidecar_continue", str)
@@ -261,6 +266,10 @@ class PassThrough:
                 return await self._relay(request, upstream)
         except (BadPayload, SignatureRejected):
             raise
+        except _ClientLeft as left:
+            # The data port counts it as a client that left (499), not as an
+            # origin that failed (503).
+            raise ConnectionResetError("the client left before its answer") from left
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if failure.error is not None:
                 raise failure.error from exc
@@ -309,7 +318,10 @@ class PassThrough:
             headers=CIMultiDict(response_headers(upstream.headers.items())),
         )
         withhold_continue(request, response)  # an origin's answer before the body
-        await response.prepare(request)
+        try:
+            await response.prepare(request)
+        except ConnectionError as exc:
+            raise _ClientLeft() from exc
         if request.method == "HEAD":
             return response
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from sidecar.config import load_config
 from sidecar.errors import ObjectNotFound, OriginUnavailable
 from sidecar.origin.client import Origin
 from sidecar.telemetry.metrics import Metrics
+from tests.functional.test_passthrough import signed
 from tests.support.clock import FakeClock
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
@@ -326,6 +328,32 @@ def test_etag_flip_mid_stream_aborts_the_response(
         "outcome": f"connection aborted after {len(answer.body)} bytes, all of the old version",
         "seconds": round(answer.seconds, 3), "bytes_checked": checked + len(answer.body),
     }
+
+
+def test_a_client_that_leaves_while_its_write_is_at_the_origin_is_no_origin_failure(
+    faulty: SidecarProcess, fault_proxy: FaultProxy, bucket: str,
+) -> None:
+    """The origin answers a PUT after its client hung up: counted as a client
+    that left (499), not as a 503 (which says max_requests, max_buffered or
+    an origin that cannot be reached)."""
+    key = "seg/left.bin"
+    before = {code: faulty.metric("sidecar_requests_total", op="PutObject", code=code)
+              for code in ("499", "503")}
+    fault_proxy.add(Fault("latency", seconds=1.0), "PUT", key, 1)
+    headers = signed(faulty.data_url, "PUT", f"/{bucket}/{key}", {"Content-Length": "5"})
+    address = urlsplit(faulty.data_url)
+    try:
+        with socket.create_connection((address.hostname, address.port)) as connection:
+            connection.sendall((f"PUT /{bucket}/{key} HTTP/1.1\r\nHost: {address.netloc}\r\n"
+                                + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                                + "\r\nhello").encode())
+            eventually(lambda: len(fault_proxy.requests("PUT", key)) == 1, "the PUT at the origin",
+                       timeout=10, interval=0.02)
+        eventually(lambda: faulty.metric("sidecar_requests_total", op="PutObject", code="499")
+                   == before["499"] + 1, "the request counted as the client's", timeout=10)
+    finally:
+        fault_proxy.clear()
+    assert faulty.metric("sidecar_requests_total", op="PutObject", code="503") == before["503"]
 
 
 @pytest.mark.parametrize("kind", ["truncate", "reset_mid_body"])
