@@ -190,6 +190,7 @@ class Sidecar:
             self.config.origin, self._written(self._engine), server.client_timeout_s,
             PassThroughLimits(server.passthrough_acquire_timeout_s,
                               server.passthrough_timeout_s, server.passthrough_per_client),
+            forget_head=self.origin.forget,
         )
         await self._passthrough.start()
         self._say_who_may_sign(auth.keys, auth.allow_anonymous)

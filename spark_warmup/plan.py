@@ -376,10 +376,10 @@ def _kafka(value: object) -> KafkaSpec:
                         f"got {replica!r}")
     assert isinstance(replica, str)
     timeout = kafka.get("timeout_s", DEFAULT_KAFKA_TIMEOUT_S)
-    if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-            or not math.isfinite(timeout) or not 0 < timeout <= 600):
+    if not _finite(timeout) or not 0 < timeout <= 600:  # type: ignore[operator]
         raise PlanError(f"kafka.timeout_s: must be a number of seconds, > 0 and at most 600, "
-                        f"got {timeout!r}")
+                        f"got {_shown(timeout)}")
+    assert isinstance(timeout, int | float)
     return KafkaSpec(servers, template, broker_sidecars, replica, rack,
                      _security(kafka.get("security", {})), float(timeout),
                      _kubernetes(kafka.get("kubernetes", {})))
@@ -558,11 +558,29 @@ def _time(value: object, where: str) -> int:
 
 
 def _ttl(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise PlanError(f"ttl_s: must be a number of seconds, got {value!r}")
+    if not _finite(value):
+        raise PlanError(f"ttl_s: must be a number of seconds, got {_shown(value)}")
+    assert isinstance(value, int | float)
     if not 0 < value <= MAX_TTL_S:
         raise PlanError(f"ttl_s: must be > 0 and at most {MAX_TTL_S} (7 days), got {value}")
     return float(value)
+
+
+def _finite(value: object) -> bool:
+    """A JSON number that is a finite float. JSON integers have no bound, and
+    math.isfinite raises OverflowError for one past a float's range."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _shown(value: object) -> str:
+    """A value as an error message shows it: an integer of 400 digits, cut short."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 
 
 def _warm_rates(value: object, sidecars: Mapping[str, str],

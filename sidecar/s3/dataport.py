@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from contextlib import aclosing
 
-from aiohttp import web
+from aiohttp import HttpVersion11, hdrs, web
 
 from sidecar.engine import Engine, Piece, Source, TierSlice, piece_length
 from sidecar.errors import (
@@ -36,7 +36,7 @@ from sidecar.s3.auth import Authenticator
 from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
 from sidecar.s3.held_send import offer_held, send_held
 from sidecar.s3.operations import OTHER_OPERATION, Operation, classify, unclassified_name
-from sidecar.s3.passthrough import PassThrough
+from sidecar.s3.passthrough import PassThrough, withhold_continue
 from sidecar.s3.payload import BadPayload, connection_named
 from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
 from sidecar.s3.ranges import unsatisfied_content_range
@@ -60,6 +60,17 @@ SEND_BUFFER_BYTES = 128 * 1024
 # The request header that asks for the object's checksums, and its one value.
 CHECKSUM_MODE = "x-amz-checksum-mode"
 CHECKSUM_MODE_ENABLED = "ENABLED"
+
+
+async def _continue_later(request: web.Request) -> None:
+    """aiohttp's own handler answers `Expect: 100-continue` at once, before the
+    request is authenticated, classified or let through: the client then sends
+    its body (a 5 GiB PUT) for a refusal. The 100 goes out when the body is
+    first read (sidecar.s3.passthrough), so a refusal comes instead (RFC 9110
+    section 10.1.1). Any other expectation is refused, as aiohttp refuses it."""
+    expect = request.headers.get(hdrs.EXPECT, "")
+    if request.version == HttpVersion11 and expect.lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
 
 
 class DataPort:
@@ -100,7 +111,8 @@ class DataPort:
         # Every path, line breaks included: S3 keys may hold CR and LF, and the
         # router's "." stops at a decoded LF (a plain-text 404 from aiohttp,
         # with no S3 error, no metric and no access log line).
-        application.router.add_route("*", r"/{tail:[\s\S]*}", self.handle)
+        application.router.add_route("*", r"/{tail:[\s\S]*}", self.handle,
+                                     expect_handler=_continue_later)
         return application
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -175,6 +187,7 @@ class DataPort:
             self._active -= 1
             # aiohttp answers the requests of a keep-alive connection in one task.
             CURRENT_REQUEST.reset(context)
+        withhold_continue(request, response)  # answered without reading the body
         elapsed = time.monotonic() - started
         self._metrics.requests.labels(op, str(response.status)).inc()
         self._metrics.request_duration.labels(op, cache_label).observe(elapsed)

@@ -40,6 +40,11 @@ class Invalidates(enum.Enum):
     NOTHING = "nothing"
     KEY = "key"  # the request's own key: writes, copies, deletes
     DELETED_KEYS = "deleted_keys"  # the keys listed in a DeleteObjects body
+    # The request's own key's remembered HEAD, not its blocks: a write of what
+    # every GET and HEAD of the object repeats as headers, its bytes and ETag
+    # unchanged (x-amz-tagging-count, the retention and legal hold headers,
+    # x-amz-restore; GetObject API reference, "Response Syntax").
+    HEAD = "head"
 
 
 # What a request that is no S3 operation is called (and refused as).
@@ -102,9 +107,12 @@ _BUCKET_GET_SUBRESOURCES: dict[str, tuple[str, frozenset[str]]] = {
         "version-id-marker", "optional-object-attributes"})),
     "location": ("GetBucketLocation", frozenset({"location"})),
 }
+# PUT sub-resources of an object: the operation, and what it makes stale here.
 _OBJECT_PUT_SUBRESOURCES = {
-    "tagging": "PutObjectTagging", "acl": "PutObjectAcl",
-    "retention": "PutObjectRetention", "legal-hold": "PutObjectLegalHold",
+    "tagging": ("PutObjectTagging", Invalidates.HEAD),
+    "acl": ("PutObjectAcl", Invalidates.NOTHING),  # no header of a GET says it
+    "retention": ("PutObjectRetention", Invalidates.HEAD),
+    "legal-hold": ("PutObjectLegalHold", Invalidates.HEAD),
 }
 
 
@@ -131,9 +139,9 @@ def classify(
     if method == "PUT":
         if "partNumber" in query and "uploadId" in query:
             return Operation("UploadPartCopy" if copy else "UploadPart")
-        for sub, sub_name in _OBJECT_PUT_SUBRESOURCES.items():
+        for sub, (sub_name, invalidates) in _OBJECT_PUT_SUBRESOURCES.items():
             if sub in query:
-                return Operation(sub_name)
+                return Operation(sub_name, invalidates=invalidates)
         return Operation("CopyObject" if copy else "PutObject", invalidates=Invalidates.KEY)
     if method == "POST":
         if "uploads" in query:
@@ -141,7 +149,7 @@ def classify(
         if "uploadId" in query:
             return Operation("CompleteMultipartUpload", invalidates=Invalidates.KEY)
         if "restore" in query:
-            return Operation("RestoreObject")
+            return Operation("RestoreObject", invalidates=Invalidates.HEAD)
         if "select" in query:
             return Operation("SelectObjectContent")
         return Operation(OTHER_OPERATION)
@@ -149,7 +157,7 @@ def classify(
         if "uploadId" in query:
             return Operation("AbortMultipartUpload")
         if "tagging" in query:
-            return Operation("DeleteObjectTagging")
+            return Operation("DeleteObjectTagging", invalidates=Invalidates.HEAD)
         return Operation("DeleteObject", invalidates=Invalidates.KEY)
     return Operation(OTHER_OPERATION)
 

@@ -16,8 +16,10 @@ request; decoded bytes past the signed x-amz-decoded-content-length are refused
 as they arrive, and the last declared byte is held back until the whole chain
 holds, so the origin never stores a body that is over-long or whose chain
 fails. Writes and deletes invalidate the cached blocks and the remembered HEAD
-of their keys once the origin accepted them, so an object written through the
-sidecar reads back through it at once.
+of their keys once the origin accepted them, or may have (a 5xx, a request sent
+and never answered), so an object written through the sidecar reads back
+through it at once; a write of what every GET repeats as headers (tags,
+retention, legal hold, restore) drops the remembered HEAD alone.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any, ClassVar
 
 import aiohttp
 from aiobotocore.session import get_session
-from aiohttp import web
+from aiohttp import HttpVersion11, hdrs, web
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from multidict import CIMultiDict
@@ -101,6 +103,43 @@ class _BodyFailure:
     error: BadPayload | SignatureRejected | None = None
 
 
+class _ClientLeft(Exception):
+    """The client hung up before its answer's headers could go out (aiohttp
+    raises the same ClientConnectionResetError for it as for the origin)."""
+
+
+# Whether the 100 (Continue) a client asked for went out ("sent"), or an answer
+# came first and none will ("withheld").
+_CONTINUE: web.RequestKey[str] = web.RequestKey("sidecar_continue", str)
+
+
+def _expects_continue(request: web.Request) -> bool:
+    return request.version == HttpVersion11 and \
+        request.headers.get(hdrs.EXPECT, "").lower() == "100-continue"
+
+
+async def send_continue(request: web.Request) -> None:
+    """The 100 (Continue) a client that sent `Expect: 100-continue` waits for
+    before its body (RFC 9110 section 10.1.1), now that the body is wanted: the
+    request was checked, let through and its origin request begun (the data
+    port's expect handler sends none earlier)."""
+    if _expects_continue(request) and _CONTINUE not in request:
+        request[_CONTINUE] = "sent"
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # not part of the answer's own bytes
+
+
+def withhold_continue(request: web.Request, response: web.StreamResponse) -> None:
+    """Before an answer's headers go out: a client still waiting for its 100
+    gets none, and the connection closes after the answer (RFC 9110 section
+    10.1.1): the client may send the body anyway or not at all, so the next
+    bytes on it could be either."""
+    if _expects_continue(request) and _CONTINUE not in request:
+        request[_CONTINUE] = "withheld"
+        if request.body_exists and not response.prepared:
+            response.force_close()
+
+
 class PassThrough:
     # Where the data port leaves a verified request's ChunkSigner for forward().
     CHUNK_SIGNER: ClassVar[web.RequestKey[ChunkSigner]] = web.RequestKey(
@@ -113,9 +152,11 @@ class PassThrough:
         invalidate: Callable[[str, str], object],
         client_timeout_s: float = 30.0,
         limits: PassThroughLimits | None = None,
+        forget_head: Callable[[str, str], object] | None = None,
     ) -> None:
         self._config = config
-        self._invalidate = invalidate
+        self._invalidate = invalidate  # a key's blocks and remembered HEAD
+        self._forget_head = forget_head  # its remembered HEAD alone
         self._client_timeout = client_timeout_s
         self._limits = limits or PassThroughLimits()
         # The origin connections pass-through requests may hold, and how many
@@ -196,6 +237,7 @@ class PassThrough:
             request.method, url, outbound_headers(request.headers.items(), payload), payload
         )
         keys = [key] if operation.invalidates is Invalidates.KEY else []
+        heads = [key] if operation.invalidates is Invalidates.HEAD else []
         failure = _BodyFailure()
         body: bytes | AsyncIterator[bytes] | None
         if operation.invalidates is Invalidates.DELETED_KEYS:
@@ -217,15 +259,25 @@ class PassThrough:
                     total=self._limits.timeout_s, sock_connect=self._config.connect_timeout_s,
                     sock_read=self._config.read_timeout_s),
             ) as upstream:
-                if 200 <= upstream.status < 300:
-                    for each in keys:
-                        self._invalidate(bucket, each)
+                if 200 <= upstream.status < 300 or upstream.status >= 500:
+                    # Applied, or perhaps (an error after the write, an answer
+                    # a gateway lost): the cache must not outlive it either way.
+                    self._forget(bucket, keys, heads)
                 return await self._relay(request, upstream)
         except (BadPayload, SignatureRejected):
             raise
+        except _ClientLeft as left:
+            # The data port counts it as a client that left (499), not as an
+            # origin that failed (503).
+            raise ConnectionResetError("the client left before its answer") from left
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if failure.error is not None:
                 raise failure.error from exc
+            if not isinstance(exc, (aiohttp.ClientConnectorError,
+                                    aiohttp.ConnectionTimeoutError)):
+                # Sent, the whole body perhaps, and no answer: the origin may
+                # have applied it. (No connection at all: it did not.)
+                self._forget(bucket, keys, heads)
             if isinstance(exc, TimeoutError) and \
                     asyncio.get_running_loop().time() - started >= self._limits.timeout_s:
                 raise BadPayload(
@@ -234,6 +286,17 @@ class PassThrough:
             raise OriginUnavailable(
                 f"{operation.name} {bucket}/{key}: origin unreachable: {exc!r}"
             ) from exc
+
+    def _forget(self, bucket: str, keys: list[str], heads: list[str]) -> None:
+        """Invalidate what the cache holds of `keys`, and the remembered HEAD of
+        `heads`, once per request."""
+        for each in keys:
+            self._invalidate(bucket, each)
+        for each in heads:
+            if self._forget_head is not None:
+                self._forget_head(bucket, each)
+        keys.clear()
+        heads.clear()
 
     async def _signed(
         self, method: str, url: str, headers: list[tuple[str, str]], payload: Payload
@@ -254,7 +317,11 @@ class PassThrough:
             status=upstream.status, reason=upstream.reason,
             headers=CIMultiDict(response_headers(upstream.headers.items())),
         )
-        await response.prepare(request)
+        withhold_continue(request, response)  # an origin's answer before the body
+        try:
+            await response.prepare(request)
+        except ConnectionError as exc:
+            raise _ClientLeft() from exc
         if request.method == "HEAD":
             return response
         try:
@@ -296,6 +363,7 @@ class PassThrough:
         self, request: web.Request, payload: Payload, chain: SignatureChain | None
     ) -> AsyncIterator[bytes]:
         """The body as it goes to the origin, piece by piece as the client sends it."""
+        await send_continue(request)
         if payload.mode is PayloadMode.AS_IS:
             while chunk := await self._read(request):
                 yield chunk

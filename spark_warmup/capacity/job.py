@@ -110,6 +110,9 @@ def line_rows(split: Split, layout_prefix: str) -> Iterator[tuple[Any, ...]]:
         if isinstance(line, Unreadable):
             yield ("unreadable", f"{line.source}: {line.reason}", *_EMPTY)
             continue
+        if isinstance(line, Malformed):  # too long to be read as a line
+            yield ("malformed", line.reason, *_EMPTY)
+            continue
         if not line.strip():
             continue
         parsed = parse_line(line, layout_prefix)
@@ -239,10 +242,21 @@ def _line_kinds(lines: DataFrame, unreadable_inputs: list[Unreadable]
     problems += [{"kind": "unreadable", "reason": f"{u.source}: {u.reason}", "lines": 0}
                  for u in unreadable_inputs]
     if not kinds.get("read"):
-        raise InputError(f"no object read in the logs ({kinds.get('other', 0)} other lines, "
-                         f"{kinds.get('malformed', 0)} malformed, "
-                         f"{kinds.get('unreadable', 0)} unreadable)")
+        raise InputError(no_reads_message(kinds, problems))
     return kinds, problems
+
+
+def no_reads_message(kinds: Mapping[str, int], problems: Sequence[Mapping[str, Any]]) -> str:
+    """Why there is nothing to analyse: the lines by kind, and the most common
+    problem (which file could not be read, which field lines lack)."""
+    message = (f"no object read in the logs ({kinds.get('other', 0)} other lines, "
+               f"{kinds.get('malformed', 0)} malformed, {kinds.get('unreadable', 0)} unreadable)")
+    if problems:
+        first = problems[0]
+        message += f"; {first['kind']}: {first['reason']}"
+        if first["lines"] > 1:
+            message += f" ({first['lines']} lines)"
+    return message
 
 
 @dataclass(frozen=True)

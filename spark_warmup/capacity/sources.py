@@ -9,12 +9,27 @@ cluster shares, objects with boto3). A split that cannot be read yields one
 from __future__ import annotations
 
 import glob
+import itertools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
+
+from spark_warmup.capacity.trace import Malformed
 
 SPLIT_BYTES = 64 * 1024 * 1024  # a task's share of a large log file
+# A line the sidecar writes is a few hundred bytes (a key is at most 1 KiB): a
+# longer one is no log line (a file of NULs after a crash, a core dump in the
+# log directory), and is counted without being held whole, however long.
+MAX_LINE_BYTES = 1024 * 1024
+LONG_LINE = Malformed(f"line longer than {MAX_LINE_BYTES} bytes")
+_READ_BYTES = 64 * 1024
+# A gzip member's first bytes (RFC 1952 section 2.3.1): logrotate's `compress`
+# leaves such files next to the live log. Only plain JSON lines are read; a
+# compressed file is named as unreadable rather than counted as thousands of
+# lines that are not JSON.
+GZIP_MAGIC = b"\x1f\x8b"
+COMPRESSED = "gzip-compressed: only plain JSON lines are read (gunzip it first)"
 
 
 @dataclass(frozen=True)
@@ -42,18 +57,28 @@ def expand(paths: Sequence[str], s3: Any | None = None,
     """The splits of every PATH, and the PATHs that name nothing readable."""
     splits: list[Split] = []
     missing: list[Unreadable] = []
+    # A file or object named by two PATHs (a directory and a glob inside it, a
+    # prefix and a longer one) is read once: read twice, every figure of its
+    # node would count twice.
+    seen: set[str] = set()
     for path in paths:
         if path.startswith("s3://"):
             found = _objects(path, s3)
             if isinstance(found, Unreadable):
                 missing.append(found)
-            else:
-                splits.extend(found)
+                continue
+            for split in found:
+                if split.name not in seen:
+                    seen.add(split.name)
+                    splits.append(split)
             continue
         files = sorted(_files(path))
         if not files:
             missing.append(Unreadable(path, "no such file, directory or match"))
         for file in files:
+            if os.path.realpath(file) in seen:
+                continue
+            seen.add(os.path.realpath(file))
             try:
                 size = os.path.getsize(file)
             except OSError as exc:
@@ -71,12 +96,25 @@ def matches_nothing(path: str) -> bool:
 
 
 def _files(path: str) -> list[str]:
+    """The files PATH names: itself, every file under a directory, and both for
+    what a glob matches (`/logs/broker-*` matching one directory per node)."""
     if os.path.isdir(path):
-        return [os.path.join(root, name) for root, _, names in os.walk(path)
-                for name in names if not name.startswith(".")]
+        return _under(path)
     if os.path.isfile(path):
         return [path]
-    return [match for match in glob.glob(path, recursive=True) if os.path.isfile(match)]
+    found: dict[str, None] = {}  # `**` matches a directory and the files under it
+    for match in glob.glob(path, recursive=True):
+        files = _under(match) if os.path.isdir(match) else [match] \
+            if os.path.isfile(match) else []
+        found.update(dict.fromkeys(os.path.normpath(file) for file in files))
+    return list(found)
+
+
+def _under(directory: str) -> list[str]:
+    """The regular files under `directory`: a named pipe among them (a log
+    piped to a collector) would block its reader for as long as no one writes."""
+    return [path for root, _, names in os.walk(directory) for name in names
+            if not name.startswith(".") and os.path.isfile(path := os.path.join(root, name))]
 
 
 def _objects(url: str, s3: Any | None) -> list[Split] | Unreadable:
@@ -103,25 +141,79 @@ def s3_client() -> Any:
     return boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)
 
 
-def read_split(split: Split) -> Iterator[str | Unreadable]:
-    """The lines of one split (a line belongs to the split it starts in)."""
+def read_split(split: Split) -> Iterator[str | Unreadable | Malformed]:
+    """The lines of one split (a line belongs to the split it starts in); a line
+    longer than MAX_LINE_BYTES is LONG_LINE, never held whole."""
     try:
         if split.bucket is not None:
             body = s3_client().get_object(Bucket=split.bucket, Key=split.path)["Body"]
-            for raw in body.iter_lines():
-                yield raw.decode("utf-8", "replace")
+            yield from object_lines(split.name, body.iter_chunks(_READ_BYTES))
             return
         with open(split.path, "rb") as file:
+            if file.read(len(GZIP_MAGIC)) == GZIP_MAGIC:
+                if not split.start:  # said once, by the file's first split
+                    yield Unreadable(split.name, COMPRESSED)
+                return
+            file.seek(0)
             position = split.start
             if split.start:
                 file.seek(split.start - 1)
-                skipped = file.readline()  # the end of a line the previous split reads
-                position = split.start - 1 + len(skipped)
+                # The end of a line the previous split reads.
+                position = split.start - 1 + _read_line(file)[1]
             while split.end < 0 or position < split.end:
-                raw = file.readline()
-                if not raw:
+                line, length = _read_line(file)
+                if not length:
                     break
-                position += len(raw)
-                yield raw.decode("utf-8", "replace")
+                position += length
+                yield line if isinstance(line, Malformed) else line.decode("utf-8", "replace")
     except Exception as exc:
         yield Unreadable(split.name, str(exc))
+
+
+def object_lines(name: str, chunks: Iterable[bytes]) -> Iterator[str | Unreadable | Malformed]:
+    """The lines of an object read in `chunks` (read_split's, for one named `name`)."""
+    pieces = iter(chunks)
+    first = next(pieces, b"")
+    if first.startswith(GZIP_MAGIC):
+        yield Unreadable(name, COMPRESSED)
+        return
+    for raw in split_lines(itertools.chain([first], pieces)):
+        yield raw if isinstance(raw, Malformed) else raw.decode("utf-8", "replace")
+
+
+def _read_line(file: BinaryIO) -> tuple[bytes | Malformed, int]:
+    """The next line of `file` and the bytes it took (0: the end): past
+    MAX_LINE_BYTES, LONG_LINE, the rest of it skipped a piece at a time."""
+    raw = file.readline(MAX_LINE_BYTES + 1)
+    if len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n"):
+        return raw, len(raw)
+    length = len(raw)
+    while raw and not raw.endswith(b"\n"):
+        raw = file.readline(_READ_BYTES)
+        length += len(raw)
+    return LONG_LINE, length
+
+
+def split_lines(chunks: Iterable[bytes]) -> Iterator[bytes | Malformed]:
+    """The lines of a stream read in `chunks` (each with its newline, the last
+    perhaps without); past MAX_LINE_BYTES, LONG_LINE."""
+    pending = bytearray()
+    too_long = False
+    for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if too_long or len(pending) + end + 1 - start > MAX_LINE_BYTES + 1:
+                yield LONG_LINE
+            else:
+                yield bytes(pending) + chunk[start:end + 1]
+            pending.clear()
+            too_long, start = False, end + 1
+        if not too_long:
+            pending += chunk[start:]
+            if len(pending) > MAX_LINE_BYTES:
+                too_long = True
+                pending.clear()
+    if too_long:
+        yield LONG_LINE
+    elif pending:
+        yield bytes(pending)

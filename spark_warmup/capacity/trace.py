@@ -18,15 +18,21 @@ joined them (read-ahead never read is not in those logs at all).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
+from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
 from sidecar.layout import parse_aiven_key
 
 # The letters of the log's blocks.found (sidecar/tally.py).
 CACHED, JOINED, FETCHED = "c", "j", "f"
 FETCH_METHOD = "FETCH"  # a background fetch's line (sidecar.telemetry.access_log)
 NO_TOPIC = "(other)"  # keys outside the tiered-storage layout
+# The largest byte count or offset a line may hold: integers past 2**53 are not
+# exact in most JSON readers (RFC 8259 section 6), and the job's tables hold
+# them as 64-bit longs, which a sum of lines must not overflow either.
+MAX_COUNT = 2 ** 53 - 1
 
 
 @dataclass(frozen=True)
@@ -160,13 +166,30 @@ def _field(doc: dict[str, object], name: str, kind: type | tuple[type, ...]) -> 
     return value
 
 
+def _count(doc: dict[str, object], name: str, label: str | None = None) -> int:
+    """A byte count, offset or block number: an integer in [0, MAX_COUNT]
+    (`label`: the field's name in messages, where `doc` is nested)."""
+    value = _field(doc, name, int)
+    assert isinstance(value, int)
+    if value < 0:
+        raise ValueError(f"field {label or name!r} is negative")
+    if value > MAX_COUNT:
+        raise ValueError(f"field {label or name!r} is larger than {MAX_COUNT}")
+    return value
+
+
 def _kind_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join(k.__name__ for k in kinds)
 
 
 def parse_time(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    """A line's `time`, UTC as the access log's contract says; one without an
+    offset too (not the local time of whichever executor reads it)."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
 
 
 def parse_line(line: str, layout_prefix: str = "") -> Parsed:
@@ -180,7 +203,7 @@ def parse_line(line: str, layout_prefix: str = "") -> Parsed:
     try:
         node = str(_field(doc, "node", str))
         status = int(_field(doc, "status", int))  # type: ignore[call-overload]
-        delivered = int(_field(doc, "bytes", int))  # type: ignore[call-overload]
+        delivered = _count(doc, "bytes")
         time_s = parse_time(str(_field(doc, "time", str)))
         if doc.get("method") == FETCH_METHOD:
             return _fetch(doc, node, time_s, layout_prefix)
@@ -188,36 +211,42 @@ def parse_line(line: str, layout_prefix: str = "") -> Parsed:
                 or doc.get("first_byte") is None:
             return Other(node)
         key = str(_field(doc, "key", str))
-        block_size = int(_field(doc, "block_size", int))  # type: ignore[call-overload]
-        if block_size <= 0:
-            raise ValueError("field 'block_size' is not positive")
+        block_size = _count(doc, "block_size")
+        # The replay cuts the node's reads into blocks of this size: one the
+        # sidecar cannot have had would cut them all wrong.
+        if not MIN_BLOCK_SIZE <= block_size <= MAX_BLOCK_SIZE or block_size % 4096:
+            raise ValueError(f"field 'block_size' is {block_size}, no block size the sidecar "
+                             f"takes (a multiple of 4 KiB from {MIN_BLOCK_SIZE} to "
+                             f"{MAX_BLOCK_SIZE})")
         blocks = doc.get("blocks")
         first_block: int | None = None
         found = ""
         if blocks is not None:
             if not isinstance(blocks, dict):
                 raise ValueError("field 'blocks' is not an object")
-            first_block = int(_field(blocks, "first", int))  # type: ignore[call-overload]
+            first_block = _count(blocks, "first", "blocks.first")
             found = str(_field(blocks, "found", str))
             if set(found) - {CACHED, JOINED, FETCHED}:
                 raise ValueError("field 'blocks.found' has letters other than c, j, f")
         segment = parse_aiven_key(key, layout_prefix)
         range_header = doc.get("range")
-        cache_bytes = doc.get("cache_bytes")
+        object_size, first_byte = _count(doc, "object_size"), _count(doc, "first_byte")
+        if first_byte + delivered > object_size:
+            # Delivered bytes lie in the object; the replay walks each of their
+            # blocks, and a read far past the end would keep it walking.
+            raise ValueError("field 'bytes' runs past the object's end (first_byte + bytes > "
+                             "object_size)")
         return Request(
             node=node, time_s=time_s, bucket=str(_field(doc, "bucket", str)), key=key,
             etag=str(_field(doc, "etag", str)),
-            object_size=int(_field(doc, "object_size", int)),  # type: ignore[call-overload]
-            first_byte=int(_field(doc, "first_byte", int)),  # type: ignore[call-overload]
-            bytes=delivered,
+            object_size=object_size, first_byte=first_byte, bytes=delivered,
             lazy=status == 200 or (isinstance(range_header, str)
                                    and range_header.rstrip().endswith("-")),
             block_size=block_size, first_block=first_block, found=found,
             lane=doc["lane"] if isinstance(doc.get("lane"), str) else None,
             topic=segment.topic if segment is not None else NO_TOPIC,
             partition=segment.partition if segment is not None else -1,
-            cache_bytes=cache_bytes if isinstance(cache_bytes, int) and cache_bytes > 0
-            else None,
+            cache_bytes=_cache_bytes(doc),
             duration_s=_duration(doc),
             origin_bytes=_origin_bytes(doc),
         )
@@ -226,19 +255,37 @@ def parse_line(line: str, layout_prefix: str = "") -> Parsed:
 
 
 def _duration(doc: dict[str, object]) -> float:
+    """The line's duration_s; 0 when it has none. A negative or non-finite one
+    (Python's JSON reader takes NaN and Infinity) would move the read's arrival
+    (time less duration) anywhere in the replay."""
     value = doc.get("duration_s")
-    return float(value) if isinstance(value, (int, float)) else 0.0
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return 0.0
+    try:
+        seconds = float(value)
+    except OverflowError:  # an integer past a float's range
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ValueError("field 'duration_s' is not a finite number")
+    if seconds < 0:
+        raise ValueError("field 'duration_s' is negative")
+    return seconds
+
+
+def _cache_bytes(doc: dict[str, object]) -> int | None:
+    """The configured cache size; None when the line does not say (absent, not
+    a positive integer)."""
+    value = doc.get("cache_bytes")
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return None
+    return _count(doc, "cache_bytes")
 
 
 def _origin_bytes(doc: dict[str, object]) -> int | None:
     """The line's origin_bytes; None in a log written before it was recorded."""
     if "origin_bytes" not in doc:
         return None
-    value = _field(doc, "origin_bytes", int)
-    assert isinstance(value, int)
-    if value < 0:
-        raise ValueError("field 'origin_bytes' is negative")
-    return value
+    return _count(doc, "origin_bytes")
 
 
 def _fetch(doc: dict[str, object], node: str, time_s: float, layout_prefix: str) -> Fetch:
@@ -247,9 +294,12 @@ def _fetch(doc: dict[str, object], node: str, time_s: float, layout_prefix: str)
     lane = str(_field(doc, "lane", str))
     blocks = _field(doc, "blocks", dict)
     assert isinstance(blocks, dict)
-    first_block = int(_field(blocks, "first", int))  # type: ignore[call-overload]
+    first_block = _count(blocks, "first", "blocks.first")
     found = str(_field(blocks, "found", str))
     origin = _origin_bytes(doc)
+    object_size, block_size = _count(doc, "object_size"), _count(doc, "block_size")
+    if first_block * block_size > MAX_COUNT:
+        raise ValueError(f"field 'blocks.first' starts past byte {MAX_COUNT}")
     segment = parse_aiven_key(key, layout_prefix)
     return Fetch(
         node=node, time_s=time_s, bucket=str(_field(doc, "bucket", str)), key=key,
@@ -258,8 +308,7 @@ def _fetch(doc: dict[str, object], node: str, time_s: float, layout_prefix: str)
         topic=segment.topic if segment is not None else NO_TOPIC,
         partition=segment.partition if segment is not None else -1,
         etag=str(_field(doc, "etag", str)),
-        object_size=int(_field(doc, "object_size", int)),  # type: ignore[call-overload]
-        block_size=int(_field(doc, "block_size", int)),  # type: ignore[call-overload]
+        object_size=object_size, block_size=block_size,
     )
 
 

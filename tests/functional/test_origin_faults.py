@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,15 +20,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from botocore.exceptions import ClientError
 from prometheus_client import CollectorRegistry
 
 from sidecar.config import load_config
 from sidecar.errors import ObjectNotFound, OriginUnavailable
 from sidecar.origin.client import Origin
 from sidecar.telemetry.metrics import Metrics
+from tests.functional.test_passthrough import signed
 from tests.support.clock import FakeClock
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.processes import SidecarProcess
+from tests.support.s3_clients import s3_client
 from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -324,6 +328,78 @@ def test_etag_flip_mid_stream_aborts_the_response(
         "outcome": f"connection aborted after {len(answer.body)} bytes, all of the old version",
         "seconds": round(answer.seconds, 3), "bytes_checked": checked + len(answer.body),
     }
+
+
+def test_a_client_that_leaves_while_its_write_is_at_the_origin_is_no_origin_failure(
+    faulty: SidecarProcess, fault_proxy: FaultProxy, bucket: str,
+) -> None:
+    """The origin answers a PUT after its client hung up: counted as a client
+    that left (499), not as a 503 (which says max_requests, max_buffered or
+    an origin that cannot be reached)."""
+    key = "seg/left.bin"
+    before = {code: faulty.metric("sidecar_requests_total", op="PutObject", code=code)
+              for code in ("499", "503")}
+    fault_proxy.add(Fault("latency", seconds=1.0), "PUT", key, 1)
+    headers = signed(faulty.data_url, "PUT", f"/{bucket}/{key}", {"Content-Length": "5"})
+    address = urlsplit(faulty.data_url)
+    try:
+        with socket.create_connection((address.hostname, address.port)) as connection:
+            connection.sendall((f"PUT /{bucket}/{key} HTTP/1.1\r\nHost: {address.netloc}\r\n"
+                                + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                                + "\r\nhello").encode())
+            eventually(lambda: len(fault_proxy.requests("PUT", key)) == 1, "the PUT at the origin",
+                       timeout=10, interval=0.02)
+        eventually(lambda: faulty.metric("sidecar_requests_total", op="PutObject", code="499")
+                   == before["499"] + 1, "the request counted as the client's", timeout=10)
+    finally:
+        fault_proxy.clear()
+    assert faulty.metric("sidecar_requests_total", op="PutObject", code="503") == before["503"]
+
+
+@pytest.mark.parametrize("kind", ["truncate", "reset_mid_body"])
+def test_a_pass_through_answer_the_origin_cuts_is_cut_for_the_client_too(
+    faulty: SidecarProcess, fault_proxy: FaultProxy, origin_s3: Any, bucket: str, kind: str,
+) -> None:
+    """A GET with partNumber is passed through, its answer streamed as it comes:
+    when the origin's body ends short of its Content-Length, the client's
+    connection is cut too, never ended as if the body were whole."""
+    key = f"seg/pass-{kind}.log"
+    data, _ = put(origin_s3, bucket, key, seed=9)
+    fault_proxy.add(Fault(kind, after_bytes=MID), "GET", key, 1)
+    try:
+        answer = fetch(faulty.data_url, bucket, f"{key}?partNumber=1")
+    finally:
+        fault_proxy.clear()
+    assert answer.status == 206 and answer.headers["content-length"] == str(SIZE)
+    assert answer.aborted and data.startswith(answer.body) and len(answer.body) < SIZE
+
+
+@pytest.mark.parametrize("fault", [Fault("status", 500, "InternalError"),
+                                   Fault("reset_before_body")], ids=lambda f: f.kind)
+def test_a_write_the_origin_may_have_stored_leaves_nothing_stale(
+    faulty: SidecarProcess, fault_proxy: FaultProxy, origin_s3: Any, bucket: str,
+    fault: Fault,
+) -> None:
+    """The origin stores a PUT and then fails to say so (a 500, a connection
+    cut before its answer): the client cannot know whether the write happened,
+    and the sidecar must not go on serving the old version from its cache."""
+    key = f"seg/written-{fault.kind}.log"
+    old, _ = put(origin_s3, bucket, key, seed=7)
+    assert fetch(faulty.data_url, bucket, key).body == old
+    assert fetch(faulty.data_url, bucket, key).headers["x-sidecar-cache"] == "hit"
+    new = random.Random(8).randbytes(SIZE)
+    # Every attempt (the client's own retry too) stores, then fails.
+    fault_proxy.add(fault, "PUT", key, None,
+                    before=lambda: origin_s3.put_object(Bucket=bucket, Key=key, Body=new))
+    try:
+        with pytest.raises(ClientError):
+            s3_client(faulty.data_url).put_object(Bucket=bucket, Key=key, Body=new)
+    finally:
+        fault_proxy.clear()
+    assert fault_proxy.requests("PUT", key)
+    answer = fetch(faulty.data_url, bucket, key)
+    assert (answer.status, answer.aborted) == (200, False)
+    assert answer.body == new, "the old version was served after a write that went through"
 
 
 @pytest.mark.parametrize("down", ["503", "reset"])

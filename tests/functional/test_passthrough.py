@@ -113,6 +113,28 @@ def test_a_write_through_the_sidecar_reads_back_at_once(
     assert any(method == "PUT" for method, _, _ in verifying.verified)
 
 
+def test_tags_written_through_the_sidecar_show_in_its_next_answer(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str
+) -> None:
+    # Every GET and HEAD repeats the object's tag count; a tagging write leaves
+    # its bytes and ETag alone: the remembered HEAD goes, the blocks stay.
+    client = s3_client(sidecar.data_url)
+    data = random.Random(3).randbytes(2 * BLOCK)
+    origin_s3.put_object(Bucket=bucket, Key="tagged.log", Body=data)
+    blocks_before = cached_blocks(sidecar)
+    first = client.get_object(Bucket=bucket, Key="tagged.log")
+    assert first["Body"].read() == data and "TagCount" not in first
+    cached_blocks_reach(sidecar, blocks_before + 2)
+    client.put_object_tagging(Bucket=bucket, Key="tagged.log",
+                              Tagging={"TagSet": [{"Key": "tier", "Value": "cold"}]})
+    tagged = client.get_object(Bucket=bucket, Key="tagged.log")
+    assert tagged["Body"].read() == data and tagged.get("TagCount") == 1
+    assert tagged["ResponseMetadata"]["HTTPHeaders"]["x-sidecar-cache"] == "hit"
+    client.delete_object_tagging(Bucket=bucket, Key="tagged.log")
+    assert "TagCount" not in client.head_object(Bucket=bucket, Key="tagged.log")
+    assert cached_blocks(sidecar) == blocks_before + 2
+
+
 def test_bucket_and_sub_resource_operations_reach_the_origin(
     sidecar: SidecarProcess, origin_s3: Any, bucket: str
 ) -> None:
@@ -274,6 +296,47 @@ def test_a_connection_header_naming_a_signed_header_is_refused(
     status, _, answer = raw(sidecar.data_url, "PUT", f"/{bucket}/conn.bin",
                             {"Connection": "x-private"}, b"x")
     assert status == 200, answer
+
+
+def _head_of_answer(connection: socket.socket) -> bytes:
+    """Bytes up to the end of the next header block (an interim 100 or the
+    final answer's), or all until the sidecar closes; 10 s at most."""
+    connection.settimeout(10)
+    received = b""
+    while b"\r\n\r\n" not in received:
+        piece = connection.recv(1)
+        if not piece:
+            break
+        received += piece
+    return received
+
+
+def test_expect_100_continue_is_answered_only_once_the_body_is_wanted(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str,
+) -> None:
+    # RFC 9110 section 10.1.1: a client that expects 100-continue waits for it
+    # before sending its body; a request refused must be refused before then,
+    # or a 5 GiB upload goes to waste (and with it the sidecar's bandwidth).
+    address = urlsplit(sidecar.data_url)
+    refused = (f"PUT /{bucket}/expect.bin HTTP/1.1\r\nHost: {address.netloc}\r\n"
+               f"Content-Length: {5 * 1024 ** 3}\r\nExpect: 100-continue\r\n\r\n")
+    with socket.create_connection((address.hostname, address.port)) as connection:
+        connection.sendall(refused.encode())  # unsigned: anonymous requests only read
+        head = _head_of_answer(connection)
+        assert head.startswith(b"HTTP/1.1 403 "), head
+        # The body never asked for may follow or not: the connection ends here.
+        assert b"\r\nConnection: close\r\n" in head, head
+    # A request let through gets its 100 and stores what follows it.
+    headers = signed(sidecar.data_url, "PUT", f"/{bucket}/expect.bin",
+                     {"Content-Length": "5", "Expect": "100-continue"})
+    accepted = f"PUT /{bucket}/expect.bin HTTP/1.1\r\nHost: {address.netloc}\r\n" + "".join(
+        f"{name}: {value}\r\n" for name, value in headers.items()) + "\r\n"
+    with socket.create_connection((address.hostname, address.port)) as connection:
+        connection.sendall(accepted.encode())
+        assert _head_of_answer(connection) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        connection.sendall(b"hello")
+        assert _head_of_answer(connection).startswith(b"HTTP/1.1 200 ")
+    assert origin_s3.get_object(Bucket=bucket, Key="expect.bin")["Body"].read() == b"hello"
 
 
 def test_the_query_reaches_the_origin_as_signed(

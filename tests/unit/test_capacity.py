@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,11 +38,16 @@ from spark_warmup.capacity.report import render_html, size_ticks, time_ticks, un
 from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
 from spark_warmup.capacity.simulate import Read, Replay, Settings, replay
 from spark_warmup.capacity.sources import (
+    COMPRESSED,
+    LONG_LINE,
+    MAX_LINE_BYTES,
     Split,
     Unreadable,
     expand,
     matches_nothing,
+    object_lines,
     read_split,
+    split_lines,
 )
 from spark_warmup.capacity.trace import Fetch, Malformed, Other, Request, parse_line
 
@@ -119,6 +125,95 @@ def test_bad_lines_are_malformed_with_the_field_named(line: str, reason: str) ->
     assert isinstance(parsed, Malformed) and parsed.reason.startswith(reason), parsed
 
 
+def _fetch_line() -> str:
+    info = ObjectInfo("tiered", KEY, 8 * MiB, '"e"', datetime(2026, 9, 1, tzinfo=UTC))
+    return format_entry(fetch_entry(
+        now=1_790_000_001.0, node=NodeFacts("b1", BLOCK, 64 * MiB),
+        done=FetchDone(PREFETCH, info, 5, 6, 2 * MiB, 0.02, ok=True)))
+
+
+@pytest.mark.parametrize(("field", "value", "reason"), [
+    ("object_size", 10 ** 30, "field 'object_size' is larger than 9007199254740991"),
+    ("bytes", 2 ** 63, "field 'bytes' is larger than 9007199254740991"),
+    ("first_byte", -1, "field 'first_byte' is negative"),
+    ("object_size", -8, "field 'object_size' is negative"),
+    ("block_size", 2 ** 64, "field 'block_size' is larger than 9007199254740991"),
+    ("cache_bytes", 10 ** 20, "field 'cache_bytes' is larger than 9007199254740991"),
+    ("origin_bytes", 10 ** 20, "field 'origin_bytes' is larger than 9007199254740991"),
+    ("blocks", {"first": -2, "found": "c"}, "field 'blocks.first' is negative"),
+    ("duration_s", -0.5, "field 'duration_s' is negative"),
+    ("duration_s", float("nan"), "field 'duration_s' is not a finite number"),
+    ("duration_s", float("inf"), "field 'duration_s' is not a finite number"),
+    ("duration_s", 10 ** 400, "field 'duration_s' is not a finite number"),
+], ids=lambda value: repr(value)[:24])
+def test_numbers_a_sidecar_never_writes_are_malformed_not_a_crash(
+        field: str, value: object, reason: str, tmp_path: Path) -> None:
+    """Out of a 64-bit long (Spark's column type), negative or not finite: the
+    line is counted with the field named, and never reaches Spark's rows."""
+    from pyspark.sql.types import _make_type_verifier
+
+    from spark_warmup.capacity.job import LINE_SCHEMA, line_rows
+
+    read = json.loads(logged())
+    read[field] = value
+    # NaN and Infinity as Python's JSON writes them (and reads them back).
+    assert parse_line(json.dumps(read)) == Malformed(reason)
+    if field not in ("first_byte", "cache_bytes"):  # not read from a FETCH line
+        fetch = json.loads(_fetch_line())
+        fetch[field] = value
+        assert parse_line(json.dumps(fetch)) == Malformed(reason)
+    log = tmp_path / "access.log"
+    log.write_text("\n".join([json.dumps(read), logged(), _fetch_line()]) + "\n")
+    rows = list(line_rows(Split(str(log)), ""))
+    assert [row[0] for row in rows] == ["malformed", "read", "fetch"]
+    verify = _make_type_verifier(LINE_SCHEMA)
+    for row in rows:
+        verify(row)  # raises for a value Spark's createDataFrame would refuse
+
+
+@pytest.mark.parametrize(("changes", "reason"), [
+    ({"block_size": 4096}, "field 'block_size' is 4096, no block size the sidecar takes"),
+    ({"block_size": 512 * MiB}, "field 'block_size' is 536870912, no block size"),
+    ({"block_size": MiB + 1}, "field 'block_size' is 1048577, no block size"),
+    ({"bytes": 2 ** 50}, "field 'bytes' runs past the object's end"),
+    ({"first_byte": 8 * MiB}, "field 'bytes' runs past the object's end"),
+])
+def test_a_read_no_sidecar_could_have_served_is_malformed(
+        changes: dict[str, object], reason: str) -> None:
+    line = json.loads(logged())  # 2.5 MiB from 2.5 MiB of an 8 MiB object
+    line.update(changes)
+    parsed = parse_line(json.dumps(line))
+    assert isinstance(parsed, Malformed) and parsed.reason.startswith(reason), parsed
+    # The last byte of the object is a read like any other.
+    line = json.loads(logged())
+    line["first_byte"], line["bytes"] = 8 * MiB - 1, 1
+    assert isinstance(parse_line(json.dumps(line)), Request)
+
+
+def test_a_fetch_starting_past_the_largest_count_is_malformed() -> None:
+    fetch = json.loads(_fetch_line())
+    fetch["blocks"]["first"] = 2 ** 52
+    assert parse_line(json.dumps(fetch)) == \
+        Malformed("field 'blocks.first' starts past byte 9007199254740991")
+
+
+def test_a_time_without_an_offset_is_utc_wherever_it_is_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from spark_warmup.capacity.trace import parse_time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # an executor's local time, 9 hours off
+    time.tzset()
+    try:
+        assert parse_time("2026-11-01T06:00:00.5") == parse_time("2026-11-01T06:00:00.5Z") \
+            == datetime(2026, 11, 1, 6, 0, 0, 500000, tzinfo=UTC).timestamp()
+        assert parse_time("2026-11-01T15:00:00+09:00") == parse_time("2026-11-01T06:00:00Z")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_lines_without_object_bytes_are_counted_not_replayed() -> None:
     head = logged(method="HEAD", body_bytes=0)
     assert parse_line(head) == Other("b1")
@@ -145,6 +240,128 @@ def test_a_local_path_that_matches_nothing_is_known_before_reading(tmp_path: Pat
     assert matches_nothing(str(tmp_path / "gone.log"))
     # An object store's prefix is listed on the executors, not here.
     assert not matches_nothing("s3://bucket/nothing-here/")
+
+
+def test_a_glob_that_matches_directories_reads_every_file_under_them_once(
+        tmp_path: Path) -> None:
+    # One directory per node, as a fleet's logs are gathered: `logs/broker-*`.
+    for node in ("broker-1", "broker-2"):
+        (tmp_path / node / "old").mkdir(parents=True)
+        (tmp_path / node / "access.log").write_text(f'{{"node": "{node}"}}\n')
+        (tmp_path / node / "old" / "access.log.1").write_text(f'{{"node": "{node}"}}\n')
+    (tmp_path / "notes.txt").write_text("not a node's\n")
+    assert not matches_nothing(str(tmp_path / "broker-*"))
+    splits, missing = expand([str(tmp_path / "broker-*")])
+    assert missing == []
+    assert sorted(Path(split.path).relative_to(tmp_path).as_posix() for split in splits) == [
+        "broker-1/access.log", "broker-1/old/access.log.1",
+        "broker-2/access.log", "broker-2/old/access.log.1"]
+    # `**` matches the directories and the files in them: each file once.
+    splits, _ = expand([str(tmp_path / "broker-1" / "**")])
+    assert sorted(Path(split.path).name for split in splits) == ["access.log", "access.log.1"]
+
+
+class _Listing:
+    """list_objects_v2 as boto3's paginator pages it, over a fixed set of keys."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+
+    def get_paginator(self, operation: str) -> _Listing:
+        assert operation == "list_objects_v2"
+        return self
+
+    def paginate(self, Bucket: str, Prefix: str) -> list[dict[str, object]]:
+        return [{"Contents": [{"Key": k} for k in self.keys if k.startswith(Prefix)]}]
+
+
+def test_a_log_named_by_two_paths_is_read_once(tmp_path: Path) -> None:
+    (tmp_path / "b1").mkdir()
+    (tmp_path / "b1" / "access.log").write_text("{}\n")
+    (tmp_path / "b2.log").write_text("{}\n")
+    (tmp_path / "again.log").symlink_to(tmp_path / "b2.log")
+    splits, _ = expand([str(tmp_path), str(tmp_path / "b1" / "access.log"),
+                        str(tmp_path / "*.log")])
+    assert sorted(Path(split.path).resolve().name for split in splits) == \
+        ["access.log", "b2.log"]
+    # A prefix and a longer one: each object once.
+    listing = _Listing(["logs/b1/1.jsonl", "logs/b1/2.jsonl", "logs/b2/1.jsonl"])
+    splits, _ = expand(["s3://tiered/logs/", "s3://tiered/logs/b1/"], s3=listing)
+    assert [split.name for split in splits] == [
+        "s3://tiered/logs/b1/1.jsonl", "s3://tiered/logs/b1/2.jsonl",
+        "s3://tiered/logs/b2/1.jsonl"]
+
+
+def test_a_line_too_long_to_be_a_log_line_is_counted_never_held_whole(
+        tmp_path: Path) -> None:
+    import tracemalloc
+
+    # A run of NULs where a crash cut the log, between two good lines.
+    log = tmp_path / "access.log"
+    with log.open("wb") as file:
+        file.write(b'{"n": 1}\n' + b"\0" * (24 * MiB) + b'\n{"n": 2}\n' + b"\0" * (3 * MiB))
+    splits, _ = expand([str(log)], split_bytes=5 * MiB)
+    tracemalloc.start()
+    try:
+        lines = [line for split in splits for line in read_split(split)]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert lines == ['{"n": 1}\n', LONG_LINE, '{"n": 2}\n', LONG_LINE]
+    assert LONG_LINE.reason == "line longer than 1048576 bytes"
+    assert peak < 4 * MiB, peak  # one line's worth, not the run of NULs
+    # Read from a stream in pieces (an object), the lines are the same.
+    data = log.read_bytes()
+    pieces = [data[at:at + 65536] for at in range(0, len(data), 65536)]
+    assert [line if isinstance(line, Malformed) else line.decode()
+            for line in split_lines(pieces)] == lines
+    # A line of exactly the limit is a line, one byte more is not.
+    exact = b"x" * MAX_LINE_BYTES
+    assert list(split_lines([exact[:7], exact[7:] + b"\n", exact + b"y"])) == \
+        [exact + b"\n", LONG_LINE]
+
+
+def test_a_gzip_compressed_log_is_named_unreadable_once(tmp_path: Path) -> None:
+    import gzip
+
+    lines = "".join(f'{{"n": {n}}}\n' for n in range(20000)).encode()
+    (tmp_path / "access.log.2.gz").write_bytes(gzip.compress(lines))
+    (tmp_path / "access.log").write_bytes(lines[:100])
+    splits, _ = expand([str(tmp_path)], split_bytes=4096)
+    read = [line for split in splits for line in read_split(split)]
+    unreadable = [line for line in read if isinstance(line, Unreadable)]
+    assert unreadable == [Unreadable(str(tmp_path / "access.log.2.gz"), COMPRESSED)]
+    assert [line for line in read if not isinstance(line, Unreadable)] == \
+        lines[:100].decode().splitlines(keepends=True)
+    # An object: the same, from its first piece.
+    compressed = gzip.compress(lines)
+    assert list(object_lines("s3://logs/b1.gz", [compressed[:10], compressed[10:]])) == \
+        [Unreadable("s3://logs/b1.gz", COMPRESSED)]
+    assert list(object_lines("s3://logs/b1", [b'{"n": 1}\n{"n"', b': 2}\n'])) == \
+        ['{"n": 1}\n', '{"n": 2}\n']
+
+
+def test_logs_with_no_read_say_what_they_hold_instead() -> None:
+    from spark_warmup.capacity.job import no_reads_message
+
+    assert no_reads_message({"unreadable": 1}, [
+        {"kind": "unreadable", "reason": f"/logs/a.gz: {COMPRESSED}", "lines": 1}]) == (
+        "no object read in the logs (0 other lines, 0 malformed, 1 unreadable); "
+        f"unreadable: /logs/a.gz: {COMPRESSED}")
+    assert no_reads_message({"malformed": 7, "other": 2}, [
+        {"kind": "malformed", "reason": "field 'time' is missing or not str", "lines": 7}]) == (
+        "no object read in the logs (2 other lines, 7 malformed, 0 unreadable); "
+        "malformed: field 'time' is missing or not str (7 lines)")
+    assert no_reads_message({}, []) == \
+        "no object read in the logs (0 other lines, 0 malformed, 0 unreadable)"
+
+
+def test_a_named_pipe_in_a_log_directory_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / "access.log").write_text("{}\n")
+    os.mkfifo(tmp_path / "to-collector")  # opening it would wait for a writer
+    (tmp_path / "old").mkdir()
+    splits, missing = expand([str(tmp_path), str(tmp_path / "*")])
+    assert [Path(split.path).name for split in splits] == ["access.log"] and missing == []
 
 
 def test_an_unreadable_split_says_so_instead_of_failing(tmp_path: Path) -> None:

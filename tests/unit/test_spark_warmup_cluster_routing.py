@@ -105,6 +105,8 @@ def test_a_single_warm_rate_applies_to_the_brokers_found_later() -> None:
         ({"replica": "follower"}, "kafka.replica: must be \"leader\", \"rack:RACK\" or \"all\""),
         ({"replica": "rack:"}, "kafka.replica: must be"),
         ({"timeout_s": 0}, "kafka.timeout_s: must be a number of seconds"),
+        ({"timeout_s": 10**400}, "kafka.timeout_s: must be a number of seconds, > 0 and at "
+         "most 600, got 10000000000000000000... (401 characters)"),
         ({"security": {"sasl_mechanism": "MAGIC", "security_protocol": "SASL_SSL"}},
          "kafka.security.sasl_mechanism: one of PLAIN"),
         ({"security": {"security_protocol": "SASL_SSL"}},

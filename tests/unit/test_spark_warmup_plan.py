@@ -161,6 +161,8 @@ def with_change(path: str, value: object) -> dict[str, Any]:
         ("ttl_s", 0, "ttl_s: must be > 0"),
         ("ttl_s", 8 * 24 * 3600, "ttl_s: must be > 0 and at most 604800"),
         ("ttl_s", "2h", "ttl_s: must be a number"),
+        ("ttl_s", 10**400, "ttl_s: must be a number of seconds, got 10000000000000000000... "
+         "(401 characters)"),
         ("warm_rate", "fast", "warm_rate: not a rate"),
         ("warm_rate", "100MiB", "warm_rate: not a rate"),
         ("warm_rate", {"broker-3": "1MiB/s"}, "warm_rate.broker-3: not one of the sidecars"),
