@@ -21,6 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _HEAD = struct.Struct(">IQ")  # partition, index: the value starts with what it is
+#: The longest a catch-up waits for its first connection (kafka-python's default).
+_BOOTSTRAP_S = 30.0
+#: How long a topic or partition missing from the cluster's metadata is asked again for.
+_METADATA_S = 5.0
 
 
 def record_value(partition: int, index: int, size: int) -> bytes:
@@ -57,7 +61,8 @@ def produce(bootstrap: str, topic: str, partitions: Iterable[int], count: int,
 
 
 class CatchUpError(AssertionError):
-    """A record missing, repeated, out of order or with other bytes than produced."""
+    """A record missing, repeated, out of order or with other bytes than produced; or
+    a catch-up that cannot start: no broker answering, no such topic or partition."""
 
 
 @dataclass
@@ -95,19 +100,27 @@ def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
     wrong, repeated or missing record, or when `timeout_s` passes first.
     """
     from kafka import KafkaConsumer, TopicPartition
-    from kafka.errors import UnknownError
+    from kafka.errors import KafkaTimeoutError, UnknownError
 
     expected = {partition: (start or {}).get(partition, 0) for partition in partitions}
     _check_arguments(expected, count, timeout_s)
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=group is not None,
-        auto_offset_reset="earliest", fetch_max_bytes=50 * 1024 * 1024,
-        max_partition_fetch_bytes=1024 * 1024, request_timeout_ms=60_000)
+    try:
+        # The first connection within the catch-up's own time too (kafka-python
+        # waits 30 s by default, whatever timeout_s says).
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=group is not None,
+            auto_offset_reset="earliest", fetch_max_bytes=50 * 1024 * 1024,
+            max_partition_fetch_bytes=1024 * 1024, request_timeout_ms=60_000,
+            bootstrap_timeout_ms=int(min(timeout_s, _BOOTSTRAP_S) * 1000))
+    except KafkaTimeoutError as exc:
+        raise CatchUpError(f"no Kafka broker answered at {bootstrap} within "
+                           f"{min(timeout_s, _BOOTSTRAP_S):g}s") from exc
     result = CatchUp()
-    started = time.monotonic()
     try:
         # Inside the try: the consumer's I/O thread and connections are closed
         # whatever fails from here on.
+        _check_partitions(consumer, bootstrap, topic, expected, timeout_s)
+        started = time.monotonic()
         assigned = [TopicPartition(topic, partition) for partition in partitions]
         consumer.assign(assigned)
         for tp in assigned:
@@ -140,6 +153,27 @@ def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
     finally:
         consumer.close()
     return result
+
+
+def _check_partitions(consumer: Any, bootstrap: str, topic: str,
+                      expected: Mapping[int, int], timeout_s: float) -> None:
+    """CatchUpError for a topic or partition the cluster does not have: a consumer
+    assigned one would poll nothing until timeout_s and say only that it lagged.
+    Metadata is asked again for a few seconds first: a topic just created may
+    have no leader yet, and kafka-python then lists no partition of it."""
+    deadline = time.monotonic() + min(timeout_s, _METADATA_S)
+    while True:
+        known = consumer.partitions_for_topic(topic)
+        missing = sorted(set(expected) - set(known))
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if not known:
+        raise CatchUpError(f"topic {topic!r} does not exist on {bootstrap}")
+    raise CatchUpError(f"topic {topic!r} has no partition {', '.join(map(str, missing))} "
+                       f"(it has {len(known)})")
 
 
 def _check_arguments(expected: Mapping[int, int], count: int, timeout_s: float) -> None:

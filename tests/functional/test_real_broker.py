@@ -15,6 +15,7 @@ import itertools
 import json
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ from sidecar.tools.broker import (
     free_port,
     remote_segments,
 )
-from sidecar.tools.catch_up import catch_up, produce
+from sidecar.tools.catch_up import CatchUpError, catch_up, produce
 from sidecar.tools.local_s3 import LocalS3
 from tests.support.fault_proxy import FaultProxy
 from tests.support.processes import SidecarProcess
@@ -236,6 +237,21 @@ def test_uploads_and_deletes_pass_signed_and_unsigned_writes_are_refused(rig: Ri
                and line["status"] == 200 and line["key"] == ""]
     assert deletes, "no DeleteObjects reached the sidecar"
     assert any(seen.method == "POST" for seen in rig.origin.requests())
+
+
+def test_a_topic_or_partition_the_cluster_lacks_is_named_at_once(rig: Rig) -> None:
+    admin = rig.admin()
+    try:
+        admin.create_topics([NewTopic("single", 1, 1)])
+    finally:
+        admin.close()
+    started = time.monotonic()
+    with pytest.raises(CatchUpError, match=r"^topic 'absent' does not exist on 127\.0\.0\.1:"):
+        catch_up(rig.cluster.bootstrap, "absent", [0], 10, timeout_s=60)
+    with pytest.raises(CatchUpError, match=r"^topic 'single' has no partition 2, 3 \(it has 1\)$"):
+        catch_up(rig.cluster.bootstrap, "single", [0, 2, 3], 10, timeout_s=60)
+    # Each within the few seconds metadata is asked again for, not the catch-up's 60.
+    assert time.monotonic() - started < 30
 
 
 def test_a_sidecar_crash_and_an_origin_outage_lose_no_record(rig: Rig) -> None:

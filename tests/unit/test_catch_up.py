@@ -1,15 +1,18 @@
-"""The catch-up consumer's arguments: refused before it connects to anything."""
+"""The catch-up consumer's arguments: refused before it connects to anything; a
+broker that does not answer: a clear error within the catch-up's own time."""
 
 from __future__ import annotations
 
 import math
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from sidecar.tools.catch_up import catch_up
+from sidecar.tools.catch_up import CatchUpError, catch_up
+from sidecar.tools.ports import free_port
 
 
 @pytest.fixture()
@@ -39,3 +42,13 @@ def test_arguments_that_could_not_end_or_check_nothing_are_refused_before_connec
         catch_up(address, "orders", **called)
     with pytest.raises(BlockingIOError):
         listener.accept()  # nobody connected
+
+
+def test_no_broker_answering_is_a_clear_error_within_the_catch_ups_time() -> None:
+    # Nothing listens there: kafka-python alone would try for 30 s, then raise its
+    # own KafkaTimeoutError, whatever timeout_s said.
+    address = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(CatchUpError, match=f"^no Kafka broker answered at {address} within 2s$"):
+        catch_up(address, "orders", [0], 10, timeout_s=2)
+    assert time.monotonic() - started < 10
