@@ -11,7 +11,9 @@ or the origin itself), tiering every second.
 The broker's jars come from `tests/kafka/pom.xml` (`make kafka`, which `make test`
 runs): Apache Kafka, its log4j2 binding and the remote storage manager built there.
 Each broker runs in a process group of its own and its output goes to
-`broker-N.log` in its directory; `stop` ends the group, always.
+`broker-N.log` in its directory; `stop` ends the group, always. A guard process
+beside each broker ends its group too when the process that started it ends
+without stopping it (SIGKILL, the OOM killer, a SIGTERM nothing handles).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -58,6 +61,27 @@ rootLogger.appenderRef.out.ref = out
 # Readiness is read from the line "Kafka Server started".
 logger.started.name = kafka.server.KafkaRaftServer
 logger.started.level = info
+"""
+
+
+#: The guard beside each broker (`python -c`, argv: the broker's process group, the
+#: seconds SIGTERM is given before SIGKILL). Its stdin is a pipe that only the
+#: starting process holds, so end of file there means that process is gone, however
+#: it ended: the broker, a session of its own (a terminal's Ctrl-C reaches it only
+#: through `stop`), would otherwise run on with its heap and ports until rebooted.
+_GUARD = """\
+import os, signal, sys, time
+group, grace = int(sys.argv[1]), float(sys.argv[2])
+sys.stdin.buffer.read()
+try:
+    os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        os.killpg(group, 0)
+        time.sleep(0.1)
+    os.killpg(group, signal.SIGKILL)
+except ProcessLookupError:
+    pass
 """
 
 
@@ -201,6 +225,8 @@ class BrokerNode:
     port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = None
+    #: Ends the broker's process group should this process end without `stop` (_GUARD).
+    guard: subprocess.Popen[bytes] | None = None
 
     @property
     def log_path(self) -> Path:
@@ -322,6 +348,11 @@ class KafkaCluster:
                 self._java(java, lib, "kafka.Kafka", str(node.directory / "server.properties")),
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
+        # A session of its own too, so that a Ctrl-C does not end the guard alone.
+        node.guard = subprocess.Popen(
+            [sys.executable, "-c", _GUARD, str(node.process.pid), f"{STOP_TIMEOUT_S:g}"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
 
     def _await_ready(self, node: BrokerNode) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -413,6 +444,14 @@ def _tail(text: str, lines: int = 15) -> str:
 
 
 def _stop(node: BrokerNode) -> None:
+    # The guard first (the broker is stopped here), whether or not the broker
+    # still runs: once the broker is gone its group's number may be reused.
+    guard, node.guard = node.guard, None
+    if guard is not None:
+        guard.kill()
+        guard.wait()
+        assert guard.stdin is not None
+        guard.stdin.close()
     process = node.process
     if process is None or process.poll() is not None:
         return
