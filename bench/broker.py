@@ -287,8 +287,7 @@ def restart_broker(cluster: KafkaCluster, settings: dict[str, str]) -> None:
     shutil.rmtree(node.data / INDEX_CACHE, ignore_errors=True)
     rewrite_properties(node.directory / "server.properties", settings)
     cluster.restart(node)
-    # restart() may have taken the previous start's line for this one's: wait for
-    # this start's own, and for its remote log metadata.
+    # This start's own line (restart() awaits it too), and its remote log metadata.
     deadline = time.monotonic() + READY_TIMEOUT_S
     for line in (STARTED, METADATA_READY):
         while node.log_text().count(line) <= before.count(line):

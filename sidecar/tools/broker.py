@@ -227,6 +227,9 @@ class BrokerNode:
     process: subprocess.Popen[bytes] | None = None
     #: Ends the broker's process group should this process end without `stop` (_GUARD).
     guard: subprocess.Popen[bytes] | None = None
+    #: Where the log stood at this process's launch: a restart appends to the
+    #: previous start's log, whose "Kafka Server started" is not this start's.
+    log_start: int = 0
 
     @property
     def log_path(self) -> Path:
@@ -241,9 +244,12 @@ class BrokerNode:
         assert self.process is not None
         return self.process.pid
 
-    def log_text(self) -> str:
+    def log_text(self, since: int = 0) -> str:
+        """The log from byte `since` on."""
         try:
-            return self.log_path.read_text(errors="replace")
+            with self.log_path.open("rb") as log:
+                log.seek(since)
+                return log.read().decode(errors="replace")
         except OSError:
             return ""
 
@@ -344,6 +350,7 @@ class KafkaCluster:
 
     def _launch(self, java: str, lib: Path, node: BrokerNode) -> None:
         with node.log_path.open("ab") as log:
+            node.log_start = log.tell()
             node.process = subprocess.Popen(
                 self._java(java, lib, "kafka.Kafka", str(node.directory / "server.properties")),
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -361,7 +368,7 @@ class KafkaCluster:
             if node.process.poll() is not None:
                 raise BrokerError(f"broker {node.node_id} exited with "
                                   f"{node.process.returncode}: {_tail(node.log_text())}")
-            if "Kafka Server started" in node.log_text() and _accepts(node.port):
+            if "Kafka Server started" in node.log_text(node.log_start) and _accepts(node.port):
                 return
             time.sleep(0.1)
         raise BrokerError(f"broker {node.node_id} not ready on 127.0.0.1:{node.port} after "

@@ -1,7 +1,9 @@
-"""A broker's process never outlives the process that started it (sidecar/tools/broker.py).
+"""A broker's process never outlives the process that started it, and a restarted
+broker is awaited until it is ready again (sidecar/tools/broker.py).
 
-The broker is launched as KafkaCluster launches it, but its `java` is a shell
-script that sleeps: what is checked is the process handling, not Kafka.
+The broker is launched as KafkaCluster launches it, but its `java` is a script
+(that sleeps, or that listens and logs as Kafka does): what is checked is the
+process handling, not Kafka.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.tools.broker import BrokerNode, KafkaCluster
+from sidecar.tools.ports import free_port
 from tests.support.waiting import eventually
 
 #: Starts one "broker" as KafkaCluster does, prints its pid, then waits to be killed.
@@ -65,3 +69,41 @@ def test_a_broker_ends_when_its_starter_ends_without_stopping_it(
                 pipe.close()
         if broker and _running(broker):
             os.killpg(broker, signal.SIGKILL)
+
+
+#: A "broker" that binds its port at once and says it started a moment later, as
+#: Kafka's socket server binds before the broker is ready (its last argument is
+#: its server.properties).
+SLOW_BROKER = """\
+import socket, sys, time
+props = dict(line.split("=", 1) for line in open(sys.argv[-1]).read().splitlines())
+listener = socket.create_server(("127.0.0.1", int(props["listeners"].rpartition(":")[2])))
+time.sleep(1.0)
+print("INFO [KafkaRaftServer nodeId=1] Kafka Server started", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_restart_awaits_this_start_not_the_line_the_previous_start_logged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for jar in ("kafka_2.13-4.0.0.jar", "kafka-peer-1.jar"):
+        (lib / jar).touch()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    java = bin_dir / "java"
+    java.write_text(f"#!{sys.executable}\n{SLOW_BROKER}")
+    java.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    node = BrokerNode(1, free_port(), tmp_path / "node-1")
+    node.directory.mkdir()
+    (node.directory / "server.properties").write_text(
+        f"listeners=PLAINTEXT://127.0.0.1:{node.port}\n")
+    node.log_path.write_text("INFO [KafkaRaftServer nodeId=1] Kafka Server started\n")
+    cluster = KafkaCluster(tmp_path, None, lib=lib, nodes=[node])
+    try:
+        cluster.restart(node)
+        assert node.log_text().count("Kafka Server started") == 2, node.log_text()
+    finally:
+        cluster.stop()
