@@ -340,10 +340,15 @@ class KafkaCluster:
 
     def _format(self, java: str, lib: Path, cluster_id: str, config: Path,
                 node: BrokerNode) -> None:
-        done = subprocess.run(
-            self._java(java, lib, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                       "-c", str(config), "--ignore-formatted"),
-            capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False)
+        try:
+            done = subprocess.run(
+                self._java(java, lib, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                           "-c", str(config), "--ignore-formatted"),
+                capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            # A BrokerError as every failed start is (the demo reports those in a line).
+            raise BrokerError(f"formatting node {node.node_id}'s storage did not end "
+                              f"within {START_TIMEOUT_S:g}s") from None
         if done.returncode != 0:
             raise BrokerError(f"formatting node {node.node_id}'s storage failed "
                               f"({done.returncode}): {(done.stderr or done.stdout).strip()}")

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.tools.broker import BrokerNode, KafkaCluster
+from sidecar.tools import broker
+from sidecar.tools.broker import BrokerError, BrokerNode, KafkaCluster
 from sidecar.tools.ports import free_port
 from tests.support.waiting import eventually
 
@@ -24,7 +25,8 @@ from tests.support.waiting import eventually
 STARTER = """\
 import sys
 from pathlib import Path
-from sidecar.tools.broker import BrokerNode, KafkaCluster
+from sidecar.tools import broker
+from sidecar.tools.broker import BrokerError, BrokerNode, KafkaCluster
 work, java = Path(sys.argv[1]), sys.argv[2]
 node = BrokerNode(1, 0, work)
 KafkaCluster(work, None)._launch(java, work, node)
@@ -50,16 +52,16 @@ def test_a_broker_ends_when_its_starter_ends_without_stopping_it(
     java.chmod(0o755)
     starter = subprocess.Popen([sys.executable, "-c", STARTER, str(tmp_path), str(java)],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    broker = 0
+    broker_pid = 0
     try:
         assert starter.stdout is not None
-        broker = int(starter.stdout.readline())
-        assert _running(broker)
+        broker_pid = int(starter.stdout.readline())
+        assert _running(broker_pid)
         # SIGKILL, as the OOM killer ends a test run; SIGTERM, as a CI job's timeout
         # does (pytest has no handler for it: no `finally` runs).
         starter.send_signal(ending)
         assert starter.wait(timeout=10) == -ending
-        eventually(lambda: not _running(broker), "the broker to end with its starter",
+        eventually(lambda: not _running(broker_pid), "the broker to end with its starter",
                    timeout=10)
     finally:
         starter.kill()
@@ -67,8 +69,8 @@ def test_a_broker_ends_when_its_starter_ends_without_stopping_it(
         for pipe in (starter.stdin, starter.stdout):
             if pipe is not None:
                 pipe.close()
-        if broker and _running(broker):
-            os.killpg(broker, signal.SIGKILL)
+        if broker_pid and _running(broker_pid):
+            os.killpg(broker_pid, signal.SIGKILL)
 
 
 #: A "broker" that binds its port at once and says it started a moment later, as
@@ -84,8 +86,8 @@ time.sleep(60)
 """
 
 
-def test_a_restart_awaits_this_start_not_the_line_the_previous_start_logged(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fake_java(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> Path:
+    """`java` on PATH running the Python `script`, and a folder of (empty) broker jars."""
     lib = tmp_path / "lib"
     lib.mkdir()
     for jar in ("kafka_2.13-4.0.0.jar", "kafka-peer-1.jar"):
@@ -93,9 +95,15 @@ def test_a_restart_awaits_this_start_not_the_line_the_previous_start_logged(
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     java = bin_dir / "java"
-    java.write_text(f"#!{sys.executable}\n{SLOW_BROKER}")
+    java.write_text(f"#!{sys.executable}\n{script}")
     java.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return lib
+
+
+def test_a_restart_awaits_this_start_not_the_line_the_previous_start_logged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = _fake_java(tmp_path, monkeypatch, SLOW_BROKER)
     node = BrokerNode(1, free_port(), tmp_path / "node-1")
     node.directory.mkdir()
     (node.directory / "server.properties").write_text(
@@ -107,3 +115,14 @@ def test_a_restart_awaits_this_start_not_the_line_the_previous_start_logged(
         assert node.log_text().count("Kafka Server started") == 2, node.log_text()
     finally:
         cluster.stop()
+
+
+def test_a_storage_format_that_hangs_is_a_broker_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tools report a BrokerError in one line; any other exception is a traceback.
+    lib = _fake_java(tmp_path, monkeypatch, "import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(broker, "START_TIMEOUT_S", 0.5)
+    cluster = KafkaCluster(tmp_path / "kafka", None, lib=lib)
+    with pytest.raises(BrokerError, match=r"^formatting node 1's storage did not end within "
+                                          r"0\.5s$"), cluster:
+        pass
