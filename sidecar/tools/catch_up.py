@@ -24,7 +24,7 @@ _HEAD = struct.Struct(">IQ")  # partition, index: the value starts with what it 
 #: The longest a catch-up waits for its first connection (kafka-python's default).
 _BOOTSTRAP_S = 30.0
 #: How long a topic or partition missing from the cluster's metadata is asked again for.
-_METADATA_S = 5.0
+_METADATA_S = 2.0
 
 
 def record_value(partition: int, index: int, size: int) -> bytes:
@@ -159,7 +159,7 @@ def _check_partitions(consumer: Any, bootstrap: str, topic: str,
                       expected: Mapping[int, int], timeout_s: float) -> None:
     """CatchUpError for a topic or partition the cluster does not have: a consumer
     assigned one would poll nothing until timeout_s and say only that it lagged.
-    Metadata is asked again for a few seconds first: a topic just created may
+    Metadata is asked again for two seconds first: a topic just created may
     have no leader yet, and kafka-python then lists no partition of it."""
     deadline = time.monotonic() + min(timeout_s, _METADATA_S)
     while True:
