@@ -35,9 +35,19 @@ def record_value(partition: int, index: int, size: int) -> bytes:
 
 def produce(bootstrap: str, topic: str, partitions: Iterable[int], count: int,
             size: int = 1000) -> int:
-    """Write `count` records of `size` bytes to each partition; the bytes written."""
+    """Write `count` records of `size` bytes to each partition; the bytes written.
+    CatchUpError, before any record, when no broker answers or the topic or one of
+    the partitions does not exist."""
     from kafka import KafkaProducer
 
+    chosen = list(partitions)  # walked once per record index: an iterator would end after one
+    # The topic first: for one that does not exist the producer would wait 60 s
+    # (max_block_ms) and then say only "Failed to update metadata after 60.0 secs."
+    checker = _consumer(bootstrap, _BOOTSTRAP_S)
+    try:
+        _check_partitions(checker, bootstrap, topic, dict.fromkeys(chosen, 0), _METADATA_S)
+    finally:
+        checker.close()
     # Idempotent (which needs acks=all): the client retries a batch that timed
     # out with four more in flight, and without the broker's sequence check the
     # retry lands after them, so record i is no longer at offset i (a loaded
@@ -46,7 +56,6 @@ def produce(bootstrap: str, topic: str, partitions: Iterable[int], count: int,
                              batch_size=512 * 1024, max_request_size=8 * 1024 * 1024,
                              acks="all", enable_idempotence=True, compression_type=None)
     written = 0
-    chosen = list(partitions)  # walked once per record index: an iterator would end after one
     try:
         for index in range(count):
             for partition in chosen:
@@ -62,7 +71,8 @@ def produce(bootstrap: str, topic: str, partitions: Iterable[int], count: int,
 
 class CatchUpError(AssertionError):
     """A record missing, repeated, out of order or with other bytes than produced; or
-    a catch-up that cannot start: no broker answering, no such topic or partition."""
+    a catch-up (or a produce) that cannot start: no broker answering, no such topic
+    or partition."""
 
 
 @dataclass
@@ -99,22 +109,15 @@ def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
     test's hook to act in the middle of a catch-up). Raises CatchUpError on a
     wrong, repeated or missing record, or when `timeout_s` passes first.
     """
-    from kafka import KafkaConsumer, TopicPartition
-    from kafka.errors import KafkaTimeoutError, UnknownError
+    from kafka import TopicPartition
+    from kafka.errors import UnknownError
 
     expected = {partition: (start or {}).get(partition, 0) for partition in partitions}
     _check_arguments(expected, count, timeout_s)
-    try:
-        # The first connection within the catch-up's own time too (kafka-python
-        # waits 30 s by default, whatever timeout_s says).
-        consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=group is not None,
-            auto_offset_reset="earliest", fetch_max_bytes=50 * 1024 * 1024,
-            max_partition_fetch_bytes=1024 * 1024, request_timeout_ms=60_000,
-            bootstrap_timeout_ms=int(min(timeout_s, _BOOTSTRAP_S) * 1000))
-    except KafkaTimeoutError as exc:
-        raise CatchUpError(f"no Kafka broker answered at {bootstrap} within "
-                           f"{min(timeout_s, _BOOTSTRAP_S):g}s") from exc
+    consumer = _consumer(
+        bootstrap, timeout_s, group_id=group, enable_auto_commit=group is not None,
+        auto_offset_reset="earliest", fetch_max_bytes=50 * 1024 * 1024,
+        max_partition_fetch_bytes=1024 * 1024, request_timeout_ms=60_000)
     result = CatchUp()
     try:
         # Inside the try: the consumer's I/O thread and connections are closed
@@ -153,6 +156,22 @@ def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
     finally:
         consumer.close()
     return result
+
+
+def _consumer(bootstrap: str, timeout_s: float, **settings: Any) -> Any:
+    """A KafkaConsumer connected within `timeout_s` (30 s at most): kafka-python
+    alone waits its 30 s whatever the caller's time, then raises its own
+    KafkaTimeoutError; here a CatchUpError names the address."""
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaTimeoutError
+
+    wait = min(timeout_s, _BOOTSTRAP_S)
+    try:
+        return KafkaConsumer(bootstrap_servers=bootstrap,
+                             bootstrap_timeout_ms=int(wait * 1000), **settings)
+    except KafkaTimeoutError as exc:
+        raise CatchUpError(f"no Kafka broker answered at {bootstrap} within {wait:g}s") \
+            from exc
 
 
 def _check_partitions(consumer: Any, bootstrap: str, topic: str,
