@@ -11,5 +11,8 @@ command -v java >/dev/null 2>&1 || sh "$here/apt-install.sh" openjdk-17-jdk-head
 command -v javac >/dev/null 2>&1 || sh "$here/apt-install.sh" openjdk-17-jdk-headless
 command -v mvn >/dev/null 2>&1 || sh "$here/apt-install.sh" maven
 cd "$here/../tests/kafka"
+# Copied afresh: copy-dependencies only adds, so a version changed in pom.xml
+# would leave the old jars beside the new ones on the broker's classpath.
+rm -rf target/lib
 mvn -B -q package
 touch target/.fetched

@@ -99,10 +99,16 @@ def kafka_uuid() -> str:
 def broker_lib(lib: Path | None = None) -> Path:
     """The folder of the broker's jars; BrokerError naming how to fetch them if absent."""
     folder = lib or Path(os.environ.get("SIDECAR_KAFKA_LIB", DEFAULT_LIB))
-    if not any(folder.glob("kafka_2.13-*.jar")) or not any(folder.glob("kafka-peer-*.jar")):
+    kafkas = sorted(jar.name for jar in folder.glob("kafka_2.13-*.jar"))
+    if not kafkas or not any(folder.glob("kafka-peer-*.jar")):
         raise BrokerError(
             f"no Kafka broker jars in {folder}: run `make kafka` (Maven fetches them "
             "from Maven Central per tests/kafka/pom.xml)")
+    if len(kafkas) > 1:
+        # Both on one classpath (`lib/*`): which class loads is the listing's chance.
+        raise BrokerError(
+            f"several Kafka versions in {folder} ({', '.join(kafkas)}): run `make kafka` "
+            "again, which copies the jars of tests/kafka/pom.xml afresh")
     return folder
 
 

@@ -53,6 +53,16 @@ def test_missing_jars_name_the_command_that_fetches_them(tmp_path: Path) -> None
         broker_lib(tmp_path)
 
 
+def test_jars_of_two_kafka_versions_are_refused_not_mixed(tmp_path: Path) -> None:
+    # What a version changed in tests/kafka/pom.xml left behind before `make kafka`
+    # copied the jars afresh: both on the classpath, and kafka_version() naming either.
+    for jar in ("kafka_2.13-4.3.0.jar", "kafka_2.13-4.4.0.jar", "kafka-peer-1.jar"):
+        (tmp_path / jar).touch()
+    with pytest.raises(BrokerError, match=r"several Kafka versions in .*\(kafka_2\.13-4\.3\.0"
+                                          r"\.jar, kafka_2\.13-4\.4\.0\.jar\): run `make kafka`"):
+        broker_lib(tmp_path)
+
+
 def test_a_kafka_uuid_is_22_url_safe_characters_never_led_by_a_dash() -> None:
     # One id in 64 would start with "-" and the storage tool would take it for an
     # option (a CI run failed so); 5,000 draws meet that case all but surely.
