@@ -127,6 +127,19 @@ def _banner(sidecar: Sidecar, keys: list[str], run_dir: Path, warm_up: str) -> s
 async def run_demo(listen: str, admin_listen: str, seconds: float | None) -> None:
     for name, value in CREDENTIALS.items():
         os.environ.setdefault(name, value)
+    # SIGTERM while it starts (filling the bucket takes seconds) ends the start as
+    # Ctrl-C does (asyncio.run cancels the task on SIGINT), so that the cleanup below
+    # runs: by default SIGTERM ends the process at once, leaving the cache and the
+    # local S3 behind. Once serving, `_serve` makes it a stop like any other.
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = asyncio.Event()
+
+    def terminate() -> None:
+        terminated.set()
+        task.cancel()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
     # One directory per run, so that two demos never share or overwrite a file. The
     # cache goes when the demo stops; what it asked you to open stays.
     run_dir = Path(tempfile.mkdtemp(prefix="sidecar-demo-"))
@@ -134,6 +147,10 @@ async def run_demo(listen: str, admin_listen: str, seconds: float | None) -> Non
     cache.mkdir()
     try:
         await _serve(run_dir, cache, listen, admin_listen, seconds)
+    except asyncio.CancelledError:
+        if not terminated.is_set():
+            raise
+        # Stopped before it served: as a stop once serving, not a failure.
     finally:
         shutil.rmtree(cache, ignore_errors=True)
         print(f"Kept after the demo: {run_dir} (access log, warm-up plan and reports; the "
