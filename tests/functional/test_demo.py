@@ -11,6 +11,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -211,6 +212,27 @@ def test_sigterm_while_the_demo_starts_leaves_no_cache_and_no_child(tmp_path: Pa
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr, stderr
     assert not _running(local_s3)
-    assert not (run_dir / "cache").exists()
-    assert stdout.strip().splitlines()[-1].startswith(f"Kept after the demo: {run_dir} ")
-    assert BANNER_END not in stdout
+    # It never said where its files were: none are left (cache, access log).
+    assert not run_dir.exists()
+    assert stdout.strip() == ""
+
+
+def test_a_demo_whose_port_is_taken_says_so_and_leaves_nothing(tmp_path: Path) -> None:
+    """A second demo on the default ports, or any port in use: one line, exit 2, and
+    no directory left behind for a demo that never served."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = subprocess.run(
+            [sys.executable, "-m", "sidecar", "demo", "--listen", address,
+             "--admin-listen", "127.0.0.1:0"],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "TMPDIR": str(tmp_path), "SIDECAR_LOG_LEVEL": "WARNING"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("{")]
+    assert errors == [f"sidecar: error: cannot listen on {address}: error while attempting "
+                      f"to bind on address ('127.0.0.1', {address.rsplit(':', 1)[1]}): "
+                      "address already in use"], result.stderr[-2000:]
+    assert result.stdout.strip() == ""
+    assert list(tmp_path.iterdir()) == []
