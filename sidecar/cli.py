@@ -206,7 +206,14 @@ def _serve(args: argparse.Namespace) -> None:
     config_path = args.config or (Path(os.environ["SIDECAR_CONFIG"])
                                   if os.environ.get("SIDECAR_CONFIG") else None)
     file_values = read_toml(config_path) if config_path else {}
-    settings = resolve(flags, os.environ, file_values)
+    try:
+        settings = resolve(flags, os.environ, file_values)
+    except ConfigError as exc:
+        # A key of the file (unknown, or of the wrong type): which file, since
+        # SIDECAR_CONFIG may have named it out of the operator's sight.
+        if config_path is not None and str(exc).startswith(("config key ", "unknown config key ")):
+            raise ConfigError(f"{config_path}: {exc}") from None
+        raise
     config = build_config(settings)
     if args.check_config:
         def source(setting: Setting) -> str:
@@ -379,10 +386,19 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def _admin_call(args: argparse.Namespace, method: str, path: str,
+#: What each admin answer holds, whatever else a sidecar of another version adds:
+#: an answer without it is some other server's (a proxy's, another service's).
+_STATS_FIELDS = ("cache", "served_bytes", "origin_bytes", "byte_hit_ratio", "block_hit_ratio",
+                 "hits", "misses", "prefetch")
+#: An error answer is shown in one line of at most this many characters.
+_MAX_ERROR_CHARS = 200
+
+
+def _admin_call(args: argparse.Namespace, method: str, path: str, fields: Sequence[str],
                 body: dict[str, Any] | None = None) -> dict[str, Any]:
     """One call to the admin port, with the admin token when one is found
-    (mutating calls: required). ConfigError (exit 2) saying what went wrong."""
+    (mutating calls: required); the answer is a JSON object with `fields`.
+    ConfigError (exit 2) saying what went wrong, in one line."""
     url = args.admin.rstrip("/") + path  # a URL already (_http_url)
     token = client_token(os.environ, args.admin_token_file)
     if token is None and method != "GET":
@@ -396,30 +412,48 @@ def _admin_call(args: argparse.Namespace, method: str, path: str,
     request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with urllib.request.build_opener(_NoRedirects()).open(request, timeout=5) as response:
-            answer: dict[str, Any] = json.load(response)
-            return answer
+            answer = json.load(response)
     except urllib.error.HTTPError as exc:
         with exc:
             text = exc.read(2000).decode(errors="replace")
-        raise ConfigError(f"{method} {url}: {exc.code} {text.strip()}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ConfigError(f"{method} {url}: {exc.code} {_error_text(exc, text)}") from None
+    except urllib.error.URLError as exc:
+        raise ConfigError(f"cannot read {url}: {exc.reason}") from None
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read {url}: {exc}") from None
+    if not isinstance(answer, dict) or any(field not in answer for field in fields):
+        raise ConfigError(f"{method} {url}: not a sidecar's admin answer (a JSON object "
+                          f"with {', '.join(fields)}): is --admin its admin port?")
+    return answer
+
+
+def _error_text(exc: urllib.error.HTTPError, text: str) -> str:
+    """The sidecar's own {"error": ...} message; for anything else (a proxy's or web
+    server's page) its reason and what it sent, not the page itself."""
+    try:
+        message = json.loads(text)["error"]
+    except (ValueError, TypeError, KeyError):
+        message = None
+    if isinstance(message, str):
+        return " ".join(message.split())[:_MAX_ERROR_CHARS]
+    content_type = exc.headers.get("Content-Type", "no content type")
+    return f"{exc.reason} (a {content_type} answer, not a sidecar's)"[:_MAX_ERROR_CHARS]
 
 
 def _stats(args: argparse.Namespace) -> None:
-    stats = _admin_call(args, "GET", "/api/v1/stats")
+    stats = _admin_call(args, "GET", "/api/v1/stats", _STATS_FIELDS)
     print(json.dumps(stats, indent=2) if args.json else _format_stats(stats))
 
 
 def _mode(args: argparse.Namespace) -> None:
-    answer = (_admin_call(args, "GET", "/api/v1/mode") if args.mode is None else
-              _admin_call(args, "PUT", "/api/v1/mode", {"mode": args.mode}))
+    answer = (_admin_call(args, "GET", "/api/v1/mode", ("mode",)) if args.mode is None else
+              _admin_call(args, "PUT", "/api/v1/mode", ("mode",), {"mode": args.mode}))
     print(json.dumps(answer))
 
 
 def _purge(args: argparse.Namespace) -> None:
     path = f"/api/v1/cache/{quote(args.bucket, safe='')}/{quote(args.key, safe='/')}"
-    print(json.dumps(_admin_call(args, "DELETE", path)))
+    print(json.dumps(_admin_call(args, "DELETE", path, ("purged_blocks",))))
 
 
 def configure_logging(setting: str) -> None:

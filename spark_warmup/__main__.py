@@ -58,6 +58,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def master_problem(master: str | None) -> str | None:
+    """Why `master` is no Spark master URL, or None. Spark's own rule (SparkContext:
+    "Master must either be yarn or start with spark, k8s, or local"), checked here
+    because Spark reports it as a JVM stack trace and a Python one."""
+    if master is None or master == "yarn" or master.startswith(("local", "spark://", "k8s://")):
+        return None
+    return (f"--master: not a Spark master URL: {master!r} (local[*], local[N], "
+            "spark://HOST:PORT, yarn or k8s://HOST:PORT)")
+
+
 def session_settings(master: str | None, conf: Mapping[str, str],
                      env: Mapping[str, str]) -> dict[str, str]:
     """The Spark settings of the run: `--conf` as given, and for a local master
@@ -100,6 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: error: --conf wants KEY=VALUE, got {item!r}", file=sys.stderr)
             return 2
         settings[key] = value
+    if (problem := master_problem(args.master)) is not None:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        return 2
     # float() takes "inf" and "nan": the first kills the progress thread (Event.wait
     # overflows), the second compares false everywhere and means no progress.
     if not 0 <= args.progress <= MAX_PROGRESS_S:

@@ -5,7 +5,8 @@ log segments in the Aiven tiered-storage layout (each segment's `.log`,
 `.indexes` and `.rsm-manifest`), and the sidecar in front of it. Its files live
 in a directory of its own: the cache is removed when it stops, and what it asks
 you to open (the access log, the example warm-up plan, the reports written
-there) stays, named at the start and at the stop.
+there) stays, named at the start and at the stop. A demo that never served
+(a port taken, stopped while it started) leaves nothing.
 """
 
 from __future__ import annotations
@@ -127,21 +128,44 @@ def _banner(sidecar: Sidecar, keys: list[str], run_dir: Path, warm_up: str) -> s
 async def run_demo(listen: str, admin_listen: str, seconds: float | None) -> None:
     for name, value in CREDENTIALS.items():
         os.environ.setdefault(name, value)
+    # SIGTERM while it starts (filling the bucket takes seconds) ends the start as
+    # Ctrl-C does (asyncio.run cancels the task on SIGINT), so that the cleanup below
+    # runs: by default SIGTERM ends the process at once, leaving the cache and the
+    # local S3 behind. Once serving, `_serve` makes it a stop like any other.
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = asyncio.Event()
+
+    def terminate() -> None:
+        terminated.set()
+        task.cancel()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
     # One directory per run, so that two demos never share or overwrite a file. The
     # cache goes when the demo stops; what it asked you to open stays.
     run_dir = Path(tempfile.mkdtemp(prefix="sidecar-demo-"))
     cache = run_dir / "cache"
     cache.mkdir()
+    served = asyncio.Event()
     try:
-        await _serve(run_dir, cache, listen, admin_listen, seconds)
+        await _serve(run_dir, cache, listen, admin_listen, seconds, served)
+    except asyncio.CancelledError:
+        if not terminated.is_set():
+            raise
+        # Stopped before it served: as a stop once serving, not a failure.
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
-        print(f"Kept after the demo: {run_dir} (access log, warm-up plan and reports; the "
-              "cache was removed)", flush=True)
+        if served.is_set():
+            shutil.rmtree(cache, ignore_errors=True)
+            print(f"Kept after the demo: {run_dir} (access log, warm-up plan and reports; "
+                  "the cache was removed)", flush=True)
+        else:
+            # Never served (a port taken, stopped while starting): nothing in it was
+            # named to anyone, and a retry would leave one more directory each time.
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 async def _serve(run_dir: Path, cache: Path, listen: str, admin_listen: str,
-                 seconds: float | None) -> None:
+                 seconds: float | None, served: asyncio.Event) -> None:
     with LocalS3() as origin:
         loop = asyncio.get_running_loop()
         keys = await loop.run_in_executor(None, seed_bucket, origin.endpoint)
@@ -164,6 +188,7 @@ async def _serve(run_dir: Path, cache: Path, listen: str, admin_listen: str,
             warm_up = example_instructions(str(plan_path), plan, sidecar.data_url, CREDENTIALS,
                                            report_dir=str(run_dir / "warmup-report"))
             print(_banner(sidecar, keys, run_dir, warm_up), flush=True)
+            served.set()
             try:
                 await asyncio.wait_for(stop.wait(), timeout=seconds)
             except TimeoutError:

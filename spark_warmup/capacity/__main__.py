@@ -33,7 +33,12 @@ from sidecar.errors import ConfigError, MissingExtra
 PROG = "spark_warmup.capacity"
 
 try:
-    from spark_warmup.__main__ import build_session, local_environment, session_settings
+    from spark_warmup.__main__ import (
+        build_session,
+        local_environment,
+        master_problem,
+        session_settings,
+    )
     from spark_warmup.capacity.curve import SizeError, parse_sizes
     from spark_warmup.capacity.job import MAX_TRACE_REQUESTS, InputError, Options, run
     from spark_warmup.capacity.simulate import Settings
@@ -136,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep or not key:
             return fail(f"--conf wants KEY=VALUE, got {item!r}")
         settings[key] = value
+    if (problem := master_problem(args.master)) is not None:
+        return fail(problem)
     if not 0.0 < args.target_hit_ratio <= 1.0:
         return fail(f"--target-hit-ratio must be in (0, 1], got {args.target_hit_ratio}")
     if args.max_trace < 1:

@@ -405,3 +405,24 @@ def test_a_standalone_clusters_executors_read_the_logs_in_the_object_store(
     summary = json.loads(document)
     assert summary["nodes"] == analysed.summary["nodes"]
     assert any(f"s3://{bucket}/nothing-here/" in p["reason"] for p in summary["problems"])
+
+
+@pytest.mark.parametrize("module", ["spark_warmup.capacity", "spark_warmup"])
+def test_a_master_that_is_no_spark_url_is_one_line_before_spark_starts(
+    tmp_path: Path, module: str
+) -> None:
+    """Spark refuses it with a JVM stack trace and then a Python one (exit 1)."""
+    log = tmp_path / "access.log"
+    log.write_text("{not json\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")
+    args = ([str(plan)] if module == "spark_warmup"
+            else ["--logs", str(log), "--report", str(tmp_path / "r")])
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args, "--master", "sparkk://m:7077"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr[-2000:]
+    assert result.stderr.strip() == (
+        f"{module}: error: --master: not a Spark master URL: 'sparkk://m:7077' (local[*], "
+        "local[N], spark://HOST:PORT, yarn or k8s://HOST:PORT)")

@@ -235,5 +235,6 @@ def test_a_file_value_of_the_wrong_type_stops_serve_in_one_line(
                          "--admin-listen", "127.0.0.1:0", *command, env=clean_env())
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip().splitlines() == [
-        "sidecar: error: config key protect_path: takes an array of strings, got an integer: 5"]
+        f"sidecar: error: {config}: config key protect_path: takes an array of strings, "
+        "got an integer: 5"]
     assert not (tmp_path / "cache").exists()

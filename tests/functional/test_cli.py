@@ -151,3 +151,9 @@ def test_config_file_and_env(tmp_path: Path, local_s3: LocalS3) -> None:
     config.write_text('cache_sizes = "1GiB"\n')
     result = run_sidecar(*serve_args(local_s3.endpoint, tmp_path, "--config", str(config)))
     assert result.returncode == 2 and "unknown config key 'cache_sizes'" in result.stderr
+    # Named with its file, which SIDECAR_CONFIG may have chosen out of sight.
+    result = run_sidecar(*serve_args(local_s3.endpoint, tmp_path),
+                         env={**os.environ, **CREDENTIALS, "SIDECAR_CONFIG": str(config)})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"sidecar: error: {config}: unknown config key 'cache_sizes'; did you mean 'cache_size'?"]

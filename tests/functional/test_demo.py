@@ -11,6 +11,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -161,3 +162,77 @@ def test_demo_serves_genuine_segments_through_the_sidecar() -> None:
         assert not (run_dir / "cache").exists()
     finally:
         shutil.rmtree(run_dir)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc: field 4 of stat is the parent)."""
+    found_pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended while we looked
+        if int(fields[1]) == pid:
+            found_pids.append(int(stat.parent.name))
+    return found_pids
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_while_the_demo_starts_leaves_no_cache_and_no_child(tmp_path: Path) -> None:
+    """SIGTERM (a service manager, `kill`, `timeout`) while the demo fills its bucket:
+    it stops as it does once serving, its cache removed and its local S3 ended."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "demo", "--listen", "127.0.0.1:0",
+         "--admin-listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path), "SIDECAR_LOG_LEVEL": "WARNING"},
+    )
+    try:
+        # The local S3 is up and the bucket being filled: the start's longest step.
+        local_s3 = eventually(
+            lambda: next((child for child in _children(process.pid)
+                          if b"sidecar.tools.local_s3" in Path(f"/proc/{child}/cmdline")
+                          .read_bytes()), None),
+            "the demo's local S3 process", timeout=60)
+        run_dir = eventually(lambda: next(tmp_path.glob("sidecar-demo-*/cache"), None),
+                             "the demo's cache directory").parent
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    assert not _running(local_s3)
+    # It never said where its files were: none are left (cache, access log).
+    assert not run_dir.exists()
+    assert stdout.strip() == ""
+
+
+def test_a_demo_whose_port_is_taken_says_so_and_leaves_nothing(tmp_path: Path) -> None:
+    """A second demo on the default ports, or any port in use: one line, exit 2, and
+    no directory left behind for a demo that never served."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = subprocess.run(
+            [sys.executable, "-m", "sidecar", "demo", "--listen", address,
+             "--admin-listen", "127.0.0.1:0"],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "TMPDIR": str(tmp_path), "SIDECAR_LOG_LEVEL": "WARNING"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("{")]
+    assert errors == [f"sidecar: error: cannot listen on {address}: error while attempting "
+                      f"to bind on address ('127.0.0.1', {address.rsplit(':', 1)[1]}): "
+                      "address already in use"], result.stderr[-2000:]
+    assert result.stdout.strip() == ""
+    assert list(tmp_path.iterdir()) == []

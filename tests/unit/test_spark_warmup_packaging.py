@@ -99,7 +99,10 @@ def test_the_demo_example_is_a_valid_plan(tmp_path: Path) -> None:
     text = example_instructions("/run/plan.json", document, "http://127.0.0.1:9330",
                                 {"AWS_ACCESS_KEY_ID": "x"}, report_dir="/run/report")
     spark_job = python_module("spark_warmup")
-    assert f"{spark_job} /run/plan.json --dry-run" in text
+    # Every Spark job printed for the demo, the dry run included, runs without a web UI.
+    assert f"{spark_job} --conf spark.ui.enabled=false /run/plan.json --dry-run" in text
+    assert all("--conf spark.ui.enabled=false" in line
+               for line in text.splitlines() if f"{spark_job} " in line)
     assert f"{spark_job} --conf spark.ui.enabled=false /run/plan.json --report /run/report" \
         in text
     assert f"{program('sidecar')} replay --endpoint http://127.0.0.1:9330" in text
