@@ -206,14 +206,8 @@ def _serve(args: argparse.Namespace) -> None:
     config_path = args.config or (Path(os.environ["SIDECAR_CONFIG"])
                                   if os.environ.get("SIDECAR_CONFIG") else None)
     file_values = read_toml(config_path) if config_path else {}
-    try:
-        settings = resolve(flags, os.environ, file_values)
-    except ConfigError as exc:
-        # A key of the file (unknown, or of the wrong type): which file, since
-        # SIDECAR_CONFIG may have named it out of the operator's sight.
-        if config_path is not None and str(exc).startswith(("config key ", "unknown config key ")):
-            raise ConfigError(f"{config_path}: {exc}") from None
-        raise
+    settings = resolve(flags, os.environ, file_values,
+                       str(config_path) if config_path else None)
     config = build_config(settings)
     if args.check_config:
         def source(setting: Setting) -> str:

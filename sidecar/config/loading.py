@@ -121,16 +121,20 @@ def unknown_key(name: str) -> str:
 
 
 def resolve(
-    flags: Mapping[str, object], env: Mapping[str, str], file_values: Mapping[str, Any]
+    flags: Mapping[str, object], env: Mapping[str, str], file_values: Mapping[str, Any],
+    file_name: str | None = None,
 ) -> dict[str, Setting]:
     """Merge the three sources (flag > env > file > default) and parse each option once.
 
-    `flags` holds only the flags that were given, keyed by option name.
+    `flags` holds only the flags that were given, keyed by option name; `file_name`,
+    the config file's, names it in an error about one of its keys (SIDECAR_CONFIG
+    may have chosen it out of the operator's sight).
     """
+    in_file = f"{file_name}: " if file_name else ""
     file_values = flatten_sections(file_values)
     unknown = sorted(set(file_values) - set(BY_NAME))
     if unknown:
-        raise ConfigError(unknown_key(unknown[0]))
+        raise ConfigError(in_file + unknown_key(unknown[0]))
     settings: dict[str, Setting] = {}
     for option in OPTIONS:
         if option.name in flags:
@@ -138,7 +142,8 @@ def resolve(
         elif option.env in env:
             raw, source, where = env[option.env], "env", option.env
         elif option.name in file_values:
-            raw, source, where = file_values[option.name], "file", f"config key {option.name}"
+            raw, source, where = (file_values[option.name], "file",
+                                  f"{in_file}config key {option.name}")
         else:
             raw, source, where = option.default, "default", f"default of {option.name}"
         try:
