@@ -43,6 +43,9 @@ class BlockWrite:
     chunk_size: int
     evicted: tuple[BlockIdent, ...]
     checksums: list[int | None]
+    # Set (in a worker thread) when a chunk went through the page cache: the
+    # block then has pages there to write back once a reader is past it.
+    buffered: bool = False
 
     @property
     def complete(self) -> bool:
@@ -164,9 +167,12 @@ class BlockWriter:
         Blocking, thread safe: called in the fetch's worker thread (the slot is
         the write's alone). Raises CacheDiskError when the disk refuses it."""
         try:
-            return self._slab.write_chunk(write.slot, offset, data, first=False)
+            written = self._slab.write_chunk(write.slot, offset, data, first=False)
         except OSError as exc:
             raise CacheDiskError(self._faults.write_failed(exc)) from exc
+        if not written.direct:
+            write.buffered = True
+        return written.checksum
 
     async def commit(self, write: BlockWrite, *, read: bool) -> Written:
         """Seal a complete write (its header, step 3) and cache it. ``read``: as in
@@ -182,6 +188,11 @@ class BlockWriter:
             log.warning("could not cache block %s in slot %d: %s", write.ident, write.slot, exc)
             self.abort(write)
             return Written(None, write.evicted, self._faults.write_failed(exc))
+        if write.buffered and write.slot in self._residency.paged_out:
+            # Read past the page cache from now on, so the pages of its short
+            # last chunk serve no one there: written back and dropped now
+            # (a reader going past the block finds nothing to do).
+            self._residency.write_back(write.slot)
         written = self._residency.admit(write.slot, write.ident, record, read)
         return Written(written.record, (*write.evicted, *written.evicted), written.disk_error)
 

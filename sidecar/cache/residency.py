@@ -283,11 +283,20 @@ class Residency:
 
     def release_pages(self, ident: BlockIdent) -> None:
         """A reader went past this block: write its pages back and drop them from
-        the page cache, unless someone is reading it now (with drop_written_pages)."""
+        the page cache, unless someone is reading it now (with drop_written_pages).
+        Nothing to do for a slot whose pages are out already: one written and
+        read past the page cache (direct I/O) or dropped before. That is every
+        block's end on a warm replay, and each would cost a disk thread's wake."""
         slot = self.index.find(ident_hash(ident, self.index.identity_key))
-        if slot < 0 or not self._drop_written_pages or slot in self.slots.pins:
+        if slot < 0 or slot in self.slots.pins or slot in self.paged_out:
             return
-        self._work.start(self._write_back(slot))
+        self.write_back(slot)
+
+    def write_back(self, slot: int) -> None:
+        """The slot's pages written back and dropped from the page cache, in
+        the background (with drop_written_pages)."""
+        if self._drop_written_pages:
+            self._work.start(self._write_back(slot))
 
     async def _write_back(self, slot: int) -> None:
         try:

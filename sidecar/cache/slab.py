@@ -62,6 +62,7 @@ import os
 from collections.abc import Callable
 from io import FileIO
 from pathlib import Path
+from typing import NamedTuple
 
 from sidecar.cache.direct_io import DirectIO
 from sidecar.cache.errors import ChecksumMismatch
@@ -92,6 +93,15 @@ _NOWAIT_UNSUPPORTED = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
 
 class NotResident(Exception):
     """Bytes asked for without waiting for the disk are not all in the page cache."""
+
+
+class ChunkWritten(NamedTuple):
+    """A chunk written into its slot: its checksum, and whether its bytes went
+    past the page cache (a block's short last chunk, or a file system that
+    refuses O_DIRECT, leaves pages there to write back)."""
+
+    checksum: int
+    direct: bool
 
 
 class Slab:
@@ -221,9 +231,10 @@ class Slab:
             _pwrite_all(self._fd, header, base)
         return SlotRecord(ident, slot, length, generation, checksums)
 
-    def write_chunk(self, slot: int, offset: int, data: memoryview, first: bool) -> int:
+    def write_chunk(self, slot: int, offset: int, data: memoryview, first: bool) -> ChunkWritten:
         """Steps 1 (when `first`) and 2 for one chunk of a block arriving in pieces:
-        its bytes at `offset` of the slot's data; returns the chunk's checksum.
+        its bytes at `offset` of the slot's data; returns the chunk's checksum
+        and whether its bytes went past the page cache.
 
         `offset` is a multiple of the chunk size and `data` a whole chunk (the
         block's last may be shorter). Several chunks of one slot may be written
@@ -239,9 +250,10 @@ class Slab:
             _pwrite_all(self._fd, NOT_VALID, base + FLAGS_OFFSET)
         checksum = chunk_checksum(data)
         at = base + SLOT_HEADER_SIZE + offset
-        if not self._direct.write(data, at):
+        direct = self._direct.write(data, at)
+        if not direct:
             _pwrite_all(self._fd, data, at)
-        return checksum
+        return ChunkWritten(checksum, direct)
 
     def seal(
         self, slot: int, ident: BlockIdent, generation: int, length: int,

@@ -4,6 +4,8 @@ way every byte reads back exact and verified."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import random
 import subprocess
@@ -18,6 +20,7 @@ from sidecar.cache import BlockStore
 from sidecar.cache.errors import ChecksumMismatch
 from sidecar.cache.ident import BlockIdent
 from sidecar.cache.slab import NotResident, Slab
+from sidecar.cache.slot_format import FILE_HEADER_SIZE, SLOT_HEADER_SIZE
 from tests.support.cache_metrics import RecordingMetrics
 from tests.support.counting_executor import CountingExecutor
 from tests.support.loop_disk import LoopDisk, ensure_disk_tools, loop_disk
@@ -58,7 +61,7 @@ def aligned(data: bytes) -> memoryview:
 def write_block(slab: Slab, slot: int, chunks: list[memoryview | bytes]) -> tuple[int, ...]:
     """The engine's way: chunk by chunk, then the header; the chunks' checksums."""
     checksums = tuple(
-        slab.write_chunk(slot, number * MiB, memoryview(chunk), first=number == 0)
+        slab.write_chunk(slot, number * MiB, memoryview(chunk), first=number == 0).checksum
         for number, chunk in enumerate(chunks))
     slab.seal(slot, IDENT, 1, sum(len(chunk) for chunk in chunks), checksums)
     return checksums
@@ -199,6 +202,7 @@ async def test_the_store_reads_a_block_written_past_the_page_cache_four_chunks_a
                 write.checksums[at // MiB] = store.write_chunk(write, at, chunk)
             record = (await store.commit(write, read=False)).record
             assert record is not None
+            await store.idle()  # the short last chunk's pages written back
             # Nothing of the block went through the page cache.
             assert not any(on_page_cache(ext4.mount, record.slot, block, at)
                            for at in range(0, 6 * MiB, MiB))
@@ -248,6 +252,78 @@ async def test_a_chunk_kept_as_it_landed_is_served_from_memory(ext4: LoopDisk) -
             assert executor.submitted == trips + 1
         finally:
             await store.close()
+
+
+async def test_a_block_written_past_the_page_cache_leaves_no_page_there_to_write_back(
+    ext4: LoopDisk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader going past a block a fetch wrote past the page cache costs no
+    trip to the disk threads (a warm replay goes past every block it reads).
+    A block whose short last chunk went through the page cache has that
+    chunk's pages written back and dropped as it is committed: it is read
+    past the page cache too, so they would serve no one there."""
+    written_back: list[int] = []
+    real = Slab.write_back
+
+    def counted(self: Slab, slot: int) -> None:
+        written_back.append(slot)
+        real(self, slot)
+
+    monkeypatch.setattr(Slab, "write_back", counted)
+    whole = random.Random(16).randbytes(BLOCK)
+    short = random.Random(17).randbytes(MiB + 4096 + 100)
+    with CountingExecutor() as executor:
+        store = await BlockStore.open(ext4.mount, 4 * (BLOCK + 4096), BLOCK, executor,
+                                      RecordingMetrics(), drop_written_pages=True,
+                                      direct_io=True)
+        try:
+            slots = []
+            for block, data in enumerate((whole, short)):
+                write = await store.begin_write(IDENT._replace(block=block), len(data))
+                assert write is not None
+                for at in range(0, len(data), MiB):
+                    write.checksums[at // MiB] = store.write_chunk(
+                        write, at, aligned(data[at:at + MiB]))
+                if block == 1:  # the short chunk went (in part) through the page cache
+                    assert resident_pages(ext4.mount, write.slot, MiB, 4096 + 100) > 0
+                record = (await store.commit(write, read=False)).record
+                assert record is not None
+                slots.append(record.slot)
+                await store.idle()
+            assert written_back == [slots[1]]
+            assert resident_pages(ext4.mount, slots[1], MiB, 4096 + 100) == 0
+            trips = executor.submitted
+            for block in (0, 1, 0, 1):
+                store.release_pages(IDENT._replace(block=block))
+            await store.idle()
+            assert executor.submitted == trips and written_back == [slots[1]]
+        finally:
+            await store.close()
+
+
+def resident_pages(directory: Path, slot: int, at: int, length: int) -> int:
+    """How many pages of bytes [at, at + length) of the slot's data are in the
+    page cache: mincore(2) on a mapping of them, which reads nothing in (a
+    read that may not wait starts the kernel's read-ahead)."""
+    offset = FILE_HEADER_SIZE + slot * (SLOT_HEADER_SIZE + BLOCK) + SLOT_HEADER_SIZE + at
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    pages = (ctypes.c_ubyte * -(-length // mmap.PAGESIZE))()
+    fd = os.open(directory / "slab.dat", os.O_RDONLY)
+    try:
+        address = libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
+        assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            assert libc.mincore(address, length, pages) == 0, os.strerror(ctypes.get_errno())
+        finally:
+            libc.munmap(address, length)
+    finally:
+        os.close(fd)
+    return sum(page & 1 for page in pages)
 
 
 def on_page_cache(directory: Path, slot: int, block: int, at: int) -> bool:

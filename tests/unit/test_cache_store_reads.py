@@ -154,7 +154,7 @@ async def test_bytes_damaged_on_the_disk_fail_on_the_loop_as_in_the_executor(
 def test_a_read_of_bytes_not_in_the_page_cache_says_so(tmp_path: Path) -> None:
     slab = Slab.open(tmp_path, slot_count=2, block_size=BLOCK, preallocate=False)
     try:
-        checksum = slab.write_chunk(0, 0, memoryview(payload(5)[:CHUNK]), first=True)
+        checksum = slab.write_chunk(0, 0, memoryview(payload(5)[:CHUNK]), first=True).checksum
         drop_cache(tmp_path)
         with pytest.raises(NotResident):
             slab.read_checked(0, 0, CHUNK, BLOCK, [checksum, None], resident=True)
@@ -191,6 +191,29 @@ async def test_a_block_whose_pages_were_dropped_is_read_in_the_executor_at_once(
         # is tried on the loop first.
         assert await store.read(record, CHUNK, CHUNK + 100) == data[CHUNK:CHUNK + 100]
         assert reads[1] is True
+    finally:
+        await store.close()
+
+
+async def test_a_block_s_pages_are_written_back_once(
+    tmp_path: Path, counting: CountingExecutor
+) -> None:
+    """A reader going past a block sends the disk threads to write its pages
+    back and drop them; the next reader past it finds them out already. (The
+    blocks a fetch wrote past the page cache: tests/functional/test_cache_direct_io.py.)"""
+    store = await BlockStore.open(tmp_path, 4 * (BLOCK + 4096), BLOCK, counting,
+                                  RecordingMetrics(), preallocate=False,
+                                  drop_written_pages=True)
+    try:
+        await written(store, ident(), payload(8))
+        await store.idle()
+        trips = []
+        for _ in range(2):
+            before = counting.submitted
+            store.release_pages(ident())
+            await store.idle()
+            trips.append(counting.submitted - before)
+        assert trips == [1, 0]
     finally:
         await store.close()
 
