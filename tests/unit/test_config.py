@@ -161,7 +161,7 @@ def test_every_field_of_the_tree_is_filled_exactly_once() -> None:
     assert not set(named) & set(derived), set(named) & set(derived)
     every = {f"{section}.{name}" for section, names in tree_fields().items() for name in names}
     assert sorted(named + derived) == sorted(every)
-    feeds = {"cache_dir", "max_coalesce", "prefetch_max_window", "prefetch_share",
+    feeds = {"cache_dir", "max_coalesce", "prefetch_share",
              "warm_share", "auth_keys", "auth_keys_file", "auth_allow_anonymous",
              "admin_token_file"}
     assert {option.name for option in OPTIONS if not option.field} == feeds
