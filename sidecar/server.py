@@ -120,6 +120,13 @@ class Sidecar:
         self._planner: ReadAheadPlanner | None = None
         self._data_port: DataPort | None = None
         self._ready = False
+        # Held by the start and by each reload: a reload asked meanwhile (SIGHUP
+        # during a long cache recovery, a second SIGHUP) waits its turn, then
+        # reads the file. Taken during the start, it would change self.config
+        # under parts being built from what it held before (the data port's
+        # admission), or land after a newer one.
+        self._reconfiguring = asyncio.Lock()
+        self._reconfiguring_for = ""
         self.stop_step = "the stop to begin"
         self.data_url = ""
         self.admin_url = ""
@@ -127,6 +134,11 @@ class Sidecar:
         self.admin_token_file = ""  # where the admin token came from, "" when configured
 
     async def start(self) -> None:
+        async with self._reconfiguring:
+            self._reconfiguring_for = "the start"
+            await self._start()
+
+    async def _start(self) -> None:
         quiet_sendfile_hangups(asyncio.get_running_loop())
         cache = self.config.cache
         check_cache_dir(cache.directory)
@@ -273,8 +285,13 @@ class Sidecar:
         the new configuration is not valid."""
         if self._load is None:
             raise ConfigError("this sidecar was started without a configuration to reload")
-        loaded = await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
-        return self.reload(loaded)
+        if self._reconfiguring.locked():
+            log.info("configuration reload waits for %s to end", self._reconfiguring_for)
+        async with self._reconfiguring:
+            self._reconfiguring_for = "the reload under way"
+            loaded = await asyncio.get_running_loop().run_in_executor(self._executor,
+                                                                      self._load)
+            return self.reload(loaded)
 
     def reload(self, loaded: Config) -> Reload:
         """Take what can change live from a configuration loaded afresh

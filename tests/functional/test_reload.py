@@ -9,6 +9,7 @@ import os
 import random
 import secrets
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -183,3 +184,51 @@ def test_a_limit_added_by_a_reload_paces_the_fetch_under_way(
             fault_proxy.clear()
         assert status == 206 and body == data
         assert fetched() == len(data)
+
+
+def test_a_sighup_during_the_start_is_taken_once_the_sidecar_serves(
+    fault_proxy: FaultProxy, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    """A reload asked while the sidecar starts (a long cache recovery, a slow
+    origin check) waits for the start to end, then reads the file: what it
+    says is changed is in force, here max_requests lowered to 1."""
+    config = tmp_path / "sidecar.toml"
+    config.write_text("max_requests = 64\nprefetch = false\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key, data = put(origin_s3, bucket, 256 * 1024)
+    checking, go_on = threading.Event(), threading.Event()
+
+    def hold_the_origin_check() -> None:
+        checking.set()
+        go_on.wait(30)
+
+    # The start's origin check (ListBuckets) is held: the start is under way.
+    fault_proxy.add(Fault("pass"), "GET", None, times=1, before=hold_the_origin_check)
+    sidecar = SidecarProcess(fault_proxy.endpoint, cache, "--config", str(config),
+                             "--block-size", "256KiB", "--cache-size", "16MiB",
+                             env={"SIDECAR_LOG_LEVEL": "INFO"}).launch()
+    try:
+        assert checking.wait(30), "the start's origin check"
+        config.write_text("max_requests = 1\nprefetch = false\n")
+        os.kill(sidecar.pid, signal.SIGHUP)
+        eventually(lambda: any("configuration reload" in line
+                               for line in sidecar.stderr_lines),
+                   "the reload to be taken up")
+        go_on.set()
+        sidecar.await_ready()
+        eventually(lambda: any("max_requests changed" in line
+                               for line in sidecar.stderr_lines), "the reload's log line")
+        # One request held at the origin; a second one is over max_requests.
+        fault_proxy.add(Fault("latency", seconds=30), "GET", key)
+        with ThreadPoolExecutor(1) as client:
+            held = client.submit(raw_request, sidecar.data_url, "GET", f"/{bucket}/{key}")
+            eventually(lambda: bool(fault_proxy.requests("GET", key)), "the held origin read")
+            status, _, body = raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")
+            fault_proxy.clear()
+            assert status == 503 and b"SlowDown" in body
+            assert held.result(timeout=30)[2] == data
+        assert sidecar.alive()
+    finally:
+        go_on.set()
+        sidecar.stop()
