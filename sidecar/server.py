@@ -311,6 +311,8 @@ class Sidecar:
                 self.config.server, self.config.auth, self.config.access):
             self._data_port.configure(new.server.max_requests, new.server.client_timeout_s,
                                       self._authenticator(new), self._access(new))
+        if self._passthrough is not None:
+            self._passthrough.client_timeout_s = new.server.client_timeout_s
         if self._planner is not None:
             self._planner.table.max_window = new.prefetch.max_window_blocks
         self.config = new

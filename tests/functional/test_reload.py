@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.tools.local_s3 import LocalS3
+from tests.functional.test_passthrough_limits import trickling_upload
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.loopback_http import admin_call, raw_request
 from tests.support.processes import SidecarProcess
@@ -232,3 +233,26 @@ def test_a_sighup_during_the_start_is_taken_once_the_sidecar_serves(
     finally:
         go_on.set()
         sidecar.stop()
+
+
+def test_a_reloaded_client_timeout_cuts_off_a_stalled_upload_too(
+    local_s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """client_timeout is live for every request, pass-through ones included: an
+    upload whose body stalls after a reload lowered it to 1s gets 400
+    RequestTimeout after about that, not after the minute it was before."""
+    config = tmp_path / "sidecar.toml"
+    config.write_text('client_timeout = "60s"\n')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                        "--block-size", "256KiB", "--cache-size", "16MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+        config.write_text('client_timeout = "1s"\n')
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert (status, answer["applied"]) == (200, ["client_timeout"]), answer
+        with trickling_upload(sidecar.data_url, f"/{bucket}/stalled") as upload:
+            upload.settimeout(20)  # well under the old minute
+            reply = upload.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 400") and b"RequestTimeout" in reply, reply[:300]
+        assert sidecar.alive()
