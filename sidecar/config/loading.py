@@ -63,6 +63,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables by recursion: a few
+        # thousand levels exhaust the stack, which no real config comes near.
+        raise ConfigError(f"cannot read config file {path}: nested too deeply") from None
 
 
 def flatten_sections(file_values: Mapping[str, Any]) -> dict[str, Any]:

@@ -229,6 +229,16 @@ def test_a_config_file_must_be_utf8_and_may_start_with_a_byte_order_mark(
     assert read_toml(marked) == {"cache_dir": "/x"}
 
 
+def test_a_config_file_nested_past_the_parser_is_refused_in_one_line(tmp_path: Path) -> None:
+    """No traceback (at start, the process's last words; at a reload, an
+    unhandled error): the file and what is wrong with it."""
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError) as refused:
+        read_toml(deep)
+    assert str(refused.value) == f"cannot read config file {deep}: nested too deeply"
+
+
 def test_an_option_given_twice_in_the_file_is_refused_and_a_group_table_is_read(
         tmp_path: Path) -> None:
     twice = tmp_path / "twice.toml"
