@@ -256,3 +256,29 @@ def test_a_reloaded_client_timeout_cuts_off_a_stalled_upload_too(
             reply = upload.recv(65536)
         assert reply.startswith(b"HTTP/1.1 400") and b"RequestTimeout" in reply, reply[:300]
         assert sidecar.alive()
+
+
+def test_a_config_file_caught_empty_is_not_taken_for_the_defaults(
+    local_s3: LocalS3, tmp_path: Path
+) -> None:
+    """A file being rewritten in place (truncated, then written) and reloaded in
+    between holds nothing: taken, it would put every option back to its default
+    (auth keys gone, every bucket served, no bandwidth cap). It is refused, and
+    the running configuration stays."""
+    config = tmp_path / "sidecar.toml"
+    written = 'max_requests = 64\norigin_bandwidth = "8MiB/s"\naccess_buckets = ["tiered"]\n'
+    config.write_text(written)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                        "--block-size", "256KiB", "--cache-size", "16MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+        config.write_text("")
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert status == 400, answer
+        assert f"config file {config} holds no setting any more" in answer["error"]
+        assert "running configuration stays" in answer["error"]
+        config.write_text(written)
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert (status, answer) == (200, {"applied": [], "needs_restart": []})
+        assert sidecar.alive()
