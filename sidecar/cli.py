@@ -236,7 +236,7 @@ def _serve(args: argparse.Namespace) -> None:
             raise ConfigError(f"config file {config_path} holds no setting any more "
                               "(caught while being rewritten?); restart the sidecar to "
                               "run on the defaults")
-        return build_config(resolve(flags, os.environ, reloaded))
+        return build_config(resolve(flags, os.environ, reloaded, str(config_path)))
 
     asyncio.run(serve(config, effective_values(settings), load))
 
