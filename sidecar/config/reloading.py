@@ -38,6 +38,11 @@ _DERIVED_FROM = {
     "origin.warm_share": "warm_share",
     "auth.keys": "auth_keys",
     "auth.allow_anonymous": "auth_allow_anonymous",
+    "cache.directory": "cache_dir",
+    "cache.max_coalesce_bytes": "max_coalesce",
+    "prefetch.max_window_blocks": "prefetch_max_window",
+    # Under cache_dir unless set: a new cache_dir moves it too.
+    "server.admin_token_file": "admin_token_file",
 }
 _OPTION_OF_FIELD = {option.field: option.name for option in OPTIONS if option.field}
 

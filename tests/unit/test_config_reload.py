@@ -53,3 +53,20 @@ def test_a_new_block_size_waiting_for_a_restart_leaves_the_window_as_it_is() -> 
     plan = plan_reload(running, loaded)
     assert plan.applied == ("prefetch_max_window",) and plan.needs_restart == ("block_size",)
     assert plan.config.prefetch.max_window_blocks == 2
+
+
+def test_every_field_of_the_tree_is_named_by_an_option() -> None:
+    """What a reload says needs a restart is an option the operator can find in
+    the file and in docs/CONFIG.md, never a field of the tree."""
+    from sidecar.config.loading import tree_fields
+
+    for section, names in tree_fields().items():
+        for name in names:
+            assert option_of(f"{section}.{name}") in BY_NAME, f"{section}.{name}"
+
+
+def test_a_new_cache_dir_is_named_as_the_option_it_is() -> None:
+    running = load_config(BASE, {}, {"max_coalesce": "64MiB"})
+    loaded = load_config({"cache_dir": "/y"}, {}, {"max_coalesce": "32MiB"})
+    assert sorted(plan_reload(running, loaded).needs_restart) == [
+        "admin_token_file", "cache_dir", "max_coalesce"]
