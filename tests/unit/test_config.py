@@ -182,6 +182,26 @@ def test_the_keys_file_is_read_while_loading_not_while_building(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("::1", "an IPv6 address is written in brackets, e.g. [::1]:9330"),
+        ("fe80::1:9330", "an IPv6 address is written in brackets, e.g. [::1]:9330"),
+        ("[::1", "not a HOST:PORT address"),
+        ("::1]:9330", "not a HOST:PORT address"),
+        ("[::1:9330", "not a HOST:PORT address"),
+        ("[]:9330", "not a HOST:PORT address"),
+    ],
+)
+def test_an_ipv6_address_without_its_brackets_or_its_port_is_refused(text: str, says: str
+                                                                     ) -> None:
+    """Not taken as host ':' and port 1 (bound, or refused by the system, as
+    an address nobody wrote)."""
+    with pytest.raises(ConfigError) as refused:
+        parse_host_port(text)
+    assert says in str(refused.value) and repr(text) in str(refused.value)
+
+
+@pytest.mark.parametrize(
     ("text", "shown", "url"),
     [
         ("127.0.0.1:9330", "127.0.0.1:9330", "http://127.0.0.1:9330"),
