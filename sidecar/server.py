@@ -99,7 +99,7 @@ class Sidecar:
     def __init__(self, config: Config, registry: CollectorRegistry,
                  load: Callable[[], Config] | None = None) -> None:
         """`load`: the configuration read afresh from its sources, for reloads
-        (blocking: it reads the config file)."""
+        (blocking: it reads the config file; run on a thread of its own)."""
         self.config = config
         self._load = load
         self.metrics = Metrics(registry)
@@ -289,8 +289,9 @@ class Sidecar:
             log.info("configuration reload waits for %s to end", self._reconfiguring_for)
         async with self._reconfiguring:
             self._reconfiguring_for = "the reload under way"
-            loaded = await asyncio.get_running_loop().run_in_executor(self._executor,
-                                                                      self._load)
+            # Not on the disk threads: a cache disk that stopped answering holds
+            # them all, and a reload (say, to a lower max_requests) is wanted then.
+            loaded = await asyncio.to_thread(self._load)
             return self.reload(loaded)
 
     def reload(self, loaded: Config) -> Reload:
