@@ -316,10 +316,16 @@ class Sidecar:
             self._passthrough.client_timeout_s = new.server.client_timeout_s
         if self._planner is not None:
             self._planner.table.max_window = new.prefetch.max_window_blocks
-        self.config = new
+        old, self.config = self.config, new
         if plan.applied:
             log.warning("configuration reloaded: %s changed", ", ".join(plan.applied),
                         extra={"event": "reloaded", "applied": list(plan.applied)})
+        # Who may sign and what is served, said again as at the start: a reload
+        # may leave no signer (every request 403) or open every bucket.
+        if new.auth != old.auth:
+            self._say_who_may_sign(new.auth.keys, new.auth.allow_anonymous)
+        if new.access != old.access:
+            self._say_what_is_served(new)
         if plan.needs_restart:
             log.warning("configuration reloaded: %s changed but take effect only after a "
                         "restart", ", ".join(plan.needs_restart),

@@ -285,3 +285,25 @@ def test_a_config_file_caught_empty_is_not_taken_for_the_defaults(
         status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
         assert (status, answer) == (200, {"applied": [], "needs_restart": []})
         assert sidecar.alive()
+
+
+def test_a_reload_that_opens_every_bucket_warns_as_a_start_does(
+    local_s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """A start with access_buckets empty warns that every bucket the origin
+    credentials reach is served; a reload that empties it does the same, not
+    merely 'access_buckets changed'."""
+    config = tmp_path / "sidecar.toml"
+    config.write_text(f'max_requests = 64\naccess_buckets = ["{bucket}"]\n')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                        "--block-size", "256KiB", "--cache-size", "16MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+        assert not any("access_buckets is empty" in line for line in sidecar.stderr_lines)
+        config.write_text("max_requests = 64\n")
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert (status, answer["applied"]) == (200, ["access_buckets"]), answer
+        eventually(lambda: any("access_buckets is empty, so every bucket the origin "
+                               "credentials reach is served" in line
+                               for line in sidecar.stderr_lines), "the warning")
