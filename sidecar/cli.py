@@ -226,8 +226,17 @@ def _serve(args: argparse.Namespace) -> None:
 
     def load() -> Config:
         # The flags and the environment stay as they were; the file may have changed.
-        return build_config(resolve(flags, os.environ,
-                                    read_toml(config_path) if config_path else {}))
+        if config_path is None:
+            return build_config(resolve(flags, os.environ, {}))
+        reloaded = read_toml(config_path)
+        if file_values and not reloaded:
+            # Most likely caught between the truncation and the writing of an
+            # in-place rewrite: taken, it would put every option of the file
+            # back to its default (auth keys, served buckets, bandwidth cap).
+            raise ConfigError(f"config file {config_path} holds no setting any more "
+                              "(caught while being rewritten?); restart the sidecar to "
+                              "run on the defaults")
+        return build_config(resolve(flags, os.environ, reloaded, str(config_path)))
 
     asyncio.run(serve(config, effective_values(settings), load))
 

@@ -99,7 +99,7 @@ class Sidecar:
     def __init__(self, config: Config, registry: CollectorRegistry,
                  load: Callable[[], Config] | None = None) -> None:
         """`load`: the configuration read afresh from its sources, for reloads
-        (blocking: it reads the config file)."""
+        (blocking: it reads the config file; run on a thread of its own)."""
         self.config = config
         self._load = load
         self.metrics = Metrics(registry)
@@ -120,6 +120,13 @@ class Sidecar:
         self._planner: ReadAheadPlanner | None = None
         self._data_port: DataPort | None = None
         self._ready = False
+        # Held by the start and by each reload: a reload asked meanwhile (SIGHUP
+        # during a long cache recovery, a second SIGHUP) waits its turn, then
+        # reads the file. Taken during the start, it would change self.config
+        # under parts being built from what it held before (the data port's
+        # admission), or land after a newer one.
+        self._reconfiguring = asyncio.Lock()
+        self._reconfiguring_for = ""
         self.stop_step = "the stop to begin"
         self.data_url = ""
         self.admin_url = ""
@@ -127,6 +134,11 @@ class Sidecar:
         self.admin_token_file = ""  # where the admin token came from, "" when configured
 
     async def start(self) -> None:
+        async with self._reconfiguring:
+            self._reconfiguring_for = "the start"
+            await self._start()
+
+    async def _start(self) -> None:
         quiet_sendfile_hangups(asyncio.get_running_loop())
         cache = self.config.cache
         check_cache_dir(cache.directory)
@@ -273,8 +285,14 @@ class Sidecar:
         the new configuration is not valid."""
         if self._load is None:
             raise ConfigError("this sidecar was started without a configuration to reload")
-        loaded = await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
-        return self.reload(loaded)
+        if self._reconfiguring.locked():
+            log.info("configuration reload waits for %s to end", self._reconfiguring_for)
+        async with self._reconfiguring:
+            self._reconfiguring_for = "the reload under way"
+            # Not on the disk threads: a cache disk that stopped answering holds
+            # them all, and a reload (say, to a lower max_requests) is wanted then.
+            loaded = await asyncio.to_thread(self._load)
+            return self.reload(loaded)
 
     def reload(self, loaded: Config) -> Reload:
         """Take what can change live from a configuration loaded afresh
@@ -294,12 +312,20 @@ class Sidecar:
                 self.config.server, self.config.auth, self.config.access):
             self._data_port.configure(new.server.max_requests, new.server.client_timeout_s,
                                       self._authenticator(new), self._access(new))
+        if self._passthrough is not None:
+            self._passthrough.client_timeout_s = new.server.client_timeout_s
         if self._planner is not None:
             self._planner.table.max_window = new.prefetch.max_window_blocks
-        self.config = new
+        old, self.config = self.config, new
         if plan.applied:
             log.warning("configuration reloaded: %s changed", ", ".join(plan.applied),
                         extra={"event": "reloaded", "applied": list(plan.applied)})
+        # Who may sign and what is served, said again as at the start: a reload
+        # may leave no signer (every request 403) or open every bucket.
+        if new.auth != old.auth:
+            self._say_who_may_sign(new.auth.keys, new.auth.allow_anonymous)
+        if new.access != old.access:
+            self._say_what_is_served(new)
         if plan.needs_restart:
             log.warning("configuration reloaded: %s changed but take effect only after a "
                         "restart", ", ".join(plan.needs_restart),

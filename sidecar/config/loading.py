@@ -63,6 +63,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables by recursion: a few
+        # thousand levels exhaust the stack, which no real config comes near.
+        raise ConfigError(f"cannot read config file {path}: nested too deeply") from None
 
 
 def flatten_sections(file_values: Mapping[str, Any]) -> dict[str, Any]:
@@ -211,7 +215,7 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             "max_coalesce_bytes": coalesce_bytes(values["max_coalesce"], block_size),
         },
         "prefetch": {
-            "max_window_blocks": max(1, values["prefetch_max_window"] // block_size),
+            "max_window_blocks": window_blocks(values["prefetch_max_window"], block_size),
         },
         "server": {
             # Beside the cache: the one directory a sidecar surely owns and writes.
@@ -228,6 +232,11 @@ def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             "allow_anonymous": bool(values["auth_allow_anonymous"]),
         },
     }
+
+
+def window_blocks(max_window: int, block_size: int) -> int:
+    """prefetch_max_window as the sidecar applies it: whole blocks, at least one."""
+    return max(1, max_window // block_size)
 
 
 def coalesce_bytes(max_coalesce: int, block_size: int) -> int:

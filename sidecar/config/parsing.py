@@ -161,8 +161,16 @@ class HostPort:
 
 def parse_host_port(value: object) -> HostPort:
     host, sep, port = str(value).strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not _digits(port) or int(port) > 65535:
+    bracketed = host.startswith("[") and host.endswith("]") and len(host) > 2
+    if bracketed:
+        host = host[1:-1]
+    elif ":" in host and "[" not in host and "]" not in host:
+        # `::1` would be host `:` and port 1, `fe80::1:9330` either of two
+        # addresses: the brackets say where the address ends (RFC 3986).
+        raise ConfigError(f"not a HOST:PORT address: {value!r} (an IPv6 address is written "
+                          "in brackets, e.g. [::1]:9330)")
+    if not sep or not host or "[" in host or "]" in host or not _digits(port) \
+            or int(port) > 65535:
         raise ConfigError(f"not a HOST:PORT address: {value!r}")
     return HostPort(host, int(port))
 

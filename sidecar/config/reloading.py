@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from sidecar.config.loading import window_blocks
 from sidecar.config.options import OPTIONS
 from sidecar.config.tree import Config
 
@@ -24,16 +25,24 @@ LIVE_FIELDS = frozenset({
     "server.max_requests", "server.client_timeout_s",
     "auth.keys", "auth.allow_anonymous", "auth.scopes",
     "access.buckets", "access.bucket_admin", "access.copy_sources",
-    "prefetch.max_window_blocks",
+    "prefetch.max_window_bytes",
 })
+# Fields derived from a live option and from block_size, which only a restart
+# changes: never compared (a block_size changed alone is no new window), but
+# derived again for the running block_size.
+_REDERIVED = frozenset({"prefetch.max_window_blocks"})
 
 # Fields filled from options of another name (sidecar.config.loading.derive).
 _DERIVED_FROM = {
     "origin.prefetch_share": "prefetch_share",
     "origin.warm_share": "warm_share",
-    "prefetch.max_window_blocks": "prefetch_max_window",
     "auth.keys": "auth_keys",
     "auth.allow_anonymous": "auth_allow_anonymous",
+    "cache.directory": "cache_dir",
+    "cache.max_coalesce_bytes": "max_coalesce",
+    "prefetch.max_window_blocks": "prefetch_max_window",
+    # Under cache_dir unless set: a new cache_dir moves it too.
+    "server.admin_token_file": "admin_token_file",
 }
 _OPTION_OF_FIELD = {option.field: option.name for option in OPTIONS if option.field}
 
@@ -63,7 +72,7 @@ def plan_reload(running: Config, loaded: Config) -> Reload:
         taken: dict[str, Any] = {}
         for item in dataclasses.fields(old):
             path = f"{section.name}.{item.name}"
-            if getattr(old, item.name) == getattr(new, item.name):
+            if path in _REDERIVED or getattr(old, item.name) == getattr(new, item.name):
                 continue
             if path in LIVE_FIELDS:
                 taken[item.name] = getattr(new, item.name)
@@ -71,5 +80,9 @@ def plan_reload(running: Config, loaded: Config) -> Reload:
             else:
                 restart.append(option_of(path))
         sections[section.name] = dataclasses.replace(old, **taken) if taken else old
+    prefetch = sections["prefetch"]
+    blocks = window_blocks(prefetch.max_window_bytes, running.cache.block_size)
+    if blocks != prefetch.max_window_blocks:
+        sections["prefetch"] = dataclasses.replace(prefetch, max_window_blocks=blocks)
     return Reload(Config(**sections), tuple(dict.fromkeys(applied)),
                   tuple(dict.fromkeys(restart)))

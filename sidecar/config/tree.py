@@ -119,7 +119,10 @@ class CacheConfig:
 @dataclass(frozen=True)
 class PrefetchConfig:
     enabled: bool
-    max_window_blocks: int
+    # As asked: a reload compares this, so that a block_size changed beside it
+    # (a restart's matter) is not taken for a new window.
+    max_window_bytes: int
+    max_window_blocks: int  # max_window_bytes in whole blocks of cache.block_size, at least 1
     max_in_flight: int
     cache_share: float
     stream_idle_s: float

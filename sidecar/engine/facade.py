@@ -54,7 +54,7 @@ class Engine:
             foreground_parts=foreground_parts,
         )
         self._read_ahead = None if planner is None else \
-            ReadAhead(planner, origin, metrics, self._fetches, self._tasks)
+            ReadAhead(planner, origin, metrics, self._fetches, self._tasks, modes)
         self._server = RangeServer(store, origin, metrics, modes, self._fetches,
                                    self._read_ahead, self._evicted, block_size=block_size)
         self._warm_up = WarmUp(store, metrics, modes, self._fetches, block_size=block_size,

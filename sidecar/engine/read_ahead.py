@@ -17,6 +17,7 @@ from sidecar.engine.background import BackgroundTasks
 from sidecar.engine.fetches import Fetches
 from sidecar.engine.origin_reader import OriginReader
 from sidecar.in_flight import InFlightBlock
+from sidecar.isolation.modes import ModeState
 from sidecar.model import PREFETCH, ObjectInfo
 from sidecar.prefetch.planner import NextSegment, ReadAheadPlanner
 from sidecar.prefetch.streams import Stream
@@ -29,9 +30,10 @@ log = logging.getLogger("sidecar.engine")
 class ReadAhead:
     def __init__(
         self, planner: ReadAheadPlanner, origin: OriginReader, metrics: Metrics,
-        fetches: Fetches, tasks: BackgroundTasks,
+        fetches: Fetches, tasks: BackgroundTasks, modes: ModeState,
     ) -> None:
         self._planner = planner
+        self._modes = modes
         self._origin = origin
         self._metrics = metrics
         self._fetches = fetches
@@ -66,6 +68,11 @@ class ReadAhead:
             self._metrics.prefetch_blocks.labels("used").inc()
 
     def _fetch_ahead(self, stream: Stream, info: ObjectInfo, blocks: Iterable[int]) -> None:
+        if not self._modes.read_ahead:
+            # Asked here, not only when the plan was made: the next segment's
+            # look-up awaits the origin, and the operator may have turned
+            # read-ahead off (or paused downloads) meanwhile.
+            return
         for block in blocks:
             ident = BlockIdent(info.bucket, info.key, info.etag, block)
             if self._fetches.present(ident):

@@ -100,7 +100,9 @@ class ReadAheadPlanner:
         next_segment = None
         if plan.beyond_end > stream.next_segment_blocks and self._layout is Layout.AIVEN:
             segment = parse_aiven_key(info.key, self._layout_prefix)
-            if segment is not None:
+            # Only a `.log` goes on into the next segment's `.log`: a segment's
+            # manifest and indexes are read before its own `.log`.
+            if segment is not None and segment.suffix == "log":
                 stream.next_segment_blocks = plan.beyond_end
                 next_segment = NextSegment(stream, info, segment.partition_prefix,
                                            plan.beyond_end)

@@ -90,7 +90,7 @@ class StreamTable:
     @max_window.setter
     def max_window(self, blocks: int) -> None:
         """A new bound (a configuration reload): streams grow to it, or are held
-        to it from their next read on."""
+        to it from their next plan on."""
         if blocks < 1:
             raise ValueError(f"max_window must be at least 1 block, got {blocks}")
         self._max_window = blocks
@@ -123,7 +123,9 @@ class StreamTable:
             stream = Stream(object_id, start, start, now, ahead_to=start // self._block_size + 1)
             inherited = self._handoffs.pop(object_id, None)
             if inherited is not None and start < self._block_size:
-                stream.window, stream.sequential = inherited, True
+                # Handed over before a reload may have lowered the bound.
+                stream.window = min(inherited, self._max_window)
+                stream.sequential = True
             heads.append(stream)
             if len(heads) > self._max_heads:
                 heads.sort(key=lambda h: h.last_active)
@@ -152,6 +154,9 @@ class StreamTable:
         blocks = block_count(object_size, self._block_size)
         if not stream.sequential:
             return AheadPlan(range(0), 0)
+        # A window grown before a reload lowered the bound is held to it now,
+        # not once a block read ahead for it is read (which may never come).
+        stream.window = min(stream.window, self._max_window)
         current = stream.position // self._block_size
         want_to = current + 1 + stream.window
         first = max(stream.ahead_to, current + 1)

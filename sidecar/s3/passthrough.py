@@ -167,6 +167,16 @@ class PassThrough:
         self._session: aiohttp.ClientSession | None = None
         self._credentials: Any = None
 
+    @property
+    def client_timeout_s(self) -> float:
+        return self._client_timeout
+
+    @client_timeout_s.setter
+    def client_timeout_s(self, seconds: float) -> None:
+        """A new client_timeout (a configuration reload): every wait for a
+        client from now on, of requests under way too, takes it."""
+        self._client_timeout = seconds
+
     async def start(self) -> None:
         # The same credential chain as the origin's aiobotocore client (env vars,
         # profiles, instance roles), refreshed by botocore when they expire.

@@ -9,12 +9,14 @@ import os
 import random
 import secrets
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from sidecar.tools.local_s3 import LocalS3
+from tests.functional.test_passthrough_limits import trickling_upload
 from tests.support.fault_proxy import Fault, FaultProxy
 from tests.support.loopback_http import admin_call, raw_request
 from tests.support.processes import SidecarProcess
@@ -88,12 +90,15 @@ def test_the_reload_call_says_what_changed_and_keeps_a_bad_configuration_out(
         config.write_text('max_requests = 64\norigin_bandwith = "1MiB/s"\n')
         status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
         assert status == 400
-        assert "did you mean 'origin_bandwidth'" in answer["error"]
+        # The file is named, as at a start (SIDECAR_CONFIG may have chosen it).
+        assert f"{config}: unknown config key 'origin_bandwith'; did you mean " \
+            "'origin_bandwidth'?" in answer["error"]
         assert "running configuration stays" in answer["error"]
         os.kill(sidecar.pid, signal.SIGHUP)
-        eventually(lambda: any("configuration reload failed" in line
-                               for line in sidecar.stderr_lines),
-                   "the failed reload's log line")
+        failed = eventually(lambda: next((line for line in sidecar.stderr_lines
+                                          if "configuration reload failed" in line), None),
+                            "the failed reload's log line")
+        assert f"{config}: unknown config key" in failed
         assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")[2] == data
         assert foreground_waited(sidecar) > 0  # still capped at 8 MiB/s
         status, index = admin_call(sidecar.admin_url, "GET", "/", b"", None)
@@ -183,3 +188,122 @@ def test_a_limit_added_by_a_reload_paces_the_fetch_under_way(
             fault_proxy.clear()
         assert status == 206 and body == data
         assert fetched() == len(data)
+
+
+def test_a_sighup_during_the_start_is_taken_once_the_sidecar_serves(
+    fault_proxy: FaultProxy, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    """A reload asked while the sidecar starts (a long cache recovery, a slow
+    origin check) waits for the start to end, then reads the file: what it
+    says is changed is in force, here max_requests lowered to 1."""
+    config = tmp_path / "sidecar.toml"
+    config.write_text("max_requests = 64\nprefetch = false\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    key, data = put(origin_s3, bucket, 256 * 1024)
+    checking, go_on = threading.Event(), threading.Event()
+
+    def hold_the_origin_check() -> None:
+        checking.set()
+        go_on.wait(30)
+
+    # The start's origin check (ListBuckets) is held: the start is under way.
+    fault_proxy.add(Fault("pass"), "GET", None, times=1, before=hold_the_origin_check)
+    sidecar = SidecarProcess(fault_proxy.endpoint, cache, "--config", str(config),
+                             "--block-size", "256KiB", "--cache-size", "16MiB",
+                             env={"SIDECAR_LOG_LEVEL": "INFO"}).launch()
+    try:
+        assert checking.wait(30), "the start's origin check"
+        config.write_text("max_requests = 1\nprefetch = false\n")
+        os.kill(sidecar.pid, signal.SIGHUP)
+        eventually(lambda: any("configuration reload" in line
+                               for line in sidecar.stderr_lines),
+                   "the reload to be taken up")
+        go_on.set()
+        sidecar.await_ready()
+        eventually(lambda: any("max_requests changed" in line
+                               for line in sidecar.stderr_lines), "the reload's log line")
+        # One request held at the origin; a second one is over max_requests.
+        fault_proxy.add(Fault("latency", seconds=30), "GET", key)
+        with ThreadPoolExecutor(1) as client:
+            held = client.submit(raw_request, sidecar.data_url, "GET", f"/{bucket}/{key}")
+            eventually(lambda: bool(fault_proxy.requests("GET", key)), "the held origin read")
+            status, _, body = raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}")
+            fault_proxy.clear()
+            assert status == 503 and b"SlowDown" in body
+            assert held.result(timeout=30)[2] == data
+        assert sidecar.alive()
+    finally:
+        go_on.set()
+        sidecar.stop()
+
+
+def test_a_reloaded_client_timeout_cuts_off_a_stalled_upload_too(
+    local_s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """client_timeout is live for every request, pass-through ones included: an
+    upload whose body stalls after a reload lowered it to 1s gets 400
+    RequestTimeout after about that, not after the minute it was before."""
+    config = tmp_path / "sidecar.toml"
+    config.write_text('client_timeout = "60s"\n')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                        "--block-size", "256KiB", "--cache-size", "16MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+        config.write_text('client_timeout = "1s"\n')
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert (status, answer["applied"]) == (200, ["client_timeout"]), answer
+        with trickling_upload(sidecar.data_url, f"/{bucket}/stalled") as upload:
+            upload.settimeout(20)  # well under the old minute
+            reply = upload.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 400") and b"RequestTimeout" in reply, reply[:300]
+        assert sidecar.alive()
+
+
+def test_a_config_file_caught_empty_is_not_taken_for_the_defaults(
+    local_s3: LocalS3, tmp_path: Path
+) -> None:
+    """A file being rewritten in place (truncated, then written) and reloaded in
+    between holds nothing: taken, it would put every option back to its default
+    (auth keys gone, every bucket served, no bandwidth cap). It is refused, and
+    the running configuration stays."""
+    config = tmp_path / "sidecar.toml"
+    written = 'max_requests = 64\norigin_bandwidth = "8MiB/s"\naccess_buckets = ["tiered"]\n'
+    config.write_text(written)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                        "--block-size", "256KiB", "--cache-size", "16MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+        config.write_text("")
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert status == 400, answer
+        assert f"config file {config} holds no setting any more" in answer["error"]
+        assert "running configuration stays" in answer["error"]
+        config.write_text(written)
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert (status, answer) == (200, {"applied": [], "needs_restart": []})
+        assert sidecar.alive()
+
+
+def test_a_reload_that_opens_every_bucket_warns_as_a_start_does(
+    local_s3: LocalS3, bucket: str, tmp_path: Path
+) -> None:
+    """A start with access_buckets empty warns that every bucket the origin
+    credentials reach is served; a reload that empties it does the same, not
+    merely 'access_buckets changed'."""
+    config = tmp_path / "sidecar.toml"
+    config.write_text(f'max_requests = 64\naccess_buckets = ["{bucket}"]\n')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                        "--block-size", "256KiB", "--cache-size", "16MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+        assert not any("access_buckets is empty" in line for line in sidecar.stderr_lines)
+        config.write_text("max_requests = 64\n")
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert (status, answer["applied"]) == (200, ["access_buckets"]), answer
+        eventually(lambda: any("access_buckets is empty, so every bucket the origin "
+                               "credentials reach is served" in line
+                               for line in sidecar.stderr_lines), "the warning")

@@ -161,7 +161,7 @@ def test_every_field_of_the_tree_is_filled_exactly_once() -> None:
     assert not set(named) & set(derived), set(named) & set(derived)
     every = {f"{section}.{name}" for section, names in tree_fields().items() for name in names}
     assert sorted(named + derived) == sorted(every)
-    feeds = {"cache_dir", "max_coalesce", "prefetch_max_window", "prefetch_share",
+    feeds = {"cache_dir", "max_coalesce", "prefetch_share",
              "warm_share", "auth_keys", "auth_keys_file", "auth_allow_anonymous",
              "admin_token_file"}
     assert {option.name for option in OPTIONS if not option.field} == feeds
@@ -179,6 +179,26 @@ def test_the_keys_file_is_read_while_loading_not_while_building(tmp_path: Path) 
     config = build_config(settings)
     assert dict(config.auth.keys) == {"AKID2": "two", "AKID1": "secret-one"}
     assert not config.auth.allow_anonymous
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("::1", "an IPv6 address is written in brackets, e.g. [::1]:9330"),
+        ("fe80::1:9330", "an IPv6 address is written in brackets, e.g. [::1]:9330"),
+        ("[::1", "not a HOST:PORT address"),
+        ("::1]:9330", "not a HOST:PORT address"),
+        ("[::1:9330", "not a HOST:PORT address"),
+        ("[]:9330", "not a HOST:PORT address"),
+    ],
+)
+def test_an_ipv6_address_without_its_brackets_or_its_port_is_refused(text: str, says: str
+                                                                     ) -> None:
+    """Not taken as host ':' and port 1 (bound, or refused by the system, as
+    an address nobody wrote)."""
+    with pytest.raises(ConfigError) as refused:
+        parse_host_port(text)
+    assert says in str(refused.value) and repr(text) in str(refused.value)
 
 
 @pytest.mark.parametrize(
@@ -227,6 +247,16 @@ def test_a_config_file_must_be_utf8_and_may_start_with_a_byte_order_mark(
     marked = tmp_path / "bom.toml"
     marked.write_bytes(b'\xef\xbb\xbfcache_dir = "/x"\n')
     assert read_toml(marked) == {"cache_dir": "/x"}
+
+
+def test_a_config_file_nested_past_the_parser_is_refused_in_one_line(tmp_path: Path) -> None:
+    """No traceback (at start, the process's last words; at a reload, an
+    unhandled error): the file and what is wrong with it."""
+    deep = tmp_path / "deep.toml"
+    deep.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(ConfigError) as refused:
+        read_toml(deep)
+    assert str(refused.value) == f"cannot read config file {deep}: nested too deeply"
 
 
 def test_an_option_given_twice_in_the_file_is_refused_and_a_group_table_is_read(

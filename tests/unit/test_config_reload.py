@@ -37,3 +37,36 @@ def test_live_options_are_taken_and_the_rest_waits_for_a_restart() -> None:
 def test_every_live_field_names_a_real_option() -> None:
     for path in LIVE_FIELDS:
         assert option_of(path) in BY_NAME, path
+
+
+def test_a_new_block_size_waiting_for_a_restart_leaves_the_window_as_it_is() -> None:
+    """The window is prefetch_max_window in blocks: a file whose block_size
+    changed (a restart's matter) neither names prefetch_max_window as changed
+    nor sets a window counted in blocks the running sidecar does not read."""
+    running = load_config(BASE, {}, {"block_size": "8MiB", "prefetch_max_window": "64MiB"})
+    loaded = load_config(BASE, {}, {"block_size": "1MiB", "prefetch_max_window": "64MiB"})
+    plan = plan_reload(running, loaded)
+    assert plan.applied == () and plan.needs_restart == ("block_size",)
+    assert plan.config.prefetch.max_window_blocks == 8  # 64MiB of the running 8MiB blocks
+    # A new window, with the new block size alike: counted in the running blocks.
+    loaded = load_config(BASE, {}, {"block_size": "1MiB", "prefetch_max_window": "16MiB"})
+    plan = plan_reload(running, loaded)
+    assert plan.applied == ("prefetch_max_window",) and plan.needs_restart == ("block_size",)
+    assert plan.config.prefetch.max_window_blocks == 2
+
+
+def test_every_field_of_the_tree_is_named_by_an_option() -> None:
+    """What a reload says needs a restart is an option the operator can find in
+    the file and in docs/CONFIG.md, never a field of the tree."""
+    from sidecar.config.loading import tree_fields
+
+    for section, names in tree_fields().items():
+        for name in names:
+            assert option_of(f"{section}.{name}") in BY_NAME, f"{section}.{name}"
+
+
+def test_a_new_cache_dir_is_named_as_the_option_it_is() -> None:
+    running = load_config(BASE, {}, {"max_coalesce": "64MiB"})
+    loaded = load_config({"cache_dir": "/y"}, {}, {"max_coalesce": "32MiB"})
+    assert sorted(plan_reload(running, loaded).needs_restart) == [
+        "admin_token_file", "cache_dir", "max_coalesce"]

@@ -481,6 +481,41 @@ async def test_read_ahead_continues_into_the_next_segment(make_rig: MakeRig) -> 
     assert (0, BLOCK) not in rig.origin.calls
 
 
+@pytest.mark.parametrize("mode", [Mode.NO_PREFETCH, Mode.CACHE_ONLY])
+async def test_a_mode_without_read_ahead_stops_the_next_segment_looked_up_meanwhile(
+    make_rig: MakeRig, mode: Mode
+) -> None:
+    """The next segment's look-up (a listing, a HEAD) takes a while; an
+    operator who turns read-ahead off (or pauses downloads) meanwhile gets no
+    origin read of it once the look-up ends."""
+    partition = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/"
+    first_key = partition + "00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
+    second_key = partition + "00000000000000000100-CCCCCCCCCCCCCCCCCCCCCC.log"
+    first, second = random.Random(17).randbytes(4 * BLOCK), random.Random(18).randbytes(4 * BLOCK)
+    rig = await make_rig(first, key=first_key,
+                         planner=read_ahead_planner(layout=Layout.AIVEN))
+    second_info = rig.origin.add(second_key, second)
+    listing, release = asyncio.Event(), asyncio.Event()
+    real_list = rig.origin.list_keys
+
+    async def held_list(bucket: str, prefix: str, start_after: str = "") -> list[str]:
+        listing.set()
+        await release.wait()
+        return await real_list(bucket, prefix, start_after)
+
+    rig.origin.list_keys = held_list  # type: ignore[method-assign]
+    assert await read_like_a_broker(rig, rig.info, BLOCK // 2) == first
+    async with asyncio.timeout(10):
+        await listing.wait()
+    fetched_before = len(rig.origin.calls)
+    rig.modes.request(mode)
+    release.set()
+    await rig.engine.idle()
+    assert not rig.engine.will_hit(second_info, 0)
+    assert rig.origin.calls[fetched_before:] == []
+    assert rig.engine.activity()["prefetch_in_flight"] == 0
+
+
 async def test_a_disk_that_fails_a_write_switches_the_sidecar_to_bypass(
     make_rig: MakeRig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

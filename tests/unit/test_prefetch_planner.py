@@ -145,3 +145,16 @@ def test_plain_layout_never_looks_for_a_next_segment() -> None:
     stream = plan_for.on_request(INFO, 38 * B)
     plan_for.on_delivered(stream, INFO, 38 * B)
     assert plan_for.on_delivered(stream, INFO, 40 * B).next_segment is None
+
+
+def test_only_a_segment_log_read_to_its_end_asks_for_the_next_segment() -> None:
+    """A segment's manifest and indexes are read whole before its `.log`: read
+    to their end they say nothing of the next segment, whose `.log` would be
+    fetched ahead (and its reader handed a window) for no reader."""
+    for suffix in ("indexes", "rsm-manifest"):
+        small = ObjectInfo("b", KEY.removesuffix("log") + suffix, 3 * B, '"s"',
+                           INFO.last_modified)
+        plan_for = planner(layout=Layout.AIVEN)
+        stream = plan_for.on_request(small, 0)
+        plan = plan_for.on_delivered(stream, small, 3 * B)  # read whole: sequential
+        assert stream.sequential and plan.next_segment is None, suffix

@@ -147,3 +147,26 @@ def test_a_fetch_starting_in_the_block_its_stream_ended_in_resumes_that_block() 
     assert t.attach(OBJ, 2000).resumed_block == -1
     other = t.attach(OBJ, 50 * B + 10)  # another reader, elsewhere
     assert other is not stream and other.resumed_block == -1
+
+
+def test_a_lower_max_window_holds_running_streams_and_hand_offs_at_once() -> None:
+    """A reload that lowers prefetch_max_window bounds the very next plan of a
+    stream whose window had grown, not only once one of its blocks is read,
+    and the window a segment handed to the next one before the reload."""
+    t = table(max_window=8)
+    fetch(t, 0, 300)
+    fetch(t, 300, 300)
+    fetch(t, 600, 300)
+    (stream,) = t.streams(OBJ)
+    for _ in range(3):
+        stream.used(t.max_window)
+    assert stream.window == 8
+    following = ("b", "next", '"f"')
+    t.hand_off(stream, following)
+    t.max_window = 2
+    t.advance(stream, 1100)
+    assert list(t.plan(stream, 50 * B).blocks) == [2, 3]  # blocks 2..1+2, not 2..9
+    assert stream.window == 2
+    successor = t.attach(following, 0)
+    assert successor.window == 2
+    assert list(t.plan(successor, 50 * B).blocks) == [1, 2]
