@@ -809,3 +809,38 @@ async def test_a_resealed_but_unchanged_snapshot_is_still_taken_over(
         assert store.recovery is not None and store.recovery.index == "snapshot"
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("left_out", ["invalidated", "shrunk"])
+async def test_slots_neither_free_nor_live_at_a_clean_stop_are_usable_after_it(
+    tmp_path: Path, executor: ThreadPoolExecutor, left_out: str
+) -> None:
+    # A block dropped right before the stop is still having its valid flag
+    # cleared when the store closes, and a slot given back to the disk is out
+    # of the free stack: neither goes back to it once the store is closed.
+    # The next start must still have every slot, as a scan would give it.
+    store = await open_store(tmp_path, executor, slots=8)
+    for n in range(4):
+        assert (await store.write(ident(n, key=f"topic-abc/0/{n:020d}.log"), b"d" * 100)
+                ).record is not None
+    if left_out == "invalidated":
+        assert store.invalidate_object("tiered", "topic-abc/0/00000000000000000000.log"
+                                       ).blocks == 1
+        kept = 3
+    else:
+        assert store.shrink(2 * SLOT).released_bytes == 2 * SLOT
+        kept = 4
+    await store.close()
+
+    store = await open_store(tmp_path, executor, slots=8, snapshot=True)
+    try:
+        assert store.recovery is not None and store.recovery.index == "snapshot"
+        assert store.block_count() == kept
+        fresh = [ident(n, key="topic-new/0/seg.log") for n in range(8 - kept)]
+        for block_ident in fresh:
+            assert (await store.write(block_ident, b"n" * 100)).record is not None
+        # Every slot holds a block, none of the old ones was evicted for them.
+        assert store.block_count() == 8
+        assert all(store.lookup(b, touch=False) is not None for b in fresh)
+    finally:
+        await store.close()
