@@ -51,6 +51,8 @@ def write_report(spark: SparkSession, rows: Sequence[WarmRow], summary: Summary,
         json.dumps(summary.as_dict(), indent=2) + "\n", encoding="utf-8"
     )
     frame = spark.createDataFrame([astuple(row) for row in rows], REPORT_SCHEMA)
-    # A file: URI, so a cluster whose default file system is HDFS writes here too.
-    target = (directory.resolve() / "report.parquet").as_uri()
+    # A file: path, so a cluster whose default file system is HDFS writes here too.
+    # Not Path.as_uri(): Hadoop's Path takes what follows "file://" as the path
+    # itself, so the %20 of a space (%25 of a '%') would name another directory.
+    target = "file://" + str(directory.resolve() / "report.parquet")
     frame.coalesce(1).write.mode("overwrite").parquet(target)

@@ -43,7 +43,9 @@ from sidecar.tools.kafka_segments import (
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from sidecar.tools.ports import free_port
 from spark_warmup.job import RunResult, run
+from spark_warmup.outcome import WarmRow, summarize
 from spark_warmup.plan import PlanError, parse_plan
+from spark_warmup.report import REPORT_SCHEMA, write_report
 from spark_warmup.routing import rendezvous_node
 from spark_warmup.units import format_bytes
 from tests.support.kafka_broker import (
@@ -461,6 +463,22 @@ def test_a_report_that_fails_at_the_end_still_leaves_the_summary(
     assert result.report_error.startswith(f"cannot write the report under {taken}: ")
     assert "\n" not in result.report_error
     assert "dry run: " in out.getvalue() and "; estimated " in out.getvalue()  # the summary
+
+
+def test_the_whole_report_goes_into_a_directory_whose_name_needs_quoting_in_a_uri(
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    # A space and a '%' are written %20 and %25 in a file: URI; Spark took
+    # such a URI's path as it stood and put report.parquet in "a%20b%25".
+    directory = tmp_path / "warm report 100%"
+    rows = [WarmRow("orders", 0, "orders-x/0/seg.log", "a", 10, blocks=1, fetched=1)]
+    write_report(spark, rows, summarize(rows, 1.0), directory)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["warm report 100%"]
+    assert {path.name for path in directory.iterdir()} == {
+        "report.jsonl", "summary.json", "report.parquet"}
+    written = spark.read.schema(REPORT_SCHEMA).parquet(
+        "file://" + str(directory / "report.parquet")).collect()
+    assert [(row.key, row.fetched) for row in written] == [("orders-x/0/seg.log", 1)]
 
 
 # -- plans that name the Kafka cluster ------------------------------------------
