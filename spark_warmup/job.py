@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import TextIO
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from spark_warmup.cluster import read_cluster
@@ -51,7 +52,7 @@ from spark_warmup.outcome import (
 )
 from spark_warmup.plan import Plan, PlanError, Replay
 from spark_warmup.progress import WarmProgress, stats_reader
-from spark_warmup.report import write_report
+from spark_warmup.report import spark_failure, write_report
 from spark_warmup.routing import Routes, route_partitions
 from spark_warmup.selection import Segment, needs_timestamps, select_segments
 from spark_warmup.shipping import ship_package
@@ -149,6 +150,9 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
         except OSError as exc:
             report_error = (f"cannot write the report under {report_dir}: "
                             f"{exc.filename or report_dir}: {exc.strerror or exc}")
+        except Py4JJavaError as exc:  # the Parquet copy, written by Spark
+            report_error = (f"cannot write the report under {report_dir}: report.parquet: "
+                            f"{spark_failure(exc)}")
     return RunResult(tuple(rows), summary, problems, chosen.groups, chosen.routes.hashed,
                      report_error)
 

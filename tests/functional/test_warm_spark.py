@@ -465,6 +465,27 @@ def test_a_report_that_fails_at_the_end_still_leaves_the_summary(
     assert "dry run: " in out.getvalue() and "; estimated " in out.getvalue()  # the summary
 
 
+def test_a_parquet_report_spark_cannot_write_is_a_line_not_a_stack_trace(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    tmp_path: Path,
+) -> None:
+    # A directory this process can write report.jsonl into, whose Parquet files
+    # Spark cannot create: their paths (report.parquet/_temporary/0/...) pass
+    # the system's limit of 4096 bytes, as a full disk would fail them too.
+    deep = tmp_path
+    while len(str(deep)) < 3900:
+        deep /= "d" * 200
+    out = io.StringIO()
+    result = run(spark, parse_plan(plan_document(local_s3, data, sidecars), env=WARM_ENV),
+                 out=out, dry_run=True, report_dir=deep)
+    assert result.exit_code == 1
+    assert result.report_error is not None
+    assert result.report_error.startswith(f"cannot write the report under {deep}: ")
+    assert "\n" not in result.report_error and "Spark: " in result.report_error
+    assert "dry run: " in out.getvalue()  # the summary was printed first
+    assert (deep / "report.jsonl").read_text().count("\n") == len(result.rows)
+
+
 def test_the_whole_report_goes_into_a_directory_whose_name_needs_quoting_in_a_uri(
     spark: SparkSession, tmp_path: Path,
 ) -> None:
