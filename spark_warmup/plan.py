@@ -70,6 +70,7 @@ from pathlib import Path
 from string import Formatter
 from urllib.parse import urlsplit
 
+from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
 from spark_warmup.sidecar_urls import SidecarUrlError, check_sidecar_url
 from spark_warmup.units import parse_rate, parse_size
 
@@ -608,12 +609,16 @@ def _rate(value: object, where: str) -> float:
 
 
 def _block_size(value: object) -> int:
+    """The sidecars' block size, by their own rule (sidecar/config/loading.py):
+    the plan counts blocks of it and a progress line bytes, so a size no
+    sidecar runs with (1 byte, 1 GiB) would make every such figure wrong."""
     try:
         size = parse_size(value)
     except ValueError as exc:
         raise PlanError(f"block_size: {exc}") from None
-    if size <= 0:
-        raise PlanError("block_size: must be positive")
+    if not MIN_BLOCK_SIZE <= size <= MAX_BLOCK_SIZE or size % 4096:
+        raise PlanError("block_size: must be the sidecars' block size, a multiple of 4KiB "
+                        f"from 64KiB to 256MiB, got {_shown(size)}")
     return size
 
 

@@ -168,7 +168,14 @@ def with_change(path: str, value: object) -> dict[str, Any]:
         ("warm_rate", {"broker-3": "1MiB/s"}, "warm_rate.broker-3: not one of the sidecars"),
         ("warm_rate", {"broker-1": "0MiB/s"}, "warm_rate.broker-1: a rate must be positive"),
         ("block_size", "huge", "block_size: not a size"),
-        ("block_size", 0, "block_size: must be positive"),
+        ("block_size", 0, "block_size: must be the sidecars' block size, a multiple of 4KiB "
+         "from 64KiB to 256MiB, got 0"),
+        # What no sidecar runs with: a warm-up counted in blocks of it says nothing.
+        ("block_size", 1, "block_size: must be the sidecars' block size"),
+        ("block_size", "1MB", "block_size: must be the sidecars' block size"),
+        ("block_size", "1GiB", "block_size: must be the sidecars' block size"),
+        ("block_size", 10**400, "block_size: must be the sidecars' block size, a multiple of "
+         "4KiB from 64KiB to 256MiB, got 10000000000000000000... (401 characters)"),
         ("block_size", "9" * 400, "block_size: too large: '999"),
         ("warm_rate", "9" * 400 + "/s", "warm_rate: too large: '999"),
         ("concurrency", 0, "concurrency: must be an integer from 1 to 64"),
