@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TextIO
 
-from spark_warmup.sidecar_http import ANSWER_BYTES, opener
+from spark_warmup.sidecar_http import ANSWER_BYTES, http_answers, opener
 from spark_warmup.units import format_bytes
 
 ReadStats = Callable[[str], Mapping[str, Any]]
@@ -48,7 +48,7 @@ def stats_reader(token: str | None, ca_file: str | None = None) -> ReadStats:
         if not openers:
             openers.append(opener(ca_file))
         request = urllib.request.Request(f"{url.rstrip('/')}/api/v1/stats", headers=headers)
-        with openers[0].open(request, timeout=5) as response:
+        with http_answers(), openers[0].open(request, timeout=5) as response:
             body = response.read(ANSWER_BYTES + 1)
         if len(body) > ANSWER_BYTES:
             raise ValueError(f"the stats of {url} are longer than {ANSWER_BYTES} bytes")
