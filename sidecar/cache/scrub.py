@@ -70,9 +70,6 @@ class Scrubber:
             if slot not in unscrubbed:
                 continue
             unscrubbed.discard(slot)
-            if not index.holds(slot):
-                progress.skipped += 1
-                continue
             # The slot still holds the block recovered into it (a block leaving
             # clears its bit): verify it by slot, its name is on disk only.
             record = SlotRecord(NAMELESS, slot, index.length(slot), index.generation(slot),
@@ -88,6 +85,7 @@ class Scrubber:
                 progress.verified_bytes += record.length
             else:
                 progress.dropped += 1
+            self._count_gone(progress)
             # Blocks start at least length/rate seconds apart: never more than
             # `rate` on average, and time lost in a slow read is not made up
             # for with a burst.
@@ -95,9 +93,17 @@ class Scrubber:
             delay = due - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+        self._count_gone(progress)
         progress.done = True
         log.info("cache scrub done: %d blocks verified, %d dropped, %d gone before their turn",
                  progress.verified, progress.dropped, progress.skipped)
+
+    def _count_gone(self, progress: ScrubProgress) -> None:
+        """Blocks that left the cache before their turn (evicted, invalidated,
+        dropped by a read that failed them): a block leaving clears its bit,
+        so they are the ones neither verified, dropped nor still to come."""
+        progress.skipped = (progress.blocks - progress.verified - progress.dropped
+                            - len(self._residency.unscrubbed))
 
     async def _scrub_pinned(self, record: SlotRecord) -> bool:
         try:

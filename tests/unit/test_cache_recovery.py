@@ -844,3 +844,28 @@ async def test_slots_neither_free_nor_live_at_a_clean_stop_are_usable_after_it(
         assert all(store.lookup(b, touch=False) is not None for b in fresh)
     finally:
         await store.close()
+
+
+async def test_blocks_gone_before_their_turn_are_counted_as_such(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    store = await open_store(tmp_path, executor, slots=8)
+    for n in range(8):
+        await store.write(ident(0, key=f"topic-abc/0/{n:020d}.log"), bytes([n]) * BLOCK)
+    await store.close()
+
+    # 8 blocks a second: the last slots' turn comes long after they are dropped.
+    store = await BlockStore.open(tmp_path, 8 * SLOT, BLOCK, executor, RecordingMetrics(),
+                                  scrub_rate=8 * BLOCK)
+    try:
+        scrub = store.scrub
+        assert scrub is not None and scrub.blocks == 8
+        for n in (5, 7):  # invalidated, as a DELETE of the object does
+            assert store.invalidate_object("tiered", f"topic-abc/0/{n:020d}.log").blocks == 1
+        await eventually_async(lambda: scrub.done, "the scrub to finish", timeout=20.0)
+        # Every block it set out to verify is accounted for, once.
+        assert (scrub.verified, scrub.dropped, scrub.skipped) == (6, 0, 2)
+        stats = store.recovery_stats()
+        assert stats is not None and stats["scrub"]["skipped"] == 2
+    finally:
+        await store.close()
