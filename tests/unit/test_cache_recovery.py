@@ -26,6 +26,7 @@ from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache import slab as slab_module
 from sidecar.cache.index import IDENTITY_KEY_BYTES, SlotIndex, ident_hash
 from sidecar.cache.recovery import ScanMerge
+from sidecar.cache.scrub import SCRUB_BATCH_SLOTS
 from sidecar.cache.slab import Slab
 from sidecar.cache.slot_fifo import SlotFifo
 from sidecar.cache.slot_format import SlotScan, generation_of
@@ -859,7 +860,8 @@ async def test_blocks_gone_before_their_turn_are_counted_as_such(
                                   scrub_rate=8 * BLOCK)
     try:
         scrub = store.scrub
-        assert scrub is not None and scrub.blocks == 8
+        assert scrub is not None
+        await eventually_async(lambda: scrub.blocks == 8, "the scrub to mark its blocks")
         for n in (5, 7):  # invalidated, as a DELETE of the object does
             assert store.invalidate_object("tiered", f"topic-abc/0/{n:020d}.log").blocks == 1
         await eventually_async(lambda: scrub.done, "the scrub to finish", timeout=20.0)
@@ -867,5 +869,38 @@ async def test_blocks_gone_before_their_turn_are_counted_as_such(
         assert (scrub.verified, scrub.dropped, scrub.skipped) == (6, 0, 2)
         stats = store.recovery_stats()
         assert stats is not None and stats["scrub"]["skipped"] == 2
+    finally:
+        await store.close()
+
+
+async def test_the_scrub_gives_the_loop_back_while_it_passes_over_the_slots(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    # Blocks in the first and the last of three batches of slots, none between.
+    slots = 2 * SCRUB_BATCH_SLOTS + 1
+    store = await BlockStore.open(tmp_path, slots * SLOT, BLOCK, executor, RecordingMetrics(),
+                                  preallocate=False)
+    await store.write(ident(0), b"a" * 100)  # slot 0
+    assert store.shrink((slots - 2) * SLOT).released_bytes == (slots - 2) * SLOT
+    await store.write(ident(1), b"b" * 100)  # the last slot, the only one free
+    await store.close()
+
+    store = await BlockStore.open(tmp_path, slots * SLOT, BLOCK, executor, RecordingMetrics(),
+                                  preallocate=False, scrub_rate=1 << 30)
+    try:
+        scrub = store.scrub
+        assert scrub is not None
+        seen: set[tuple[int, int]] = set()
+
+        async def other_work() -> None:  # what the loop runs between the scrub's steps
+            while not scrub.done:
+                seen.add((scrub.blocks, scrub.verified))
+                await asyncio.sleep(0)
+
+        await asyncio.wait_for(other_work(), timeout=20)
+        assert (scrub.blocks, scrub.verified, scrub.dropped) == (2, 2, 0)
+        # The loop ran between marking the first block and the last one, not
+        # only once the whole pass over the slots was over.
+        assert (1, 0) in seen
     finally:
         await store.close()
