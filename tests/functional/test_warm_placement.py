@@ -171,6 +171,23 @@ def test_each_broker_is_routed_to_the_sidecar_on_its_own_node() -> None:
         route_partitions([("orders", 2, "replays[0]")], plan, led_by_3)
 
 
+def test_a_finished_pod_that_kept_the_brokers_ip_does_not_place_it() -> None:
+    # An evicted or completed pod keeps its status.podIP, which the network may
+    # since have given the broker: the API server lists both for the IP.
+    finished = [pod("a-job-x1", "n2", "10.244.1.5", phase="Failed", ready=False),
+                pod("a-job-x2", "n3", "10.244.1.5", phase="Succeeded", ready=False)]
+    with ApiServer(finished + PODS) as api:
+        plan = plan_with(api.url, namespace="kafka")
+        assert plan.kafka is not None
+        placements = place_brokers({1: BROKERS[1]}, plan.kafka)
+    assert (placements[1].node, placements[1].sidecar_ip) == ("n1", "10.244.1.9")
+    with ApiServer(finished) as api:  # the broker's own pod is gone
+        plan = plan_with(api.url, namespace="kafka")
+        assert plan.kafka is not None
+        with pytest.raises(PlanError, match=r"broker 1 \(10.244.1.5, 10.244.1.5\) is no pod"):
+            place_brokers({1: BROKERS[1]}, plan.kafka)
+
+
 @pytest.fixture()
 def service_account(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A pod's service account files and a certificate the stand-in serves with."""
