@@ -41,6 +41,7 @@ from typing import Any
 
 from spark_warmup.metadata import Broker, Placement
 from spark_warmup.plan import KafkaSpec, KubernetesSpec, PlanError
+from spark_warmup.sidecar_http import http_answers
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TIMEOUT_S = 10.0
@@ -139,8 +140,9 @@ class ApiServer:
             request.add_header("Authorization",
                                f"Bearer {self._token_file.read_text().strip()}")
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S,
-                                        context=self._context) as answer:
+            # http_answers: what is not HTTP (another service's port) is an OSError.
+            with http_answers(), urllib.request.urlopen(request, timeout=TIMEOUT_S,
+                                                        context=self._context) as answer:
                 document = json.load(answer)
         except urllib.error.HTTPError as exc:
             hint = (" (the warm-up's service account needs to list pods there: "

@@ -8,6 +8,7 @@ with the service account's token, CA and namespace as a pod has them.
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import subprocess
 import threading
@@ -186,6 +187,29 @@ def test_a_finished_pod_that_kept_the_brokers_ip_does_not_place_it() -> None:
         assert plan.kafka is not None
         with pytest.raises(PlanError, match=r"broker 1 \(10.244.1.5, 10.244.1.5\) is no pod"):
             place_brokers({1: BROKERS[1]}, plan.kafka)
+
+
+def test_an_api_url_that_answers_no_http_is_a_plan_error() -> None:
+    # kafka.kubernetes.api naming another service's port: its banner is no HTTP.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def banner() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                connection.shutdown(socket.SHUT_WR)
+                while connection.recv(65536):
+                    pass
+
+        thread = threading.Thread(target=banner, daemon=True)
+        thread.start()
+        plan = plan_with(f"http://127.0.0.1:{server.getsockname()[1]}", namespace="kafka")
+        assert plan.kafka is not None
+        with pytest.raises(PlanError, match=r"^kafka.kubernetes.api: cannot list pods at "
+                                            r"http://127.0.0.1:\d+: no HTTP answer"):
+            place_brokers({1: BROKERS[1]}, plan.kafka)
+        thread.join(timeout=10)
 
 
 @pytest.fixture()
