@@ -49,6 +49,7 @@ from spark_warmup.outcome import (
     format_summary,
     hashing_warning,
     summarize,
+    unlisted_replicas_warning,
 )
 from spark_warmup.plan import Plan, PlanError, Replay
 from spark_warmup.progress import WarmProgress, stats_reader
@@ -128,11 +129,14 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
                           read=stats_reader(plan.admin_token, plan.ca_file)):
             rows = warm(spark, plan, planned, sidecars)
         summary = summarize(rows, clock() - started, rates=rates)
-    summary = replace(summary, hashed_partitions=len(chosen.routes.hashed))
+    summary = replace(summary, hashed_partitions=len(chosen.routes.hashed),
+                      unlisted_replicas=len(chosen.routes.unlisted_replicas))
     print(format_summary(summary, rates, [row for row in rows if not row.ok]), file=out,
           flush=True)
     if chosen.routes.hashed:
         print(hashing_warning(chosen.routes.hashed, len(plan.sidecars)), file=out, flush=True)
+    if chosen.routes.unlisted_replicas:
+        print(unlisted_replicas_warning(chosen.routes.unlisted_replicas), file=out, flush=True)
     problems: tuple[str, ...] = ()
     if dry_run:
         # What the real run would meet first: every sidecar of the plan answers.

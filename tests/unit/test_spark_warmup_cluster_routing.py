@@ -12,7 +12,7 @@ import pytest
 
 from spark_warmup.groups import GroupLag, next_reads, resolve_groups
 from spark_warmup.metadata import NO_LEADER, Broker, ClusterFacts, GroupPosition, PartitionReplicas
-from spark_warmup.outcome import format_groups, hashing_warning
+from spark_warmup.outcome import format_groups, hashing_warning, unlisted_replicas_warning
 from spark_warmup.plan import KafkaSpec, PlanError, Replay, Span, parse_plan
 from spark_warmup.routing import broker_node, route_partitions, serving_brokers, sidecar_url
 
@@ -232,6 +232,25 @@ def test_with_replica_all_a_partition_goes_to_every_replica() -> None:
     routes = route_partitions([("orders", 0, "replays[0]")], plan,
                               facts({("orders", 0): PartitionReplicas(1, (1, 2, 3), (1, 2))}))
     assert routes.targets[("orders", 0)] == ("broker-1", "broker-2", "broker-3")
+
+
+def test_with_replica_all_a_replica_whose_broker_is_down_is_said_not_warmed() -> None:
+    # Broker 9 holds a replica but is not in the cluster now (down): its sidecar
+    # cannot be found, and once it is back it serves from a cache nobody warmed.
+    plan = parse_plan(cluster_plan(replica="all"), env={})
+    routes = route_partitions(
+        [("orders", 0, "replays[0]"), ("orders", 1, "replays[0]")], plan,
+        facts({("orders", 0): PartitionReplicas(1, (1, 9, 3), (1, 3)),
+               ("orders", 1): PartitionReplicas(2, (2, 3), (2, 3))}))
+    assert routes.targets[("orders", 0)] == ("broker-1", "broker-3")
+    assert routes.unlisted_replicas == ("orders-0 on broker 9",)
+    assert unlisted_replicas_warning(routes.unlisted_replicas) == (
+        "warning: 1 replica not warmed (orders-0 on broker 9): its broker is not in the "
+        "cluster now (down?), so no sidecar could be found for it; warm again once it is back")
+    leader_only = route_partitions(
+        [("orders", 0, "replays[0]")], parse_plan(cluster_plan(), env={}),
+        facts({("orders", 0): PartitionReplicas(1, (1, 9, 3), (1, 3))}))
+    assert leader_only.unlisted_replicas == ()  # only the leader serves: nothing skipped
 
 
 def test_a_plan_without_a_cluster_hashes_what_it_does_not_assign() -> None:
