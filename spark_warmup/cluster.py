@@ -6,8 +6,9 @@ executors never import this module (nor kafka-python). One admin client asks:
 - DescribeCluster (Metadata on older brokers): every broker's id, host, port, rack;
 - Metadata for the plan's topics: each partition's leader, replicas and ISR;
 - for each replay naming a group: FindCoordinator and OffsetFetch (its committed
-  offsets), and ListOffsets at the partitions' leaders (the log end offset, and
-  for `to_time` the first offset after that time).
+  offsets), and ListOffsets at the partitions' leaders (the log end offset, the
+  first offset still on the leader's disk, and for `to_time` the first offset
+  after that time).
 
 What comes back is translated here into `metadata`'s plain dataclasses, and every
 failure into a PlanError naming the plan field to look at.
@@ -158,12 +159,33 @@ def _group_positions(admin: Any, replay: Replay,
     except KafkaError as exc:
         raise PlanError(f"{replay.where}.topic: the cluster at {where} did not give the end "
                         f"offsets of topic {replay.topic!r}: {_describe(exc)}") from None
+    local = _local_starts(admin, replay, asked, where)
     positions = {}
     for tp in asked:
         stop = int(after[tp].offset) if tp in after and after[tp].offset >= 0 else None
         positions[tp.partition] = GroupPosition(offsets.get(tp.partition),
-                                                int(ends[tp].offset), stop)
+                                                int(ends[tp].offset), stop, local.get(tp))
     return positions
+
+
+def _local_starts(admin: Any, replay: Replay, asked: Sequence[Any], where: str
+                  ) -> dict[Any, int]:
+    """Each partition's first offset on its leader's disk (ListOffsets
+    EARLIEST_LOCAL, KIP-405): the group's reads from there on never touch remote
+    storage. Empty where the brokers predate it (ListOffsets v8): all the next
+    reads are then taken as possibly remote, as before."""
+    from kafka.errors import KafkaError, UnsupportedVersionError
+    from kafka.protocol.consumer import OffsetSpec
+
+    try:
+        found = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST_LOCAL for tp in asked})
+    except UnsupportedVersionError:
+        return {}
+    except KafkaError as exc:
+        raise PlanError(f"{replay.where}.topic: the cluster at {where} did not give the local "
+                        f"log start offsets of topic {replay.topic!r}: {_describe(exc)}"
+                        ) from None
+    return {tp: int(answer.offset) for tp, answer in found.items() if answer.offset >= 0}
 
 
 def _is_auth(exc: Exception) -> bool:

@@ -38,6 +38,10 @@ class GroupPosition:
     # The first offset after the replay's `to_time` (ListOffsets by time), which
     # ends its reads there; None without a to_time or when no record is that late.
     stop: int | None = None
+    # The first offset still on the leader's disk (ListOffsets EARLIEST_LOCAL,
+    # KIP-405): reads from there on are served from the disk, never from remote
+    # storage. None where the broker cannot say (before ListOffsets v8).
+    local_start: int | None = None
 
 
 @dataclass(frozen=True)

@@ -516,10 +516,10 @@ BROKER_OF = {"a": 1, "b": 2}
 
 def kafka_fixture(data: Data, groups: dict[str, dict[tuple[str, int], int]]) -> FixtureCluster:
     def partition(topic: str, number: int, leader: int) -> FixturePartition:
+        local_start = data.of(topic, number)[-1].end_offset + 1
         return FixturePartition(
-            leader=leader, replicas=(leader, 3 - leader),
-            end_offset=data.of(topic, number)[-1].end_offset + 1 + LOCAL_TAIL,
-            first_timestamp_ms=START_TIME_MS)
+            leader=leader, replicas=(leader, 3 - leader), end_offset=local_start + LOCAL_TAIL,
+            first_timestamp_ms=START_TIME_MS, local_start_offset=local_start)
 
     return FixtureCluster(
         brokers=(FixtureBroker(1, "rack-1"), FixtureBroker(2, "rack-2")),
@@ -667,6 +667,26 @@ def test_a_dry_run_of_a_cluster_plan_gives_each_groups_lag_and_warms_nothing(
     for process in sidecars.values():
         assert process.metric("sidecar_origin_bytes_total", lane="warm") == 0
         assert process.metric("sidecar_cache_blocks") == 0
+
+
+def test_a_group_whose_lag_is_all_on_the_brokers_disks_warms_nothing(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+) -> None:
+    # Committed inside the local tail of orders-0: the next reads are all served
+    # from the leader's disk. The last remote segment, listed open-ended, holds
+    # none of them.
+    local_start = data.of("orders", 0)[-1].end_offset + 1
+    commits = {"tailing": {("orders", 0): local_start + 10}}
+    with running_cluster(kafka_fixture(data, commits)) as kafka:
+        document = cluster_plan(local_s3, data, sidecars, kafka,
+                                [{"group": "tailing", "topic": "orders", "partitions": [0]}])
+        out = io.StringIO()
+        result = run(spark, parse_plan(document, env=WARM_ENV), out=out, dry_run=True)
+    assert result.exit_code == 0 and result.rows == ()
+    (lag,) = result.groups
+    assert (lag.behind, lag.lag_records, lag.segments, lag.bytes) == ((0,), LOCAL_TAIL - 10, 0, 0)
+    assert (f"lag {LOCAL_TAIL - 10:,} records on 1 partition of 1; in remote storage: "
+            "0 segments, 0 B (would warm)") in out.getvalue()
 
 
 @pytest.mark.parametrize(

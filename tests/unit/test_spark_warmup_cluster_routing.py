@@ -346,6 +346,28 @@ def test_groups_become_one_offset_replay_per_partition_behind() -> None:
                              ranges={0: Span(100, 999), 3: Span(10, 14)}),)
 
 
+def test_only_the_part_of_a_groups_lag_before_the_local_log_is_warmed() -> None:
+    # The brokers' disks hold every offset from local_start on (ListOffsets
+    # EARLIEST_LOCAL): a fetch there never reads remote storage. The remote
+    # segments are listed open-ended, so a lag wholly on the disks would
+    # otherwise warm the last remote segment for nothing.
+    replays = (Replay("replays[0]", "orders", None, group="billing"),)
+    positions = {0: {0: GroupPosition(100, 1000, local_start=600),  # partly remote
+                     1: GroupPosition(700, 1000, local_start=600),  # wholly local
+                     2: GroupPosition(100, 1000, local_start=100),  # starts at it
+                     3: GroupPosition(100, 1000)}}  # a broker that cannot say
+    resolved, lags = resolve_groups(replays, positions)
+    assert resolved == (
+        Replay("replays[0]", "orders", (0,), Span(100, 599), group="billing"),
+        Replay("replays[0]", "orders", (3,), Span(100, 999), group="billing"),
+    )
+    # The lag and the next reads are the group's, wherever they are kept.
+    (lag,) = lags
+    assert lag.behind == (0, 1, 2, 3) and lag.caught_up == ()
+    assert lag.lag_records == 900 + 300 + 900 + 900
+    assert lag.ranges[1] == Span(700, 999)
+
+
 def test_the_group_line_gives_lag_and_what_is_warmed() -> None:
     lag = GroupLag("replays[1]", "billing", "orders", lag_records=12_345, behind=(0, 3),
                    caught_up=(1,), uncommitted=(2,), segments=3, bytes=3 * 1024 * 1024)
