@@ -16,6 +16,8 @@ failure into a PlanError naming the plan field to look at.
 
 from __future__ import annotations
 
+import base64
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -38,13 +40,13 @@ def read_cluster(plan: Plan) -> ClusterFacts | None:
     where = ",".join(spec.bootstrap_servers)
     with _admin(spec, where) as admin:
         brokers = _brokers(admin, where)
-        partitions = _partitions(admin, plan.replays, where)
+        partitions, topic_ids = _partitions(admin, plan.replays, where)
         groups = {
             index: _group_positions(admin, replay, partitions, where)
             for index, replay in enumerate(plan.replays) if replay.group is not None
         }
     placements = place_brokers(brokers, spec) if spec.needs_placement else {}
-    return ClusterFacts(where, brokers, partitions, groups, placements)
+    return ClusterFacts(where, brokers, partitions, groups, placements, topic_ids)
 
 
 @contextmanager
@@ -86,8 +88,9 @@ def _brokers(admin: Any, where: str) -> dict[int, Broker]:
     }
 
 
-def _partitions(admin: Any, replays: Sequence[Replay],
-                where: str) -> dict[tuple[str, int], PartitionReplicas]:
+def _partitions(admin: Any, replays: Sequence[Replay], where: str
+                ) -> tuple[dict[tuple[str, int], PartitionReplicas], dict[str, str]]:
+    """Every partition of the plan's topics with its replicas, and each topic's id."""
     from kafka.errors import KafkaError
 
     first_use: dict[str, str] = {}
@@ -99,6 +102,7 @@ def _partitions(admin: Any, replays: Sequence[Replay],
         raise PlanError(f"kafka: the cluster at {where} did not describe the plan's topics: "
                         f"{_describe(exc)}") from None
     found: dict[tuple[str, int], PartitionReplicas] = {}
+    topic_ids: dict[str, str] = {}
     for topic in topics:
         name = str(topic["name"])
         replay_where = first_use.get(name, "replays")
@@ -110,6 +114,9 @@ def _partitions(admin: Any, replays: Sequence[Replay],
         if topic["error_code"]:
             raise PlanError(f"{replay_where}.topic: the cluster at {where} answered error "
                             f"{topic['error_code']} for topic {name!r}")
+        topic_id = _topic_uuid(topic.get("topic_id"))
+        if topic_id is not None:
+            topic_ids[name] = uuid_string(topic_id)
         for partition in topic["partitions"]:
             found[(name, int(partition["partition_index"]))] = PartitionReplicas(
                 leader=int(partition["leader_id"]),
@@ -122,7 +129,23 @@ def _partitions(admin: Any, replays: Sequence[Replay],
         if missing:
             raise PlanError(f"{replay.where}.partitions: topic {replay.topic!r} has no partition "
                             f"{missing[0]} in the cluster at {where} (it has {len(present)})")
-    return found
+    return found, topic_ids
+
+
+def _topic_uuid(value: object) -> uuid.UUID | None:
+    """A Metadata answer's topic id (kafka-python gives its str() form), or None
+    for none: the zero id of a broker before 2.8, or what is no UUID."""
+    try:
+        topic_id = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except ValueError:
+        return None
+    return topic_id if topic_id.int != 0 else None
+
+
+def uuid_string(value: uuid.UUID) -> str:
+    """A Kafka Uuid as Uuid.toString() writes it, and the bucket's keys with it:
+    its 16 bytes in URL-safe base64, unpadded."""
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
 
 
 def _group_positions(admin: Any, replay: Replay,

@@ -66,3 +66,7 @@ class ClusterFacts:
     groups: Mapping[int, Mapping[int, GroupPosition]] = field(default_factory=dict)
     # broker id -> where its pod runs, for templates with placement fields
     placements: Mapping[int, Placement] = field(default_factory=dict)
+    # topic -> its id as the bucket's keys spell it (Uuid.toString()), for the
+    # plan's topics: a topic deleted and created again has another, and the old
+    # one's remote segments may still be in the bucket
+    topic_ids: Mapping[str, str] = field(default_factory=dict)

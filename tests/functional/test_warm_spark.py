@@ -15,6 +15,7 @@ blocks each) and one local[2] session; every test gets two fresh sidecars.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -22,6 +23,7 @@ import secrets
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -527,7 +529,16 @@ def kafka_fixture(data: Data, groups: dict[str, dict[tuple[str, int], int]]) -> 
                            FixturePartition(leader=2, replicas=(2, 1), end_offset=ORDERS_2_END)),
                 "clicks": (partition("clicks", 0, 1), partition("clicks", 1, 2))},
         groups=groups,
+        # The ids the bucket's keys carry: those of the topics the cluster has now.
+        topic_ids={topic: topic_uuid(data.of(topic, 0)[0].key) for topic in ("orders", "clicks")},
     )
+
+
+def topic_uuid(key: str) -> uuid.UUID:
+    """The topic id in a segment's key, as a UUID (the key spells it in base64)."""
+    parsed = parse_aiven_key(key)
+    assert parsed is not None
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(parsed.topic_id + "=="))
 
 
 def billing_commits(data: Data) -> dict[tuple[str, int], int]:
@@ -687,6 +698,31 @@ def test_a_group_whose_lag_is_all_on_the_brokers_disks_warms_nothing(
     assert (lag.behind, lag.lag_records, lag.segments, lag.bytes) == ((0,), LOCAL_TAIL - 10, 0, 0)
     assert (f"lag {LOCAL_TAIL - 10:,} records on 1 partition of 1; in remote storage: "
             "0 segments, 0 B (would warm)") in out.getvalue()
+
+
+def test_the_remote_segments_of_a_former_topic_of_that_name_are_not_warmed(
+    spark: SparkSession, local_s3: LocalS3, origin_s3: Any, data: Data,
+    sidecars: dict[str, SidecarProcess], kafka: FakeKafkaCluster,
+) -> None:
+    # orders was deleted and created again: the former topic's segments, under
+    # its own id, are still in the bucket beside the new topic's. No broker
+    # reads them; the cluster says which id is the topic's now.
+    bucket = "warm-former-" + secrets.token_hex(4)
+    origin_s3.create_bucket(Bucket=bucket)
+    live = data.of("orders", 0)
+    former_id = "AAAAAAAAAAAAAAAAAAAAAQ"  # 22 characters, as a Kafka Uuid is written
+    parsed = parse_aiven_key(live[0].key)
+    assert parsed is not None
+    former = [s.key.replace(parsed.topic_id, former_id) for s in live]
+    for segment, former_key in zip(live, former, strict=True):
+        origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+        origin_s3.put_object(Bucket=bucket, Key=former_key, Body=segment.data)
+    document = cluster_plan(local_s3, data, sidecars, kafka,
+                            [{"topic": "orders", "partitions": [0], "from_offset": 0}])
+    document["origin"]["bucket"] = bucket
+    result = run(spark, parse_plan(document, env=WARM_ENV), out=io.StringIO(), dry_run=True)
+    assert result.exit_code == 0
+    assert sorted(row.key for row in result.rows) == sorted(s.key for s in live)
 
 
 @pytest.mark.parametrize(

@@ -102,6 +102,8 @@ class FixtureCluster:
     topics: Mapping[str, tuple[FixturePartition, ...]]
     # group -> {(topic, partition): committed offset}
     groups: Mapping[str, Mapping[tuple[str, int], int]] = field(default_factory=dict)
+    # topic -> its id (Metadata); a random one for a topic not named here
+    topic_ids: Mapping[str, uuid.UUID] = field(default_factory=dict)
 
 
 class FakeKafkaCluster:
@@ -114,7 +116,8 @@ class FakeKafkaCluster:
         self._lock = threading.Lock()
         self._servers: list[socketserver.ThreadingTCPServer] = []
         self._threads: list[threading.Thread] = []
-        self._topic_ids = {topic: uuid.uuid4() for topic in fixture.topics}
+        self._topic_ids = {topic: fixture.topic_ids.get(topic) or uuid.uuid4()
+                           for topic in fixture.topics}
 
     @property
     def bootstrap_servers(self) -> str:
