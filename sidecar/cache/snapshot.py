@@ -188,12 +188,17 @@ def every_free_slot(index: SlotIndex, free: array[int]) -> array[int]:
     began. The store frees none of them once closed, and a snapshot that left
     them out would keep them out of use at every start that takes it over (a
     scan frees every slot without a block). Blocking: a pass over the slots."""
-    listed = set(free)
+    if len(free) + len(index) == index.slot_count:
+        return free  # every slot is free or live: the usual stop, no pass needed
+    # A byte a slot, not a set of ints: a few MiB for millions of free slots.
+    listed = bytearray(index.slot_count)
+    for slot in free:
+        listed[slot] = 1
     lengths = index.lengths
     # Highest first: the stack hands out the lowest of them first, once the
     # slots that were free already are used.
     missing = array("i", (slot for slot in range(index.slot_count - 1, -1, -1)
-                          if lengths[slot] == NO_BLOCK and slot not in listed))
+                          if lengths[slot] == NO_BLOCK and not listed[slot]))
     return missing + free if missing else free
 
 
