@@ -44,7 +44,9 @@ from sidecar.tools.kafka_segments import (
 )
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from sidecar.tools.ports import free_port
+from spark_warmup.cluster import read_cluster
 from spark_warmup.job import RunResult, run
+from spark_warmup.metadata import GroupPosition
 from spark_warmup.outcome import WarmRow, summarize
 from spark_warmup.plan import PlanError, parse_plan
 from spark_warmup.report import REPORT_SCHEMA, write_report
@@ -698,6 +700,27 @@ def test_a_group_whose_lag_is_all_on_the_brokers_disks_warms_nothing(
     assert (lag.behind, lag.lag_records, lag.segments, lag.bytes) == ((0,), LOCAL_TAIL - 10, 0, 0)
     assert (f"lag {LOCAL_TAIL - 10:,} records on 1 partition of 1; in remote storage: "
             "0 segments, 0 B (would warm)") in out.getvalue()
+
+
+@pytest.mark.parametrize(("version", "local_start"), [(None, 600), (7, None)])
+def test_a_broker_too_old_to_say_where_its_local_log_starts_still_plans(
+    version: int | None, local_start: int | None,
+) -> None:
+    # Before ListOffsets v8 (KIP-405) a broker cannot give its earliest local
+    # offset: the whole lag is then taken as possibly remote, as it used to be.
+    fixture = FixtureCluster(
+        brokers=(FixtureBroker(1, "rack-1"),),
+        topics={"orders": (FixturePartition(leader=1, replicas=(1,), end_offset=1000,
+                                            local_start_offset=600),)},
+        groups={"billing": {("orders", 0): 100}}, list_offsets_version=version)
+    with running_cluster(fixture) as kafka:
+        plan = parse_plan({"origin": {"bucket": "tiered"},
+                           "kafka": {"bootstrap_servers": kafka.bootstrap_servers,
+                                     "sidecar_url": "http://{host}:9331", "timeout_s": 10},
+                           "replays": [{"group": "billing", "topic": "orders"}]}, env={})
+        cluster = read_cluster(plan)
+    assert cluster is not None
+    assert cluster.groups[0][0] == GroupPosition(100, 1000, None, local_start)
 
 
 def test_the_remote_segments_of_a_former_topic_of_that_name_are_not_warmed(

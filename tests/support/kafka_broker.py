@@ -104,6 +104,9 @@ class FixtureCluster:
     groups: Mapping[str, Mapping[tuple[str, int], int]] = field(default_factory=dict)
     # topic -> its id (Metadata); a random one for a topic not named here
     topic_ids: Mapping[str, uuid.UUID] = field(default_factory=dict)
+    # The highest ListOffsets version offered: 7 is a broker before KIP-405's
+    # earliest local offset (v8); None: kafka-python's own highest.
+    list_offsets_version: int | None = None
 
 
 class FakeKafkaCluster:
@@ -154,9 +157,12 @@ class FakeKafkaCluster:
         with self._lock:
             self.seen.append((broker.node_id, type(request).__name__.split("_")[0]))
         if isinstance(request, ApiVersionsRequest):
+            limit = self.fixture.list_offsets_version
             return ApiVersionsResponse(error_code=NONE, api_keys=[
-                ApiVersionsResponse.ApiVersion(api_key=key, min_version=0,
-                                               max_version=cls.max_version)
+                ApiVersionsResponse.ApiVersion(
+                    api_key=key, min_version=0,
+                    max_version=limit if cls is ListOffsetsRequest and limit is not None
+                    else cls.max_version)
                 for key, cls in sorted(_REQUESTS.items())
             ], throttle_time_ms=0)
         if isinstance(request, MetadataRequest):
