@@ -6,8 +6,9 @@ executors never import this module (nor kafka-python). One admin client asks:
 - DescribeCluster (Metadata on older brokers): every broker's id, host, port, rack;
 - Metadata for the plan's topics: each partition's leader, replicas and ISR;
 - for each replay naming a group: FindCoordinator and OffsetFetch (its committed
-  offsets), and ListOffsets at the partitions' leaders (the log end offset, and
-  for `to_time` the first offset after that time).
+  offsets), and ListOffsets at the partitions' leaders (the log end offset, the
+  first offset still on the leader's disk, and for `to_time` the first offset
+  after that time).
 
 What comes back is translated here into `metadata`'s plain dataclasses, and every
 failure into a PlanError naming the plan field to look at.
@@ -15,6 +16,8 @@ failure into a PlanError naming the plan field to look at.
 
 from __future__ import annotations
 
+import base64
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -37,13 +40,13 @@ def read_cluster(plan: Plan) -> ClusterFacts | None:
     where = ",".join(spec.bootstrap_servers)
     with _admin(spec, where) as admin:
         brokers = _brokers(admin, where)
-        partitions = _partitions(admin, plan.replays, where)
+        partitions, topic_ids = _partitions(admin, plan.replays, where)
         groups = {
             index: _group_positions(admin, replay, partitions, where)
             for index, replay in enumerate(plan.replays) if replay.group is not None
         }
     placements = place_brokers(brokers, spec) if spec.needs_placement else {}
-    return ClusterFacts(where, brokers, partitions, groups, placements)
+    return ClusterFacts(where, brokers, partitions, groups, placements, topic_ids)
 
 
 @contextmanager
@@ -85,8 +88,9 @@ def _brokers(admin: Any, where: str) -> dict[int, Broker]:
     }
 
 
-def _partitions(admin: Any, replays: Sequence[Replay],
-                where: str) -> dict[tuple[str, int], PartitionReplicas]:
+def _partitions(admin: Any, replays: Sequence[Replay], where: str
+                ) -> tuple[dict[tuple[str, int], PartitionReplicas], dict[str, str]]:
+    """Every partition of the plan's topics with its replicas, and each topic's id."""
     from kafka.errors import KafkaError
 
     first_use: dict[str, str] = {}
@@ -98,6 +102,7 @@ def _partitions(admin: Any, replays: Sequence[Replay],
         raise PlanError(f"kafka: the cluster at {where} did not describe the plan's topics: "
                         f"{_describe(exc)}") from None
     found: dict[tuple[str, int], PartitionReplicas] = {}
+    topic_ids: dict[str, str] = {}
     for topic in topics:
         name = str(topic["name"])
         replay_where = first_use.get(name, "replays")
@@ -109,6 +114,9 @@ def _partitions(admin: Any, replays: Sequence[Replay],
         if topic["error_code"]:
             raise PlanError(f"{replay_where}.topic: the cluster at {where} answered error "
                             f"{topic['error_code']} for topic {name!r}")
+        topic_id = _topic_uuid(topic.get("topic_id"))
+        if topic_id is not None:
+            topic_ids[name] = uuid_string(topic_id)
         for partition in topic["partitions"]:
             found[(name, int(partition["partition_index"]))] = PartitionReplicas(
                 leader=int(partition["leader_id"]),
@@ -121,7 +129,23 @@ def _partitions(admin: Any, replays: Sequence[Replay],
         if missing:
             raise PlanError(f"{replay.where}.partitions: topic {replay.topic!r} has no partition "
                             f"{missing[0]} in the cluster at {where} (it has {len(present)})")
-    return found
+    return found, topic_ids
+
+
+def _topic_uuid(value: object) -> uuid.UUID | None:
+    """A Metadata answer's topic id (kafka-python gives its str() form), or None
+    for none: the zero id of a broker before 2.8, or what is no UUID."""
+    try:
+        topic_id = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except ValueError:
+        return None
+    return topic_id if topic_id.int != 0 else None
+
+
+def uuid_string(value: uuid.UUID) -> str:
+    """A Kafka Uuid as Uuid.toString() writes it, and the bucket's keys with it:
+    its 16 bytes in URL-safe base64, unpadded."""
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
 
 
 def _group_positions(admin: Any, replay: Replay,
@@ -158,12 +182,33 @@ def _group_positions(admin: Any, replay: Replay,
     except KafkaError as exc:
         raise PlanError(f"{replay.where}.topic: the cluster at {where} did not give the end "
                         f"offsets of topic {replay.topic!r}: {_describe(exc)}") from None
+    local = _local_starts(admin, replay, asked, where)
     positions = {}
     for tp in asked:
         stop = int(after[tp].offset) if tp in after and after[tp].offset >= 0 else None
         positions[tp.partition] = GroupPosition(offsets.get(tp.partition),
-                                                int(ends[tp].offset), stop)
+                                                int(ends[tp].offset), stop, local.get(tp))
     return positions
+
+
+def _local_starts(admin: Any, replay: Replay, asked: Sequence[Any], where: str
+                  ) -> dict[Any, int]:
+    """Each partition's first offset on its leader's disk (ListOffsets
+    EARLIEST_LOCAL, KIP-405): the group's reads from there on never touch remote
+    storage. Empty where the brokers predate it (ListOffsets v8): all the next
+    reads are then taken as possibly remote, as before."""
+    from kafka.errors import KafkaError, UnsupportedVersionError
+    from kafka.protocol.consumer import OffsetSpec
+
+    try:
+        found = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST_LOCAL for tp in asked})
+    except UnsupportedVersionError:
+        return {}
+    except KafkaError as exc:
+        raise PlanError(f"{replay.where}.topic: the cluster at {where} did not give the local "
+                        f"log start offsets of topic {replay.topic!r}: {_describe(exc)}"
+                        ) from None
+    return {tp: int(answer.offset) for tp, answer in found.items() if answer.offset >= 0}
 
 
 def _is_auth(exc: Exception) -> bool:

@@ -5,7 +5,8 @@ committed offset (the offset of the next record it will consume, as Kafka's
 consumers commit it) up to the partition's log end offset, exclusive. The plan
 may bound the end (`to_offset`, inclusive, or `to_time`, which the cluster has
 already turned into an end offset). Each partition becomes an ordinary offset
-replay, so the segments are then selected as for any other replay; only the
+replay of the reads before its local log start (where the broker says where
+that is), so the segments are then selected as for any other replay; only the
 remote ones are listed, so the part of the lag still on the brokers' disks is
 never warmed.
 """
@@ -48,6 +49,18 @@ def next_reads(position: GroupPosition, to_offset: int | None) -> Span | None:
     return Span(position.committed, last) if last >= position.committed else None
 
 
+def remote_reads(reads: Span, position: GroupPosition) -> Span | None:
+    """The part of the next reads that comes from remote storage: what lies before
+    the partition's local log (all of it where the broker did not say where that
+    starts); None when the leader's disk holds all of it. Without this bound the
+    last remote segment, listed open-ended, would be warmed for any lag."""
+    if position.local_start is None:
+        return reads
+    last = position.local_start - 1 if reads.last is None else \
+        min(reads.last, position.local_start - 1)
+    return Span(reads.first, last) if last >= reads.first else None
+
+
 def resolve_groups(replays: Sequence[Replay],
                    positions: Mapping[int, Mapping[int, GroupPosition]],
                    ) -> tuple[tuple[Replay, ...], tuple[GroupLag, ...]]:
@@ -71,9 +84,11 @@ def resolve_groups(replays: Sequence[Replay],
             span = next_reads(position, to_offset)
             if span is None:
                 caught_up.append(partition)
-            else:
-                ranges[partition] = span
-                resolved.append(Replay(replay.where, replay.topic, (partition,), span,
+                continue
+            ranges[partition] = span
+            remote = remote_reads(span, position)
+            if remote is not None:
+                resolved.append(Replay(replay.where, replay.topic, (partition,), remote,
                                        group=replay.group))
         lags.append(GroupLag(replay.where, replay.group, replay.topic, lag,
                              tuple(ranges), tuple(caught_up), tuple(uncommitted),

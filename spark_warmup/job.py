@@ -7,7 +7,7 @@ Stages:
    (`groups`);
 then each a small Spark job:
 1. one task per topic discovers its partition directories (ListObjectsV2 with a
-   delimiter);
+   delimiter), of the topic's id in the cluster where the plan names one;
 2. one task per partition lists its segments and, where a replay gives a time
    range, reads each segment's first record batch header;
 3. the driver picks the overlapping segments (`selection`) and the node(s) of
@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import TextIO
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from spark_warmup.cluster import read_cluster
@@ -48,10 +49,11 @@ from spark_warmup.outcome import (
     format_summary,
     hashing_warning,
     summarize,
+    unlisted_replicas_warning,
 )
 from spark_warmup.plan import Plan, PlanError, Replay
 from spark_warmup.progress import WarmProgress, stats_reader
-from spark_warmup.report import write_report
+from spark_warmup.report import spark_failure, write_report
 from spark_warmup.routing import Routes, route_partitions
 from spark_warmup.selection import Segment, needs_timestamps, select_segments
 from spark_warmup.shipping import ship_package
@@ -127,11 +129,14 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
                           read=stats_reader(plan.admin_token, plan.ca_file)):
             rows = warm(spark, plan, planned, sidecars)
         summary = summarize(rows, clock() - started, rates=rates)
-    summary = replace(summary, hashed_partitions=len(chosen.routes.hashed))
+    summary = replace(summary, hashed_partitions=len(chosen.routes.hashed),
+                      unlisted_replicas=len(chosen.routes.unlisted_replicas))
     print(format_summary(summary, rates, [row for row in rows if not row.ok]), file=out,
           flush=True)
     if chosen.routes.hashed:
         print(hashing_warning(chosen.routes.hashed, len(plan.sidecars)), file=out, flush=True)
+    if chosen.routes.unlisted_replicas:
+        print(unlisted_replicas_warning(chosen.routes.unlisted_replicas), file=out, flush=True)
     problems: tuple[str, ...] = ()
     if dry_run:
         # What the real run would meet first: every sidecar of the plan answers.
@@ -149,6 +154,9 @@ def run(spark: SparkSession, plan: Plan, *, report_dir: Path | None = None,
         except OSError as exc:
             report_error = (f"cannot write the report under {report_dir}: "
                             f"{exc.filename or report_dir}: {exc.strerror or exc}")
+        except Py4JJavaError as exc:  # the Parquet copy, written by Spark
+            report_error = (f"cannot write the report under {report_dir}: report.parquet: "
+                            f"{spark_failure(exc)}")
     return RunResult(tuple(rows), summary, problems, chosen.groups, chosen.routes.hashed,
                      report_error)
 
@@ -163,7 +171,7 @@ def plan_run(spark: SparkSession, plan: Plan, cluster: ClusterFacts | None) -> P
     """The segments to warm with their nodes (topic/partition/offset order), the
     routes, and each group replay's lag with what it selects."""
     replays, lags = resolve_groups(plan.replays, cluster.groups if cluster else {})
-    listed = _list(spark, plan, replays)
+    listed = _list(spark, plan, replays, cluster)
     chosen: dict[str, Segment] = {}
     selected: dict[str, dict[str, Segment]] = {}  # group replay field -> its segments
     for listing in listed:
@@ -190,7 +198,8 @@ def plan_run(spark: SparkSession, plan: Plan, cluster: ClusterFacts | None) -> P
     return Planned(segments, routes, lags)
 
 
-def _list(spark: SparkSession, plan: Plan, replays: tuple[Replay, ...]) -> list[PartitionListing]:
+def _list(spark: SparkSession, plan: Plan, replays: tuple[Replay, ...],
+          cluster: ClusterFacts | None = None) -> list[PartitionListing]:
     """The listed segments of every partition the replays touch (two Spark jobs)."""
     context = spark.sparkContext
     topics = sorted({replay.topic for replay in plan.replays})
@@ -199,7 +208,8 @@ def _list(spark: SparkSession, plan: Plan, replays: tuple[Replay, ...]) -> list[
         context.parallelize(topics, len(topics)).map(partial(discover_topic, plan.origin)).collect()
     )
     _raise_listing_errors(listing.error for listing in found)
-    works = _partition_work(replays, plan, {listing.topic: listing for listing in found})
+    works = _partition_work(replays, plan, {listing.topic: listing for listing in found},
+                            cluster.topic_ids if cluster is not None else {})
     context.setJobDescription("spark_warmup: list segments")
     listed: list[PartitionListing] = (
         context.parallelize(works, max(1, min(len(works), _MAX_LISTING_TASKS)))
@@ -232,16 +242,28 @@ def warm(spark: SparkSession, plan: Plan, planned: Sequence[PlannedSegment],
     return sorted(rows, key=lambda row: order[(row.key, row.node)])
 
 
-def _partition_work(replays: Sequence[Replay], plan: Plan,
-                    found: dict[str, TopicListing]) -> list[PartitionWork]:
+def _partition_work(replays: Sequence[Replay], plan: Plan, found: dict[str, TopicListing],
+                    topic_ids: Mapping[str, str] | None = None) -> list[PartitionWork]:
+    """The partition directories to list. `topic_ids`: each topic's id in the
+    plan's cluster; a topic deleted and created again under the same name left
+    its former remote segments under another id, which no broker reads."""
     where = f"s3://{plan.origin.bucket}/{plan.origin.prefix}"
     works: dict[str, PartitionWork] = {}
     for replay in replays:
         directories = found[replay.topic].partitions
+        live = (topic_ids or {}).get(replay.topic)
+        if live is not None and directories:
+            former = sorted({topic_id for _, _, topic_id in directories if topic_id != live})
+            directories = tuple(d for d in directories if d[2] == live)
+            if not directories:
+                raise PlanError(
+                    f"{replay.where}.topic: no segments of topic {replay.topic!r} (id {live}) "
+                    f"under {where}, only of a former topic of that name "
+                    f"(id {', '.join(former)})")
         if not directories:
             raise PlanError(f"{replay.where}.topic: no segments of topic {replay.topic!r} "
                             f"under {where}")
-        present = {partition for partition, _ in directories}
+        present = {partition for partition, _, _ in directories}
         missing = sorted(set(replay.partitions or ()) - present)
         # A group's partition with nothing in remote storage yet (its whole lag
         # still on the brokers' disks) has nothing to warm; a partition the plan
@@ -251,7 +273,7 @@ def _partition_work(replays: Sequence[Replay], plan: Plan,
                 f"{replay.where}.partitions: topic {replay.topic!r} has no partition "
                 f"{missing[0]} under {where} (it has {', '.join(map(str, sorted(present)))})"
             )
-        for partition, directory in directories:
+        for partition, directory, _ in directories:
             if replay.partitions is None or partition in replay.partitions:
                 works[directory] = PartitionWork(
                     replay.topic, partition, directory,

@@ -35,8 +35,9 @@ _TOPIC_ID_LENGTH = 22  # Kafka Uuid as URL-safe base64 without padding
 @dataclass(frozen=True)
 class TopicListing:
     topic: str
-    # (partition, key prefix of its segments), one per topic-id directory found
-    partitions: tuple[tuple[int, str], ...] = ()
+    # (partition, key prefix of its segments, topic id), one per topic-id directory
+    # found: a topic deleted and created again under its name has two
+    partitions: tuple[tuple[int, str, str], ...] = ()
     error: str | None = None
 
 
@@ -82,7 +83,7 @@ def discover_topic(origin: OriginSpec, topic: str) -> TopicListing:
     """The partitions of `topic` under the plan's prefix (every topic-id directory of it)."""
     try:
         client = s3_client(origin)
-        partitions: list[tuple[int, str]] = []
+        partitions: list[tuple[int, str, str]] = []
         for directory in _common_prefixes(client, origin.bucket, f"{origin.prefix}{topic}-"):
             # "orders-" also lists "orders-eu-<id>/": keep only "<topic>-<22-char id>/".
             topic_id = directory[len(origin.prefix) + len(topic) + 1:-1]
@@ -92,7 +93,7 @@ def discover_topic(origin: OriginSpec, topic: str) -> TopicListing:
                 number = partition_dir[len(directory):-1]
                 # ASCII digits only: str.isdigit takes "²", which int() refuses.
                 if number.isascii() and number.isdigit() and str(int(number)) == number:
-                    partitions.append((int(number), partition_dir))
+                    partitions.append((int(number), partition_dir, topic_id))
         return TopicListing(topic, tuple(sorted(partitions)))
     except Exception as exc:  # reported to the driver as a value
         return TopicListing(topic, error=describe_origin_error(exc, origin))

@@ -38,6 +38,10 @@ class GroupPosition:
     # The first offset after the replay's `to_time` (ListOffsets by time), which
     # ends its reads there; None without a to_time or when no record is that late.
     stop: int | None = None
+    # The first offset still on the leader's disk (ListOffsets EARLIEST_LOCAL,
+    # KIP-405): reads from there on are served from the disk, never from remote
+    # storage. None where the broker cannot say (before ListOffsets v8).
+    local_start: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,3 +66,7 @@ class ClusterFacts:
     groups: Mapping[int, Mapping[int, GroupPosition]] = field(default_factory=dict)
     # broker id -> where its pod runs, for templates with placement fields
     placements: Mapping[int, Placement] = field(default_factory=dict)
+    # topic -> its id as the bucket's keys spell it (Uuid.toString()), for the
+    # plan's topics: a topic deleted and created again has another, and the old
+    # one's remote segments may still be in the bucket
+    topic_ids: Mapping[str, str] = field(default_factory=dict)

@@ -63,6 +63,8 @@ class Summary:
     # Partitions placed by hashing (no cluster, no assignment entry): their sidecar
     # is probably not the broker that serves them.
     hashed_partitions: int = 0
+    # Replicas (replica "all") not warmed: their broker is not in the cluster now.
+    unlisted_replicas: int = 0
 
     @property
     def mb_per_s(self) -> float:
@@ -176,6 +178,19 @@ def hashing_warning(hashed: Sequence[str], sidecars: int) -> str:
             f"topic-partition over {_count(sidecars, 'sidecar')}: neither the plan's "
             "\"kafka\" cluster nor its assignment says which broker serves them, so the "
             "warmed bytes may sit on a node that never reads them")
+
+
+def unlisted_replicas_warning(unlisted: Sequence[str]) -> str:
+    """The warning for replicas (replica "all") whose broker the cluster does not
+    list: not warmed, and said so rather than left out of the report unseen."""
+    names = ", ".join(unlisted[:SHOWN_HASHED]) + (", ..." if len(unlisted) > SHOWN_HASHED
+                                                  else "")
+    one = len(unlisted) == 1
+    its, it, back = (("its broker is", "it", "it is") if one
+                     else ("their brokers are", "them", "they are"))
+    return (f"warning: {_count(len(unlisted), 'replica')} not warmed ({names}): {its} not "
+            f"in the cluster now (down?), so no sidecar could be found for {it}; warm again "
+            f"once {back} back")
 
 
 def format_groups(lags: Iterable[GroupLag], dry_run: bool = False) -> str:

@@ -9,7 +9,8 @@ service account (deploy/kubernetes/components/warmup: a Role that may list pods)
 
 1. the broker's advertised host, resolved to an IP (a pod's DNS name, such as
    Strimzi's `my-cluster-kafka-0.my-cluster-kafka-brokers.kafka.svc`);
-2. the pod that has that IP, in the brokers' namespace:
+2. the pod that has that IP, in the brokers' namespace, leaving out finished
+   ones (an evicted pod keeps an IP the network may have given the broker since):
    `GET /api/v1/namespaces/NS/pods?fieldSelector=status.podIP=IP`: its
    `spec.nodeName` and `status.hostIP`;
 3. the sidecar on that node, in the sidecars' namespace:
@@ -40,9 +41,12 @@ from typing import Any
 
 from spark_warmup.metadata import Broker, Placement
 from spark_warmup.plan import KafkaSpec, KubernetesSpec, PlanError
+from spark_warmup.sidecar_http import http_answers
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TIMEOUT_S = 10.0
+# Pod phases after which a pod runs nothing more (its IP may be another's now).
+_FINISHED = ("Succeeded", "Failed")
 
 Resolve = Callable[[str], str]
 
@@ -136,8 +140,9 @@ class ApiServer:
             request.add_header("Authorization",
                                f"Bearer {self._token_file.read_text().strip()}")
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S,
-                                        context=self._context) as answer:
+            # http_answers: what is not HTTP (another service's port) is an OSError.
+            with http_answers(), urllib.request.urlopen(request, timeout=TIMEOUT_S,
+                                                        context=self._context) as answer:
                 document = json.load(answer)
         except urllib.error.HTTPError as exc:
             hint = (" (the warm-up's service account needs to list pods there: "
@@ -154,9 +159,11 @@ class ApiServer:
 
     def first_pod(self, namespace: str, query: Mapping[str, str]) -> dict[str, Any] | None:
         # A host-network broker shares its IP with every host-network pod of its
-        # node: any of them names the same node.
-        items = self.pods(namespace, query)
-        return items[0] if items else None
+        # node: any of them names the same node. A pod that has finished (evicted,
+        # completed) keeps its IP in its status after the network has given it to
+        # another pod, on another node: never that one.
+        return next((pod for pod in self.pods(namespace, query)
+                     if pod.get("status", {}).get("phase") not in _FINISHED), None)
 
     def sidecar_on(self, node: str) -> tuple[str | None, str | None]:
         """The pod IP of a ready sidecar on `node`, else None and why."""

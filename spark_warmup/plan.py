@@ -70,6 +70,7 @@ from pathlib import Path
 from string import Formatter
 from urllib.parse import urlsplit
 
+from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
 from spark_warmup.sidecar_urls import SidecarUrlError, check_sidecar_url
 from spark_warmup.units import parse_rate, parse_size
 
@@ -275,12 +276,22 @@ def _admin_token(top: Mapping[str, object], env: Mapping[str, str]) -> str | Non
     if token is None and "admin_token_file" in top:
         token, where = _token_file(top["admin_token_file"], "admin_token_file"), \
             "admin_token_file"
-    if token is None:
-        token = env.get("SIDECAR_ADMIN_TOKEN") or None
+    if token is None and env.get("SIDECAR_ADMIN_TOKEN", "").strip():
+        token, where = env["SIDECAR_ADMIN_TOKEN"], "SIDECAR_ADMIN_TOKEN"
     if token is None and env.get("SIDECAR_ADMIN_TOKEN_FILE"):
         token = _token_file(env["SIDECAR_ADMIN_TOKEN_FILE"], "SIDECAR_ADMIN_TOKEN_FILE")
-    if token is not None and (not isinstance(token, str) or not token):
+    if token is None:
+        return None
+    if not isinstance(token, str) or not token.strip():
         raise PlanError(f"{where}: must be a non-empty string")
+    # Surrounding whitespace goes, as the sidecar drops it from the same setting
+    # (a Secret given as a variable often ends in a newline). What is left goes
+    # into every call's Authorization header: a line break or a non-ASCII letter
+    # there would fail each call inside the executors, a space would be a 401.
+    # The message does not show the token.
+    token = token.strip()
+    if not token.isascii() or not token.isprintable() or " " in token:
+        raise PlanError(f"{where}: must be one token (printable ASCII without spaces)")
     return token
 
 
@@ -608,12 +619,16 @@ def _rate(value: object, where: str) -> float:
 
 
 def _block_size(value: object) -> int:
+    """The sidecars' block size, by their own rule (sidecar/config/loading.py):
+    the plan counts blocks of it and a progress line bytes, so a size no
+    sidecar runs with (1 byte, 1 GiB) would make every such figure wrong."""
     try:
         size = parse_size(value)
     except ValueError as exc:
         raise PlanError(f"block_size: {exc}") from None
-    if size <= 0:
-        raise PlanError("block_size: must be positive")
+    if not MIN_BLOCK_SIZE <= size <= MAX_BLOCK_SIZE or size % 4096:
+        raise PlanError("block_size: must be the sidecars' block size, a multiple of 4KiB "
+                        f"from 64KiB to 256MiB, got {_shown(size)}")
     return size
 
 

@@ -5,8 +5,9 @@ driver only when the task ends: for a long warm-up nothing would show until
 the end. The driver instead reads every sidecar's /api/v1/stats now and then
 (`warm_blocks`: blocks found cached, fetched or failed for warm calls) and
 prints how much of the plan is done. Counters are read as differences from
-the start, so a sidecar's earlier warm-ups do not count; a sidecar that does
-not answer is left out of that line, never fatal.
+the start (or, for a sidecar silent then, from its first answer), so a
+sidecar's earlier warm-ups do not count; a sidecar that does not answer is
+left out of that line, never fatal.
 
 The stats are read as the warm calls are sent (`stats_reader`): with the admin
 token, which the page needs on a sidecar whose admin port is off loopback (as
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, TextIO
 
-from spark_warmup.sidecar_http import ANSWER_BYTES, opener
+from spark_warmup.sidecar_http import ANSWER_BYTES, http_answers, opener
 from spark_warmup.units import format_bytes
 
 ReadStats = Callable[[str], Mapping[str, Any]]
@@ -47,7 +48,7 @@ def stats_reader(token: str | None, ca_file: str | None = None) -> ReadStats:
         if not openers:
             openers.append(opener(ca_file))
         request = urllib.request.Request(f"{url.rstrip('/')}/api/v1/stats", headers=headers)
-        with openers[0].open(request, timeout=5) as response:
+        with http_answers(), openers[0].open(request, timeout=5) as response:
             body = response.read(ANSWER_BYTES + 1)
         if len(body) > ANSWER_BYTES:
             raise ValueError(f"the stats of {url} are longer than {ANSWER_BYTES} bytes")
@@ -78,8 +79,9 @@ class WarmProgress:
         self._clock = clock
         self._started = clock()
         # Read only when lines will be printed: an unreachable sidecar costs a timeout.
-        self._baseline = ({node: self._blocks(url) for node, url in self._sidecars.items()}
-                          if interval_s > 0 else {})
+        self._baseline: dict[str, int | None] = (
+            {node: self._blocks(url) for node, url in self._sidecars.items()}
+            if interval_s > 0 else {})
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -96,7 +98,12 @@ class WarmProgress:
             if now is None:
                 continue
             answering += 1
-            done += max(0, now - (before or 0))
+            if before is None:
+                # Silent at the start: its counters also hold the warm-ups before
+                # this run, so this run's count starts at its first answer.
+                self._baseline[node] = now
+                continue
+            done += max(0, now - before)
         done = min(done, self._planned)
         seconds = max(self._clock() - self._started, 1e-9)
         share = 100 * done // max(1, self._planned)

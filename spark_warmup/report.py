@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import astuple
 from pathlib import Path
 
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     DoubleType,
@@ -51,6 +52,27 @@ def write_report(spark: SparkSession, rows: Sequence[WarmRow], summary: Summary,
         json.dumps(summary.as_dict(), indent=2) + "\n", encoding="utf-8"
     )
     frame = spark.createDataFrame([astuple(row) for row in rows], REPORT_SCHEMA)
-    # A file: URI, so a cluster whose default file system is HDFS writes here too.
-    target = (directory.resolve() / "report.parquet").as_uri()
+    # A file: path, so a cluster whose default file system is HDFS writes here too.
+    # Not Path.as_uri(): Hadoop's Path takes what follows "file://" as the path
+    # itself, so the %20 of a space (%25 of a '%') would name another directory.
+    target = "file://" + str(directory.resolve() / "report.parquet")
     frame.coalesce(1).write.mode("overwrite").parquet(target)
+
+
+def spark_reason(java_text: str) -> str:
+    """A Java exception as py4j prints it (its stack trace follows) -> one short line."""
+    first = (java_text.strip().splitlines() or ["failed"])[0]
+    return "Spark: " + (first if len(first) <= 300 else first[:300] + "...")
+
+
+def spark_failure(exc: Py4JJavaError) -> str:
+    """One short line for a failed Spark call: its deepest cause (a file that
+    could not be created), not the job abort wrapped around it, which would
+    fill the line before the reason."""
+    cause = exc.java_exception
+    try:
+        while (deeper := cause.getCause()) is not None:
+            cause = deeper
+    except Py4JError:  # the JVM is gone: what the exception itself says
+        pass
+    return spark_reason(str(cause))

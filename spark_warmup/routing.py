@@ -108,6 +108,9 @@ class Routes:
     nodes: Mapping[str, str]  # node -> sidecar admin URL
     targets: Mapping[tuple[str, int], tuple[str, ...]]  # (topic, partition) -> nodes
     hashed: tuple[str, ...] = ()  # "topic-partition" placed by hashing, for the warning
+    # "topic-partition on broker ID": with replica "all", the replicas whose broker
+    # the cluster does not list now (down), so not warmed: for the warning.
+    unlisted_replicas: tuple[str, ...] = ()
 
 
 def route_partitions(partitions: Iterable[tuple[str, int, str]], plan: Plan,
@@ -117,6 +120,7 @@ def route_partitions(partitions: Iterable[tuple[str, int, str]], plan: Plan,
     nodes = dict(plan.sidecars)
     targets: dict[tuple[str, int], tuple[str, ...]] = {}
     hashed: list[str] = []
+    unlisted: list[str] = []
     for topic, partition, where in sorted(set(partitions)):
         name = partition_name(topic, partition)
         assigned = plan.assignment.get(name)
@@ -125,12 +129,16 @@ def route_partitions(partitions: Iterable[tuple[str, int, str]], plan: Plan,
         elif cluster is not None and plan.kafka is not None:
             targets[(topic, partition)] = _from_cluster(
                 topic, partition, where, plan.kafka, cluster, nodes)
+            replicas = cluster.partitions.get((topic, partition))
+            if plan.kafka.replica == "all" and replicas is not None:
+                unlisted += [f"{name} on broker {node_id}" for node_id in replicas.replicas
+                             if node_id not in cluster.brokers]
         else:
             targets[(topic, partition)] = (rendezvous_node(name, sorted(plan.sidecars)),)
             # With one sidecar there is no other node the bytes could have gone to.
             if len(plan.sidecars) > 1:
                 hashed.append(name)
-    return Routes(nodes, targets, tuple(hashed))
+    return Routes(nodes, targets, tuple(hashed), tuple(unlisted))
 
 
 def _from_cluster(topic: str, partition: int, where: str, spec: KafkaSpec,

@@ -50,15 +50,35 @@ def overlapping(starts: Sequence[int | None], span: Span) -> list[int]:
 
 
 def select_segments(segments: Sequence[Segment], replay: Replay) -> list[Segment]:
-    """The segments of one partition (in any order) that the replay reads."""
-    ordered = sorted(segments, key=lambda s: s.start_offset)
+    """The segments of one partition (in any order) that the replay reads.
+
+    Objects that start at the same offset are copies of one segment: a leader
+    that took over while the last one uploaded it uploads it again under a new
+    segment id, and the first copy stays in the bucket until it is cleaned up.
+    Which copy the brokers read is in their remote log metadata, not in the
+    bucket, so all of them are selected together (taken one by one, each would
+    seem to end where the next copy starts, and only the last would be warmed).
+    """
+    copies: list[list[Segment]] = []
+    for segment in sorted(segments, key=lambda s: (s.start_offset, s.key)):
+        if copies and copies[-1][0].start_offset == segment.start_offset:
+            copies[-1].append(segment)
+        else:
+            copies.append([segment])
     if replay.offsets is not None:
-        indices = overlapping([s.start_offset for s in ordered], replay.offsets)
+        indices = overlapping([same[0].start_offset for same in copies], replay.offsets)
     elif replay.times_ms is not None:
-        indices = overlapping([s.base_timestamp for s in ordered], replay.times_ms)
+        indices = overlapping([_first_time(same) for same in copies], replay.times_ms)
     else:
-        indices = list(range(len(ordered)))
-    return [ordered[i] for i in indices]
+        indices = list(range(len(copies)))
+    return [segment for i in indices for segment in copies[i]]
+
+
+def _first_time(copies: Sequence[Segment]) -> int | None:
+    """The first batch's time of a segment's copies (they hold the same
+    records); None when no copy's header could be read."""
+    known = [s.base_timestamp for s in copies if s.base_timestamp is not None]
+    return min(known) if known else None
 
 
 def needs_timestamps(replays: Iterable[Replay], topic: str, partition: int) -> bool:

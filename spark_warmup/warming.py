@@ -37,7 +37,7 @@ from typing import Any
 
 from sidecar.blocks import block_count
 from spark_warmup.outcome import WarmRow
-from spark_warmup.sidecar_http import ANSWER_BYTES, Post, opener, poster
+from spark_warmup.sidecar_http import ANSWER_BYTES, Post, http_answers, opener, poster
 
 _BACKOFF_S = 0.25
 _MAX_BACKOFF_S = 5.0
@@ -113,7 +113,7 @@ def unanswered(node: str, url: str, timeout: float = 5.0,
     base = url.rstrip("/")
     try:
         director = opener(ca_file)  # a CA file gone bad since the plan was read: OSError
-        with director.open(f"{base}/healthz", timeout=timeout) as response:
+        with http_answers(), director.open(f"{base}/healthz", timeout=timeout) as response:
             if response.status != 200:
                 return f"sidecar {node} at {url} answered {response.status} to /healthz"
     except urllib.error.HTTPError as exc:
@@ -135,11 +135,13 @@ def _mode_of(director: urllib.request.OpenerDirector, url: str, timeout: float
     """The mode /readyz names (it answers 503 with the same body while not ready),
     or None when it names none: a sidecar without it, or no answer now."""
     try:
-        with director.open(url, timeout=timeout) as response:
-            answer = response.read(ANSWER_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            answer = exc.read(ANSWER_BYTES + 1)
+        with http_answers():
+            try:
+                with director.open(url, timeout=timeout) as response:
+                    answer = response.read(ANSWER_BYTES + 1)
+            except urllib.error.HTTPError as exc:
+                with exc:
+                    answer = exc.read(ANSWER_BYTES + 1)
     except (OSError, ValueError):
         return None
     document = _json_object(answer)

@@ -129,7 +129,9 @@ class ScrubProgress:
     verified: int = 0
     verified_bytes: int = 0
     dropped: int = 0  # failed their checksums
-    skipped: int = 0  # evicted, replaced or read (and so verified) before their turn
+    # left the cache before their turn (evicted, replaced, invalidated, or dropped
+    # by a read they failed): blocks = verified + dropped + skipped once done
+    skipped: int = 0
     done: bool = False
 
     def as_dict(self) -> dict[str, Any]:

@@ -92,7 +92,7 @@ from pathlib import Path
 
 import xxhash
 
-from sidecar.cache.index import HASH_BYTES, IDENTITY_KEY_BYTES, SlotIndex
+from sidecar.cache.index import HASH_BYTES, IDENTITY_KEY_BYTES, NO_BLOCK, SlotIndex
 from sidecar.cache.slot_fifo import MAX_STATE, SlotFifo
 
 # The store's log lines keep the logger name they always had.
@@ -171,13 +171,35 @@ def save_at_close(slab_path: Path, slab_stat: Callable[[], os.stat_result], inde
     next start scans the slot headers instead."""
     started = time.perf_counter()
     try:
-        size = save(slab_path.parent, slab_path, index, policy, free, next_generation,
-                    slab_stat())
+        size = save(slab_path.parent, slab_path, index, policy, every_free_slot(index, free),
+                    next_generation, slab_stat())
     except OSError as exc:
         log.warning("could not save the cache index snapshot: %s", exc)
         return
     log.info("cache index snapshot saved: %d blocks, %d bytes, in %.3f s",
              len(index), size, time.perf_counter() - started)
+
+
+def every_free_slot(index: SlotIndex, free: array[int]) -> array[int]:
+    """The free stack to save: ``free``, under it every other slot that holds no
+    block. At a clean stop some slots are neither live nor on the free stack:
+    dropped while a reader pinned them, having their valid flag cleared, given
+    back to the disk (shrink), or reserved by a write that ended after the stop
+    began. The store frees none of them once closed, and a snapshot that left
+    them out would keep them out of use at every start that takes it over (a
+    scan frees every slot without a block). Blocking: a pass over the slots."""
+    if len(free) + len(index) == index.slot_count:
+        return free  # every slot is free or live: the usual stop, no pass needed
+    # A byte a slot, not a set of ints: a few MiB for millions of free slots.
+    listed = bytearray(index.slot_count)
+    for slot in free:
+        listed[slot] = 1
+    lengths = index.lengths
+    # Highest first: the stack hands out the lowest of them first, once the
+    # slots that were free already are used.
+    missing = array("i", (slot for slot in range(index.slot_count - 1, -1, -1)
+                          if lengths[slot] == NO_BLOCK and not listed[slot]))
+    return missing + free if missing else free
 
 
 def take(directory: Path, slab_path: Path, slot_count: int, block_size: int,

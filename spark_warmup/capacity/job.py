@@ -50,6 +50,7 @@ from spark_warmup.capacity.trace import (
     parse_line,
     partition_prefix,
 )
+from spark_warmup.report import spark_reason
 
 # Reads replayed per node at most; a larger trace is sampled down to this.
 MAX_TRACE_REQUESTS = 500_000
@@ -221,12 +222,6 @@ def _why(exc: OSError | Py4JJavaError, report: Path) -> str:
     if isinstance(exc, OSError):
         return f"{exc.filename or report}: {exc.strerror or exc}"
     return spark_reason(str(exc.java_exception))
-
-
-def spark_reason(java_text: str) -> str:
-    """A Java exception as py4j prints it (its stack trace follows) -> one short line."""
-    first = (java_text.strip().splitlines() or ["failed"])[0]
-    return "Spark: " + (first if len(first) <= 300 else first[:300] + "...")
 
 
 def _line_kinds(lines: DataFrame, unreadable_inputs: list[Unreadable]

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import ssl
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
@@ -20,7 +22,7 @@ import pytest
 from sidecar.tools.local_s3 import LocalS3, loopback_client
 from spark_warmup.outcome import summarize
 from spark_warmup.progress import WarmProgress, read_stats, stats_reader
-from spark_warmup.warming import NodeBatch, PlannedSegment, warm_node
+from spark_warmup.warming import NodeBatch, PlannedSegment, unanswered, warm_node
 from tests.support.certificates import self_signed
 from tests.support.fault_proxy import FaultProxy
 from tests.support.loopback_http import LoopbackServer, admin_call, relay
@@ -297,3 +299,60 @@ def test_progress_reads_an_off_loopback_sidecars_stats_with_the_token(tmp_path: 
     assert without.startswith("warm-up: 0 B of 512.0 KiB (0%)")
     assert without.endswith("; 1 of 1 sidecars not answering")
 
+
+
+class NotHttp:
+    """A TCP server on loopback that answers every connection with `reply` and
+    hangs up: a TLS port called with http:// (its alert record), another
+    service (its banner)."""
+
+    def __init__(self, reply: bytes) -> None:
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self._reply = reply
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return  # stopped
+            with connection:
+                connection.settimeout(10)
+                try:
+                    connection.recv(65536)
+                    connection.sendall(self._reply)
+                    # Read on until the client hangs up: closing with its body
+                    # unread would reset the connection before it reads the reply.
+                    connection.shutdown(socket.SHUT_WR)
+                    while connection.recv(65536):
+                        pass
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        self._socket.close()
+        self._thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("reply", [b"\x15\x03\x03\x00\x02\x02\x46", b"SSH-2.0-OpenSSH_9.6\r\n"])
+def test_a_sidecar_url_that_answers_no_http_fails_its_rows_not_the_job(
+        reply: bytes, segment: PlannedSegment, bucket: str) -> None:
+    server = NotHttp(reply)
+    try:
+        rows = warm_node(replace(batch(server.endpoint, bucket, segment),
+                                 segments=(segment, segment, segment)))
+        problem = unanswered("a", server.endpoint)
+        progress = WarmProgress({"a": server.endpoint}, 2, 256 * 1024, io.StringIO(), 10,
+                                read=stats_reader(TOKEN))
+        line = progress.line()
+    finally:
+        server.stop()
+    assert all(row.error is not None and "no HTTP answer" in row.error for row in rows)
+    # Taken as down after two: the third row fails at once with the same reason.
+    assert "node taken as down" in (rows[2].error or "")
+    assert problem is not None and problem.startswith(
+        f"sidecar a at {server.endpoint} unreachable: no HTTP answer")
+    assert line.endswith("; 1 of 1 sidecars not answering")

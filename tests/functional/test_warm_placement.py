@@ -8,6 +8,7 @@ with the service account's token, CA and namespace as a pod has them.
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import subprocess
 import threading
@@ -169,6 +170,46 @@ def test_each_broker_is_routed_to_the_sidecar_on_its_own_node() -> None:
     with pytest.raises(PlanError, match=r"broker 3 .* has no sidecar \(node n3 has no ready "
                                         r"pod \(of 1\) matching app.kubernetes.io/name="):
         route_partitions([("orders", 2, "replays[0]")], plan, led_by_3)
+
+
+def test_a_finished_pod_that_kept_the_brokers_ip_does_not_place_it() -> None:
+    # An evicted or completed pod keeps its status.podIP, which the network may
+    # since have given the broker: the API server lists both for the IP.
+    finished = [pod("a-job-x1", "n2", "10.244.1.5", phase="Failed", ready=False),
+                pod("a-job-x2", "n3", "10.244.1.5", phase="Succeeded", ready=False)]
+    with ApiServer(finished + PODS) as api:
+        plan = plan_with(api.url, namespace="kafka")
+        assert plan.kafka is not None
+        placements = place_brokers({1: BROKERS[1]}, plan.kafka)
+    assert (placements[1].node, placements[1].sidecar_ip) == ("n1", "10.244.1.9")
+    with ApiServer(finished) as api:  # the broker's own pod is gone
+        plan = plan_with(api.url, namespace="kafka")
+        assert plan.kafka is not None
+        with pytest.raises(PlanError, match=r"broker 1 \(10.244.1.5, 10.244.1.5\) is no pod"):
+            place_brokers({1: BROKERS[1]}, plan.kafka)
+
+
+def test_an_api_url_that_answers_no_http_is_a_plan_error() -> None:
+    # kafka.kubernetes.api naming another service's port: its banner is no HTTP.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+
+        def banner() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                connection.shutdown(socket.SHUT_WR)
+                while connection.recv(65536):
+                    pass
+
+        thread = threading.Thread(target=banner, daemon=True)
+        thread.start()
+        plan = plan_with(f"http://127.0.0.1:{server.getsockname()[1]}", namespace="kafka")
+        assert plan.kafka is not None
+        with pytest.raises(PlanError, match=r"^kafka.kubernetes.api: cannot list pods at "
+                                            r"http://127.0.0.1:\d+: no HTTP answer"):
+            place_brokers({1: BROKERS[1]}, plan.kafka)
+        thread.join(timeout=10)
 
 
 @pytest.fixture()

@@ -15,6 +15,7 @@ blocks each) and one local[2] session; every test gets two fresh sidecars.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -22,6 +23,7 @@ import secrets
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,8 +44,12 @@ from sidecar.tools.kafka_segments import (
 )
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from sidecar.tools.ports import free_port
+from spark_warmup.cluster import read_cluster
 from spark_warmup.job import RunResult, run
+from spark_warmup.metadata import GroupPosition
+from spark_warmup.outcome import WarmRow, summarize
 from spark_warmup.plan import PlanError, parse_plan
+from spark_warmup.report import REPORT_SCHEMA, write_report
 from spark_warmup.routing import rendezvous_node
 from spark_warmup.units import format_bytes
 from tests.support.kafka_broker import (
@@ -463,6 +469,43 @@ def test_a_report_that_fails_at_the_end_still_leaves_the_summary(
     assert "dry run: " in out.getvalue() and "; estimated " in out.getvalue()  # the summary
 
 
+def test_a_parquet_report_spark_cannot_write_is_a_line_not_a_stack_trace(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    tmp_path: Path,
+) -> None:
+    # A directory this process can write report.jsonl into, whose Parquet files
+    # Spark cannot create: their paths (report.parquet/_temporary/0/...) pass
+    # the system's limit of 4096 bytes, as a full disk would fail them too.
+    deep = tmp_path
+    while len(str(deep)) < 3900:
+        deep /= "d" * 200
+    out = io.StringIO()
+    result = run(spark, parse_plan(plan_document(local_s3, data, sidecars), env=WARM_ENV),
+                 out=out, dry_run=True, report_dir=deep)
+    assert result.exit_code == 1
+    assert result.report_error is not None
+    assert result.report_error.startswith(f"cannot write the report under {deep}: ")
+    assert "\n" not in result.report_error and "Spark: " in result.report_error
+    assert "dry run: " in out.getvalue()  # the summary was printed first
+    assert (deep / "report.jsonl").read_text().count("\n") == len(result.rows)
+
+
+def test_the_whole_report_goes_into_a_directory_whose_name_needs_quoting_in_a_uri(
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    # A space and a '%' are written %20 and %25 in a file: URI; Spark took
+    # such a URI's path as it stood and put report.parquet in "a%20b%25".
+    directory = tmp_path / "warm report 100%"
+    rows = [WarmRow("orders", 0, "orders-x/0/seg.log", "a", 10, blocks=1, fetched=1)]
+    write_report(spark, rows, summarize(rows, 1.0), directory)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["warm report 100%"]
+    assert {path.name for path in directory.iterdir()} == {
+        "report.jsonl", "summary.json", "report.parquet"}
+    written = spark.read.schema(REPORT_SCHEMA).parquet(
+        "file://" + str(directory / "report.parquet")).collect()
+    assert [(row.key, row.fetched) for row in written] == [("orders-x/0/seg.log", 1)]
+
+
 # -- plans that name the Kafka cluster ------------------------------------------
 # A Kafka-protocol stand-in (tests/support/kafka_broker.py) answers for brokers 1
 # and 2; the sidecars "a" and "b" are theirs. orders-0 is led by broker 2 and
@@ -477,10 +520,10 @@ BROKER_OF = {"a": 1, "b": 2}
 
 def kafka_fixture(data: Data, groups: dict[str, dict[tuple[str, int], int]]) -> FixtureCluster:
     def partition(topic: str, number: int, leader: int) -> FixturePartition:
+        local_start = data.of(topic, number)[-1].end_offset + 1
         return FixturePartition(
-            leader=leader, replicas=(leader, 3 - leader),
-            end_offset=data.of(topic, number)[-1].end_offset + 1 + LOCAL_TAIL,
-            first_timestamp_ms=START_TIME_MS)
+            leader=leader, replicas=(leader, 3 - leader), end_offset=local_start + LOCAL_TAIL,
+            first_timestamp_ms=START_TIME_MS, local_start_offset=local_start)
 
     return FixtureCluster(
         brokers=(FixtureBroker(1, "rack-1"), FixtureBroker(2, "rack-2")),
@@ -488,7 +531,16 @@ def kafka_fixture(data: Data, groups: dict[str, dict[tuple[str, int], int]]) -> 
                            FixturePartition(leader=2, replicas=(2, 1), end_offset=ORDERS_2_END)),
                 "clicks": (partition("clicks", 0, 1), partition("clicks", 1, 2))},
         groups=groups,
+        # The ids the bucket's keys carry: those of the topics the cluster has now.
+        topic_ids={topic: topic_uuid(data.of(topic, 0)[0].key) for topic in ("orders", "clicks")},
     )
+
+
+def topic_uuid(key: str) -> uuid.UUID:
+    """The topic id in a segment's key, as a UUID (the key spells it in base64)."""
+    parsed = parse_aiven_key(key)
+    assert parsed is not None
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(parsed.topic_id + "=="))
 
 
 def billing_commits(data: Data) -> dict[tuple[str, int], int]:
@@ -628,6 +680,72 @@ def test_a_dry_run_of_a_cluster_plan_gives_each_groups_lag_and_warms_nothing(
     for process in sidecars.values():
         assert process.metric("sidecar_origin_bytes_total", lane="warm") == 0
         assert process.metric("sidecar_cache_blocks") == 0
+
+
+def test_a_group_whose_lag_is_all_on_the_brokers_disks_warms_nothing(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+) -> None:
+    # Committed inside the local tail of orders-0: the next reads are all served
+    # from the leader's disk. The last remote segment, listed open-ended, holds
+    # none of them.
+    local_start = data.of("orders", 0)[-1].end_offset + 1
+    commits = {"tailing": {("orders", 0): local_start + 10}}
+    with running_cluster(kafka_fixture(data, commits)) as kafka:
+        document = cluster_plan(local_s3, data, sidecars, kafka,
+                                [{"group": "tailing", "topic": "orders", "partitions": [0]}])
+        out = io.StringIO()
+        result = run(spark, parse_plan(document, env=WARM_ENV), out=out, dry_run=True)
+    assert result.exit_code == 0 and result.rows == ()
+    (lag,) = result.groups
+    assert (lag.behind, lag.lag_records, lag.segments, lag.bytes) == ((0,), LOCAL_TAIL - 10, 0, 0)
+    assert (f"lag {LOCAL_TAIL - 10:,} records on 1 partition of 1; in remote storage: "
+            "0 segments, 0 B (would warm)") in out.getvalue()
+
+
+@pytest.mark.parametrize(("version", "local_start"), [(None, 600), (7, None)])
+def test_a_broker_too_old_to_say_where_its_local_log_starts_still_plans(
+    version: int | None, local_start: int | None,
+) -> None:
+    # Before ListOffsets v8 (KIP-405) a broker cannot give its earliest local
+    # offset: the whole lag is then taken as possibly remote, as it used to be.
+    fixture = FixtureCluster(
+        brokers=(FixtureBroker(1, "rack-1"),),
+        topics={"orders": (FixturePartition(leader=1, replicas=(1,), end_offset=1000,
+                                            local_start_offset=600),)},
+        groups={"billing": {("orders", 0): 100}}, list_offsets_version=version)
+    with running_cluster(fixture) as kafka:
+        plan = parse_plan({"origin": {"bucket": "tiered"},
+                           "kafka": {"bootstrap_servers": kafka.bootstrap_servers,
+                                     "sidecar_url": "http://{host}:9331", "timeout_s": 10},
+                           "replays": [{"group": "billing", "topic": "orders"}]}, env={})
+        cluster = read_cluster(plan)
+    assert cluster is not None
+    assert cluster.groups[0][0] == GroupPosition(100, 1000, None, local_start)
+
+
+def test_the_remote_segments_of_a_former_topic_of_that_name_are_not_warmed(
+    spark: SparkSession, local_s3: LocalS3, origin_s3: Any, data: Data,
+    sidecars: dict[str, SidecarProcess], kafka: FakeKafkaCluster,
+) -> None:
+    # orders was deleted and created again: the former topic's segments, under
+    # its own id, are still in the bucket beside the new topic's. No broker
+    # reads them; the cluster says which id is the topic's now.
+    bucket = "warm-former-" + secrets.token_hex(4)
+    origin_s3.create_bucket(Bucket=bucket)
+    live = data.of("orders", 0)
+    former_id = "AAAAAAAAAAAAAAAAAAAAAQ"  # 22 characters, as a Kafka Uuid is written
+    parsed = parse_aiven_key(live[0].key)
+    assert parsed is not None
+    former = [s.key.replace(parsed.topic_id, former_id) for s in live]
+    for segment, former_key in zip(live, former, strict=True):
+        origin_s3.put_object(Bucket=bucket, Key=segment.key, Body=segment.data)
+        origin_s3.put_object(Bucket=bucket, Key=former_key, Body=segment.data)
+    document = cluster_plan(local_s3, data, sidecars, kafka,
+                            [{"topic": "orders", "partitions": [0], "from_offset": 0}])
+    document["origin"]["bucket"] = bucket
+    result = run(spark, parse_plan(document, env=WARM_ENV), out=io.StringIO(), dry_run=True)
+    assert result.exit_code == 0
+    assert sorted(row.key for row in result.rows) == sorted(s.key for s in live)
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,10 @@ while reading metadata and group offsets, from the fixture:
 - FindCoordinator (the first broker coordinates every group),
 - OffsetFetch (a group's committed offsets; none for an unknown group, as Kafka
   answers),
-- ListOffsets (latest = the partition's end offset, earliest = its start, and
-  for a timestamp the first offset at or after it, the fixture's records being
-  one per millisecond from `first_timestamp_ms`).
+- ListOffsets (latest = the partition's end offset, earliest = its start,
+  earliest local = the first offset on the leader's disk, and for a timestamp
+  the first offset at or after it, the fixture's records being one per
+  millisecond from `first_timestamp_ms`).
 
 Every request it decoded is recorded as (broker id, API name) for assertions.
 """
@@ -55,9 +56,11 @@ from kafka.protocol.metadata import (
 # Kafka error codes (org.apache.kafka.common.protocol.Errors).
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
-# ListOffsets timestamps that ask for the log end and the log start offset.
+# ListOffsets timestamps that ask for the log end, the log start offset and the
+# first offset on the leader's disk (KIP-405).
 LATEST = -1
 EARLIEST = -2
+EARLIEST_LOCAL = -4
 # The frame size we accept from a client: these requests are a few KiB.
 MAX_FRAME = 1 << 20
 
@@ -83,6 +86,9 @@ class FixturePartition:
     isr: tuple[int, ...] | None = None  # None: every replica in sync
     start_offset: int = 0
     first_timestamp_ms: int = 0  # record at offset o has timestamp first + o
+    # The first offset on the leader's disk, the ones before it only in remote
+    # storage; None: the whole log is on the disk.
+    local_start_offset: int | None = None
 
     def offset_for_time(self, timestamp_ms: int) -> int:
         """ListOffsets by time: the first offset whose timestamp is >= it, -1 if none."""
@@ -96,6 +102,11 @@ class FixtureCluster:
     topics: Mapping[str, tuple[FixturePartition, ...]]
     # group -> {(topic, partition): committed offset}
     groups: Mapping[str, Mapping[tuple[str, int], int]] = field(default_factory=dict)
+    # topic -> its id (Metadata); a random one for a topic not named here
+    topic_ids: Mapping[str, uuid.UUID] = field(default_factory=dict)
+    # The highest ListOffsets version offered: 7 is a broker before KIP-405's
+    # earliest local offset (v8); None: kafka-python's own highest.
+    list_offsets_version: int | None = None
 
 
 class FakeKafkaCluster:
@@ -108,7 +119,8 @@ class FakeKafkaCluster:
         self._lock = threading.Lock()
         self._servers: list[socketserver.ThreadingTCPServer] = []
         self._threads: list[threading.Thread] = []
-        self._topic_ids = {topic: uuid.uuid4() for topic in fixture.topics}
+        self._topic_ids = {topic: fixture.topic_ids.get(topic) or uuid.uuid4()
+                           for topic in fixture.topics}
 
     @property
     def bootstrap_servers(self) -> str:
@@ -145,9 +157,12 @@ class FakeKafkaCluster:
         with self._lock:
             self.seen.append((broker.node_id, type(request).__name__.split("_")[0]))
         if isinstance(request, ApiVersionsRequest):
+            limit = self.fixture.list_offsets_version
             return ApiVersionsResponse(error_code=NONE, api_keys=[
-                ApiVersionsResponse.ApiVersion(api_key=key, min_version=0,
-                                               max_version=cls.max_version)
+                ApiVersionsResponse.ApiVersion(
+                    api_key=key, min_version=0,
+                    max_version=limit if cls is ListOffsetsRequest and limit is not None
+                    else cls.max_version)
                 for key, cls in sorted(_REQUESTS.items())
             ], throttle_time_ms=0)
         if isinstance(request, MetadataRequest):
@@ -264,6 +279,9 @@ class FakeKafkaCluster:
                     offset = fixture.start_offset
                 elif asked.timestamp == LATEST:
                     offset = fixture.end_offset
+                elif asked.timestamp == EARLIEST_LOCAL:
+                    offset = fixture.start_offset if fixture.local_start_offset is None \
+                        else fixture.local_start_offset
                 else:
                     offset = fixture.offset_for_time(asked.timestamp)
                 answers.append(partition_class(

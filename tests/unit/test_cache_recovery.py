@@ -26,6 +26,7 @@ from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache import slab as slab_module
 from sidecar.cache.index import IDENTITY_KEY_BYTES, SlotIndex, ident_hash
 from sidecar.cache.recovery import ScanMerge
+from sidecar.cache.scrub import SCRUB_BATCH_SLOTS
 from sidecar.cache.slab import Slab
 from sidecar.cache.slot_fifo import SlotFifo
 from sidecar.cache.slot_format import SlotScan, generation_of
@@ -807,5 +808,99 @@ async def test_a_resealed_but_unchanged_snapshot_is_still_taken_over(
     store = await open_store(tmp_path, executor, slots=24, snapshot=True)
     try:
         assert store.recovery is not None and store.recovery.index == "snapshot"
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("left_out", ["invalidated", "shrunk"])
+async def test_slots_neither_free_nor_live_at_a_clean_stop_are_usable_after_it(
+    tmp_path: Path, executor: ThreadPoolExecutor, left_out: str
+) -> None:
+    # A block dropped right before the stop is still having its valid flag
+    # cleared when the store closes, and a slot given back to the disk is out
+    # of the free stack: neither goes back to it once the store is closed.
+    # The next start must still have every slot, as a scan would give it.
+    store = await open_store(tmp_path, executor, slots=8)
+    for n in range(4):
+        assert (await store.write(ident(n, key=f"topic-abc/0/{n:020d}.log"), b"d" * 100)
+                ).record is not None
+    if left_out == "invalidated":
+        assert store.invalidate_object("tiered", "topic-abc/0/00000000000000000000.log"
+                                       ).blocks == 1
+        kept = 3
+    else:
+        assert store.shrink(2 * SLOT).released_bytes == 2 * SLOT
+        kept = 4
+    await store.close()
+
+    store = await open_store(tmp_path, executor, slots=8, snapshot=True)
+    try:
+        assert store.recovery is not None and store.recovery.index == "snapshot"
+        assert store.block_count() == kept
+        fresh = [ident(n, key="topic-new/0/seg.log") for n in range(8 - kept)]
+        for block_ident in fresh:
+            assert (await store.write(block_ident, b"n" * 100)).record is not None
+        # Every slot holds a block, none of the old ones was evicted for them.
+        assert store.block_count() == 8
+        assert all(store.lookup(b, touch=False) is not None for b in fresh)
+    finally:
+        await store.close()
+
+
+async def test_blocks_gone_before_their_turn_are_counted_as_such(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    store = await open_store(tmp_path, executor, slots=8)
+    for n in range(8):
+        await store.write(ident(0, key=f"topic-abc/0/{n:020d}.log"), bytes([n]) * BLOCK)
+    await store.close()
+
+    # 8 blocks a second: the last slots' turn comes long after they are dropped.
+    store = await BlockStore.open(tmp_path, 8 * SLOT, BLOCK, executor, RecordingMetrics(),
+                                  scrub_rate=8 * BLOCK)
+    try:
+        scrub = store.scrub
+        assert scrub is not None
+        await eventually_async(lambda: scrub.blocks == 8, "the scrub to mark its blocks")
+        for n in (5, 7):  # invalidated, as a DELETE of the object does
+            assert store.invalidate_object("tiered", f"topic-abc/0/{n:020d}.log").blocks == 1
+        await eventually_async(lambda: scrub.done, "the scrub to finish", timeout=20.0)
+        # Every block it set out to verify is accounted for, once.
+        assert (scrub.verified, scrub.dropped, scrub.skipped) == (6, 0, 2)
+        stats = store.recovery_stats()
+        assert stats is not None and stats["scrub"]["skipped"] == 2
+    finally:
+        await store.close()
+
+
+async def test_the_scrub_gives_the_loop_back_while_it_passes_over_the_slots(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    # Blocks in the first and the last of three batches of slots, none between.
+    slots = 2 * SCRUB_BATCH_SLOTS + 1
+    store = await BlockStore.open(tmp_path, slots * SLOT, BLOCK, executor, RecordingMetrics(),
+                                  preallocate=False)
+    await store.write(ident(0), b"a" * 100)  # slot 0
+    assert store.shrink((slots - 2) * SLOT).released_bytes == (slots - 2) * SLOT
+    await store.write(ident(1), b"b" * 100)  # the last slot, the only one free
+    await store.close()
+
+    store = await BlockStore.open(tmp_path, slots * SLOT, BLOCK, executor, RecordingMetrics(),
+                                  preallocate=False, scrub_rate=1 << 30)
+    try:
+        scrub = store.scrub
+        assert scrub is not None
+        seen: set[tuple[int, int]] = set()
+
+        async def other_work() -> None:  # what the loop runs between the scrub's steps
+            while not scrub.done:
+                seen.add((scrub.blocks, scrub.verified))
+                await asyncio.sleep(0)
+
+        await asyncio.wait_for(other_work(), timeout=20)
+        assert (scrub.blocks, scrub.verified, scrub.dropped) == (2, 2, 0)
+        # The loop ran between marking the first block and the last one, not
+        # only once the whole pass over the slots was over.
+        assert (1, 0) in seen
     finally:
         await store.close()

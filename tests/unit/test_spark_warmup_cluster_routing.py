@@ -12,7 +12,7 @@ import pytest
 
 from spark_warmup.groups import GroupLag, next_reads, resolve_groups
 from spark_warmup.metadata import NO_LEADER, Broker, ClusterFacts, GroupPosition, PartitionReplicas
-from spark_warmup.outcome import format_groups, hashing_warning
+from spark_warmup.outcome import format_groups, hashing_warning, unlisted_replicas_warning
 from spark_warmup.plan import KafkaSpec, PlanError, Replay, Span, parse_plan
 from spark_warmup.routing import broker_node, route_partitions, serving_brokers, sidecar_url
 
@@ -234,6 +234,25 @@ def test_with_replica_all_a_partition_goes_to_every_replica() -> None:
     assert routes.targets[("orders", 0)] == ("broker-1", "broker-2", "broker-3")
 
 
+def test_with_replica_all_a_replica_whose_broker_is_down_is_said_not_warmed() -> None:
+    # Broker 9 holds a replica but is not in the cluster now (down): its sidecar
+    # cannot be found, and once it is back it serves from a cache nobody warmed.
+    plan = parse_plan(cluster_plan(replica="all"), env={})
+    routes = route_partitions(
+        [("orders", 0, "replays[0]"), ("orders", 1, "replays[0]")], plan,
+        facts({("orders", 0): PartitionReplicas(1, (1, 9, 3), (1, 3)),
+               ("orders", 1): PartitionReplicas(2, (2, 3), (2, 3))}))
+    assert routes.targets[("orders", 0)] == ("broker-1", "broker-3")
+    assert routes.unlisted_replicas == ("orders-0 on broker 9",)
+    assert unlisted_replicas_warning(routes.unlisted_replicas) == (
+        "warning: 1 replica not warmed (orders-0 on broker 9): its broker is not in the "
+        "cluster now (down?), so no sidecar could be found for it; warm again once it is back")
+    leader_only = route_partitions(
+        [("orders", 0, "replays[0]")], parse_plan(cluster_plan(), env={}),
+        facts({("orders", 0): PartitionReplicas(1, (1, 9, 3), (1, 3))}))
+    assert leader_only.unlisted_replicas == ()  # only the leader serves: nothing skipped
+
+
 def test_a_plan_without_a_cluster_hashes_what_it_does_not_assign() -> None:
     plan = parse_plan({"origin": {"bucket": "tiered"},
                        "sidecars": {"a": "http://a:1", "b": "http://b:1"},
@@ -325,6 +344,28 @@ def test_groups_become_one_offset_replay_per_partition_behind() -> None:
     assert lags == (GroupLag("replays[1]", "billing", "orders", lag_records=900 + 10,
                              behind=(0, 3), caught_up=(1,), uncommitted=(2,),
                              ranges={0: Span(100, 999), 3: Span(10, 14)}),)
+
+
+def test_only_the_part_of_a_groups_lag_before_the_local_log_is_warmed() -> None:
+    # The brokers' disks hold every offset from local_start on (ListOffsets
+    # EARLIEST_LOCAL): a fetch there never reads remote storage. The remote
+    # segments are listed open-ended, so a lag wholly on the disks would
+    # otherwise warm the last remote segment for nothing.
+    replays = (Replay("replays[0]", "orders", None, group="billing"),)
+    positions = {0: {0: GroupPosition(100, 1000, local_start=600),  # partly remote
+                     1: GroupPosition(700, 1000, local_start=600),  # wholly local
+                     2: GroupPosition(100, 1000, local_start=100),  # starts at it
+                     3: GroupPosition(100, 1000)}}  # a broker that cannot say
+    resolved, lags = resolve_groups(replays, positions)
+    assert resolved == (
+        Replay("replays[0]", "orders", (0,), Span(100, 599), group="billing"),
+        Replay("replays[0]", "orders", (3,), Span(100, 999), group="billing"),
+    )
+    # The lag and the next reads are the group's, wherever they are kept.
+    (lag,) = lags
+    assert lag.behind == (0, 1, 2, 3) and lag.caught_up == ()
+    assert lag.lag_records == 900 + 300 + 900 + 900
+    assert lag.ranges[1] == Span(700, 999)
 
 
 def test_the_group_line_gives_lag_and_what_is_warmed() -> None:

@@ -77,6 +77,33 @@ def test_one_rate_for_every_sidecar_and_the_token_from_env() -> None:
     assert plan.admin_token == "from-env"
 
 
+def test_a_token_from_a_secret_loses_its_newline_as_the_sidecar_reads_it() -> None:
+    # A Secret given as an environment variable often ends in a newline; the
+    # sidecar strips it from the same variable, and a header cannot carry it.
+    plan = parse_plan(DESIGN_EXAMPLE, env={"SIDECAR_ADMIN_TOKEN": "from-secret\n"})
+    assert plan.admin_token == "from-secret"
+    plan = parse_plan({**DESIGN_EXAMPLE, "admin_token": " s3cret\n"}, env={})
+    assert plan.admin_token == "s3cret"
+
+
+@pytest.mark.parametrize(
+    ("document", "env", "message"),
+    [
+        ({"admin_token": "two words"}, {},
+         "admin_token: must be one token (printable ASCII without spaces)"),
+        ({"admin_token": "line\nbreak"}, {}, "admin_token: must be one token"),
+        ({}, {"SIDECAR_ADMIN_TOKEN": "tab\tinside"}, "SIDECAR_ADMIN_TOKEN: must be one token"),
+        ({}, {"SIDECAR_ADMIN_TOKEN": "clé"}, "SIDECAR_ADMIN_TOKEN: must be one token"),
+    ],
+)
+def test_a_token_no_header_can_carry_is_refused_naming_where_it_came_from(
+        document: dict[str, Any], env: dict[str, str], message: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        parse_plan({**DESIGN_EXAMPLE, **document}, env=env)
+    assert str(caught.value).startswith(message)
+    assert "two words" not in str(caught.value) and "clé" not in str(caught.value)
+
+
 def test_ranges_may_be_open_or_absent() -> None:
     document = {**DESIGN_EXAMPLE, "replays": [
         {"topic": "a", "to_offset": 10},
@@ -168,7 +195,14 @@ def with_change(path: str, value: object) -> dict[str, Any]:
         ("warm_rate", {"broker-3": "1MiB/s"}, "warm_rate.broker-3: not one of the sidecars"),
         ("warm_rate", {"broker-1": "0MiB/s"}, "warm_rate.broker-1: a rate must be positive"),
         ("block_size", "huge", "block_size: not a size"),
-        ("block_size", 0, "block_size: must be positive"),
+        ("block_size", 0, "block_size: must be the sidecars' block size, a multiple of 4KiB "
+         "from 64KiB to 256MiB, got 0"),
+        # What no sidecar runs with: a warm-up counted in blocks of it says nothing.
+        ("block_size", 1, "block_size: must be the sidecars' block size"),
+        ("block_size", "1MB", "block_size: must be the sidecars' block size"),
+        ("block_size", "1GiB", "block_size: must be the sidecars' block size"),
+        ("block_size", 10**400, "block_size: must be the sidecars' block size, a multiple of "
+         "4KiB from 64KiB to 256MiB, got 10000000000000000000... (401 characters)"),
         ("block_size", "9" * 400, "block_size: too large: '999"),
         ("warm_rate", "9" * 400 + "/s", "warm_rate: too large: '999"),
         ("concurrency", 0, "concurrency: must be an integer from 1 to 64"),

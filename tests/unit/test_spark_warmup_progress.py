@@ -46,6 +46,21 @@ def test_the_line_counts_from_the_start_and_leaves_out_who_does_not_answer() -> 
     assert "160.0 MiB of 160.0 MiB (100%)" in progress.line()
 
 
+def test_a_sidecar_silent_at_the_start_counts_from_its_first_answer() -> None:
+    # Its counters hold every warm-up since it started: without a reading from
+    # the start of this run, its first answer is where this run's count begins.
+    sidecars = Sidecars({"http://a": 0, "http://b": 1000})
+    sidecars.down.add("http://b")
+    progress = WarmProgress({"a": "http://a", "b": "http://b"}, planned_blocks=40,
+                            block_size=MIB, out=io.StringIO(), interval_s=10,
+                            read=sidecars.read, clock=FakeClock(0.0))
+    sidecars.down.clear()
+    sidecars.counts.update({"http://a": 4, "http://b": 1002})
+    assert progress.line().startswith("warm-up: 4.0 MiB of 40.0 MiB (10%)")
+    sidecars.counts["http://b"] = 1010
+    assert progress.line().startswith("warm-up: 12.0 MiB of 40.0 MiB (30%)")
+
+
 def test_no_interval_reads_and_prints_nothing() -> None:
     sidecars, out = Sidecars({"http://a": 0}), io.StringIO()
     with WarmProgress({"a": "http://a"}, 1, MIB, out, 0, read=sidecars.read):

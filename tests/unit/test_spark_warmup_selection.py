@@ -81,3 +81,20 @@ def test_headers_are_read_only_for_partitions_selected_by_time() -> None:
     assert not needs_timestamps(replays, "a", 0)
     assert needs_timestamps(replays, "b", 1) and not needs_timestamps(replays, "b", 0)
     assert needs_timestamps(replays, "c", 7)
+
+
+def test_every_copy_of_a_segment_is_selected_with_it() -> None:
+    # Two objects start at offset 100: a copy a new leader uploaded again under a
+    # new segment id, the first upload left behind. Which one the brokers read
+    # is in their remote log metadata, not in the bucket: both are warmed.
+    listed = [Segment("t", 0, f"t-id/0/{start:020d}-{copy}.log", 100, start, base)
+              for start, copy, base in ((0, "a", 1000), (100, "b", 2000), (100, "c", None),
+                                        (200, "d", 3000))]
+    for chosen in (select_segments(listed, replay(offsets=Span(150, 160))),
+                   select_segments(listed, replay(times=Span(2500, 2600))),
+                   select_segments(list(reversed(listed)), replay(offsets=Span(150, 160)))):
+        assert [s.key[-5:] for s in chosen] == ["b.log", "c.log"]
+    assert [s.key[-5:] for s in select_segments(listed, replay(offsets=Span(50, 150)))] \
+        == ["a.log", "b.log", "c.log"]
+    assert [s.key[-5:] for s in select_segments(listed, replay(offsets=Span(200, None)))] \
+        == ["d.log"]
