@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -245,10 +246,12 @@ def test_whole_batches_stop_at_the_first_batch_not_wholly_received() -> None:
 
 
 def test_cpu_usage_of_a_process_counts_its_children() -> None:
-    # The parent only waits; its child spins, then sleeps until killed.
-    spin = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; sleep 30"
-    parent = subprocess.Popen(["bash", "-c", f"sh -c '{spin}' & wait"],
-                              start_new_session=True)
+    # The parent only waits; its child spins for half a second of its own CPU
+    # (a number of loops would be too few on a fast machine), then sleeps
+    # until killed.
+    spin = "import time\nwhile time.process_time() < 0.5: pass\ntime.sleep(30)"
+    parent = subprocess.Popen(["bash", "-c", f"{shlex.quote(sys.executable)} -c "
+                               f"{shlex.quote(spin)} & wait"], start_new_session=True)
     try:
         spent = eventually(lambda: (lambda u: u if u.user_s + u.system_s >= 0.3 else None)(
             cpu.usage(parent.pid)), "the child's CPU counted under its parent", timeout=60)
