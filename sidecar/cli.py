@@ -27,6 +27,7 @@ from urllib.parse import quote
 from sidecar import installed_version
 from sidecar.admin.token import client_token
 from sidecar.config import OPTIONS, Config, Setting, build_config, read_toml, resolve
+from sidecar.config.loading import emptied_keys_file
 from sidecar.config.parsing import parse_host_port, parse_http_url
 from sidecar.config.reference import NEGATED_FLAGS, effective_values, render_effective
 from sidecar.errors import ConfigError, MissingExtra, OriginUnavailable
@@ -227,7 +228,7 @@ def _serve(args: argparse.Namespace) -> None:
     def load() -> Config:
         # The flags and the environment stay as they were; the file may have changed.
         if config_path is None:
-            return build_config(resolve(flags, os.environ, {}))
+            return _without_emptied_keys(resolve(flags, os.environ, {}))
         reloaded = read_toml(config_path)
         if file_values and not reloaded:
             # Most likely caught between the truncation and the writing of an
@@ -236,7 +237,14 @@ def _serve(args: argparse.Namespace) -> None:
             raise ConfigError(f"config file {config_path} holds no setting any more "
                               "(caught while being rewritten?); restart the sidecar to "
                               "run on the defaults")
-        return build_config(resolve(flags, os.environ, reloaded, str(config_path)))
+        return _without_emptied_keys(resolve(flags, os.environ, reloaded, str(config_path)))
+
+    def _without_emptied_keys(resolved: dict[str, Setting]) -> Config:
+        emptied = emptied_keys_file(settings, resolved)
+        if emptied is not None:
+            raise ConfigError(f"auth_keys_file {emptied} holds no key any more (caught while "
+                              "being rewritten?); restart the sidecar to run without its keys")
+        return build_config(resolved)
 
     asyncio.run(serve(config, effective_values(settings), load))
 

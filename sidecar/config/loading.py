@@ -183,6 +183,23 @@ def _with_keys_file(settings: dict[str, Setting]) -> dict[str, Setting]:
 
 
 
+def emptied_keys_file(before: Mapping[str, Setting], after: Mapping[str, Setting]) -> str | None:
+    """The auth_keys_file that gave keys when `before` was read and gives none in
+    `after` (most likely caught between the truncation and the writing of an
+    in-place rewrite), or None. Taken, it would leave the brokers' keys out:
+    403 for every request they sign."""
+    path = after[KEYS_FILE].value
+    if path is None or path != before[KEYS_FILE].value:
+        return None
+    return str(path) if _keys_from_file(before) and not _keys_from_file(after) else None
+
+
+def _keys_from_file(settings: Mapping[str, Setting]) -> int:
+    """How many keys auth_keys_file added to auth_keys."""
+    merged = settings["auth_keys"]
+    return len(merged.value) - len(merged.option.parse(merged.raw))
+
+
 def load_config(
     flags: Mapping[str, object], env: Mapping[str, str], file_values: Mapping[str, Any]
 ) -> Config:

@@ -287,6 +287,29 @@ def test_a_config_file_caught_empty_is_not_taken_for_the_defaults(
         assert sidecar.alive()
 
 
+def test_a_keys_file_caught_empty_is_not_taken(local_s3: LocalS3, tmp_path: Path) -> None:
+    """An auth_keys_file rewritten in place and reloaded between the truncation
+    and the writing holds no key: taken, the brokers' signatures would all be
+    refused (403). The reload is refused and the keys in force stay."""
+    config = tmp_path / "sidecar.toml"
+    keys = tmp_path / "keys"
+    keys.write_text("BROKERKEY1:broker-secret-1\n")
+    config.write_text(f'max_requests = 64\nauth_keys_file = "{keys}"\n')
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                        "--block-size", "256KiB", "--cache-size", "16MiB",
+                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+        keys.write_text("# rotated by config management\n")
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert status == 400, answer
+        assert f"auth_keys_file {keys} holds no key any more" in answer["error"]
+        keys.write_text("BROKERKEY1:broker-secret-1\nBROKERKEY2:broker-secret-2\n")
+        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        assert (status, answer["applied"]) == (200, ["auth_keys"]), answer
+        assert sidecar.alive()
+
+
 def test_a_reload_that_opens_every_bucket_warns_as_a_start_does(
     local_s3: LocalS3, bucket: str, tmp_path: Path
 ) -> None:
