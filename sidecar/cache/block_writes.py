@@ -43,8 +43,8 @@ class BlockWrite:
     chunk_size: int
     evicted: tuple[BlockIdent, ...]
     checksums: list[int | None]
-    # Set (in a worker thread) when a chunk went through the page cache: the
-    # block then has pages there to write back once a reader is past it.
+    # Set (in a worker thread) when a chunk went through the page cache (a
+    # short last chunk): ``commit`` has those pages written back and dropped.
     buffered: bool = False
 
     @property
