@@ -21,6 +21,11 @@ from sidecar.s3.ranges import ByteRange, RangeResolution, parse_range, resolve_r
 # only turn odd-but-harmless tags into mismatches.
 _ENTITY_TAG = re.compile(r'(?P<weak>W/)?"(?P<opaque>[^"]*)"')
 _OWS = " \t"
+# S3 takes If-Match/If-None-Match values with or without the quotes (the aws
+# cli and boto3 hand them over as typed, and many callers strip the quotes
+# from the ETag they got back), so a bare run of etagc characters is read as
+# the strong tag it names rather than dropped as malformed.
+_BARE_TAG = re.compile(r"[\x21\x23-\x7e\x80-\xff]+")
 
 
 class ReadOutcome(enum.Enum):
@@ -132,10 +137,18 @@ def _weak_match(a: _EntityTag, b: _EntityTag) -> bool:
 def _parse_tag_list(value: str) -> list[_EntityTag]:
     """Entity tags of a #entity-tag list (RFC 9110 §5.6.1).
 
-    Malformed members are dropped: they could never match anything anyway.
+    Unquoted members are taken as S3 takes them (see _BARE_TAG); other
+    malformed members are dropped: they could never match anything anyway.
     """
-    tags = (_parse_tag(member) for member in _split_list(value))
+    tags = (_parse_listed_tag(member) for member in _split_list(value))
     return [tag for tag in tags if tag is not None]
+
+
+def _parse_listed_tag(text: str) -> _EntityTag | None:
+    tag = _parse_tag(text)
+    if tag is None and _BARE_TAG.fullmatch(text):
+        return _EntityTag(weak=False, opaque=text)
+    return tag
 
 
 def _split_list(value: str) -> list[str]:
