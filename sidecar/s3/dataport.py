@@ -33,13 +33,19 @@ from sidecar.origin.client import Origin
 from sidecar.s3.access import AccessPolicy, Caller, admin_header_of
 from sidecar.s3.addressing import split_path, validate_object_address
 from sidecar.s3.auth import Authenticator
-from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
+from sidecar.s3.errors import (
+    S3Error,
+    error_body,
+    error_for,
+    invalid_range,
+    paused,
+    slow_down,
+)
 from sidecar.s3.held_send import offer_held, send_held
 from sidecar.s3.operations import OTHER_OPERATION, Operation, classify, unclassified_name
 from sidecar.s3.passthrough import PassThrough, withhold_continue
 from sidecar.s3.payload import BadPayload, connection_named
 from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
-from sidecar.s3.ranges import unsatisfied_content_range
 from sidecar.s3.sigv4 import Reason, SignatureRejected
 from sidecar.tally import ReadTally
 from sidecar.telemetry.access_log import BODY_BYTES, AccessLog, ReadFacts, entry
@@ -311,8 +317,7 @@ class DataPort:
             raise S3Error(412, "PreconditionFailed",
                           "At least one of the pre-conditions you specified did not hold")
         if decision.outcome is ReadOutcome.NOT_SATISFIABLE:
-            raise S3Error(416, "InvalidRange", "The requested range is not satisfiable",
-                          (("Content-Range", unsatisfied_content_range(info.size)),))
+            raise invalid_range(headers.get("Range", ""), info.size)
         if decision.outcome is ReadOutcome.PARTIAL:
             assert decision.range is not None
             start, end, status = decision.range.start, decision.range.end, 206

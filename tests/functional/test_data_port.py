@@ -307,6 +307,27 @@ def test_ranges_of_an_empty_object_are_answered_as_the_origin_answers(
         assert got["content-length"] == "0"
 
 
+@pytest.mark.parametrize("range_header", ["bytes=99999-", "bytes=-0"])
+def test_invalid_range_tells_the_client_the_objects_size(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, range_header: str,
+) -> None:
+    """S3's InvalidRange body carries RangeRequested and ActualObjectSize
+    (S3 API Reference, GetObject / error responses); botocore hands them to
+    the caller in the error, where a reader of a segment that shrank looks
+    for the size to retry with."""
+    (key, data), = put_objects(origin_s3, bucket, [BLOCK + 5]).items()
+    client = s3_client(sidecar.data_url)
+    with pytest.raises(ClientError) as caught:
+        client.get_object(Bucket=bucket, Key=key, Range=range_header)
+    error = caught.value.response["Error"]
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
+    assert error["Code"] == "InvalidRange"
+    assert error["RangeRequested"] == range_header
+    assert error["ActualObjectSize"] == str(len(data))
+    assert caught.value.response["ResponseMetadata"]["HTTPHeaders"]["content-range"] == \
+        f"bytes */{len(data)}"
+
+
 def test_conditional_requests(sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:
     (key, data), = put_objects(origin_s3, bucket, [3 * BLOCK]).items()
     status, headers, _ = raw_request(sidecar.data_url, "HEAD", f"/{bucket}/{key}")
