@@ -315,7 +315,8 @@ class DataPort:
             return web.Response(status=304, headers=common), "none"
         if decision.outcome is ReadOutcome.PRECONDITION_FAILED:
             raise S3Error(412, "PreconditionFailed",
-                          "At least one of the pre-conditions you specified did not hold")
+                          "At least one of the pre-conditions you specified did not hold",
+                          details=(("Condition", decision.condition or ""),))
         if decision.outcome is ReadOutcome.NOT_SATISFIABLE:
             raise invalid_range(headers.get("Range", ""), info.size)
         if decision.outcome is ReadOutcome.PARTIAL:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 
@@ -50,6 +50,9 @@ class RequestHeaders:
 class ReadDecision:
     outcome: ReadOutcome
     range: ByteRange | None = None
+    # The header whose condition failed, for a 412: S3 names it in the error's
+    # <Condition>. Not part of the outcome, so decisions compare without it.
+    condition: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,9 @@ def decide_read(
     modified = _to_second(last_modified)
     if headers.if_match is not None:
         if not _if_match_passes(headers.if_match, current):
-            return ReadDecision(ReadOutcome.PRECONDITION_FAILED)
+            return ReadDecision(ReadOutcome.PRECONDITION_FAILED, condition="If-Match")
     elif (since := _parse_http_date(headers.if_unmodified_since)) is not None and modified > since:
-        return ReadDecision(ReadOutcome.PRECONDITION_FAILED)
+        return ReadDecision(ReadOutcome.PRECONDITION_FAILED, condition="If-Unmodified-Since")
     if headers.if_none_match is not None:
         # For GET/HEAD a false If-None-Match is a 304, never a 412 (§13.1.2).
         if _if_none_match_matches(headers.if_none_match, current):

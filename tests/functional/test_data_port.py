@@ -7,6 +7,7 @@ import secrets
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -326,6 +327,24 @@ def test_invalid_range_tells_the_client_the_objects_size(
     assert error["ActualObjectSize"] == str(len(data))
     assert caught.value.response["ResponseMetadata"]["HTTPHeaders"]["content-range"] == \
         f"bytes */{len(data)}"
+
+
+def test_precondition_failed_names_the_condition(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str,
+) -> None:
+    """S3's 412 PreconditionFailed names the failed header in <Condition>
+    (S3 API Reference, error responses); botocore hands it to the caller."""
+    (key, _), = put_objects(origin_s3, bucket, [BLOCK]).items()
+    client = s3_client(sidecar.data_url)
+    for kwargs, condition in [
+        ({"IfMatch": '"nope"'}, "If-Match"),
+        ({"IfUnmodifiedSince": datetime(2000, 1, 1, tzinfo=UTC)}, "If-Unmodified-Since"),
+    ]:
+        with pytest.raises(ClientError) as caught:
+            client.get_object(Bucket=bucket, Key=key, **kwargs)
+        assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+        assert caught.value.response["Error"]["Code"] == "PreconditionFailed"
+        assert caught.value.response["Error"]["Condition"] == condition
 
 
 def test_conditional_requests(sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:

@@ -118,6 +118,13 @@ def test_if_unmodified_since(date: str, expected: ReadDecision) -> None:
     assert decide(if_unmodified_since=date) == expected
 
 
+def test_a_failed_precondition_names_its_header() -> None:
+    # S3's PreconditionFailed error carries <Condition> with the header's name.
+    assert decide(if_match='"x"').condition == "If-Match"
+    assert decide(if_unmodified_since=EARLIER).condition == "If-Unmodified-Since"
+    assert decide(if_match='"x"', if_unmodified_since=EARLIER).condition == "If-Match"
+
+
 def test_if_unmodified_since_ignored_when_if_match_present() -> None:
     assert decide(if_match='"abc"', if_unmodified_since=EARLIER) == FULL
     assert decide(if_match='"x"', if_unmodified_since=LATER) == FAILED
