@@ -264,7 +264,7 @@ class DataPort:
             self._metrics.auth_failures.labels(exc.reason.value).inc()
             raise S3Error(403, "SignatureDoesNotMatch", exc.message) from None
         except OriginError as exc:
-            raise error_for(exc) from exc
+            raise error_for(exc, bucket=bucket, key=key) from exc
 
     async def _read(
         self, request: web.Request, bucket: str, key: str, request_id: str, facts: ReadFacts,
@@ -282,11 +282,11 @@ class DataPort:
                 return await self._answer(request, info, request_id, facts)
             except OriginObjectChanged as exc:
                 if attempt == 2:
-                    raise error_for(exc) from exc
+                    raise error_for(exc, bucket=bucket, key=key) from exc
                 log.info("s3://%s/%s changed at the origin; reading the new version",
                          bucket, key)
             except OriginError as exc:
-                raise error_for(exc) from exc
+                raise error_for(exc, bucket=bucket, key=key) from exc
         raise AssertionError("unreachable")
 
     async def _answer(
@@ -400,7 +400,7 @@ class DataPort:
             if not prepared:
                 if isinstance(exc, OriginObjectChanged):
                     raise  # _read tries once more, with the object's new HEAD
-                raise error_for(exc) from exc
+                raise error_for(exc, bucket=info.bucket, key=info.key) from exc
             log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
             self._abort(request)
         except Exception:

@@ -33,14 +33,17 @@ def _slow_down_headers() -> tuple[tuple[str, str], ...]:
     return (("Retry-After", "1"),)
 
 
-def error_for(exc: OriginError) -> S3Error:
+def error_for(exc: OriginError, *, bucket: str = "", key: str = "") -> S3Error:
     """Translate an origin failure into what the client is told, with the
     headers S3 defines for the origin's answer (a delete marker's, a bucket's
-    region) that the origin sent (OriginError.headers)."""
+    region) that the origin sent (OriginError.headers), and the bucket or key
+    S3 names in a NoSuchBucket's <BucketName> or a NoSuchKey's <Key>."""
     if isinstance(exc, BucketNotFound):
-        return S3Error(404, "NoSuchBucket", "The specified bucket does not exist.", exc.headers)
+        return S3Error(404, "NoSuchBucket", "The specified bucket does not exist.", exc.headers,
+                       (("BucketName", bucket),) if bucket else ())
     if isinstance(exc, ObjectNotFound):
-        return S3Error(404, "NoSuchKey", "The specified key does not exist.", exc.headers)
+        return S3Error(404, "NoSuchKey", "The specified key does not exist.", exc.headers,
+                       (("Key", key),) if key else ())
     if isinstance(exc, OriginAccessDenied):
         return S3Error(403, "AccessDenied", "Access Denied", exc.headers)
     if isinstance(exc, OriginThrottled):

@@ -347,6 +347,23 @@ def test_precondition_failed_names_the_condition(
         assert caught.value.response["Error"]["Condition"] == condition
 
 
+def test_not_found_errors_name_the_bucket_or_key(
+    sidecar: SidecarProcess, bucket: str,
+) -> None:
+    """S3's NoSuchKey body names the <Key> and NoSuchBucket the <BucketName>
+    (S3 API Reference, error responses); botocore hands them to the caller."""
+    client = s3_client(sidecar.data_url)
+    key = "topic-x/0/00000000000000000000-missing seg+~é.log"
+    with pytest.raises(ClientError) as caught:
+        client.get_object(Bucket=bucket, Key=key)
+    assert caught.value.response["Error"]["Code"] == "NoSuchKey"
+    assert caught.value.response["Error"]["Key"] == key
+    with pytest.raises(ClientError) as caught:
+        client.get_object(Bucket="no-such-bucket-here", Key=key)
+    assert caught.value.response["Error"]["Code"] == "NoSuchBucket"
+    assert caught.value.response["Error"]["BucketName"] == "no-such-bucket-here"
+
+
 def test_conditional_requests(sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:
     (key, data), = put_objects(origin_s3, bucket, [3 * BLOCK]).items()
     status, headers, _ = raw_request(sidecar.data_url, "HEAD", f"/{bucket}/{key}")
