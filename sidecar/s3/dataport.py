@@ -63,6 +63,16 @@ CLIENT_CLOSED_REQUEST = 499
 # honest. Bounded ranges keep the kernel's default: the client asked for all of
 # it, and a small buffer would split each write into many wake-ups.
 SEND_BUFFER_BYTES = 128 * 1024
+# The codes S3 refuses a signature with (S3 API Reference, "Error responses");
+# SDKs act on them: the Java SDK and botocore correct their clock and retry on
+# RequestTimeTooSkewed (and, with a server Date far from theirs, on
+# SignatureDoesNotMatch), so a broker whose clock drifted recovers as it would
+# against S3. Everything else (unsigned, malformed, expired) is AccessDenied.
+_REFUSAL_CODES = {
+    Reason.BAD_SIGNATURE: "SignatureDoesNotMatch",
+    Reason.UNKNOWN_KEY: "InvalidAccessKeyId",
+    Reason.SKEWED: "RequestTimeTooSkewed",
+}
 # The request header that asks for the object's checksums, and its one value.
 CHECKSUM_MODE = "x-amz-checksum-mode"
 CHECKSUM_MODE_ENABLED = "ENABLED"
@@ -217,7 +227,8 @@ class DataPort:
             )
         except SignatureRejected as exc:
             self._metrics.auth_failures.labels(exc.reason.value).inc()
-            raise S3Error(403, "AccessDenied", exc.message) from None
+            raise S3Error(403, _REFUSAL_CODES.get(exc.reason, "AccessDenied"),
+                          exc.message) from None
         if verified is None:
             return Caller(None)
         # RFC 9110 section 7.6.1: a proxy drops the fields Connection names, and
