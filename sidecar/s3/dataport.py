@@ -33,13 +33,19 @@ from sidecar.origin.client import Origin
 from sidecar.s3.access import AccessPolicy, Caller, admin_header_of
 from sidecar.s3.addressing import split_path, validate_object_address
 from sidecar.s3.auth import Authenticator
-from sidecar.s3.errors import S3Error, error_body, error_for, paused, slow_down
+from sidecar.s3.errors import (
+    S3Error,
+    error_body,
+    error_for,
+    invalid_range,
+    paused,
+    slow_down,
+)
 from sidecar.s3.held_send import offer_held, send_held
 from sidecar.s3.operations import OTHER_OPERATION, Operation, classify, unclassified_name
 from sidecar.s3.passthrough import PassThrough, withhold_continue
 from sidecar.s3.payload import BadPayload, connection_named
 from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
-from sidecar.s3.ranges import unsatisfied_content_range
 from sidecar.s3.sigv4 import Reason, SignatureRejected
 from sidecar.tally import ReadTally
 from sidecar.telemetry.access_log import BODY_BYTES, AccessLog, ReadFacts, entry
@@ -57,6 +63,16 @@ CLIENT_CLOSED_REQUEST = 499
 # honest. Bounded ranges keep the kernel's default: the client asked for all of
 # it, and a small buffer would split each write into many wake-ups.
 SEND_BUFFER_BYTES = 128 * 1024
+# The codes S3 refuses a signature with (S3 API Reference, "Error responses");
+# SDKs act on them: the Java SDK and botocore correct their clock and retry on
+# RequestTimeTooSkewed (and, with a server Date far from theirs, on
+# SignatureDoesNotMatch), so a broker whose clock drifted recovers as it would
+# against S3. Everything else (unsigned, malformed, expired) is AccessDenied.
+_REFUSAL_CODES = {
+    Reason.BAD_SIGNATURE: "SignatureDoesNotMatch",
+    Reason.UNKNOWN_KEY: "InvalidAccessKeyId",
+    Reason.SKEWED: "RequestTimeTooSkewed",
+}
 # The request header that asks for the object's checksums, and its one value.
 CHECKSUM_MODE = "x-amz-checksum-mode"
 CHECKSUM_MODE_ENABLED = "ENABLED"
@@ -211,7 +227,8 @@ class DataPort:
             )
         except SignatureRejected as exc:
             self._metrics.auth_failures.labels(exc.reason.value).inc()
-            raise S3Error(403, "AccessDenied", exc.message) from None
+            raise S3Error(403, _REFUSAL_CODES.get(exc.reason, "AccessDenied"),
+                          exc.message) from None
         if verified is None:
             return Caller(None)
         # RFC 9110 section 7.6.1: a proxy drops the fields Connection names, and
@@ -258,7 +275,7 @@ class DataPort:
             self._metrics.auth_failures.labels(exc.reason.value).inc()
             raise S3Error(403, "SignatureDoesNotMatch", exc.message) from None
         except OriginError as exc:
-            raise error_for(exc) from exc
+            raise error_for(exc, bucket=bucket, key=key) from exc
 
     async def _read(
         self, request: web.Request, bucket: str, key: str, request_id: str, facts: ReadFacts,
@@ -276,11 +293,11 @@ class DataPort:
                 return await self._answer(request, info, request_id, facts)
             except OriginObjectChanged as exc:
                 if attempt == 2:
-                    raise error_for(exc) from exc
+                    raise error_for(exc, bucket=bucket, key=key) from exc
                 log.info("s3://%s/%s changed at the origin; reading the new version",
                          bucket, key)
             except OriginError as exc:
-                raise error_for(exc) from exc
+                raise error_for(exc, bucket=bucket, key=key) from exc
         raise AssertionError("unreachable")
 
     async def _answer(
@@ -309,10 +326,10 @@ class DataPort:
             return web.Response(status=304, headers=common), "none"
         if decision.outcome is ReadOutcome.PRECONDITION_FAILED:
             raise S3Error(412, "PreconditionFailed",
-                          "At least one of the pre-conditions you specified did not hold")
+                          "At least one of the pre-conditions you specified did not hold",
+                          details=(("Condition", decision.condition or ""),))
         if decision.outcome is ReadOutcome.NOT_SATISFIABLE:
-            raise S3Error(416, "InvalidRange", "The requested range is not satisfiable",
-                          (("Content-Range", unsatisfied_content_range(info.size)),))
+            raise invalid_range(headers.get("Range", ""), info.size)
         if decision.outcome is ReadOutcome.PARTIAL:
             assert decision.range is not None
             start, end, status = decision.range.start, decision.range.end, 206
@@ -394,7 +411,7 @@ class DataPort:
             if not prepared:
                 if isinstance(exc, OriginObjectChanged):
                     raise  # _read tries once more, with the object's new HEAD
-                raise error_for(exc) from exc
+                raise error_for(exc, bucket=info.bucket, key=info.key) from exc
             log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
             self._abort(request)
         except Exception:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 
@@ -21,6 +21,11 @@ from sidecar.s3.ranges import ByteRange, RangeResolution, parse_range, resolve_r
 # only turn odd-but-harmless tags into mismatches.
 _ENTITY_TAG = re.compile(r'(?P<weak>W/)?"(?P<opaque>[^"]*)"')
 _OWS = " \t"
+# S3 takes If-Match/If-None-Match values with or without the quotes (the aws
+# cli and boto3 hand them over as typed, and many callers strip the quotes
+# from the ETag they got back), so a bare run of etagc characters is read as
+# the strong tag it names rather than dropped as malformed.
+_BARE_TAG = re.compile(r"[\x21\x23-\x7e\x80-\xff]+")
 
 
 class ReadOutcome(enum.Enum):
@@ -45,6 +50,9 @@ class RequestHeaders:
 class ReadDecision:
     outcome: ReadOutcome
     range: ByteRange | None = None
+    # The header whose condition failed, for a 412: S3 names it in the error's
+    # <Condition>. Not part of the outcome, so decisions compare without it.
+    condition: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -61,9 +69,9 @@ def decide_read(
     modified = _to_second(last_modified)
     if headers.if_match is not None:
         if not _if_match_passes(headers.if_match, current):
-            return ReadDecision(ReadOutcome.PRECONDITION_FAILED)
+            return ReadDecision(ReadOutcome.PRECONDITION_FAILED, condition="If-Match")
     elif (since := _parse_http_date(headers.if_unmodified_since)) is not None and modified > since:
-        return ReadDecision(ReadOutcome.PRECONDITION_FAILED)
+        return ReadDecision(ReadOutcome.PRECONDITION_FAILED, condition="If-Unmodified-Since")
     if headers.if_none_match is not None:
         # For GET/HEAD a false If-None-Match is a 304, never a 412 (§13.1.2).
         if _if_none_match_matches(headers.if_none_match, current):
@@ -132,10 +140,18 @@ def _weak_match(a: _EntityTag, b: _EntityTag) -> bool:
 def _parse_tag_list(value: str) -> list[_EntityTag]:
     """Entity tags of a #entity-tag list (RFC 9110 §5.6.1).
 
-    Malformed members are dropped: they could never match anything anyway.
+    Unquoted members are taken as S3 takes them (see _BARE_TAG); other
+    malformed members are dropped: they could never match anything anyway.
     """
-    tags = (_parse_tag(member) for member in _split_list(value))
+    tags = (_parse_listed_tag(member) for member in _split_list(value))
     return [tag for tag in tags if tag is not None]
+
+
+def _parse_listed_tag(text: str) -> _EntityTag | None:
+    tag = _parse_tag(text)
+    if tag is None and _BARE_TAG.fullmatch(text):
+        return _EntityTag(weak=False, opaque=text)
+    return tag
 
 
 def _split_list(value: str) -> list[str]:

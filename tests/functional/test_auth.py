@@ -1,6 +1,8 @@
 """Data-port SigV4 and admin-token checks against the sidecar as a process.
 
-boto3 signs as the brokers' plugin would; refusals are S3's 403 AccessDenied XML.
+boto3 signs as the brokers' plugin would; refusals are S3's 403 error XML, with
+the code S3 gives each (SignatureDoesNotMatch, InvalidAccessKeyId,
+RequestTimeTooSkewed, AccessDenied for the rest).
 No secret shows in stderr, the access log, /api/v1/stats or /metrics.
 """
 
@@ -89,9 +91,9 @@ def fetch(url: str, headers: dict[str, str] | None = None,
             return exc.code, exc.read()
 
 
-def assert_access_denied(status: int, body: bytes, says: str) -> None:
+def assert_access_denied(status: int, body: bytes, says: str, code: str = "AccessDenied") -> None:
     assert status == 403, body
-    assert b"<Code>AccessDenied</Code>" in body
+    assert f"<Code>{code}</Code>".encode() in body
     assert says.encode() in body
 
 
@@ -115,14 +117,14 @@ def test_wrong_secret_and_unknown_key_are_refused(
     secured: SidecarProcess, auth_bucket: str
 ) -> None:
     before = secured.metric("sidecar_auth_failures_total", reason="bad_signature")
-    for akid, secret, _reason in ((AKID, "not-the-secret", "bad_signature"),
-                                  (AKID, SECRET2, "bad_signature"),
-                                  ("AKIDSTRANGER", SECRET, "unknown_key")):
+    for akid, secret, code in ((AKID, "not-the-secret", "SignatureDoesNotMatch"),
+                               (AKID, SECRET2, "SignatureDoesNotMatch"),
+                               ("AKIDSTRANGER", SECRET, "InvalidAccessKeyId")):
         s3 = client(secured.data_url, akid, secret)
         try:
             with pytest.raises(ClientError) as caught:
                 s3.get_object(Bucket=auth_bucket, Key=KEY)
-            assert caught.value.response["Error"]["Code"] == "AccessDenied"
+            assert caught.value.response["Error"]["Code"] == code
             assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
             with pytest.raises(ClientError) as head_caught:
                 s3.head_object(Bucket=auth_bucket, Key=KEY)
@@ -154,7 +156,7 @@ def test_expired_presigned_url_is_refused(secured: SidecarProcess, auth_bucket: 
     time.sleep(2.1)
     assert_access_denied(*fetch(url), "Request has expired")
     tampered = url.replace("X-Amz-Expires=1", "X-Amz-Expires=3600")
-    assert_access_denied(*fetch(tampered), "does not match")
+    assert_access_denied(*fetch(tampered), "does not match", "SignatureDoesNotMatch")
 
 
 def test_signature_version_2_is_refused_as_such(secured: SidecarProcess, auth_bucket: str) -> None:
@@ -175,7 +177,8 @@ def test_a_signature_older_than_fifteen_minutes_is_refused(
     monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: then)
     request = AWSRequest(method="GET", url=f"{secured.data_url}/{auth_bucket}/{KEY}")
     S3SigV4Auth(Credentials(AKID, SECRET), "s3", "us-east-1").add_auth(request)
-    assert_access_denied(*fetch(request.url, dict(request.headers.items())), "too large")
+    assert_access_denied(*fetch(request.url, dict(request.headers.items())), "too large",
+                         "RequestTimeTooSkewed")
     # The same signing, done now, passes.
     monkeypatch.undo()
     request = AWSRequest(method="GET", url=f"{secured.data_url}/{auth_bucket}/{KEY}")
@@ -198,7 +201,7 @@ def test_allow_anonymous_serves_unsigned_but_still_checks_signatures(
         try:
             with pytest.raises(ClientError) as caught:
                 s3.get_object(Bucket=auth_bucket, Key=KEY)
-            assert caught.value.response["Error"]["Code"] == "AccessDenied"
+            assert caught.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
         finally:
             s3.close()
         # Anonymous means read-only: writes would go out with the sidecar's credentials.
@@ -370,7 +373,7 @@ def test_by_default_only_the_sidecars_own_credentials_sign(
                 == b"by the plugin"
             with pytest.raises(ClientError) as caught:
                 wrong.put_object(Bucket=auth_bucket, Key="forged.bin", Body=b"forged")
-            assert caught.value.response["Error"]["Code"] == "AccessDenied"
+            assert caught.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
         finally:
             own.close()
             wrong.close()

@@ -7,6 +7,7 @@ import secrets
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -305,6 +306,62 @@ def test_ranges_of_an_empty_object_are_answered_as_the_origin_answers(
         range_header
     if status == 200:
         assert got["content-length"] == "0"
+
+
+@pytest.mark.parametrize("range_header", ["bytes=99999-", "bytes=-0"])
+def test_invalid_range_tells_the_client_the_objects_size(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str, range_header: str,
+) -> None:
+    """S3's InvalidRange body carries RangeRequested and ActualObjectSize
+    (S3 API Reference, GetObject / error responses); botocore hands them to
+    the caller in the error, where a reader of a segment that shrank looks
+    for the size to retry with."""
+    (key, data), = put_objects(origin_s3, bucket, [BLOCK + 5]).items()
+    client = s3_client(sidecar.data_url)
+    with pytest.raises(ClientError) as caught:
+        client.get_object(Bucket=bucket, Key=key, Range=range_header)
+    error = caught.value.response["Error"]
+    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
+    assert error["Code"] == "InvalidRange"
+    assert error["RangeRequested"] == range_header
+    assert error["ActualObjectSize"] == str(len(data))
+    assert caught.value.response["ResponseMetadata"]["HTTPHeaders"]["content-range"] == \
+        f"bytes */{len(data)}"
+
+
+def test_precondition_failed_names_the_condition(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str,
+) -> None:
+    """S3's 412 PreconditionFailed names the failed header in <Condition>
+    (S3 API Reference, error responses); botocore hands it to the caller."""
+    (key, _), = put_objects(origin_s3, bucket, [BLOCK]).items()
+    client = s3_client(sidecar.data_url)
+    for kwargs, condition in [
+        ({"IfMatch": '"nope"'}, "If-Match"),
+        ({"IfUnmodifiedSince": datetime(2000, 1, 1, tzinfo=UTC)}, "If-Unmodified-Since"),
+    ]:
+        with pytest.raises(ClientError) as caught:
+            client.get_object(Bucket=bucket, Key=key, **kwargs)
+        assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+        assert caught.value.response["Error"]["Code"] == "PreconditionFailed"
+        assert caught.value.response["Error"]["Condition"] == condition
+
+
+def test_not_found_errors_name_the_bucket_or_key(
+    sidecar: SidecarProcess, bucket: str,
+) -> None:
+    """S3's NoSuchKey body names the <Key> and NoSuchBucket the <BucketName>
+    (S3 API Reference, error responses); botocore hands them to the caller."""
+    client = s3_client(sidecar.data_url)
+    key = "topic-x/0/00000000000000000000-missing seg+~é.log"
+    with pytest.raises(ClientError) as caught:
+        client.get_object(Bucket=bucket, Key=key)
+    assert caught.value.response["Error"]["Code"] == "NoSuchKey"
+    assert caught.value.response["Error"]["Key"] == key
+    with pytest.raises(ClientError) as caught:
+        client.get_object(Bucket="no-such-bucket-here", Key=key)
+    assert caught.value.response["Error"]["Code"] == "NoSuchBucket"
+    assert caught.value.response["Error"]["BucketName"] == "no-such-bucket-here"
 
 
 def test_conditional_requests(sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:

@@ -67,7 +67,10 @@ def test_range_alone() -> None:
         ('"x"', FAILED),
         ('W/"abc"', FAILED),  # weak tags never match strongly
         ('"ABC"', FAILED),  # opaque-tags compare case-sensitively
-        ("abc", FAILED),  # unquoted is not an entity-tag
+        ("abc", FULL),  # S3 takes an unquoted ETag as the quoted one
+        ('"x", abc', FULL),
+        ("abcd", FAILED),
+        ('a"bc', FAILED),  # neither quoted nor a bare tag: dropped
         ('"abc,x"', FAILED),
         ("", FAILED),  # an empty list matches nothing
         ('*, "abc"', FULL),
@@ -115,6 +118,13 @@ def test_if_unmodified_since(date: str, expected: ReadDecision) -> None:
     assert decide(if_unmodified_since=date) == expected
 
 
+def test_a_failed_precondition_names_its_header() -> None:
+    # S3's PreconditionFailed error carries <Condition> with the header's name.
+    assert decide(if_match='"x"').condition == "If-Match"
+    assert decide(if_unmodified_since=EARLIER).condition == "If-Unmodified-Since"
+    assert decide(if_match='"x"', if_unmodified_since=EARLIER).condition == "If-Match"
+
+
 def test_if_unmodified_since_ignored_when_if_match_present() -> None:
     assert decide(if_match='"abc"', if_unmodified_since=EARLIER) == FULL
     assert decide(if_match='"x"', if_unmodified_since=LATER) == FAILED
@@ -132,7 +142,9 @@ def test_if_unmodified_since_ignored_when_if_match_present() -> None:
         ('"x", W/"abc"', NOT_MODIFIED),
         ('"a,b"', FULL),
         ('"x"', FULL),
-        ("abc", FULL),
+        ("abc", NOT_MODIFIED),  # S3 takes an unquoted ETag as the quoted one
+        ("x, abc", NOT_MODIFIED),
+        ("abcd", FULL),
         ("", FULL),
     ],
 )
