@@ -272,7 +272,7 @@ def build() -> dict[str, Any]:
                   target(f"sum by (instance) ({rate('sidecar_origin_breaker_rejected_total')})",
                          "{{instance}}")], "reqps", 8, min=0)
     layout.panel("timeseries", "Refused signatures by reason",
-                 "Data-port requests per second answered 403 AccessDenied by the SigV4 check: "
+                 "Data-port requests per second refused with a 403 by the SigV4 check: "
                  "unsigned, an unknown key, a bad signature, an expired or skewed request. "
                  "A steady rate after a rollout means a client signs with a key the sidecar "
                  "does not know ([auth] keys).",
