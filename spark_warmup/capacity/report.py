@@ -60,7 +60,10 @@ def size_text(value: float | None) -> str:
     for unit, factor in (("TiB", 1024 ** 4), ("GiB", 1024 ** 3), ("MiB", 1024 ** 2),
                          ("KiB", 1024)):
         if value >= factor:
-            return f"{value / factor:.3g} {unit}"
+            scaled = value / factor
+            # Three significant digits, but never an exponent: 1000 to 1023 of a
+            # unit (and past 1000 TiB) would read "1e+03".
+            return f"{scaled:.0f} {unit}" if scaled >= 999.5 else f"{scaled:.3g} {unit}"
     return f"{value:.0f} B"
 
 

@@ -34,7 +34,13 @@ from spark_warmup.capacity.curve import (
     unit_hash,
 )
 from spark_warmup.capacity.landing import FetchTimes, time_bin
-from spark_warmup.capacity.report import render_html, size_ticks, time_ticks, unreached_note
+from spark_warmup.capacity.report import (
+    render_html,
+    size_text,
+    size_ticks,
+    time_ticks,
+    unreached_note,
+)
 from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
 from spark_warmup.capacity.simulate import Read, Replay, Settings, replay
 from spark_warmup.capacity.sources import (
@@ -716,3 +722,12 @@ def test_a_report_spark_could_not_write_is_said_in_one_short_line(tmp_path: Path
     assert spark_reason("") == "Spark: failed"
     assert _why(IsADirectoryError(21, "Is a directory", str(tmp_path / "summary.json")),
                 tmp_path) == f"{tmp_path / 'summary.json'}: Is a directory"
+
+
+@pytest.mark.parametrize(("size", "text"), [
+    (1000 * 1024 ** 3, "1000 GiB"), (1020 * 1024 ** 2, "1020 MiB"),
+    (int(999.7 * 1024 ** 3), "1000 GiB"), (2000 * 1024 ** 4, "2000 TiB"),
+    (int(1.5 * 1024 ** 3), "1.5 GiB"), (int(999.4 * 1024 ** 3), "999 GiB"), (1000, "1000 B"),
+])
+def test_sizes_are_written_without_an_exponent(size: int, text: str) -> None:
+    assert size_text(size) == text
