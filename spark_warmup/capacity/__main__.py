@@ -176,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.stop()
     for node, facts in analysis.summary["nodes"].items():
         recommended = facts["recommended_cache_bytes"]
+        if not facts["requests"]:
+            print(f"{node}: no object reads, only background fetches "
+                  f"({facts['origin_bytes']} origin bytes); no curve")
+            continue
         print(f"{node}: {facts['requests']} requests, byte hit ratio "
               f"{facts['byte_hit_ratio']:.4f}; for {args.target_hit_ratio}: "
               + (f"{recommended} bytes" if recommended else "not reached on the curve "

@@ -301,11 +301,11 @@ class _Traffic:
         ).orderBy("node", "window_start").collect()]
         topic_rows = [row.asDict() for row in traffic.groupBy("node", "topic").agg(*sums)
                       .collect()]
-        # Nodes with reads (a node whose log has only background fetches has no
-        # trace to replay).
+        # Every node, those whose log has only background fetches (a node being
+        # warmed before it serves) too: their origin bytes are the fleet's.
         node_rows = {row["node"]: row.asDict() for row in traffic.groupBy("node").agg(
             *sums, F.max("cache_bytes").alias("current_cache_bytes"),
-            F.max("block_size").alias("block_size")).collect() if row["requests"]}
+            F.max("block_size").alias("block_size")).collect()}
         return cls(breakdown, over_time, topic_rows, node_rows)
 
 
@@ -316,6 +316,8 @@ def _replay_plans(node_rows: Mapping[str, dict[str, Any]], footprints: Mapping[s
     plans: list[tuple[str, int, float, Settings]] = []
     bound_plans: list[tuple[str, int, float, Settings]] = []
     for node, row in sorted(node_rows.items()):
+        if not row["requests"]:
+            continue  # only background fetches: no reads to replay
         block_size = int(row["block_size"])
         current = row["current_cache_bytes"]
         sizes = list(options.sizes) if options.sizes else default_sizes(
@@ -476,7 +478,8 @@ def _summary(options: Options, node_rows: Mapping[str, dict[str, Any]],
                 "prefetch": int(row["origin_prefetch_bytes"]),
                 "warm": int(row["origin_warm_bytes"])},
             "current_cache_bytes": row["current_cache_bytes"],
-            "block_size": int(row["block_size"]),
+            # None: only background fetches, whose lines this job does not size by.
+            "block_size": None if row["block_size"] is None else int(row["block_size"]),
             "curve": [{"cache_bytes": p.cache_bytes,
                        "byte_hit_ratio": round(p.byte_hit_ratio, 6),
                        "origin_bytes_per_served_byte": round(p.origin_bytes_per_served_byte, 6),
