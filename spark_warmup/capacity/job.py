@@ -466,7 +466,13 @@ def _summary(options: Options, node_rows: Mapping[str, dict[str, Any]],
     rates = {node: rate for node, _, rate, _ in plans}
     nodes: dict[str, Any] = {}
     for node, row in sorted(node_rows.items()):
-        curve = sorted(curves.get(node, []), key=lambda p: p.cache_bytes)
+        # Rounded as summary.json writes them before anything is read off them: a
+        # point written as reaching the target is the one recommended.
+        curve = sorted((replace(p, byte_hit_ratio=round(p.byte_hit_ratio, 6),
+                                origin_bytes_per_served_byte=round(
+                                    p.origin_bytes_per_served_byte, 6),
+                                wasted_per_served_byte=round(p.wasted_per_served_byte, 6))
+                        for p in curves.get(node, [])), key=lambda p: p.cache_bytes)
         best = best_size(curve)
         nodes[node] = {
             "requests": int(row["requests"]), "served_bytes": int(row["served_bytes"]),
@@ -481,12 +487,12 @@ def _summary(options: Options, node_rows: Mapping[str, dict[str, Any]],
             # None: only background fetches, whose lines this job does not size by.
             "block_size": None if row["block_size"] is None else int(row["block_size"]),
             "curve": [{"cache_bytes": p.cache_bytes,
-                       "byte_hit_ratio": round(p.byte_hit_ratio, 6),
-                       "origin_bytes_per_served_byte": round(p.origin_bytes_per_served_byte, 6),
-                       "read_ahead_wasted_per_served_byte": round(p.wasted_per_served_byte, 6)}
+                       "byte_hit_ratio": p.byte_hit_ratio,
+                       "origin_bytes_per_served_byte": p.origin_bytes_per_served_byte,
+                       "read_ahead_wasted_per_served_byte": p.wasted_per_served_byte}
                       for p in curve],
             "recommended_cache_bytes": recommend(curve, options.target_hit_ratio),
-            "best_predicted_byte_hit_ratio": round(best.byte_hit_ratio, 6) if best else None,
+            "best_predicted_byte_hit_ratio": best.byte_hit_ratio if best else None,
             # The smallest size on the curve that reaches the best ratio.
             "best_predicted_cache_bytes": best.cache_bytes if best else None,
             "hit_ratio_bound": None,  # filled from the replays (first reads)

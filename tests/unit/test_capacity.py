@@ -731,3 +731,21 @@ def test_a_report_spark_could_not_write_is_said_in_one_short_line(tmp_path: Path
 ])
 def test_sizes_are_written_without_an_exponent(size: int, text: str) -> None:
     assert size_text(size) == text
+
+
+def test_a_point_written_as_reaching_the_target_is_recommended() -> None:
+    """summary.json writes ratios to six places: the recommendation is read off
+    the same figures, not off the unrounded ones behind them."""
+    from spark_warmup.capacity.job import Options, _summary
+
+    row = {"requests": 10, "served_bytes": 100, "hit_bytes": 50, "hit_blocks": 1,
+           "blocks": 2, "origin_bytes": 50, "origin_foreground_bytes": 50,
+           "origin_prefetch_bytes": 0, "origin_warm_bytes": 0, "current_cache_bytes": None,
+           "block_size": BLOCK}
+    curve = [Point(100 * BLOCK, 0.5, 0.5), Point(200 * BLOCK, 0.98999996, 0.01)]
+    summary = _summary(Options(logs=[], report_dir=Path("r"), target_hit_ratio=0.99),
+                       {"b1": row}, [], {"b1": curve}, [], {"read": 10}, [], 60)
+    node = summary["nodes"]["b1"]
+    assert [p["byte_hit_ratio"] for p in node["curve"]] == [0.5, 0.99]
+    assert node["recommended_cache_bytes"] == 200 * BLOCK
+    assert node["best_predicted_byte_hit_ratio"] == 0.99
