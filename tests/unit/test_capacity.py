@@ -749,3 +749,19 @@ def test_a_point_written_as_reaching_the_target_is_recommended() -> None:
     assert [p["byte_hit_ratio"] for p in node["curve"]] == [0.5, 0.99]
     assert node["recommended_cache_bytes"] == 200 * BLOCK
     assert node["best_predicted_byte_hit_ratio"] == 0.99
+
+
+def test_of_the_patterns_measured_as_near_the_trust_line_quotes_the_worst() -> None:
+    """The grid measures three access patterns at each (streams, share): all as
+    near any node, whose pattern the log does not say."""
+    cells = [{"streams": 4, "pattern": pattern, "share": 0.25, "hit_error": error,
+              "origin_error": 0.0}
+             for pattern, error in (("one-group", 0.0), ("groups", -0.04), ("lagging", 0.01))]
+    cells.append({"streams": 48, "pattern": "groups", "share": 1.0, "hit_error": 0.2,
+                  "origin_error": 0.0})
+    cell = nearest(cells, streams=4, share=0.25)
+    assert cell is not None and (cell["pattern"], cell["hit_error"]) == ("groups", -0.04)
+    text = trust_text(cell)
+    assert "groups, the worst of the patterns measured there (groups, lagging, one-group)" \
+        in text
+    assert "-4.0 points of byte hit ratio" in text
