@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from sidecar.config.loading import (
     BLOCK_SIZE_RULE,
@@ -52,8 +53,16 @@ except ImportError as missing:  # a plain `pip install .` has no spark extra
     sys.exit(2)
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag is one line, as the checks after parsing say theirs (`fail`),
+    not argparse's usage block before it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{PROG}: error: {message}\n")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"python -m {PROG}",
         description="Hit ratios per node, topic and partition from the sidecars' access "
         "logs, and the cache size each node needs for a target byte hit ratio.")

@@ -765,3 +765,19 @@ def test_of_the_patterns_measured_as_near_the_trust_line_quotes_the_worst() -> N
     assert "groups, the worst of the patterns measured there (groups, lagging, one-group)" \
         in text
     assert "-4.0 points of byte hit ratio" in text
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--target-hit-ratio", "abc"], "argument --target-hit-ratio: invalid float value: 'abc'"),
+    (["--max-trace", "1e6"], "argument --max-trace: invalid int value: '1e6'"),
+    (["--report", "r"], "the following arguments are required: --logs"),
+])
+def test_a_bad_flag_is_one_line_and_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from spark_warmup.capacity.__main__ import parse_args
+
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--logs", "x", "--report", "r", *args] if args[0] != "--report" else args)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"spark_warmup.capacity: error: {message}\n"
