@@ -435,7 +435,7 @@ def test_a_node_with_only_warm_up_fetches_is_in_the_report_with_its_origin_bytes
     its origin bytes are the fleet's, as the sidecar's counters say."""
     from datetime import UTC, datetime
 
-    from sidecar.model import WARM, FetchDone, ObjectInfo
+    from sidecar.model import FOREGROUND, WARM, FetchDone, ObjectInfo
     from sidecar.tally import FETCHED, ReadTally
     from sidecar.telemetry.access_log import (
         NodeFacts,
@@ -448,7 +448,7 @@ def test_a_node_with_only_warm_up_fetches_is_in_the_report_with_its_origin_bytes
     mib = 1024 * 1024
     key = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
     tally = ReadTally()
-    tally.add(0, FETCHED, WARM)
+    tally.add(0, FETCHED, FOREGROUND)
     tally.origin_bytes = mib
     read = format_entry(entry(
         now=1_790_000_000.0, request_id="R", method="GET", raw_path=f"/tiered/{key}",
