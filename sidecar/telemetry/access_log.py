@@ -200,6 +200,14 @@ def format_entry(item: AccessEntry) -> str:
     return json.dumps(asdict(item), separators=(",", ":"), ensure_ascii=False)
 
 
+class LinesLost(OSError):
+    """A write to the log file failed; `lines` of its lines are not in any file."""
+
+    def __init__(self, lines: int, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror)
+        self.lines = lines
+
+
 class RotatingFile:
     """Appends to PATH; at `max_bytes` PATH becomes PATH.1 (PATH.1 PATH.2 ...) and
     a new PATH starts; `rotated` is told "PATH.1" each time. Used by the writer
@@ -230,15 +238,22 @@ class RotatingFile:
             self.open()
         batch: list[bytes] = []
         size = self._size
-        for line in lines:
-            if self.max_bytes and size and size + len(line) > self.max_bytes:
-                self._append(batch)
-                batch = []
-                self._rotate()
-                size = self._size
-            batch.append(line)
-            size += len(line)
-        self._append(batch)
+        kept = 0
+        try:
+            for line in lines:
+                if self.max_bytes and size and size + len(line) > self.max_bytes:
+                    self._append(batch)
+                    kept += len(batch)
+                    batch = []
+                    self._rotate()
+                    size = self._size
+                batch.append(line)
+                size += len(line)
+            self._append(batch)
+        except OSError as exc:
+            # The lines before a rotation are in the rotated file: only the
+            # rest are lost.
+            raise LinesLost(len(lines) - kept, exc) from exc
 
     def _moved_away(self) -> bool:
         """Whether PATH is no longer the open file (an operator deleted or moved
@@ -370,10 +385,10 @@ class AccessLog:
                 sys.stdout.flush()
             else:
                 self._file.write([line.encode("utf-8") for line in lines])
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
             # A full or failing disk (or a closed stdout): these lines are lost,
             # counted; the file is opened afresh for the next ones.
-            self._dropped("disk", len(lines))
+            self._dropped("disk", exc.lines if isinstance(exc, LinesLost) else len(lines))
             if self._file is not None:
                 self._file.close()
 

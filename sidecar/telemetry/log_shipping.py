@@ -84,6 +84,8 @@ class LogShipper:
         self._clock = clock
         self._retry_s = retry_s
         self._pending: deque[RotatedFile] = deque()
+        # The file being uploaded (or retried): out of the queue, still not shipped.
+        self._current: RotatedFile | None = None
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
@@ -133,7 +135,7 @@ class LogShipper:
                 self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
-            item = self._pending.popleft()
+            item = self._current = self._pending.popleft()
             try:
                 while not await self._ship(item):
                     # Kept out of the queue while it is retried: the bound holds
@@ -142,6 +144,7 @@ class LogShipper:
                     delay = min(last, delay * 2)
                 delay = first
             finally:
+                self._current = None
                 self._close(item)
 
     async def _ship(self, item: RotatedFile) -> bool:
@@ -178,10 +181,12 @@ class LogShipper:
         await asyncio.sleep(0)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), drain_s)
+        # The file the task holds when cancelled is left unshipped too: counted
+        # before the cancel's cleanup forgets it.
+        left = len(self._pending) + (self._current is not None)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        left = len(self._pending)
         if left:
             log.warning("access log upload: %d rotated files not shipped at stop; they stay "
                         "beside the log", left)

@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from sidecar.config.loading import (
     BLOCK_SIZE_RULE,
@@ -52,8 +53,16 @@ except ImportError as missing:  # a plain `pip install .` has no spark extra
     sys.exit(2)
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag is one line, as the checks after parsing say theirs (`fail`),
+    not argparse's usage block before it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{PROG}: error: {message}\n")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"python -m {PROG}",
         description="Hit ratios per node, topic and partition from the sidecars' access "
         "logs, and the cache size each node needs for a target byte hit ratio.")
@@ -176,6 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark.stop()
     for node, facts in analysis.summary["nodes"].items():
         recommended = facts["recommended_cache_bytes"]
+        if not facts["requests"]:
+            print(f"{node}: no object reads, only background fetches "
+                  f"({facts['origin_bytes']} origin bytes); no curve")
+            continue
         print(f"{node}: {facts['requests']} requests, byte hit ratio "
               f"{facts['byte_hit_ratio']:.4f}; for {args.target_hit_ratio}: "
               + (f"{recommended} bytes" if recommended else "not reached on the curve "

@@ -39,16 +39,28 @@ def nearest(cells: Sequence[Mapping[str, Any]], streams: float, share: float
             abs(math.log(max(share, 0.01) / max(float(cell["share"]), 0.01)))
     if not cells:
         return None
-    best: Mapping[str, Any] = min(cells, key=distance)
-    return dict(best)
+    nearest_distance = min(distance(cell) for cell in cells)
+    # The grid measures several access patterns at each point, all as near: the
+    # log does not say which one a node's is, so the worst of them is quoted
+    # (the first in the table would understate the error for the others).
+    tied = [cell for cell in cells if distance(cell) <= nearest_distance + 1e-9]
+    worst: Mapping[str, Any] = max(tied, key=lambda cell: abs(float(cell["hit_error"])))
+    quoted = dict(worst)
+    if len(tied) > 1:
+        quoted["patterns"] = sorted({str(cell.get("pattern", "?")) for cell in tied})
+    return quoted
 
 
 def trust_text(cell: Mapping[str, Any] | None) -> str:
     if cell is None:
         return "No accuracy measurement to compare this node with (run python -m " \
             "bench.capacity_accuracy)."
+    patterns = cell.get("patterns")
+    pattern = (f"{cell.get('pattern', '?')}, the worst of the patterns measured there "
+               f"({', '.join(patterns)})" if isinstance(patterns, list)
+               else str(cell.get("pattern", "?")))
     return (f"How far to trust this curve: on the benchmark cell nearest this node "
-            f"({cell['streams']} streams, {cell.get('pattern', '?')}, cache at "
+            f"({cell['streams']} streams, {pattern}, cache at "
             f"{100 * float(cell['share']):.0f}% of the working set) the prediction was off by "
             f"{100 * float(cell['hit_error']):+.1f} points of byte hit ratio and "
             f"{100 * float(cell['origin_error']):+.1f}% of origin bytes per served byte"

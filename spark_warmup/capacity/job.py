@@ -296,11 +296,11 @@ class _Traffic:
         ).orderBy("node", "window_start").collect()]
         topic_rows = [row.asDict() for row in traffic.groupBy("node", "topic").agg(*sums)
                       .collect()]
-        # Nodes with reads (a node whose log has only background fetches has no
-        # trace to replay).
+        # Every node, those whose log has only background fetches (a node being
+        # warmed before it serves) too: their origin bytes are the fleet's.
         node_rows = {row["node"]: row.asDict() for row in traffic.groupBy("node").agg(
             *sums, F.max("cache_bytes").alias("current_cache_bytes"),
-            F.max("block_size").alias("block_size")).collect() if row["requests"]}
+            F.max("block_size").alias("block_size")).collect()}
         return cls(breakdown, over_time, topic_rows, node_rows)
 
 
@@ -311,6 +311,8 @@ def _replay_plans(node_rows: Mapping[str, dict[str, Any]], footprints: Mapping[s
     plans: list[tuple[str, int, float, Settings]] = []
     bound_plans: list[tuple[str, int, float, Settings]] = []
     for node, row in sorted(node_rows.items()):
+        if not row["requests"]:
+            continue  # only background fetches: no reads to replay
         block_size = int(row["block_size"])
         current = row["current_cache_bytes"]
         sizes = list(options.sizes) if options.sizes else default_sizes(
@@ -459,7 +461,13 @@ def _summary(options: Options, node_rows: Mapping[str, dict[str, Any]],
     rates = {node: rate for node, _, rate, _ in plans}
     nodes: dict[str, Any] = {}
     for node, row in sorted(node_rows.items()):
-        curve = sorted(curves.get(node, []), key=lambda p: p.cache_bytes)
+        # Rounded as summary.json writes them before anything is read off them: a
+        # point written as reaching the target is the one recommended.
+        curve = sorted((replace(p, byte_hit_ratio=round(p.byte_hit_ratio, 6),
+                                origin_bytes_per_served_byte=round(
+                                    p.origin_bytes_per_served_byte, 6),
+                                wasted_per_served_byte=round(p.wasted_per_served_byte, 6))
+                        for p in curves.get(node, [])), key=lambda p: p.cache_bytes)
         best = best_size(curve)
         nodes[node] = {
             "requests": int(row["requests"]), "served_bytes": int(row["served_bytes"]),
@@ -471,14 +479,15 @@ def _summary(options: Options, node_rows: Mapping[str, dict[str, Any]],
                 "prefetch": int(row["origin_prefetch_bytes"]),
                 "warm": int(row["origin_warm_bytes"])},
             "current_cache_bytes": row["current_cache_bytes"],
-            "block_size": int(row["block_size"]),
+            # None: only background fetches, whose lines this job does not size by.
+            "block_size": None if row["block_size"] is None else int(row["block_size"]),
             "curve": [{"cache_bytes": p.cache_bytes,
-                       "byte_hit_ratio": round(p.byte_hit_ratio, 6),
-                       "origin_bytes_per_served_byte": round(p.origin_bytes_per_served_byte, 6),
-                       "read_ahead_wasted_per_served_byte": round(p.wasted_per_served_byte, 6)}
+                       "byte_hit_ratio": p.byte_hit_ratio,
+                       "origin_bytes_per_served_byte": p.origin_bytes_per_served_byte,
+                       "read_ahead_wasted_per_served_byte": p.wasted_per_served_byte}
                       for p in curve],
             "recommended_cache_bytes": recommend(curve, options.target_hit_ratio),
-            "best_predicted_byte_hit_ratio": round(best.byte_hit_ratio, 6) if best else None,
+            "best_predicted_byte_hit_ratio": best.byte_hit_ratio if best else None,
             # The smallest size on the curve that reaches the best ratio.
             "best_predicted_cache_bytes": best.cache_bytes if best else None,
             "hit_ratio_bound": None,  # filled from the replays (first reads)

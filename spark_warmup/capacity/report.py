@@ -60,7 +60,10 @@ def size_text(value: float | None) -> str:
     for unit, factor in (("TiB", 1024 ** 4), ("GiB", 1024 ** 3), ("MiB", 1024 ** 2),
                          ("KiB", 1024)):
         if value >= factor:
-            return f"{value / factor:.3g} {unit}"
+            scaled = value / factor
+            # Three significant digits, but never an exponent: 1000 to 1023 of a
+            # unit (and past 1000 TiB) would read "1e+03".
+            return f"{scaled:.0f} {unit}" if scaled >= 999.5 else f"{scaled:.3g} {unit}"
     return f"{value:.0f} B"
 
 
@@ -227,6 +230,9 @@ def _nodes_table(nodes: Mapping[str, Any]) -> list[str]:
     for node, facts in nodes.items():
         lanes = facts.get("origin_bytes_by_lane") or {}
         recommended = facts["recommended_cache_bytes"]
+        # A node with no reads has no curve: nothing was tried, nothing not reached.
+        recommended_text = size_text(recommended) if recommended else \
+            "not reached" if facts["requests"] else "-"
         out.append(
             f"<tr><td>{html.escape(node)}</td><td>{facts['requests']}</td>"
             f"<td>{size_text(facts['served_bytes'])}</td>"
@@ -235,7 +241,7 @@ def _nodes_table(nodes: Mapping[str, Any]) -> list[str]:
             + "".join(f"<td>{size_text(lanes.get(lane))}</td>"
                       for lane in ("foreground", "prefetch", "warm"))
             + f"<td>{size_text(facts['current_cache_bytes'])}</td>"
-            f"<td>{size_text(recommended) if recommended else 'not reached'}</td>"
+            f"<td>{recommended_text}</td>"
             f"<td>{percent(facts.get('best_predicted_byte_hit_ratio'))}</td>"
             f"<td>{percent(facts.get('hit_ratio_bound'))}</td></tr>")
     out.append("</table>")
@@ -266,6 +272,10 @@ def _curves(nodes: Mapping[str, Any], target: float) -> list[str]:
     out = ["<h2>Cache size &rarr; predicted byte hit ratio and origin reads</h2>"]
     for node, facts in nodes.items():
         curve = facts["curve"]
+        if not facts["requests"]:
+            out.append(f'<p class="note">{html.escape(node)}: no object reads in its log, only '
+                       "read-ahead or warm-up fetches: no curve to draw.</p>")
+            continue
         marks = []
         if facts["current_cache_bytes"]:
             marks.append(("now", float(facts["current_cache_bytes"])))

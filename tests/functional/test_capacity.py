@@ -426,3 +426,52 @@ def test_a_master_that_is_no_spark_url_is_one_line_before_spark_starts(
     assert result.stderr.strip() == (
         f"{module}: error: --master: not a Spark master URL: 'sparkk://m:7077' (local[*], "
         "local[N], spark://HOST:PORT, yarn or k8s://HOST:PORT)")
+
+
+def test_a_node_with_only_warm_up_fetches_is_in_the_report_with_its_origin_bytes(
+    tmp_path: Path,
+) -> None:
+    """A broker being warmed before it serves has FETCH lines only: no curve, but
+    its origin bytes are the fleet's, as the sidecar's counters say."""
+    from datetime import UTC, datetime
+
+    from sidecar.model import FOREGROUND, WARM, FetchDone, ObjectInfo
+    from sidecar.tally import FETCHED, ReadTally
+    from sidecar.telemetry.access_log import (
+        NodeFacts,
+        ReadFacts,
+        entry,
+        fetch_entry,
+        format_entry,
+    )
+
+    mib = 1024 * 1024
+    key = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
+    tally = ReadTally()
+    tally.add(0, FETCHED, FOREGROUND)
+    tally.origin_bytes = mib
+    read = format_entry(entry(
+        now=1_790_000_000.0, request_id="R", method="GET", raw_path=f"/tiered/{key}",
+        range_header="bytes=0-", status=206, body_bytes=mib, cache="miss", duration_s=0.01,
+        node=NodeFacts("serving", mib, 64 * mib),
+        read=ReadFacts('"e"', mib, 0, mib - 1, tally)))
+    info = ObjectInfo("tiered", key, 2 * mib, '"e"', datetime(2026, 9, 1, tzinfo=UTC))
+    warmed = format_entry(fetch_entry(
+        now=1_790_000_001.0, node=NodeFacts("warming", mib, 64 * mib),
+        done=FetchDone(WARM, info, 0, 1, 2 * mib, 0.02, ok=True)))
+    log = tmp_path / "access.jsonl"
+    log.write_text(read + "\n" + warmed + "\n")
+    report = tmp_path / "report"
+    result = run_capacity("--logs", str(log), "--report", str(report), "--master", "local[1]",
+                          "--conf", "spark.ui.enabled=false")
+    assert result.returncode == 0, result.stderr[-2000:]
+    nodes = json.loads((report / "summary.json").read_text())["nodes"]
+    assert set(nodes) == {"serving", "warming"}
+    warming = nodes["warming"]
+    assert (warming["requests"], warming["origin_bytes"], warming["curve"],
+            warming["recommended_cache_bytes"]) == (0, 2 * mib, [], None)
+    assert warming["origin_bytes_by_lane"] == {"foreground": 0, "prefetch": 0, "warm": 2 * mib}
+    assert nodes["serving"]["curve"] and nodes["serving"]["requests"] == 1
+    assert "warming: no object reads" in result.stdout
+    page = (report / "report.html").read_text()
+    assert "warming: no object reads in its log" in page and "curve:warming" not in page

@@ -34,7 +34,13 @@ from spark_warmup.capacity.curve import (
     unit_hash,
 )
 from spark_warmup.capacity.landing import FetchTimes, time_bin
-from spark_warmup.capacity.report import render_html, size_ticks, time_ticks, unreached_note
+from spark_warmup.capacity.report import (
+    render_html,
+    size_text,
+    size_ticks,
+    time_ticks,
+    unreached_note,
+)
 from spark_warmup.capacity.simulate import SLOT_HEADER_SIZE as REPLAYED_HEADER
 from spark_warmup.capacity.simulate import Read, Replay, Settings, replay
 from spark_warmup.capacity.sources import (
@@ -716,3 +722,62 @@ def test_a_report_spark_could_not_write_is_said_in_one_short_line(tmp_path: Path
     assert spark_reason("") == "Spark: failed"
     assert _why(IsADirectoryError(21, "Is a directory", str(tmp_path / "summary.json")),
                 tmp_path) == f"{tmp_path / 'summary.json'}: Is a directory"
+
+
+@pytest.mark.parametrize(("size", "text"), [
+    (1000 * 1024 ** 3, "1000 GiB"), (1020 * 1024 ** 2, "1020 MiB"),
+    (int(999.7 * 1024 ** 3), "1000 GiB"), (2000 * 1024 ** 4, "2000 TiB"),
+    (int(1.5 * 1024 ** 3), "1.5 GiB"), (int(999.4 * 1024 ** 3), "999 GiB"), (1000, "1000 B"),
+])
+def test_sizes_are_written_without_an_exponent(size: int, text: str) -> None:
+    assert size_text(size) == text
+
+
+def test_a_point_written_as_reaching_the_target_is_recommended() -> None:
+    """summary.json writes ratios to six places: the recommendation is read off
+    the same figures, not off the unrounded ones behind them."""
+    from spark_warmup.capacity.job import Options, _summary
+
+    row = {"requests": 10, "served_bytes": 100, "hit_bytes": 50, "hit_blocks": 1,
+           "blocks": 2, "origin_bytes": 50, "origin_foreground_bytes": 50,
+           "origin_prefetch_bytes": 0, "origin_warm_bytes": 0, "current_cache_bytes": None,
+           "block_size": BLOCK}
+    curve = [Point(100 * BLOCK, 0.5, 0.5), Point(200 * BLOCK, 0.98999996, 0.01)]
+    summary = _summary(Options(logs=[], report_dir=Path("r"), target_hit_ratio=0.99),
+                       {"b1": row}, [], {"b1": curve}, [], {"read": 10}, [], 60)
+    node = summary["nodes"]["b1"]
+    assert [p["byte_hit_ratio"] for p in node["curve"]] == [0.5, 0.99]
+    assert node["recommended_cache_bytes"] == 200 * BLOCK
+    assert node["best_predicted_byte_hit_ratio"] == 0.99
+
+
+def test_of_the_patterns_measured_as_near_the_trust_line_quotes_the_worst() -> None:
+    """The grid measures three access patterns at each (streams, share): all as
+    near any node, whose pattern the log does not say."""
+    cells = [{"streams": 4, "pattern": pattern, "share": 0.25, "hit_error": error,
+              "origin_error": 0.0}
+             for pattern, error in (("one-group", 0.0), ("groups", -0.04), ("lagging", 0.01))]
+    cells.append({"streams": 48, "pattern": "groups", "share": 1.0, "hit_error": 0.2,
+                  "origin_error": 0.0})
+    cell = nearest(cells, streams=4, share=0.25)
+    assert cell is not None and (cell["pattern"], cell["hit_error"]) == ("groups", -0.04)
+    text = trust_text(cell)
+    assert "groups, the worst of the patterns measured there (groups, lagging, one-group)" \
+        in text
+    assert "-4.0 points of byte hit ratio" in text
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--target-hit-ratio", "abc"], "argument --target-hit-ratio: invalid float value: 'abc'"),
+    (["--max-trace", "1e6"], "argument --max-trace: invalid int value: '1e6'"),
+    (["--report", "r"], "the following arguments are required: --logs"),
+])
+def test_a_bad_flag_is_one_line_and_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from spark_warmup.capacity.__main__ import parse_args
+
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--logs", "x", "--report", "r", *args] if args[0] != "--report" else args)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == f"spark_warmup.capacity: error: {message}\n"

@@ -171,3 +171,22 @@ async def test_stop_gives_up_after_its_drain_and_leaves_the_files_on_disk(
     log.close()
     assert origin.objects == {} and outcomes == []
     assert (tmp_path / "access.jsonl.1").read_text() == "a\n"
+
+
+async def test_stop_counts_the_file_whose_upload_it_gave_up_on(
+    tmp_path: Path, executor: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture,
+) -> None:
+    origin, outcomes = Origin(), list[str]()
+    origin.refusing = 1_000_000  # refuses through the stop: the file stays in its retries
+    shipper = LogShipper(LOGS, "broker-1", origin.upload, executor, outcomes.append, 4,
+                         retry_s=(0.01, 0.02))
+    shipper.start()
+    log = RotatingFile(str(tmp_path / "access.jsonl"), 0, 4,
+                       lambda path: executor.submit(shipper.rotated, path).result())
+    rotate(log, "a\n")
+    rotate(log, "b\n")
+    await eventually_async(lambda: "failed" in outcomes, "an upload refused")
+    await shipper.stop(drain_s=0.05)
+    log.close()
+    assert origin.objects == {}
+    assert "2 rotated files not shipped at stop" in caplog.text

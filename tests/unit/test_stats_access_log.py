@@ -202,3 +202,39 @@ def test_a_deleted_log_file_is_opened_afresh(
     log.close()
     assert [json.loads(line)["request_id"] for line in target.read_text().splitlines()] == [
         "R2"]
+
+
+def test_a_disk_that_fails_after_a_rotation_counts_only_the_lines_it_lost(
+    tmp_path: Path,
+) -> None:
+    """One batch: lines written before the file rotated are kept in PATH.1; the
+    disk refusing the lines after it drops only those."""
+    target = tmp_path / "access.jsonl"
+    line_bytes = len(format_entry(entry(**sample(), node=NODE))) + 1  # type: ignore[arg-type]
+    in_rotation, go_on = threading.Event(), threading.Event()
+    rotations: list[str] = []
+
+    def rotated(path: str) -> None:
+        rotations.append(path)
+        if len(rotations) == 1:  # the writer waits here while the next batch queues
+            in_rotation.set()
+            go_on.wait(10)
+        else:  # the new PATH is on a full disk
+            target.symlink_to("/dev/full")
+
+    dropped: list[tuple[str, int]] = []
+    log = AccessLog(str(target), NODE, max_bytes=2 * line_bytes, backups=2, rotated=rotated,
+                    dropped=lambda reason, lines: dropped.append((reason, lines)))
+    for number in range(3):
+        log.write(entry(**sample(request_id=f"R{number}"), node=NODE))  # type: ignore[arg-type]
+    assert in_rotation.wait(10)
+    # R3 fills the file R2 starts; R4 rotates it out and meets the full disk.
+    for number in range(3, 6):
+        log.write(entry(**sample(request_id=f"R{number}"), node=NODE))  # type: ignore[arg-type]
+    go_on.set()
+    log.close()
+    kept = [json.loads(line)["request_id"]
+            for name in ("access.jsonl.2", "access.jsonl.1")
+            for line in (tmp_path / name).read_text().splitlines()]
+    assert kept == ["R0", "R1", "R2", "R3"]
+    assert dropped == [("disk", 2)]
