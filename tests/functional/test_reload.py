@@ -26,6 +26,20 @@ MiB = 1024 * 1024
 TOKEN = "reload-token-Wq4"
 
 
+def small_sidecar(local_s3: LocalS3, tmp_path: Path, config: Path) -> SidecarProcess:
+    """A sidecar with a small cache, `config` its file, and the admin token."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    return SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
+                          "--block-size", "256KiB", "--cache-size", "16MiB",
+                          env={"SIDECAR_ADMIN_TOKEN": TOKEN})
+
+
+def reload(sidecar: SidecarProcess) -> tuple[int, dict[str, Any]]:
+    """POST /api/v1/reload: its status and answer."""
+    return admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+
+
 def put(origin_s3: Any, bucket: str, size: int) -> tuple[str, bytes]:
     key = f"reload-{secrets.token_hex(4)}.log"
     data = random.Random(size).randbytes(size)
@@ -82,13 +96,13 @@ def test_the_reload_call_says_what_changed_and_keeps_a_bad_configuration_out(
         assert status == 401  # a mutating call: the token is needed
         config.write_text('max_requests = 64\norigin_bandwidth = "8MiB/s"\n'
                           'client_timeout = "10s"\n')
-        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        status, answer = reload(sidecar)
         assert status == 200, answer
         assert sorted(answer["applied"]) == ["client_timeout", "origin_bandwidth"]
         assert answer["needs_restart"] == []
         # A typo: nothing of the new file is taken, and the cap stays.
         config.write_text('max_requests = 64\norigin_bandwith = "1MiB/s"\n')
-        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        status, answer = reload(sidecar)
         assert status == 400
         # The file is named, as at a start (SIDECAR_CONFIG may have chosen it).
         assert f"{config}: unknown config key 'origin_bandwith'; did you mean " \
@@ -120,14 +134,14 @@ def test_a_bandwidth_too_low_for_a_block_is_refused_at_reload(
                         "--cache-size", "64MiB",
                         env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
         config.write_text('origin_bandwidth = "1KiB/s"\nprefetch = false\n')
-        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        status, answer = reload(sidecar)
         assert status == 400, answer
         assert "origin_bandwidth 1KiB/s is too low: one 8MiB block would take 2.28 h" in \
             answer["error"]
         assert "running configuration stays" in answer["error"]
         config.write_text('origin_bandwidth = "1MiB/s"\nwarm_share = 0.05\n'
                           'block_size = "64KiB"\nprefetch = false\n')
-        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        status, answer = reload(sidecar)
         assert status == 400, answer
         assert "warm_share 0.05 of origin_bandwidth 1MiB/s gives the warm-up lane 51.2KiB/s, " \
             "under one 8MiB block a minute (137KiB/s)" in answer["error"]
@@ -246,13 +260,9 @@ def test_a_reloaded_client_timeout_cuts_off_a_stalled_upload_too(
     RequestTimeout after about that, not after the minute it was before."""
     config = tmp_path / "sidecar.toml"
     config.write_text('client_timeout = "60s"\n')
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
-                        "--block-size", "256KiB", "--cache-size", "16MiB",
-                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+    with small_sidecar(local_s3, tmp_path, config) as sidecar:
         config.write_text('client_timeout = "1s"\n')
-        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        status, answer = reload(sidecar)
         assert (status, answer["applied"]) == (200, ["client_timeout"]), answer
         with trickling_upload(sidecar.data_url, f"/{bucket}/stalled") as upload:
             upload.settimeout(20)  # well under the old minute
@@ -271,18 +281,14 @@ def test_a_config_file_caught_empty_is_not_taken_for_the_defaults(
     config = tmp_path / "sidecar.toml"
     written = 'max_requests = 64\norigin_bandwidth = "8MiB/s"\naccess_buckets = ["tiered"]\n'
     config.write_text(written)
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
-                        "--block-size", "256KiB", "--cache-size", "16MiB",
-                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+    with small_sidecar(local_s3, tmp_path, config) as sidecar:
         config.write_text("")
-        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        status, answer = reload(sidecar)
         assert status == 400, answer
         assert f"config file {config} holds no setting any more" in answer["error"]
         assert "running configuration stays" in answer["error"]
         config.write_text(written)
-        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        status, answer = reload(sidecar)
         assert (status, answer) == (200, {"applied": [], "needs_restart": []})
         assert sidecar.alive()
 
@@ -295,17 +301,13 @@ def test_a_keys_file_caught_empty_is_not_taken(local_s3: LocalS3, tmp_path: Path
     keys = tmp_path / "keys"
     keys.write_text("BROKERKEY1:broker-secret-1\n")
     config.write_text(f'max_requests = 64\nauth_keys_file = "{keys}"\n')
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
-                        "--block-size", "256KiB", "--cache-size", "16MiB",
-                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+    with small_sidecar(local_s3, tmp_path, config) as sidecar:
         keys.write_text("# rotated by config management\n")
-        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        status, answer = reload(sidecar)
         assert status == 400, answer
         assert f"auth_keys_file {keys} holds no key any more" in answer["error"]
         keys.write_text("BROKERKEY1:broker-secret-1\nBROKERKEY2:broker-secret-2\n")
-        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        status, answer = reload(sidecar)
         assert (status, answer["applied"]) == (200, ["auth_keys"]), answer
         assert sidecar.alive()
 
@@ -318,14 +320,10 @@ def test_a_reload_that_opens_every_bucket_warns_as_a_start_does(
     merely 'access_buckets changed'."""
     config = tmp_path / "sidecar.toml"
     config.write_text(f'max_requests = 64\naccess_buckets = ["{bucket}"]\n')
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    with SidecarProcess(local_s3.endpoint, cache, "--config", str(config),
-                        "--block-size", "256KiB", "--cache-size", "16MiB",
-                        env={"SIDECAR_ADMIN_TOKEN": TOKEN}) as sidecar:
+    with small_sidecar(local_s3, tmp_path, config) as sidecar:
         assert not any("access_buckets is empty" in line for line in sidecar.stderr_lines)
         config.write_text("max_requests = 64\n")
-        status, answer = admin_call(sidecar.admin_url, "POST", "/api/v1/reload", b"", TOKEN)
+        status, answer = reload(sidecar)
         assert (status, answer["applied"]) == (200, ["access_buckets"]), answer
         eventually(lambda: any("access_buckets is empty, so every bucket the origin "
                                "credentials reach is served" in line
