@@ -1,8 +1,9 @@
 """Who may use the data port: the configured access keys and the anonymous policy.
 
-The signature math is sidecar.s3.sigv4 (pure); this holds the secrets, the clock
-and a small cache of derived signing keys (one HMAC chain per key, day and
-region, instead of four HMACs per request).
+The signature math is sidecar.s3.sigv4 (pure); this holds the secrets, the clock,
+a small cache of derived signing keys (one HMAC chain per key, day and
+region, instead of four HMACs per request) and the presigned URLs verified
+lately (a configuration reload makes a new Authenticator: none is carried over).
 
 Secure by default: a request must be signed, with a configured key or with
 the sidecar's own origin credentials (the tiered-storage plugin on the same
@@ -19,7 +20,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from sidecar.s3.operations import READ_OPERATIONS
-from sidecar.s3.sigv4 import Credential, Verified, is_signed, signing_key, verify
+from sidecar.s3.sigv4 import (
+    Credential,
+    PresignedMemo,
+    Verified,
+    is_signed,
+    signing_key,
+    verify,
+)
 
 # Distinct (key, day, region) scopes remembered; a client naming ever new
 # regions only costs re-deriving, never memory.
@@ -44,6 +52,7 @@ class Authenticator:
         self._clock = clock
         self._origin_key = origin_key
         self._derived: dict[tuple[str, str, str, str, str], bytes] = {}
+        self._presigned = PresignedMemo()
 
     def __repr__(self) -> str:
         return f"Authenticator(keys={len(self._keys)}, allow_anonymous={self._allow_anonymous})"
@@ -59,7 +68,8 @@ class Authenticator:
         """
         if self._allow_anonymous and not is_signed(raw_path, headers):
             return None
-        return verify(method, raw_path, headers, self._signing_key, self._clock())
+        return verify(method, raw_path, headers, self._signing_key, self._clock(),
+                      self._presigned)
 
     @staticmethod
     def anonymous_may(operation: str) -> bool:

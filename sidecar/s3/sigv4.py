@@ -183,6 +183,72 @@ class Verified:
 
 SigningKeyFor = Callable[[Credential], bytes | None]
 
+# Presigned URLs remembered once verified (PresignedMemo). A request target is
+# at most aiohttp's 8 KiB request line: a full memo holds about 2 MiB.
+PRESIGNED_MEMO_SIZE = 256
+
+
+@dataclass(frozen=True)
+class _Remembered:
+    signed: _Signed
+    covered: tuple[tuple[str, ...], ...]  # what the signature covers outside the target
+    key: bytes = field(repr=False)
+    verified: Verified
+
+
+class PresignedMemo:
+    """Presigned URLs that verified, by method and request target (the query
+    holds the signature), so that the next request with the same URL is
+    checked without working out its canonical request and HMAC again. A reader
+    streaming an object signs one URL and sends it with every range it reads.
+
+    What the signature covers beyond the target (the signed headers' values and
+    the payload hash, as sent) must be the same; what may change between two
+    uses is checked again: the time against the URL's expiry, the signing key
+    (a rotated secret), and unsigned x-amz-* headers. A refused request is
+    never remembered, nor a header-signed one (its signature changes with its
+    date). Bounded: when full, the oldest entry goes. Looked up by dict, whose
+    keys' hashes are salted per process: a guessed signature is never compared
+    byte by byte with a remembered one."""
+
+    def __init__(self, capacity: int = PRESIGNED_MEMO_SIZE) -> None:
+        self._capacity = capacity
+        self._entries: dict[tuple[str, str], _Remembered] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _recall(
+        self, method: str, raw_path: str, headers: dict[str, list[str]],
+        signing_key_for: SigningKeyFor, now: float,
+    ) -> Verified | None:
+        """The remembered verification, if it holds for this request; None to
+        verify it in full. Raises SignatureRejected as verify would."""
+        remembered = self._entries.get((method, raw_path))
+        if remembered is None or "authorization" in headers:
+            return None
+        signed = remembered.signed
+        if _covered(signed, headers) != remembered.covered:
+            return None
+        _check_amz_headers_signed(signed, headers)
+        key = signing_key_for(signed.credential)
+        if key is None or not hmac.compare_digest(key, remembered.key):
+            return None
+        _check_time(signed, now)
+        return remembered.verified
+
+    def _remember(self, method: str, raw_path: str, remembered: _Remembered) -> None:
+        if len(self._entries) >= self._capacity:
+            del self._entries[next(iter(self._entries))]
+        self._entries[(method, raw_path)] = remembered
+
+
+def _covered(signed: _Signed, headers: dict[str, list[str]]) -> tuple[tuple[str, ...], ...]:
+    """The values, as sent, of what a signature covers outside the request
+    target: its signed headers and the payload hash."""
+    return (*(tuple(headers.get(name, ())) for name in signed.signed_headers),
+            tuple(headers.get("x-amz-content-sha256", ())))
+
 
 def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
     """kSigning = HMAC(HMAC(HMAC(HMAC("AWS4" + secret, date), region), service), "aws4_request")."""
@@ -505,14 +571,20 @@ def verify(
     headers: Sequence[tuple[str, str]],
     signing_key_for: SigningKeyFor,
     now: float,
+    memo: PresignedMemo | None = None,
 ) -> Verified:
     """Check a signed request; return who signed it and its ChunkSigner.
 
     `raw_path` is the request target as sent (path and query, percent-encoded),
-    `headers` every header in order (repeats kept), `now` the epoch time.
+    `headers` every header in order (repeats kept), `now` the epoch time,
+    `memo` presigned URLs verified before (remembered there once verified).
     Raises SignatureRejected.
     """
     by_name = _headers_by_name(headers)
+    if memo is not None:
+        recalled = memo._recall(method, raw_path, by_name, signing_key_for, now)
+        if recalled is not None:
+            return recalled
     query = _parse_query(raw_path.partition("?")[2])
     if "authorization" not in by_name and not query.presigned:
         raise SignatureRejected(Reason.UNSIGNED, "Anonymous requests are not allowed here.")
@@ -540,8 +612,12 @@ def verify(
             Reason.BAD_SIGNATURE,
             "The request signature we calculated does not match the signature you provided.",
         )
-    return Verified(
+    verified = Verified(
         signed.credential.access_key,
         ChunkSigner(key, signed.timestamp, signed.credential.scope, signed.signature),
         frozenset(signed.signed_headers),
     )
+    if memo is not None and signed.presigned:
+        memo._remember(method, raw_path,
+                       _Remembered(signed, _covered(signed, by_name), key, verified))
+    return verified

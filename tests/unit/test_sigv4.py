@@ -19,6 +19,7 @@ from sidecar.s3.sigv4 import (
     MAX_SKEW_S,
     ChunkSigner,
     Credential,
+    PresignedMemo,
     Reason,
     SignatureRejected,
     is_signed,
@@ -331,6 +332,66 @@ def test_a_presigned_url_may_carry_its_payload_hash_unsigned() -> None:
     assert verify(method, target, sent, key_for, time.time()).access_key == "AKIDEXAMPLE"
     assert rejected(method, target, headers + [("x-amz-content-sha256", "ab" * 32)]) \
         is Reason.BAD_SIGNATURE
+
+
+# --- presigned URLs remembered once verified
+
+def remembered(method: str, target: str, headers: list[tuple[str, str]], memo: PresignedMemo,
+               now: float, keys: Any = key_for) -> Reason | None:
+    """None if the request verifies through `memo`, else why it was refused."""
+    try:
+        verify(method, target, headers, keys, now, memo)
+    except SignatureRejected as exc:
+        return exc.reason
+    return None
+
+
+def test_a_presigned_url_used_again_is_answered_from_the_memo() -> None:
+    memo = PresignedMemo()
+    method, target, headers = signed(presign_expires=600)
+    now = time.time()
+    first = verify(method, target, headers + [("Range", "bytes=0-")], key_for, now, memo)
+    again = verify(method, target, headers + [("Range", "bytes=8-")], key_for, now + 1, memo)
+    assert again is first  # nothing worked out again
+    assert len(memo) == 1
+    # Another method with the same URL is another request: verified on its own.
+    assert remembered("HEAD", target, headers, memo, now) is Reason.BAD_SIGNATURE
+
+
+def test_what_may_change_between_two_uses_is_checked_again() -> None:
+    memo = PresignedMemo()
+    method, target, headers = signed(presign_expires=600)
+    now = time.time()
+    assert remembered(method, target, headers, memo, now) is None
+    assert remembered(method, target, headers, memo, now + 700) is Reason.EXPIRED
+    assert remembered(method, target, headers + [("x-amz-acl", "public-read")], memo, now) \
+        is Reason.MALFORMED
+    # The signed Host and the payload hash are compared as sent.
+    moved = [(name, "127.0.0.1:1" if name.lower() == "host" else value)
+             for name, value in headers]
+    assert remembered(method, target, moved, memo, now) is Reason.BAD_SIGNATURE
+    assert remembered(method, target, headers + [("x-amz-content-sha256", "ab" * 32)],
+                      memo, now) is Reason.BAD_SIGNATURE
+    # A rotated secret or a removed key: the URL no longer proves anything.
+    def rotated(credential: Credential) -> bytes | None:
+        return signing_key("rotated", credential.date, credential.region, credential.service)
+    assert remembered(method, target, headers, memo, now, rotated) is Reason.BAD_SIGNATURE
+    assert remembered(method, target, headers, memo, now, lambda _: None) is Reason.UNKNOWN_KEY
+    # And the URL as it was still verifies.
+    assert remembered(method, target, headers, memo, now) is None
+
+
+def test_refusals_and_header_signatures_are_not_remembered_and_the_memo_is_bounded() -> None:
+    memo = PresignedMemo(capacity=3)
+    method, target, headers = signed()
+    assert remembered(method, target, headers, memo, time.time()) is None
+    assert remembered(*signed(presign_expires=60, secret="not-the-secret"), memo, time.time()) \
+        is Reason.BAD_SIGNATURE
+    assert len(memo) == 0
+    for number in range(5):
+        method, target, headers = signed(target=f"/bucket/k{number}", presign_expires=60)
+        assert remembered(method, target, headers, memo, time.time()) is None
+    assert len(memo) == 3
 
 
 # --- what a verified request hands on for its chunk signatures
