@@ -95,13 +95,22 @@ class ReadAhead:
         """Look up the partition's next segment and read its first blocks ahead."""
         bucket = wanted.after.bucket
         try:
-            # Keys after the segment being read: its successor is among the first.
-            keys = await self._origin.list_keys(bucket, wanted.partition_prefix,
-                                                start_after=wanted.after.key)
-            next_key = self._planner.next_key(wanted, keys)
+            next_key = wanted.known
+            if next_key is None:
+                # Keys after the segment being read: its successor is among the first.
+                # A listing that fails holds the next one off a while (the
+                # planner's NO_SUCCESSOR_S): an origin that cannot list is not
+                # asked again at every delivery.
+                keys = await self._origin.list_keys(bucket, wanted.partition_prefix,
+                                                    start_after=wanted.after.key)
+                next_key = self._planner.next_key(wanted, keys)
             if next_key is None:
                 return
-            next_info = await self._origin.head(bucket, next_key)
+            try:
+                next_info = await self._origin.head(bucket, next_key)
+            except Exception:
+                self._planner.forget(wanted)  # gone, or unreachable: listed afresh next time
+                raise
         except Exception as exc:  # read-ahead is best effort; the reader will ask itself
             log.info("no cross-segment prefetch after s3://%s/%s: %s",
                      bucket, wanted.after.key, exc)

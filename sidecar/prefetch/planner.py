@@ -23,10 +23,19 @@ next `.log` key under the same `{topic}-{topicId}/{partition}/`); the engine
 looks it up, and `continue_into` hands the stream's window to the reader that
 will open that segment and names its first blocks to fetch, so a catch-up read
 does not stall at every segment boundary.
+
+A segment's successor, once listed, is remembered (`NextSegment.known`): a
+stream's window reaches further past the segment's end at several deliveries
+in a row, and each reach would otherwise list the partition again (S3 bills
+a LIST as ten GETs). The successor of a closed segment does not change; one
+that is gone when the engine looks it up (an orphan of a retried copy) is
+forgotten (`forget`). While a look-up is under way, and for a while after
+one found no successor yet or failed, further reaches ask nothing.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from sidecar.blocks import block_count
@@ -35,16 +44,30 @@ from sidecar.layout import Layout, next_segment_key, parse_aiven_key
 from sidecar.model import ObjectInfo
 from sidecar.prefetch.streams import Stream, StreamTable
 
+# Segments whose successor is remembered (the oldest goes first).
+SUCCESSORS_REMEMBERED = 4096
+# How long a look-up under way, or one that found no successor, holds off the
+# next: the partition's next segment appears when the broker uploads it.
+NO_SUCCESSOR_S = 10.0
+
+
+@dataclass(frozen=True)
+class _Successor:
+    key: str | None  # None: being looked up, or none was listed
+    since: float
+
 
 @dataclass(frozen=True)
 class NextSegment:
     """Look up the segment after `after` (a key under `partition_prefix`) and
-    fetch its first `blocks` blocks for `stream`."""
+    fetch its first `blocks` blocks for `stream`; `known`: its key, when an
+    earlier look-up listed it (no listing needed)."""
 
     stream: Stream
     after: ObjectInfo
     partition_prefix: str
     blocks: int
+    known: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +99,8 @@ class ReadAheadPlanner:
         self._layout_prefix = layout_prefix
         self._pending: dict[BlockIdent, Stream] = {}  # read ahead, not yet read
         self._in_flight: set[BlockIdent] = set()
+        # (bucket, segment key) -> its successor, as listed (module docstring).
+        self._successors: OrderedDict[tuple[str, str], _Successor] = OrderedDict()
 
     @property
     def table(self) -> StreamTable:
@@ -102,17 +127,45 @@ class ReadAheadPlanner:
             segment = parse_aiven_key(info.key, self._layout_prefix)
             # Only a `.log` goes on into the next segment's `.log`: a segment's
             # manifest and indexes are read before its own `.log`.
-            if segment is not None and segment.suffix == "log":
+            go, known = (False, None) if segment is None or segment.suffix != "log" \
+                else self._successor_of(info)
+            if go:
+                assert segment is not None
                 stream.next_segment_blocks = plan.beyond_end
                 next_segment = NextSegment(stream, info, segment.partition_prefix,
-                                           plan.beyond_end)
+                                           plan.beyond_end, known)
         if not plan.blocks and next_segment is None:
             return NOTHING
         return ReadAhead(plan.blocks, next_segment)
 
     def next_key(self, wanted: NextSegment, keys: list[str]) -> str | None:
-        """The next segment's `.log` key among the partition's keys, if there is one."""
-        return next_segment_key(keys, wanted.after.key, self._layout_prefix)
+        """The next segment's `.log` key among the partition's keys, if there is
+        one (remembered either way: module docstring)."""
+        key = next_segment_key(keys, wanted.after.key, self._layout_prefix)
+        self._remember(wanted.after, _Successor(key, self._table.now()))
+        return key
+
+    def forget(self, wanted: NextSegment) -> None:
+        """The successor of `wanted` could not be looked at (gone, or the origin
+        failed): the next reach past the segment's end lists it afresh."""
+        self._successors.pop((wanted.after.bucket, wanted.after.key), None)
+
+    def _successor_of(self, info: ObjectInfo) -> tuple[bool, str | None]:
+        """Whether to go into the segment after `info` now, and its key if known."""
+        known = self._successors.get((info.bucket, info.key))
+        if known is not None and known.key is not None:
+            return True, known.key
+        now = self._table.now()
+        if known is not None and now - known.since < NO_SUCCESSOR_S:
+            return False, None  # looked up now, or none lately: asked again later
+        self._remember(info, _Successor(None, now))  # a look-up is under way
+        return True, None
+
+    def _remember(self, info: ObjectInfo, successor: _Successor) -> None:
+        self._successors[(info.bucket, info.key)] = successor
+        self._successors.move_to_end((info.bucket, info.key))
+        while len(self._successors) > SUCCESSORS_REMEMBERED:
+            self._successors.popitem(last=False)
 
     def continue_into(self, wanted: NextSegment, next_info: ObjectInfo) -> range:
         """The stream goes on in `next_info`: hand its window over; the blocks to fetch."""

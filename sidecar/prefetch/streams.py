@@ -99,6 +99,10 @@ class StreamTable:
     def block_size(self) -> int:
         return self._block_size
 
+    def now(self) -> float:
+        """The table's clock (handed in): what the planner times its own memory by."""
+        return self._clock()
+
     def streams(self, object_id: ObjectId) -> list[Stream]:
         return list(self._heads.get(object_id, ()))
 

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from sidecar.cache import BlockIdent, BlockStore
 from sidecar.cache.slab import Slab
 from sidecar.engine import Engine, Piece, Sink, Source
-from sidecar.errors import OriginBadBody, OriginUnavailable
+from sidecar.errors import OriginBadBody, OriginError, OriginUnavailable
 from sidecar.isolation.modes import Mode, ModeState
 from sidecar.layout import Layout
 from sidecar.model import FOREGROUND, PREFETCH, ObjectInfo
@@ -479,6 +479,58 @@ async def test_read_ahead_continues_into_the_next_segment(make_rig: MakeRig) -> 
     rig.origin.calls.clear()
     assert await read_like_a_broker(rig, second_info, BLOCK // 2) == second
     assert (0, BLOCK) not in rig.origin.calls
+
+
+async def test_the_next_segment_is_listed_once_however_far_read_ahead_reaches(
+    make_rig: MakeRig
+) -> None:
+    """Each delivery near a segment's end reaches further past it; the
+    partition is listed once (S3 bills a LIST as ten GETs), however many
+    readers and reaches."""
+    partition = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/"
+    first_key = partition + "00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
+    second_key = partition + "00000000000000000100-CCCCCCCCCCCCCCCCCCCCCC.log"
+    first, second = random.Random(19).randbytes(6 * BLOCK), random.Random(20).randbytes(6 * BLOCK)
+    rig = await make_rig(first, key=first_key,
+                         planner=read_ahead_planner(layout=Layout.AIVEN))
+    second_info = rig.origin.add(second_key, second)
+    listings: list[str] = []
+    real_list = rig.origin.list_keys
+
+    async def counted_list(bucket: str, prefix: str, start_after: str = "") -> list[str]:
+        listings.append(start_after)
+        return await real_list(bucket, prefix, start_after)
+
+    rig.origin.list_keys = counted_list  # type: ignore[method-assign]
+    for _ in range(3):  # three consumers of the partition, one after another
+        assert await read_like_a_broker(rig, rig.info, BLOCK // 4) == first
+        await rig.engine.idle()
+    assert listings == [first_key]
+    assert rig.engine.will_hit(second_info, 0)
+
+
+async def test_an_origin_that_cannot_list_is_not_asked_at_every_reach(
+    make_rig: MakeRig
+) -> None:
+    """A listing the origin refuses (an S3-compatible store without
+    start-after) holds the next one off a while, instead of one listing per
+    delivery near every segment's end; the readers are served all the same."""
+    partition = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/"
+    first_key = partition + "00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
+    first = random.Random(21).randbytes(6 * BLOCK)
+    rig = await make_rig(first, key=first_key,
+                         planner=read_ahead_planner(layout=Layout.AIVEN))
+    refused: list[str] = []
+
+    async def refusing_list(bucket: str, prefix: str, start_after: str = "") -> list[str]:
+        refused.append(start_after)
+        raise OriginError("501 NotImplemented")
+
+    rig.origin.list_keys = refusing_list  # type: ignore[method-assign]
+    for _ in range(3):
+        assert await read_like_a_broker(rig, rig.info, BLOCK // 4) == first
+        await rig.engine.idle()
+    assert refused == [first_key]
 
 
 @pytest.mark.parametrize("mode", [Mode.NO_PREFETCH, Mode.CACHE_ONLY])

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from sidecar.cache import BlockIdent
 from sidecar.layout import Layout
 from sidecar.model import ObjectInfo
-from sidecar.prefetch.planner import ReadAheadPlanner
+from sidecar.prefetch.planner import NO_SUCCESSOR_S, NextSegment, ReadAheadPlanner
 from sidecar.prefetch.streams import Stream, StreamTable
 from tests.support.clock import FakeClock
 
@@ -138,6 +138,53 @@ def test_a_window_past_the_segment_end_asks_for_the_next_segment() -> None:
     # The reader that opens the next segment inherits the window: sequential at once.
     follower = plan_for.on_request(next_info, 0)
     assert follower.sequential and follower.window == stream.window
+
+
+IDLE_S = 1.0
+
+
+def successors_planner(clock: FakeClock) -> ReadAheadPlanner:
+    return ReadAheadPlanner(
+        StreamTable(block_size=B, max_window_blocks=8, idle_s=IDLE_S, clock=clock),
+        max_in_flight=16, max_pending=100, layout=Layout.AIVEN)
+
+
+def reach_past_the_end(plan_for: ReadAheadPlanner, clock: FakeClock) -> NextSegment | None:
+    """A new reader (the last one's head has expired) reads the segment's last
+    blocks: what its reach past the end asks."""
+    clock.advance(2 * IDLE_S)
+    stream = plan_for.on_request(INFO, 38 * B)
+    plan_for.on_delivered(stream, INFO, 38 * B)
+    return plan_for.on_delivered(stream, INFO, 40 * B).next_segment
+
+
+def test_the_next_segment_is_listed_once_and_then_known() -> None:
+    clock = FakeClock()
+    plan_for = successors_planner(clock)
+    first = reach_past_the_end(plan_for, clock)
+    assert first is not None and first.known is None  # to be listed
+    # While that look-up is under way, another reader's reach asks nothing.
+    assert reach_past_the_end(plan_for, clock) is None
+    assert plan_for.next_key(first, [KEY, NEXT_KEY]) == NEXT_KEY
+    # Then every reach goes straight to the successor: no listing.
+    later = reach_past_the_end(plan_for, clock)
+    assert later is not None and later.known == NEXT_KEY
+    # A successor gone when looked up (HEAD 404) is listed afresh next time.
+    plan_for.forget(later)
+    again = reach_past_the_end(plan_for, clock)
+    assert again is not None and again.known is None
+
+
+def test_a_segment_with_no_successor_yet_is_listed_again_after_a_while() -> None:
+    clock = FakeClock()
+    plan_for = successors_planner(clock)
+    wanted = reach_past_the_end(plan_for, clock)
+    assert wanted is not None and plan_for.next_key(wanted, [KEY]) is None
+    clock.advance(NO_SUCCESSOR_S / 2 - 2 * IDLE_S)
+    assert reach_past_the_end(plan_for, clock) is None
+    clock.advance(NO_SUCCESSOR_S / 2)  # the broker may have uploaded it since
+    later = reach_past_the_end(plan_for, clock)
+    assert later is not None and later.known is None
 
 
 def test_plain_layout_never_looks_for_a_next_segment() -> None:
