@@ -171,17 +171,20 @@ def encoded_forms(prefix: str) -> list[str]:
     return list(dict.fromkeys(forms))
 
 
-def list_objects_v2_xml(dataset: Dataset, prefix: str, delimiter: str | None = None) -> str:
+def list_objects_v2_xml(dataset: Dataset, prefix: str, delimiter: str | None = None,
+                        start_after: str = "") -> str:
     """A ListObjectsV2 result (one page) for `prefix`, as S3 writes it.
 
     With a `delimiter`, keys with the delimiter after the prefix are rolled up
     into `CommonPrefixes` (what the Spark warm-up job asks to find a topic's
-    directories), the others listed as `Contents`.
+    directories), the others listed as `Contents`. With `start_after`, only
+    the keys that sort after it (what the sidecar asks to find a partition's
+    next segment).
     """
     rows = []
     common: set[str] = set()
     for item in sorted(dataset.objects, key=lambda entry: entry.key):
-        if not item.key.startswith(prefix):
+        if not item.key.startswith(prefix) or item.key <= start_after:
             continue
         rest = item.key[len(prefix):]
         if delimiter and delimiter in rest:
@@ -209,6 +212,7 @@ def list_objects_v2_xml(dataset: Dataset, prefix: str, delimiter: str | None = N
         f"<Name>{escape(dataset.spec.bucket)}</Name>"
         f"<Prefix>{escape(prefix)}</Prefix>"
         + (f"<Delimiter>{escape(delimiter)}</Delimiter>" if delimiter else "")
+        + (f"<StartAfter>{escape(start_after)}</StartAfter>" if start_after else "")
         + f"<KeyCount>{len(rows) + len(common)}</KeyCount>"
         "<MaxKeys>1000</MaxKeys>"
         "<IsTruncated>false</IsTruncated>"
@@ -234,15 +238,23 @@ def delimited_listing_name(name: str) -> str:
     return name.removesuffix(".xml") + "-slash.xml"
 
 
+# Joins the raw `prefix` and `start-after` of a listing written for both.
+AFTER_SEPARATOR = "|"
+
+
 def write_listings(dataset: Dataset, directory: Path) -> dict[str, str]:
     """Write one XML file per listable prefix into `directory`.
 
     Returns {raw query value of `prefix` as a client may send it: file name}.
     Beside each `list-N.xml` goes `list-N-slash.xml`, the same prefix listed
-    with `delimiter=/` (`delimited_listing_name`).
+    with `delimiter=/` (`delimited_listing_name`). A partition's prefix is also
+    listed after each of its keys (`list-N-after-M.xml`), under
+    "PREFIX|START_AFTER" (both raw; `AFTER_SEPARATOR`, which both encode).
     """
     directory.mkdir(parents=True, exist_ok=True)
     by_raw: dict[str, str] = {}
+    partitions = {f"{dataset.spec.topic}-{dataset.topic_id}/{item.partition}/"
+                  for item in dataset.objects}
     for index, prefix in enumerate(listing_prefixes(dataset)):
         name = f"list-{index}.xml"
         (directory / name).write_text(list_objects_v2_xml(dataset, prefix))
@@ -250,6 +262,16 @@ def write_listings(dataset: Dataset, directory: Path) -> dict[str, str]:
             list_objects_v2_xml(dataset, prefix, "/"))
         for raw in encoded_forms(prefix):
             by_raw.setdefault(raw, name)
+        if prefix not in partitions:
+            continue
+        keys = sorted(item.key for item in dataset.objects if item.key.startswith(prefix))
+        for number, after in enumerate(keys):
+            after_name = f"list-{index}-after-{number}.xml"
+            (directory / after_name).write_text(
+                list_objects_v2_xml(dataset, prefix, start_after=after))
+            for raw in encoded_forms(prefix):
+                for raw_after in encoded_forms(after):
+                    by_raw.setdefault(f"{raw}{AFTER_SEPARATOR}{raw_after}", after_name)
     (directory / "buckets.xml").write_text(list_buckets_xml(dataset.spec.bucket))
     return by_raw
 

@@ -26,8 +26,10 @@ range takes ~43 ms, an 8 MiB range ~160 ms, a 64 MiB object ~1.05 s
 (measured: ~64 MB/s after the first byte).
 
 nginx cannot list, so ListObjectsV2 answers (`GET /tiered?list-type=2&prefix=P`,
-optionally `&delimiter=/`) are pre-generated files chosen by a `map` from the raw
-(still percent-encoded) `$arg_prefix`; `GET /` answers ListBuckets (the sidecar's
+optionally `&delimiter=/`, or `&start-after=K` for a partition's prefix as the
+sidecar looks for a next segment) are pre-generated files chosen by a `map` from
+the raw (still percent-encoded) `$arg_prefix` and `start-after`; a start-after
+no file was written for is 501. `GET /` answers ListBuckets (the sidecar's
 start-up check).
 """
 
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from bench.dataset import BUCKET, S3_XMLNS, delimited_listing_name
+from bench.dataset import AFTER_SEPARATOR, BUCKET, S3_XMLNS, delimited_listing_name
 from sidecar.tools.ports import free_port
 
 START_TIMEOUT_S = 10.0
@@ -152,11 +154,12 @@ def _bucket_locations(bucket: str, listings: Path) -> str:
     body = f"""
         default_type application/xml;
         if ($request_method = HEAD) {{ return 200; }}
-        if ($args ~ "(^|&)(start-after|continuation-token|marker)=") {{
+        if ($args ~ "(^|&)(continuation-token|marker)=") {{
             return 501 '{_NOT_IMPLEMENTED}';
         }}
         if ($args !~ "(^|&)list-type=2(&|$)") {{ return 501 '{_NOT_IMPLEMENTED}'; }}
         if ($bench_delimiter = other) {{ return 501 '{_NOT_IMPLEMENTED}'; }}
+        if ($bench_after_unknown) {{ return 501 '{_NOT_IMPLEMENTED}'; }}
         set $bench_file $bench_listing;
         if ($bench_delimiter = slash) {{ set $bench_file $bench_listing_slash; }}
         if ($bench_file = "") {{
@@ -179,15 +182,26 @@ def _bucket_locations(bucket: str, listings: Path) -> str:
 def _listing_map(by_raw_prefix: Mapping[str, str]) -> str:
     """`$bench_listing`: the listing file of a prefix; `$bench_listing_slash`: the
     same prefix listed with `delimiter=/`; `$bench_delimiter`: none, slash or other."""
+    # Keyed by "PREFIX|START_AFTER" (bench.dataset.write_listings): a plain
+    # listing's start-after is empty.
     rows = "".join(
-        f"        {_quote(raw)} {name};\n" for raw, name in sorted(by_raw_prefix.items())
+        f"        {_quote(raw if AFTER_SEPARATOR in raw else raw + AFTER_SEPARATOR)} {name};\n"
+        for raw, name in sorted(by_raw_prefix.items())
     )
     slash_rows = "".join(
         f"        {_quote(raw)} {delimited_listing_name(name)};\n"
-        for raw, name in sorted(by_raw_prefix.items())
+        for raw, name in sorted(by_raw_prefix.items()) if AFTER_SEPARATOR not in raw
     )
     return (
-        f'    map $arg_prefix $bench_listing {{\n        default "";\n{rows}    }}\n'
+        # A "PREFIX|START_AFTER" key is two percent-encoded keys long.
+        "    map_hash_bucket_size 512;\n"
+        '    map $args $bench_start_after {\n        default "";\n'
+        '        "~(^|&)start-after=(?<after>[^&]*)" $after;\n    }\n'
+        f'    map "$arg_prefix{AFTER_SEPARATOR}$bench_start_after" $bench_listing {{\n'
+        f'        default "";\n{rows}    }}\n'
+        # A start-after that no file was written for: 501, never a wrong page.
+        f'    map "$bench_start_after{AFTER_SEPARATOR}$bench_listing" $bench_after_unknown {{\n'
+        f'        default 0;\n        "~^[^{AFTER_SEPARATOR}]+\\{AFTER_SEPARATOR}$" 1;\n    }}\n'
         f'    map $arg_prefix $bench_listing_slash {{\n        default "";\n{slash_rows}    }}\n'
         # map compares strings case-insensitively: "%2F" covers "%2f" too.
         '    map $arg_delimiter $bench_delimiter {\n        default other;\n'

@@ -105,6 +105,23 @@ def test_listing_by_partition_prefix_returns_that_partitions_keys(
     assert s3.list_objects_v2(Bucket="tiered", Prefix="nothing/")["KeyCount"] == 0
 
 
+def test_a_partition_is_listed_after_each_of_its_keys_as_the_sidecar_asks(
+    s3: Any, dataset: Dataset
+) -> None:
+    """The sidecar finds a partition's next segment with StartAfter (and
+    MaxKeys); a start-after the origin has no listing for is 501, never a page
+    of the wrong keys."""
+    prefix = f"orders-{dataset.topic_id}/0/"
+    keys = sorted(item.key for item in dataset.objects if item.partition == 0)
+    for number, after in enumerate(keys):
+        page = s3.list_objects_v2(Bucket="tiered", Prefix=prefix, StartAfter=after, MaxKeys=64)
+        assert [entry["Key"] for entry in page.get("Contents", ())] == keys[number + 1:]
+        assert page["StartAfter"] == after
+    with pytest.raises(ClientError) as refused:
+        s3.list_objects_v2(Bucket="tiered", Prefix=prefix, StartAfter=prefix + "elsewhere")
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 501
+
+
 def test_listing_etag_matches_head_and_list_buckets_answers(s3: Any, dataset: Dataset) -> None:
     entry = s3.list_objects_v2(Bucket="tiered", Prefix="")["Contents"][0]
     head = s3.head_object(Bucket="tiered", Key=entry["Key"])
