@@ -139,7 +139,14 @@ def _with_times(client: Any, bucket: str, segment: Segment) -> Segment:
         response = client.get_object(
             Bucket=bucket, Key=segment.key, Range=f"bytes=0-{BATCH_HEADER_SIZE - 1}"
         )
-        base, maximum = batch_times(response["Body"].read())
+        body = response["Body"]
+        try:
+            # The header at most, whatever comes: a store that ignores Range
+            # answers 200 with the whole segment (a gigabyte), left unread.
+            header = body.read(BATCH_HEADER_SIZE)
+        finally:
+            body.close()
+        base, maximum = batch_times(header)
     except (ClientError, ValueError):
         # Unreadable first batch: no time, so the selection keeps the segment.
         return segment

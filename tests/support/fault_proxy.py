@@ -7,7 +7,8 @@ faults are those of real object stores and the networks before them: error
 answers (500, 503, SlowDown XML), connection resets before and in the middle of
 a body, a body that stalls, a body shorter than its range with a clean close
 (Content-Length lying, or `Connection: close` without one), an over-long body,
-an origin that ignores If-Match or Range (a 200 with the whole object),
+an origin that ignores If-Match or Range (a 200 with the whole object; with
+`after_bytes`, stalling after them as stall_mid_body does),
 latency spikes, answers held back after the origin gave them (late_answer), and
 a HEAD answer without a Content-Length or with one that is no number
 (no_length, bad_length: S3 always sends it, an S3-compatible store may not),
@@ -29,7 +30,7 @@ import socket
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from urllib.parse import unquote, urlsplit
@@ -194,7 +195,11 @@ class FaultProxy:
                     self._head_length(self._forward(request_body), kind)
                 elif kind in ("ignore_if_match", "ignore_range"):
                     dropped = "if-match" if kind == "ignore_if_match" else "range"
-                    self._send(self._forward(request_body, drop=(dropped,)))
+                    answer = self._forward(request_body, drop=(dropped,))
+                    if fault.after_bytes:  # and then stalls, as stall_mid_body does
+                        self._body_fault(replace(fault, kind="stall_mid_body"), answer, wake)
+                    else:
+                        self._send(answer)
                 else:
                     self._body_fault(fault, self._forward(request_body), wake)
 
