@@ -269,8 +269,8 @@ def _read(file: BufferedReader, slab_path: Path, slot_count: int, block_size: in
 
 def _out_of_range(index: SlotIndex, policy: SlotFifo, free: array[int],
                   queues: tuple[int, ...], count: int, used_bytes: int) -> str | None:
-    """The first slot number or count of a snapshot that lies outside the slab,
-    or None. The checksums prove the file is what some writer wrote, not that
+    """The first slot number, block length or count of a snapshot that lies
+    outside the slab, or None. The checksums prove the file is what some writer wrote, not that
     the writer was this code: a slot number past the arrays would raise an
     IndexError mid-request, or, negative, index from their end. min() and
     max() over the arrays run in C: milliseconds for a million slots."""
@@ -283,6 +283,11 @@ def _out_of_range(index: SlotIndex, policy: SlotFifo, free: array[int],
             return name
     if states and max(states) > MAX_STATE:
         return "a FIFO state"
+    # A block longer than a slot would be read past its slot's end (the reads'
+    # checksums would refuse its bytes, but each read would fail).
+    held = list(filter(NO_BLOCK.__ne__, index.lengths))
+    if held and (min(held) < 1 or max(held) > index.block_size):
+        return "a block length"
     for at in (0, 3):  # (tail, head, length) of small, then of main
         tail, head, length = queues[at:at + 3]
         if not (-1 <= tail < slots and -1 <= head < slots and 0 <= length <= slots):

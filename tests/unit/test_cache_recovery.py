@@ -752,7 +752,7 @@ def body_offsets(slots: int, chunks: int) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("where", ["table", "prev", "next", "free", "negative-free",
-                                   "states", "queue", "count"])
+                                   "states", "queue", "count", "length"])
 async def test_a_snapshot_with_a_slot_number_outside_the_slab_falls_back_to_the_scan(
     tmp_path: Path, executor: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture, where: str,
 ) -> None:
@@ -773,6 +773,11 @@ async def test_a_snapshot_with_a_slot_number_outside_the_slab_falls_back_to_the_
             struct.pack_into("<i", body, offset, value)
         elif where == "states":
             body[at["states"]] = 0x0C  # both queues at once
+        elif where == "length":  # a held block longer than a slot
+            held = next(slot for slot in range(slots)
+                        if struct.unpack_from("<I", body, at["lengths"] + 4 * slot)[0]
+                        != 0xFFFFFFFF)
+            struct.pack_into("<I", body, at["lengths"] + 4 * held, BLOCK + 1)
         elif where == "queue":
             fields[15] = slots + 1  # the small queue's head
         else:
