@@ -48,7 +48,8 @@ TIMEOUT_S = 10.0
 # Pod phases after which a pod runs nothing more (its IP may be another's now).
 _FINISHED = ("Succeeded", "Failed")
 
-Resolve = Callable[[str], str]
+# A broker host's addresses, in the resolver's order.
+Resolve = Callable[[str], list[str]]
 
 
 def place_brokers(brokers: Mapping[int, Broker], spec: KafkaSpec,
@@ -61,11 +62,18 @@ def place_brokers(brokers: Mapping[int, Broker], spec: KafkaSpec,
     for node_id, broker in sorted(brokers.items()):
         if node_id in spec.broker_sidecars:
             continue
-        ip = resolve(broker.host)
-        pod = api.first_pod(api.broker_namespace, {"fieldSelector": f"status.podIP={ip}"})
+        addresses = resolve(broker.host)
+        pod = None
+        # A dual-stack pod's status.podIP is one of its addresses, and its name
+        # may resolve to the other family first: each address is asked in turn.
+        for ip in addresses:
+            pod = api.first_pod(api.broker_namespace, {"fieldSelector": f"status.podIP={ip}"})
+            if pod is not None:
+                break
         if pod is None:
             raise PlanError(
-                f"kafka.kubernetes: broker {node_id} ({broker.host}, {ip}) is no pod in "
+                f"kafka.kubernetes: broker {node_id} ({broker.host}, {', '.join(addresses)}) "
+                f"is no pod in "
                 f"namespace {api.broker_namespace}; set kafka.kubernetes.broker_namespace, "
                 "or give its sidecar in kafka.sidecars")
         node = str(pod.get("spec", {}).get("nodeName") or "")
@@ -86,13 +94,15 @@ def url_fields(placement: Placement) -> dict[str, str]:
             "sidecar_ip": _bracketed(placement.sidecar_ip or "")}
 
 
-def resolve_host(host: str) -> str:
+def resolve_host(host: str) -> list[str]:
+    """The addresses `host` resolves to, each once, in the resolver's order."""
     try:
-        return str(ipaddress.ip_address(host))
+        return [str(ipaddress.ip_address(host))]
     except ValueError:
         pass
     try:
-        return str(socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0])
+        return list(dict.fromkeys(
+            str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)))
     except OSError as exc:
         raise PlanError(f"kafka.kubernetes: cannot resolve the broker host {host}: "
                         f"{exc.strerror or exc}") from None

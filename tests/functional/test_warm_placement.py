@@ -172,6 +172,34 @@ def test_each_broker_is_routed_to_the_sidecar_on_its_own_node() -> None:
         route_partitions([("orders", 2, "replays[0]")], plan, led_by_3)
 
 
+def test_a_dual_stack_broker_is_found_by_whichever_address_its_pod_lists() -> None:
+    """Its name resolves to an IPv6 address first, while the pod's status.podIP
+    is its IPv4 one: each address is asked in turn."""
+    def both(host: str) -> list[str]:  # the cluster DNS of a dual-stack Service
+        return ["fd00:10:244:1::5", "10.244.1.5"]
+
+    with ApiServer(PODS) as api:
+        plan = plan_with(api.url, namespace="kafka")
+        assert plan.kafka is not None
+        placements = place_brokers({1: Broker(1, "my-kafka-0.kafka", 9092)}, plan.kafka, both)
+        asked = [urllib.parse.unquote(path) for path, _ in api.requests]
+    assert (placements[1].node, placements[1].sidecar_ip) == ("n1", "10.244.1.9")
+    assert asked[:2] == [f"/api/v1/namespaces/kafka/pods?fieldSelector=status.podIP={ip}"
+                         for ip in both("")]
+    with ApiServer([]) as api:  # neither address is a pod's: both named
+        plan = plan_with(api.url, namespace="kafka")
+        assert plan.kafka is not None
+        with pytest.raises(PlanError, match=r"broker 1 \(my-kafka-0.kafka, "
+                                            r"fd00:10:244:1::5, 10.244.1.5\) is no pod"):
+            place_brokers({1: Broker(1, "my-kafka-0.kafka", 9092)}, plan.kafka, both)
+
+
+def test_a_host_name_resolves_to_each_of_its_addresses_once() -> None:
+    addresses = placement.resolve_host("localhost")
+    assert "127.0.0.1" in addresses and len(addresses) == len(set(addresses))
+    assert placement.resolve_host("10.244.1.5") == ["10.244.1.5"]
+
+
 def test_a_finished_pod_that_kept_the_brokers_ip_does_not_place_it() -> None:
     # An evicted or completed pod keeps its status.podIP, which the network may
     # since have given the broker: the API server lists both for the IP.
