@@ -73,6 +73,8 @@ _REFUSAL_CODES = {
     Reason.UNKNOWN_KEY: "InvalidAccessKeyId",
     Reason.SKEWED: "RequestTimeTooSkewed",
 }
+# The object's headers a 304 repeats (RFC 9110 section 15.4.5).
+_KEPT_ON_304 = frozenset({"cache-control", "expires"})
 # The request header that asks for the object's checksums, and its one value.
 CHECKSUM_MODE = "x-amz-checksum-mode"
 CHECKSUM_MODE_ENABLED = "ENABLED"
@@ -323,6 +325,11 @@ class DataPort:
             "x-amz-request-id": request_id,
         }
         if decision.outcome is ReadOutcome.NOT_MODIFIED:
+            # RFC 9110 section 15.4.5: a 304 carries the Cache-Control and
+            # Expires a 200 would, so a cache revalidating the object keeps its
+            # freshness as the object's metadata sets it.
+            common.update((name, value) for name, value in info.headers
+                          if name.lower() in _KEPT_ON_304)
             return web.Response(status=304, headers=common), "none"
         if decision.outcome is ReadOutcome.PRECONDITION_FAILED:
             raise S3Error(412, "PreconditionFailed",

@@ -374,6 +374,14 @@ def test_conditional_requests(sidecar: SidecarProcess, origin_s3: Any, bucket: s
                        {"If-None-Match": etag})[0] == 304
     assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
                        {"If-Modified-Since": modified})[0] == 304
+    # A 304 repeats the freshness the object's metadata gives a 200 (RFC 9110 15.4.5).
+    fresh = "fresh/" + key
+    origin_s3.put_object(Bucket=bucket, Key=fresh, Body=data[:10], CacheControl="max-age=60",
+                         Expires=datetime(2030, 1, 1, tzinfo=UTC))
+    status, answered, _ = raw_request(sidecar.data_url, "GET", f"/{bucket}/{fresh}", {
+        "If-None-Match": origin_s3.head_object(Bucket=bucket, Key=fresh)["ETag"]})
+    assert status == 304 and answered["cache-control"] == "max-age=60"
+    assert answered["expires"] == "Tue, 01 Jan 2030 00:00:00 GMT"
     assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
                        {"If-Match": etag, "Range": "bytes=0-3"})[2] == data[:4]
     # If-Range that does not match: the whole object, 200.
