@@ -208,8 +208,8 @@ class PresignedMemo:
     (a rotated secret), and unsigned x-amz-* headers. A refused request is
     never remembered, nor a header-signed one (its signature changes with its
     date). Bounded: when full, the oldest entry goes. Looked up by dict, whose
-    keys' hashes are salted per process: a guessed signature is never compared
-    byte by byte with a remembered one."""
+    string hashes are keyed per process: a guessed signature is compared byte
+    by byte with a remembered one only on a 64-bit hash collision."""
 
     def __init__(self, capacity: int = PRESIGNED_MEMO_SIZE) -> None:
         self._capacity = capacity
