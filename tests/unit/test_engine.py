@@ -463,14 +463,17 @@ async def test_read_ahead_evicted_unread_is_counted_as_waste(make_rig: MakeRig) 
     assert wasted == issued and rig.engine.activity()["prefetch_pending"] == 0
 
 
+# Two consecutive segments of one partition, in Aiven's key layout.
+PARTITION = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/"
+FIRST_KEY = PARTITION + "00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
+SECOND_KEY = PARTITION + "00000000000000000100-CCCCCCCCCCCCCCCCCCCCCC.log"
+
+
 async def test_read_ahead_continues_into_the_next_segment(make_rig: MakeRig) -> None:
-    partition = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/"
-    first_key = partition + "00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
-    second_key = partition + "00000000000000000100-CCCCCCCCCCCCCCCCCCCCCC.log"
     first, second = random.Random(15).randbytes(4 * BLOCK), random.Random(16).randbytes(4 * BLOCK)
-    rig = await make_rig(first, key=first_key,
+    rig = await make_rig(first, key=FIRST_KEY,
                          planner=read_ahead_planner(layout=Layout.AIVEN))
-    second_info = rig.origin.add(second_key, second)
+    second_info = rig.origin.add(SECOND_KEY, second)
     assert await read_like_a_broker(rig, rig.info, BLOCK // 2) == first
     await rig.engine.idle()
     # Before any reader opened the second segment, its first block was fetched.
@@ -487,13 +490,10 @@ async def test_the_next_segment_is_listed_once_however_far_read_ahead_reaches(
     """Each delivery near a segment's end reaches further past it; the
     partition is listed once (S3 bills a LIST as ten GETs), however many
     readers and reaches."""
-    partition = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/"
-    first_key = partition + "00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
-    second_key = partition + "00000000000000000100-CCCCCCCCCCCCCCCCCCCCCC.log"
     first, second = random.Random(19).randbytes(6 * BLOCK), random.Random(20).randbytes(6 * BLOCK)
-    rig = await make_rig(first, key=first_key,
+    rig = await make_rig(first, key=FIRST_KEY,
                          planner=read_ahead_planner(layout=Layout.AIVEN))
-    second_info = rig.origin.add(second_key, second)
+    second_info = rig.origin.add(SECOND_KEY, second)
     listings: list[str] = []
     real_list = rig.origin.list_keys
 
@@ -505,7 +505,7 @@ async def test_the_next_segment_is_listed_once_however_far_read_ahead_reaches(
     for _ in range(3):  # three consumers of the partition, one after another
         assert await read_like_a_broker(rig, rig.info, BLOCK // 4) == first
         await rig.engine.idle()
-    assert listings == [first_key]
+    assert listings == [FIRST_KEY]
     assert rig.engine.will_hit(second_info, 0)
 
 
@@ -515,10 +515,8 @@ async def test_an_origin_that_cannot_list_is_not_asked_at_every_reach(
     """A listing the origin refuses (an S3-compatible store without
     start-after) holds the next one off a while, instead of one listing per
     delivery near every segment's end; the readers are served all the same."""
-    partition = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/"
-    first_key = partition + "00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
     first = random.Random(21).randbytes(6 * BLOCK)
-    rig = await make_rig(first, key=first_key,
+    rig = await make_rig(first, key=FIRST_KEY,
                          planner=read_ahead_planner(layout=Layout.AIVEN))
     refused: list[str] = []
 
@@ -530,7 +528,7 @@ async def test_an_origin_that_cannot_list_is_not_asked_at_every_reach(
     for _ in range(3):
         assert await read_like_a_broker(rig, rig.info, BLOCK // 4) == first
         await rig.engine.idle()
-    assert refused == [first_key]
+    assert refused == [FIRST_KEY]
 
 
 @pytest.mark.parametrize("mode", [Mode.NO_PREFETCH, Mode.CACHE_ONLY])
@@ -540,13 +538,10 @@ async def test_a_mode_without_read_ahead_stops_the_next_segment_looked_up_meanwh
     """The next segment's look-up (a listing, a HEAD) takes a while; an
     operator who turns read-ahead off (or pauses downloads) meanwhile gets no
     origin read of it once the look-up ends."""
-    partition = "orders-AAAAAAAAAAAAAAAAAAAAAA/0/"
-    first_key = partition + "00000000000000000000-BBBBBBBBBBBBBBBBBBBBBB.log"
-    second_key = partition + "00000000000000000100-CCCCCCCCCCCCCCCCCCCCCC.log"
     first, second = random.Random(17).randbytes(4 * BLOCK), random.Random(18).randbytes(4 * BLOCK)
-    rig = await make_rig(first, key=first_key,
+    rig = await make_rig(first, key=FIRST_KEY,
                          planner=read_ahead_planner(layout=Layout.AIVEN))
-    second_info = rig.origin.add(second_key, second)
+    second_info = rig.origin.add(SECOND_KEY, second)
     listing, release = asyncio.Event(), asyncio.Event()
     real_list = rig.origin.list_keys
 
