@@ -100,13 +100,15 @@ class CatchUp:
 
 def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
              size: int = 1000, group: str | None = None, timeout_s: float = 120.0,
-             on_record: Any = None, start: Mapping[int, int] | None = None) -> CatchUp:
+             on_record: Any = None, start: Mapping[int, int] | None = None,
+             on_error: Any = None) -> CatchUp:
     """Read each partition up to record `count`, from offset 0 or from `start`'s offset
     for it (a lagging group's committed offsets, say), checking each record.
 
     With `group`, offsets are committed to it as a consumer group's would be.
     `on_record(done)` is called with the records read so far after each poll (a
-    test's hook to act in the middle of a catch-up). Raises CatchUpError on a
+    test's hook to act in the middle of a catch-up); `on_error(errors)` with the
+    fetch errors so far after each one. Raises CatchUpError on a
     wrong, repeated or missing record, or when `timeout_s` passes first.
     """
     from kafka import TopicPartition
@@ -139,6 +141,8 @@ def catch_up(bootstrap: str, topic: str, partitions: Sequence[int], count: int,
                 # The broker could not read the remote segment (its storage failed):
                 # the Java consumer logs it and fetches again; kafka-python raises.
                 result.fetch_errors += 1
+                if on_error is not None:
+                    on_error(result.fetch_errors)
                 continue
             if batches:
                 result.fetch_seconds.append(time.monotonic() - polled)

@@ -260,13 +260,16 @@ def test_a_topic_or_partition_the_cluster_lacks_is_named_at_once(rig: Rig) -> No
 def test_a_sidecar_crash_and_an_origin_outage_lose_no_record(rig: Rig) -> None:
     partitions = tiered_topic(rig, "outage", 2, 32_000)
     started = threading.Event()
+    refused = threading.Event()  # the consumer was told of the outage
     healed = threading.Event()
     downed_reads: list[int] = []
 
     def outage() -> None:
         # Early in the catch-up: the sidecar is killed, the origin goes down, the
         # sidecar comes back on its port and cache while the origin is still down,
-        # and the origin heals once a read has found it down.
+        # and the origin heals once the outage has reached the consumer. Not
+        # sooner: the first read to find the origin down may be read-ahead that
+        # no consumer waits for, and the broker's S3 client retries its own.
         started.wait(timeout=240)
         rig.sidecar.kill()
         rig.origin.down = "503"
@@ -275,6 +278,7 @@ def test_a_sidecar_crash_and_an_origin_outage_lose_no_record(rig: Rig) -> None:
             downed_reads.append(len(eventually(
                 lambda: [seen for seen in rig.origin.seen if seen.fault == "down:503"],
                 "a read to reach the downed origin", timeout=60)))
+            refused.wait(timeout=120)
         finally:
             rig.origin.clear()
             healed.set()
@@ -288,9 +292,11 @@ def test_a_sidecar_crash_and_an_origin_outage_lose_no_record(rig: Rig) -> None:
     striker.start()
     try:
         done = catch_up(rig.cluster.bootstrap, "outage", partitions, 32_000, RECORD,
-                        on_record=in_the_middle, timeout_s=240)
+                        on_record=in_the_middle, on_error=lambda _: refused.set(),
+                        timeout_s=240)
     finally:
         started.set()
+        refused.set()  # the catch-up is over: the origin heals now, told or not
         striker.join(timeout=90)
     assert healed.is_set() and downed_reads
     assert done.records == 2 * 32_000
