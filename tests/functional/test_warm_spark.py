@@ -453,20 +453,31 @@ def test_a_report_directory_that_cannot_be_written_exits_2_before_spark_starts(
     assert time.monotonic() - started < 15  # no JVM was started for it
 
 
+def dry_run_reporting_to(
+    spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
+    report_dir: Path,
+) -> tuple[Any, str]:
+    """A dry run whose report cannot be written under `report_dir`: its result
+    and what it printed, checked to be a one-line error after the summary."""
+    out = io.StringIO()
+    result = run(spark, parse_plan(plan_document(local_s3, data, sidecars), env=WARM_ENV),
+                 out=out, dry_run=True, report_dir=report_dir)
+    assert result.exit_code == 1
+    assert result.report_error is not None
+    assert result.report_error.startswith(f"cannot write the report under {report_dir}: ")
+    assert "\n" not in result.report_error
+    assert "dry run: " in out.getvalue()  # the summary was printed first
+    return result, out.getvalue()
+
+
 def test_a_report_that_fails_at_the_end_still_leaves_the_summary(
     spark: SparkSession, local_s3: LocalS3, data: Data, sidecars: dict[str, SidecarProcess],
     tmp_path: Path,
 ) -> None:
     taken = tmp_path / "report"
     taken.write_text("a file, not a directory")  # where the report would go: now a file
-    out = io.StringIO()
-    result = run(spark, parse_plan(plan_document(local_s3, data, sidecars), env=WARM_ENV),
-                 out=out, dry_run=True, report_dir=taken)
-    assert result.exit_code == 1
-    assert result.report_error is not None
-    assert result.report_error.startswith(f"cannot write the report under {taken}: ")
-    assert "\n" not in result.report_error
-    assert "dry run: " in out.getvalue() and "; estimated " in out.getvalue()  # the summary
+    _, out = dry_run_reporting_to(spark, local_s3, data, sidecars, taken)
+    assert "; estimated " in out  # the summary
 
 
 def test_a_parquet_report_spark_cannot_write_is_a_line_not_a_stack_trace(
@@ -479,14 +490,8 @@ def test_a_parquet_report_spark_cannot_write_is_a_line_not_a_stack_trace(
     deep = tmp_path
     while len(str(deep)) < 3900:
         deep /= "d" * 200
-    out = io.StringIO()
-    result = run(spark, parse_plan(plan_document(local_s3, data, sidecars), env=WARM_ENV),
-                 out=out, dry_run=True, report_dir=deep)
-    assert result.exit_code == 1
-    assert result.report_error is not None
-    assert result.report_error.startswith(f"cannot write the report under {deep}: ")
-    assert "\n" not in result.report_error and "Spark: " in result.report_error
-    assert "dry run: " in out.getvalue()  # the summary was printed first
+    result, _ = dry_run_reporting_to(spark, local_s3, data, sidecars, deep)
+    assert result.report_error is not None and "Spark: " in result.report_error
     assert (deep / "report.jsonl").read_text().count("\n") == len(result.rows)
 
 

@@ -89,6 +89,14 @@ def executor() -> Iterator[ThreadPoolExecutor]:
         yield pool
 
 
+def log_for(shipper: LogShipper, directory: Path, backups: int,
+            executor: ThreadPoolExecutor) -> RotatingFile:
+    """An access log in `directory` that hands each rotated file to `shipper`
+    from a thread, as the log's writer thread does."""
+    return RotatingFile(str(directory / "access.jsonl"), 0, backups,
+                        lambda path: executor.submit(shipper.rotated, path).result())
+
+
 def rotate(log: RotatingFile, text: str) -> None:
     """One file's worth of lines, then the rotation that hands it over."""
     log.write([text.encode()])
@@ -104,8 +112,7 @@ async def test_files_go_up_in_order_even_after_the_name_was_rotated_away(
                          clock=lambda: next(clock))
     shipper.start()
     origin.gate.clear()  # nothing goes up until every rotation is done
-    log = RotatingFile(str(tmp_path / "access.jsonl"), 0, 1,
-                       lambda path: executor.submit(shipper.rotated, path).result())
+    log = log_for(shipper, tmp_path, 1, executor)
     for n in range(3):
         rotate(log, f"file {n}\n")  # one backup: file 0 and 1 are gone from disk
     assert sorted(os.listdir(tmp_path)) == ["access.jsonl", "access.jsonl.1"]
@@ -125,8 +132,7 @@ async def test_past_the_bound_the_oldest_waiting_file_is_given_up_and_counted(
     shipper = LogShipper(LOGS, "broker-1", origin.upload, executor, outcomes.append, 2)
     shipper.start()
     origin.gate.clear()
-    log = RotatingFile(str(tmp_path / "access.jsonl"), 0, 8,
-                       lambda path: executor.submit(shipper.rotated, path).result())
+    log = log_for(shipper, tmp_path, 8, executor)
     rotate(log, "in flight\n")
     await asyncio.sleep(0)  # the shipper takes it, and waits at the gate
     for text in ("oldest waiting\n", "second\n", "third\n"):
@@ -147,8 +153,7 @@ async def test_a_refused_upload_is_tried_again_and_what_waits_goes_at_stop(
     shipper = LogShipper(LOGS, "broker-1", origin.upload, executor, outcomes.append, 4,
                          retry_s=(0.01, 0.02))
     shipper.start()
-    log = RotatingFile(str(tmp_path / "access.jsonl"), 0, 4,
-                       lambda path: executor.submit(shipper.rotated, path).result())
+    log = log_for(shipper, tmp_path, 4, executor)
     rotate(log, "a\n")
     rotate(log, "b\n")
     await shipper.stop(drain_s=5)
@@ -164,8 +169,7 @@ async def test_stop_gives_up_after_its_drain_and_leaves_the_files_on_disk(
     origin.gate.clear()  # an origin that never answers
     shipper = LogShipper(LOGS, "broker-1", origin.upload, executor, outcomes.append, 4)
     shipper.start()
-    log = RotatingFile(str(tmp_path / "access.jsonl"), 0, 4,
-                       lambda path: executor.submit(shipper.rotated, path).result())
+    log = log_for(shipper, tmp_path, 4, executor)
     rotate(log, "a\n")
     await shipper.stop(drain_s=0.05)
     log.close()
@@ -181,8 +185,7 @@ async def test_stop_counts_the_file_whose_upload_it_gave_up_on(
     shipper = LogShipper(LOGS, "broker-1", origin.upload, executor, outcomes.append, 4,
                          retry_s=(0.01, 0.02))
     shipper.start()
-    log = RotatingFile(str(tmp_path / "access.jsonl"), 0, 4,
-                       lambda path: executor.submit(shipper.rotated, path).result())
+    log = log_for(shipper, tmp_path, 4, executor)
     rotate(log, "a\n")
     rotate(log, "b\n")
     await eventually_async(lambda: "failed" in outcomes, "an upload refused")
