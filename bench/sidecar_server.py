@@ -101,6 +101,7 @@ class SidecarServer:
                 self.data_url, self.admin_url = ready["data"], ready["admin"]
                 # Generated at the first start into the cache dir (mode 0600).
                 self.admin_token = Path(ready["admin_token_file"]).read_text().strip()
+                self._await_memory_tier(deadline)
                 return
             if self._process.poll() is not None:
                 break
@@ -109,6 +110,17 @@ class SidecarServer:
         raise RuntimeError(
             "the sidecar did not start: " + self.stderr_path.read_text(errors="replace")[-4000:]
         )
+
+    def _await_memory_tier(self, deadline: float) -> None:
+        """Until the memory tier's pages are taken (memory_tier_reserve, in the
+        background from the start), as on a sidecar that has run for a while:
+        a replay then pays for its copies, not for the start's reserve."""
+        while time.monotonic() < deadline:
+            size = self.metric_samples("sidecar_memory_tier_size_bytes") or {}
+            resident = self.metric_samples("sidecar_memory_tier_resident_bytes") or {}
+            if sum(resident.values()) >= sum(size.values()):
+                return
+            time.sleep(0.05)
 
     def _ready_line(self) -> dict[str, Any] | None:
         for line in self.stdout_path.read_text(errors="replace").splitlines():

@@ -157,6 +157,7 @@ class Sidecar:
                 admit_to_main=self._small_objects(),
                 recent_chunk_bytes=cache.recent_chunk_bytes,
                 memory_tier_bytes=cache.memory_tier_bytes,
+                reserve_tier=cache.memory_tier_reserve,
             )
         except OSError as exc:
             raise ConfigError(

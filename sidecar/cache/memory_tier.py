@@ -208,6 +208,31 @@ class MemoryTier:
                 "hits": counts.hits, "misses": counts.misses, "inserts": counts.inserts,
                 "evictions": counts.evictions}
 
+    def reserve(self, offset: int, length: int) -> int:
+        """Have the kernel give the file's pages in [offset, offset + length)
+        now (fallocate(2) mode 0; clipped to the file), so that chunks put
+        there later are copied into pages it already holds: taking a fresh
+        page costs more than copying into it, much more on memory the host
+        never gave this machine (bench/ANALYSIS.md). Pages already holding a
+        chunk are left as they are (mode 0 only fills holes), so a send under
+        way sees no change; a region evicted later still gets fresh pages for
+        its refill. Blocking; the bytes asked for (0 once closed). Raises
+        OSError when the memory is refused."""
+        end = min(offset + length, self.size_bytes)
+        if not 0 <= offset < end:
+            return 0
+        with self._lock:
+            if self._closed:
+                return 0
+            self._users += 1  # the file stays open until this call is over
+        try:
+            if _libc.fallocate(self.fd, 0, offset, end - offset) != 0:
+                code = ctypes.get_errno()
+                raise OSError(code, os.strerror(code))
+        finally:
+            self._let_go()
+        return end - offset
+
     def __contains__(self, key: Key) -> bool:
         with self._lock:
             return key in self._table

@@ -14,7 +14,8 @@ Each concept is a module of its own; ``BlockStore`` only wires them:
     disk_faults   the disk's failures, counted towards bypass
     disk_work     the executor the disk work runs in, and the tasks under way
     memory_tier   verified chunks in a sealed memfd, sent with sendfile
-                  (tier_regions: its accounting and eviction)
+                  (tier_regions: its accounting and eviction; tier_reserve:
+                  its pages taken at start)
 
 Every disk touch runs in the executor handed in; the event loop only does
 bookkeeping, so it never waits for the disk. The in-memory state is only ever
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -56,7 +58,10 @@ from sidecar.cache.startup import (
     report_for,
     slots_for_capacity,
 )
+from sidecar.cache.tier_reserve import Reserved, reserve
 from sidecar.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BlockStore", "BlockWrite", "CacheMetrics", "Purged", "Shrunk", "Written"]
 
@@ -104,6 +109,7 @@ class BlockStore:
         self._scan = BackgroundScan(residency=self._residency, slab=slab, work=self._work,
                                     metrics=metrics, report=report, scrubber=self._scrubber)
         self.recovery = report
+        self.tier_reserve: asyncio.Task[Reserved] | None = None  # see start_tier_reserve
         # What close() waits for now: read by the stop's deadline, from its thread.
         self.close_step = "nothing (open)"
 
@@ -126,6 +132,7 @@ class BlockStore:
         scan_batch: int = SCAN_BATCH_SLOTS,
         scan_pause: Callable[[int], Awaitable[None]] | None = None,
         memory_tier_bytes: int = 0,
+        reserve_tier: bool = False,
     ) -> BlockStore:
         """Open (or create) the slab in ``directory`` and recover its index.
 
@@ -139,7 +146,9 @@ class BlockStore:
         With ``scrub_rate`` (bytes per second) the recovered blocks' data is
         then verified in the background at that rate (``start_scrub``), once
         the scan is done. With ``memory_tier_bytes`` verified chunks are also
-        kept in a memory tier of that size (``sidecar.cache.memory_tier``).
+        kept in a memory tier of that size (``sidecar.cache.memory_tier``),
+        whose pages ``reserve_tier`` takes in the background from the start
+        (``start_tier_reserve``).
         """
         if scan_batch < 1:
             raise ValueError(f"scan_batch must be at least 1, got {scan_batch}")
@@ -174,6 +183,8 @@ class BlockStore:
                               admit_to_main is not None)
         if scrub_rate:
             store.start_scrub(scrub_rate)
+        if reserve_tier:
+            store.start_tier_reserve()
         return store
 
     # Recovery, the scan and the scrub.
@@ -203,6 +214,23 @@ class BlockStore:
         """Verify every cached block's data at most ``rate`` bytes per second
         (``sidecar.cache.scrub``)."""
         self._scrubber.start(rate)
+
+    def start_tier_reserve(self) -> None:
+        """Take the memory tier's pages in the background
+        (``sidecar.cache.tier_reserve``); ``tier_reserve`` is its task."""
+        if self.tier is not None and self.tier_reserve is None:
+            self.tier_reserve = self._work.start(self._reserve_tier(self.tier))
+
+    async def _reserve_tier(self, tier: MemoryTier) -> Reserved:
+        done = await reserve(tier, self._work, lambda: self._slots.closed)
+        if done.error is not None:
+            log.warning("memory tier: %d of its %d MiB taken at start, then the kernel "
+                        "refused more (%s); the rest is taken as chunks come in",
+                        done.bytes >> 20, tier.size_bytes >> 20, done.error)
+        elif done.bytes == tier.size_bytes:
+            log.info("memory tier: its %d MiB taken in %.2f s",
+                     done.bytes >> 20, done.seconds)
+        return done
 
     # Geometry and residency.
 

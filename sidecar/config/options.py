@@ -261,6 +261,12 @@ OPTIONS: tuple[Option, ...] = (
            "more than the machine's or the container's memory is refused at start",
            "SIZE|auto", flag=False, group="cache",
            field="cache.memory_tier"),
+    Option("memory_tier_reserve", parse_bool, True,
+           "take the memory tier's memory at start, in the background, so that chunks "
+           "land in pages the kernel has given already (cheaper for the origin threads, "
+           "and a container limit too small shows at start); false: pages are taken as "
+           "chunks come in", "BOOL", flag=False, group="cache",
+           field="cache.memory_tier_reserve"),
     Option("scrub_rate", parse_rate, "64MiB/s",
            "after a restart, verify the recovered blocks' data in the background at this "
            "disk read rate (0: only when read)", "RATE", flag=False, group="cache",

@@ -105,6 +105,7 @@ class CacheConfig:
     direct_io: bool
     recent_chunk_bytes: int
     memory_tier: int | None  # as asked; None: auto (see memory_tier_bytes)
+    memory_tier_reserve: bool
     preallocate: bool
     scrub_rate: int | None  # bytes/s; None: recovered blocks are verified when read
 

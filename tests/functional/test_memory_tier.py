@@ -64,6 +64,12 @@ def queued_bytes(server_port: int, client_port: int) -> int:
     return total
 
 
+def test_the_tiers_memory_is_taken_at_start(tiered_sidecar: SidecarProcess) -> None:
+    eventually(lambda: tiered_sidecar.metric("sidecar_memory_tier_resident_bytes") == TIER,
+               "the tier's memory taken at start (memory_tier_reserve)")
+    assert tiered_sidecar.metric("sidecar_memory_tier_used_bytes") == 0
+
+
 def test_a_slow_reader_receives_the_original_bytes_while_the_tier_refills_its_regions(
         tiered_sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:
     rng = random.Random(31)

@@ -114,13 +114,14 @@ async def make_rig(tmp_path: Path, executor: ThreadPoolExecutor) -> AsyncIterato
                    planner: ReadAheadPlanner | None = None, key: str = "k",
                    block: int = BLOCK, parts: int = 1, recent_chunk_bytes: int = 64 * 2**20,
                    memory_tier_bytes: int = 0, direct_io: bool = False,
-                   drop_written_pages: bool = False) -> Rig:
+                   drop_written_pages: bool = False, reserve_tier: bool = False) -> Rig:
         metrics = Metrics(CollectorRegistry())
         store = await BlockStore.open(tmp_path / f"cache{len(rigs)}", slots * (block + 4096),
                                       block, executor, metrics,
                                       recent_chunk_bytes=recent_chunk_bytes,
                                       memory_tier_bytes=memory_tier_bytes, direct_io=direct_io,
-                                      drop_written_pages=drop_written_pages)
+                                      drop_written_pages=drop_written_pages,
+                                      reserve_tier=reserve_tier)
         origin = ScriptedOrigin(data)
         info = origin.add(key, data)
         modes = ModeState()

@@ -63,6 +63,33 @@ async def test_origin_chunks_enter_the_tier_and_hits_are_sent_from_it(
     assert tier is not None and tier.counts.inserts == 4 and tier.counts.hits == 8
 
 
+async def test_the_tier_taken_at_start_is_filled_and_read_as_before(
+        make_rig: MakeRig) -> None:
+    data = random.Random(5).randbytes(4 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=8 * CHUNK, reserve_tier=True)
+    tier, reserving = rig.store.tier, rig.store.tier_reserve
+    assert tier is not None and reserving is not None
+    done = await reserving
+    assert (done.bytes, done.error) == (8 * CHUNK, None)
+    assert tier.resident_bytes() == 8 * CHUNK and tier.used_bytes() == 0
+    assert (await read(rig, rig.info, 0, len(data) - 1))[0] == data
+    await rig.engine.idle()
+    assert await read(rig, rig.info, 10, len(data) - 1) == (data[10:], [True] * 4)
+    assert tier.resident_bytes() == 8 * CHUNK  # the chunks went into the pages taken
+
+
+async def test_without_the_reserve_the_tier_takes_pages_as_chunks_come(
+        make_rig: MakeRig) -> None:
+    data = random.Random(6).randbytes(2 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=8 * CHUNK)
+    tier = rig.store.tier
+    assert tier is not None and rig.store.tier_reserve is None
+    assert tier.resident_bytes() == 0
+    assert (await read(rig, rig.info, 0, len(data) - 1))[0] == data
+    await rig.engine.idle()
+    assert tier.resident_bytes() == 2 * CHUNK
+
+
 async def test_a_verified_direct_read_of_the_disk_enters_the_tier(make_rig: MakeRig) -> None:
     """A tier of two chunks: the first two blocks fill it, the last two are
     declined as they land and at their first read (a full tier admits a chunk

@@ -443,6 +443,36 @@ def test_an_evicted_region_is_refilled_in_fresh_pages() -> None:
         tier.close()
 
 
+def test_a_reserve_takes_the_pages_and_leaves_the_chunks_held_as_they_are() -> None:
+    tier = MemoryTier(4 * MiB, MiB)
+    try:
+        held = os.urandom(MiB)
+        assert tier.put(key(0), held)
+        sending = tier.slice(key(0), 0, MiB)  # a send under way from its region
+        assert sending is not None and tier.resident_bytes() == MiB
+        assert tier.reserve(0, 4 * MiB) == 4 * MiB
+        assert tier.resident_bytes() == 4 * MiB
+        assert bytes(sending.view()) == held
+        sending.release()
+        fresh = os.urandom(MiB)
+        assert tier.put(key(1), fresh)
+        found = tier.slice(key(1), 0, MiB)
+        assert found is not None and os.pread(found.file, MiB, found.offset) == fresh
+        found.release()
+        assert tier.resident_bytes() == 4 * MiB  # the put took no page more
+    finally:
+        tier.close()
+
+
+def test_a_reserve_is_clipped_to_the_file_and_does_nothing_once_closed() -> None:
+    tier = MemoryTier(4 * MiB, MiB)
+    assert tier.reserve(3 * MiB, 64 * MiB) == MiB
+    assert tier.reserve(4 * MiB, MiB) == 0 and tier.reserve(-MiB, MiB) == 0
+    assert tier.resident_bytes() == MiB
+    tier.close()
+    assert tier.reserve(0, MiB) == 0
+
+
 def test_a_tier_of_size_zero_is_none_and_too_small_a_one_is_refused() -> None:
     assert MemoryTier.create(0, MiB) is None
     with pytest.raises(ValueError, match="one chunk"):
