@@ -15,8 +15,10 @@ threads at once. `--work` says what is done with each chunk as it lands:
   a chunk into its slot;
 - `tier`: `write`, then copied into a memory tier large enough for every
   block (sidecar.cache.memory_tier, the sidecar's own), as a sidecar whose
-  tier holds the data set keeps each chunk that lands: each region filled
-  takes fresh pages of shared memory.
+  tier holds the data set keeps each chunk that lands. Its pages are taken
+  before the clock starts, as the sidecar takes them at start
+  (memory_tier_reserve); `tier-fresh`: the same into pages the kernel has
+  yet to give, as with memory_tier_reserve = false.
 
 No cache index, no event loop, no readers: a cold replay through the sidecar
 pays this, the warm replay's serving and what ties the two together. Prints
@@ -43,7 +45,7 @@ from sidecar.cache.memory_tier import MemoryTier
 from sidecar.cache.slot_format import chunk_checksum
 from sidecar.origin.range_reader import Progress, RangeReader
 
-WORK = ("receive", "hash", "write", "tier")
+WORK = ("receive", "hash", "write", "tier", "tier-fresh")
 BLOCK = 8 * 1024 * 1024
 CHUNK = 1024 * 1024
 # Slots of the scratch file the blocks land in, round robin.
@@ -111,13 +113,15 @@ def main(argv: list[str] | None = None) -> int:
 
     # Room for every chunk: no region is ever evicted, as with a tier that
     # holds the data set.
-    tier = MemoryTier(len(jobs) * block, CHUNK) if args.work == "tier" else None
+    tier = MemoryTier(len(jobs) * block, CHUNK) if args.work.startswith("tier") else None
+    if tier is not None and args.work == "tier":
+        tier.reserve(0, tier.size_bytes)
 
     def sink_for(slot: int, url: str, etag: str) -> Any:
         def take(offset: int, data: memoryview) -> None:
             if args.work != "receive":
                 chunk_checksum(data)
-            if args.work in ("write", "tier"):
+            if args.work in ("write", "tier", "tier-fresh"):
                 os.pwrite(fd, data, slot * block + offset % block)
             if tier is not None:
                 ident = BlockIdent(args.bucket, url, etag, offset // block)

@@ -73,6 +73,7 @@ class PageCacheWatch:
             self._peak[name] = max(self._peak.get(name, 0), value)
 
     def figures(self) -> dict[str, int]:
-        """The peak growth of each over the watch, in bytes."""
+        """The peak growth of each over the watch, in bytes (so far, while it runs)."""
+        self._note(meminfo())
         return {"cached_peak_growth_bytes": self._peak["Cached"] - self._before["Cached"],
                 "shmem_peak_growth_bytes": self._peak["Shmem"] - self._before["Shmem"]}

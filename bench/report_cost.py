@@ -102,7 +102,9 @@ _COST_ROWS = {
                  "and written with O_DIRECT)"),
                 ("floor_origin-tier",
                  "floor: the origin side alone, each chunk also kept in a memory tier that "
-                 "holds the data set")],
+                 "holds the data set (its pages taken at start, as memory_tier_reserve does)"),
+                ("floor_origin-tier-fresh",
+                 "floor: the same, into pages not yet taken (memory_tier_reserve = false)")],
     "wide-48p": [("nginx_slice_cold", "nginx slice 8m + proxy_cache, cold"),
                  ("sidecar_cold", "**sidecar, cold**")],
 }
@@ -111,7 +113,8 @@ _COST_ROWS = {
 # Rows of runs older results files do not have: left out rather than shown failed.
 _OPTIONAL_ROWS = frozenset({"sidecar_tier_auto_cold", "sidecar_tier_auto_warm",
                             "sidecar_tier_whole_cold", "sidecar_tier_whole_warm",
-                            "floor_aiohttp-sendfile", "floor_origin-tier"})
+                            "floor_aiohttp-sendfile", "floor_origin-tier",
+                            "floor_origin-tier-fresh"})
 
 
 def _cost_rows(results: Results, scenario: str) -> list[list[str]]:

@@ -219,7 +219,7 @@ def test_the_light_client_reads_every_partition_as_a_broker_does(
     assert report["first_done_s"] <= report["last_done_s"]
 
 
-@pytest.mark.parametrize("work", ["receive", "write", "tier"])
+@pytest.mark.parametrize("work", ["receive", "write", "tier", "tier-fresh"])
 def test_the_origin_floor_reads_every_block_and_reports_its_cpu(
     origin: NginxServer, dataset: Dataset, tmp_path: Path, work: str
 ) -> None:
