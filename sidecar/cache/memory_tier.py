@@ -13,6 +13,8 @@ through Python.
   The memory is shared memory (shmem): it counts toward a container's memory
   limit, not toward the process's RSS (regions are filled with pwrite, not
   through the mapping; the mapping is only read by the fallback below).
+  ``reserve`` has the kernel give the pages ahead of use
+  (``sidecar.cache.tier_reserve`` does so at start).
 - **Verified on entry.** A chunk enters from the origin after its checksum
   was taken over the same bytes in hand, or from the disk after a direct read
   verified it. Hits are served without hashing again (DESIGN: verified bytes
@@ -189,7 +191,8 @@ class MemoryTier:
 
     def held_bytes(self) -> int:
         """Bytes of the regions that may hold pages (live, filling, or freed
-        once a send lets go): what the accounting allows in memory."""
+        once a send lets go): what the accounting allows in memory, besides
+        the pages ``reserve`` took ahead of use."""
         with self._lock:
             return self._table.held_regions * self.region_size
 
