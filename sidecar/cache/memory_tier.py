@@ -229,9 +229,7 @@ class MemoryTier:
                 return 0
             self._users += 1  # the file stays open until this call is over
         try:
-            if _libc.fallocate(self.fd, 0, offset, end - offset) != 0:
-                code = ctypes.get_errno()
-                raise OSError(code, os.strerror(code))
+            self._fallocate(0, offset, end - offset)
         finally:
             self._let_go()
         return end - offset
@@ -408,7 +406,9 @@ class MemoryTier:
             view, offset = view[written:], offset + written
 
     def _punch(self, offset: int) -> None:
-        if _libc.fallocate(self.fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset,
-                           self.region_size) != 0:
+        self._fallocate(_FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, self.region_size)
+
+    def _fallocate(self, mode: int, offset: int, length: int) -> None:
+        if _libc.fallocate(self.fd, mode, offset, length) != 0:
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code))
