@@ -8,8 +8,10 @@ import asyncio
 import base64
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +36,11 @@ class Chromium:
 
     def __enter__(self) -> Chromium:
         self.profile.mkdir()
+        # Chromium puts its single-instance socket in a directory of TMPDIR,
+        # which it removes only on a clean exit: in a directory of our own,
+        # removed at stop, one stopped by a signal leaves nothing in /tmp. Not
+        # under the test's directory: a socket's path takes 107 bytes at most.
+        self._scratch = Path(tempfile.mkdtemp(prefix="chromium-"))
         self._log = open(self.profile.parent / "chromium.log", "wb")
         self._process = subprocess.Popen(
             ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -42,6 +49,7 @@ class Chromium:
              "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
              "--window-size=1280,900", "about:blank"],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "TMPDIR": str(self._scratch)},
         )
         active = self.profile / "DevToolsActivePort"
 
@@ -70,6 +78,7 @@ class Chromium:
                 os.killpg(self._process.pid, signal.SIGKILL)
                 self._process.wait()
         self._log.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
