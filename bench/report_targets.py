@@ -241,16 +241,19 @@ def _cost_targets(results: Results) -> list[Target]:
                 "" if filled is None or tier_floor is None else
                 f"floor {filled + tier_floor:.2f}: the origin side with the tier's fill "
                 f"{filled:.2f} + the memory tier's way alone {tier_floor:.2f}")
-    # Where the CPU is the bound, as here, a cold replay runs at most about warm /
+    # Were the CPU the bound, a cold replay would run at most about warm /
     # (warm + the origin side alone) of the warm one's speed, even if serving it
-    # cost no more than serving a hit.
+    # cost no more than serving a hit. On the benchmark's machine it is not the
+    # first bound: the readers wait on each partition's first blocks
+    # (bench/ANALYSIS.md, "Where a cold replay's time goes").
     warm_cpu = median([cpu_per_gib(run) for run in warm])
     at_least("4 partitions, light client: sidecar cold vs the same sidecar warm", ">= 0.8x",
              [ratio_of(mbps(c), mbps(w)) for c, w in zip(cold, warm, strict=True)], 0.8,
              cold + warm,
              "" if warm_cpu is None or origin_side is None else
-             f"at most about {times(warm_cpu / (warm_cpu + origin_side))} where the CPU "
-             f"bounds: warm {warm_cpu:.2f} / (warm + the origin side alone {origin_side:.2f})")
+             f"at most about {times(warm_cpu / (warm_cpu + origin_side))} were the CPU "
+             f"the bound: warm {warm_cpu:.2f} / (warm + the origin side alone "
+             f"{origin_side:.2f}); the readers' waits at each partition's start come first")
 
     wide = rounds_of(results, "wide-48p", "sidecar_cold")
     wide_slice = rounds_of(results, "wide-48p", "nginx_slice_cold")

@@ -546,8 +546,8 @@ def test_the_cpu_targets_name_the_floors_they_are_read_against() -> None:
     notes = {name: target["note"] for name, target in targets.items()}
     # 1.5 / (1.5 + 0.5): a cold GiB pays at least a warm one's CPU and the origin side's.
     assert notes["4 partitions, light client: sidecar cold vs the same sidecar warm"] == (
-        "at most about 0.75x where the CPU bounds: warm 1.50 / (warm + the origin side "
-        "alone 0.50)")
+        "at most about 0.75x were the CPU the bound: warm 1.50 / (warm + the origin side "
+        "alone 0.50); the readers' waits at each partition's start come first")
 
 
 def test_the_disk_io_benchmark_times_every_way_and_renders_its_table(tmp_path: Path) -> None:
