@@ -398,7 +398,10 @@ class Sidecar:
         labels what aiohttp refuses there before any handler runs."""
         # aiohttp's keep-alive timer starts with the connection and moves only
         # when a request completes: a client trickling its headers (slowloris)
-        # or idling between requests is closed after client_timeout.
+        # or idling between requests is closed after client_timeout. Set here
+        # once: aiohttp takes it per connection at its start, with no way to
+        # change it after, so a reload's client_timeout reaches the requests
+        # (DataPort.configure) and this waits for a restart (README, "Live reload").
         # Header bounds are aiohttp's defaults, stated so they stay: a longer
         # request line or header gets 400 before any handler runs (S3 itself
         # takes at most 8 KiB of headers).
