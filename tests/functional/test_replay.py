@@ -424,6 +424,16 @@ def test_ctrl_c_while_the_admin_port_holds_the_stats_ends_at_once(
         try:
             held, _ = silent.accept()  # the replay asks for the stats before it reads
             with held:
+                # Its request read whole: the replay is waiting on the answer
+                # (a connection alone may not be its own, and is made before
+                # the request is sent).
+                held.settimeout(30)
+                asked = b""
+                while b"\r\n\r\n" not in asked:
+                    data = held.recv(4096)
+                    assert data, f"the replay closed before asking: {asked!r}"
+                    asked += data
+                assert asked.startswith(b"GET /api/v1/stats "), asked[:200]
                 interrupted = time.monotonic()
                 replay.send_signal(signal.SIGINT)
                 out, err = replay.communicate(timeout=60)
