@@ -145,6 +145,8 @@ class Sidecar:
         device = check_dedicated(cache.directory, cache.protect_paths, cache.allow_shared_disk)
         server = self.config.server
         applied = apply_host_settings(server.cpus, server.ionice, server.nice)
+        if cache.memory_tier_off_reason is not None:
+            log.warning("%s", cache.memory_tier_off_reason)
         await self.origin.start()
         if self.config.origin.check_on_start:
             await self.origin.check_reachable()

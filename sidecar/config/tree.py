@@ -116,6 +116,18 @@ class CacheConfig:
         changes only cache_size names only cache_size."""
         return memory_tier_bytes(self.memory_tier, self.size_bytes, self.block_size)
 
+    @property
+    def memory_tier_off_reason(self) -> str | None:
+        """Why a memory tier asked for (``auto``) came out as none, for a
+        warning at start: the operator asked for one, and /ui would only say
+        "off". None when there is one, or none was asked for."""
+        if self.memory_tier is not None or self.memory_tier_bytes:
+            return None
+        chunk = chunk_bytes(self.block_size)
+        return (f"memory_tier auto is an eighth of cache_size ({self.size_bytes // 8} bytes), "
+                f"less than one chunk of {chunk} bytes: the memory tier is off; give "
+                f"memory_tier a size of at least {chunk} bytes to have one")
+
 
 @dataclass(frozen=True)
 class PrefetchConfig:

@@ -14,6 +14,7 @@ from sidecar.config import (
 )
 from sidecar.config.loading import read_toml
 from sidecar.config.parsing import parse_cpu_list, parse_host_port, parse_sample_interval
+from sidecar.config.tree import CacheConfig
 from sidecar.errors import ConfigError
 
 MIB = 1024 * 1024
@@ -315,6 +316,24 @@ def test_the_memory_tier_is_off_by_default_auto_a_share_of_the_cache_never_too_s
         tier(memory_tier="4KiB")
     with pytest.raises(ConfigError, match="size"):
         tier(memory_tier="lots")
+
+
+def test_an_auto_memory_tier_too_small_for_a_chunk_says_why_it_is_off() -> None:
+    """Asked for (auto) on a cache whose eighth holds no chunk: off, and the
+    start warns with what to set, rather than /ui saying "off" unexplained."""
+    def cache(**flags: object) -> CacheConfig:
+        return load_config({"cache_dir": "/c", **flags}, {}, {}).cache
+
+    tiny = cache(cache_size="7MiB", block_size="1MiB", memory_tier="auto")
+    assert tiny.memory_tier_bytes == 0
+    assert tiny.memory_tier_off_reason == (
+        "memory_tier auto is an eighth of cache_size (917504 bytes), less than one chunk of "
+        "1048576 bytes: the memory tier is off; give memory_tier a size of at least 1048576 "
+        "bytes to have one")
+    assert cache(cache_size="100MiB", memory_tier="auto").memory_tier_off_reason is None
+    for unasked in ("0", None):  # none asked for: nothing to say
+        flags = {} if unasked is None else {"memory_tier": unasked}
+        assert cache(cache_size="7MiB", block_size="1MiB", **flags).memory_tier_off_reason is None
 
 
 def test_the_config_knows_the_cache_chunk_size_the_slab_uses() -> None:
