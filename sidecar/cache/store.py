@@ -167,6 +167,12 @@ class BlockStore:
                 # Not the disk cache's fault: name what could not be had.
                 raise ConfigError(f"cannot set up a {memory_tier_bytes}-byte memory_tier: "
                                   f"{exc.strerror or exc}") from None
+            if isinstance(exc, ValueError):
+                # Too small for one region: a chunk rounded up to whole pages,
+                # which the config's check (one chunk) cannot see where pages
+                # are larger than 4 KiB. A clear error, not a traceback.
+                raise ConfigError(f"cannot set up a {memory_tier_bytes}-byte memory_tier: "
+                                  f"{exc}") from None
             raise
         recovered, merge = await recover_index(slab, executor, loop)
         report = report_for(slab, recovered, merge)

@@ -16,6 +16,7 @@ import xxhash
 
 from sidecar.cache import BlockIdent, BlockStore, SlotRecord
 from sidecar.cache.slab import NotResident, Slab
+from sidecar.errors import ConfigError
 from tests.support.cache_metrics import RecordingMetrics
 from tests.support.waiting import eventually_async
 
@@ -99,6 +100,20 @@ async def open_store(
 ) -> BlockStore:
     # A little slack that is not enough for another slot.
     return await BlockStore.open(tmp_path, slots * SLOT + SLOT - 1, BLOCK, executor, metrics)
+
+
+async def test_a_memory_tier_too_small_for_one_region_is_a_config_error(
+    tmp_path: Path, executor: ThreadPoolExecutor, metrics: RecordingMetrics
+) -> None:
+    """Less than a chunk rounded up to whole pages (the config's one-chunk
+    check passes such a size where pages are 64 KiB): the operator's error,
+    named, not a ValueError traceback at start; the slab is let go whole."""
+    with pytest.raises(ConfigError, match="cannot set up a 61440-byte memory_tier: "
+                                          "memory_tier 61440 cannot hold one chunk"):
+        await BlockStore.open(tmp_path, 2 * SLOT, BLOCK, executor, metrics,
+                              memory_tier_bytes=BLOCK - 4096)
+    store = await BlockStore.open(tmp_path, 2 * SLOT, BLOCK, executor, metrics)
+    await store.close()
 
 
 async def written(store: BlockStore, block_ident: BlockIdent, data: bytes) -> SlotRecord:
