@@ -170,6 +170,9 @@ class MemoryTier:
         self._lock = threading.Lock()
         self._closed = False
         self._users = 0  # fills and sends under way
+        # Whether the last fill was refused: once memory is short, every chunk
+        # offered (thousands a second in a catch-up) is, and one line says so.
+        self._refusing = False
 
     @classmethod
     def create(cls, size_bytes: int, region_size: int) -> MemoryTier | None:
@@ -269,9 +272,11 @@ class MemoryTier:
                 self._fill(offset, data)
                 with self._lock:
                     published = self._table.publish(region, key, length)
+                    if published:
+                        self._refusing = False
             except OSError as exc:
                 self._give_back(region, offset)
-                log.warning("memory tier: a chunk not kept: %s", exc)
+                self._fill_refused(exc)
                 return False
             except BaseException:
                 self._give_back(region, offset)
@@ -383,6 +388,15 @@ class MemoryTier:
                 return
         with self._lock:
             self._table.released(region)
+
+    def _fill_refused(self, exc: OSError) -> None:
+        """A fill the kernel refused: logged once until a chunk is kept again,
+        not once a chunk (a memory limit refuses every one of them)."""
+        with self._lock:
+            first, self._refusing = not self._refusing, True
+        if first:
+            log.warning("memory tier: a chunk not kept: %s; chunks are declined, unlogged, "
+                        "until one is kept again", exc)
 
     def _give_back(self, region: int, offset: int) -> None:
         """A claimed region back to the free list. Its pages were never sent

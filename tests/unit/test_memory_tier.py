@@ -4,6 +4,7 @@ the load, refills in fresh pages, pinned regions never evicted."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -301,6 +302,31 @@ def test_a_tier_the_memory_refuses_declines_the_chunk_and_raises_nothing() -> No
         tier.fd = writable
         assert not tier.put(key(2), b"z" * 100) and not tier.put(key(2), b"z" * 100)
         assert tier.held_bytes() == MiB  # withheld for good
+    finally:
+        tier.fd = writable
+        os.close(read_only)
+        tier.close()
+
+
+def test_refused_fills_are_logged_once_until_a_chunk_is_kept_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Memory short refuses every chunk offered (thousands a second in a
+    catch-up): one warning for the run of refusals, not one a chunk."""
+    tier = MemoryTier(4 * MiB, MiB)
+    writable = tier.fd
+    # The same file, read-only: pwrite fails (EBADF) in the kernel.
+    read_only = os.open(f"/proc/self/fd/{writable}", os.O_RDONLY)
+    try:
+        with caplog.at_level(logging.WARNING, logger="sidecar.cache.memory_tier"):
+            tier.fd = read_only
+            assert not any(tier.put(key(n), b"x" * 100) for n in range(3))
+            tier.fd = writable
+            assert tier.put(key(3), b"x" * 100)
+            tier.fd = read_only
+            assert not any(tier.put(key(n), b"x" * 100) for n in range(4, 6))
+        refusals = [r.getMessage() for r in caplog.records if "not kept" in r.getMessage()]
+        assert len(refusals) == 2, refusals
+        assert "Bad file descriptor" in refusals[0]
     finally:
         tier.fd = writable
         os.close(read_only)
