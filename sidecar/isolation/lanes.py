@@ -95,6 +95,14 @@ class LaneLimiter:
             bucket.tokens = min(bucket.burst, old.tokens)
             bucket.stamp = now
 
+    def foreground_wait(self) -> float:
+        """Seconds until the foreground's debt is paid (0 when there is none)."""
+        total = self._total
+        if total is None:
+            return 0.0
+        total.refill(self._clock())
+        return max(0.0, -total.tokens / total.rate)
+
     def take(self, lane: str, amount: int) -> Grant:
         total = self._total
         if total is None:

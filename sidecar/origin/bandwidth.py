@@ -20,6 +20,11 @@ class Bandwidth:
         self._lock = threading.Lock()
         # Set at the stop: a fetch thread waiting for its budget returns at once.
         self._closed = threading.Event()
+        # Set (and renewed) at a reload and at the stop: a fetch thread waiting
+        # for its budget asks the lanes again. Its wait was worked out from the
+        # old rate; at a low one that is minutes, which a reload raising or
+        # lifting the limit must not leave it to sleep through.
+        self._wake = threading.Event()
 
     def replace(self, limiter: LaneLimiter) -> None:
         """New lanes: every read from now on takes its budget from them, and
@@ -27,6 +32,8 @@ class Bandwidth:
         with self._lock:
             limiter.continue_from(self._limiter)
             self._limiter = limiter
+            woken, self._wake = self._wake, threading.Event()
+        woken.set()
 
     def pacer(self, lane: str) -> Callable[[int], None]:
         """The lane's bandwidth budget, taken chunk by chunk in the fetch thread.
@@ -38,19 +45,30 @@ class Bandwidth:
         waits = self._metrics.ratelimit_wait.labels(lane)
 
         def pace(amount: int) -> None:
+            taken = False
             while True:
                 with self._lock:
                     limiter = self._limiter
+                    wake = self._wake
                     if not limiter.limited:
                         return
-                    grant = limiter.take(lane, amount)
-                if grant.wait > 0:
-                    waits.inc(grant.wait)
+                    if taken:
+                        # Granted already (foreground, in debt): only the rest
+                        # of the debt is waited for, at the lanes now in force.
+                        wait = limiter.foreground_wait()
+                    else:
+                        grant = limiter.take(lane, amount)
+                        taken, wait = grant.taken, grant.wait
+                if wait > 0:
+                    waits.inc(wait)
                     # A wait for a foreground debt at a low limit may be long:
-                    # the stop does not wait for it.
-                    if self._closed.wait(grant.wait):
+                    # the stop does not wait for it, and a reload cuts it short.
+                    woken = wake.wait(wait)
+                    if self._closed.is_set():
                         raise ConnectionAbortedError("the origin reader is closed")
-                if grant.taken:
+                    if woken or not taken:
+                        continue
+                if taken:
                     return
 
         return pace
@@ -58,6 +76,9 @@ class Bandwidth:
     def close(self) -> None:
         """The stop: fetch threads waiting for their budget give up now."""
         self._closed.set()
+        with self._lock:
+            wake = self._wake
+        wake.set()
 
     async def throttle(self, lane: str, amount: int) -> float:
         """Wait until the lane may read `amount` more bytes from the origin; the wait."""

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -110,3 +114,50 @@ def test_a_pacer_made_while_unlimited_takes_a_limit_a_reload_adds() -> None:
     assert limited.take(FOREGROUND, 512 * 1024).wait == pytest.approx(CHUNK / MiB)
     bandwidth.replace(LaneLimiter(None, {}, clock))  # lifted again: no wait at all
     pace(64 * MiB)
+
+
+def _pace_in_thread(pace: Callable[[int], None], amount: int) -> threading.Thread:
+    thread = threading.Thread(target=pace, args=(amount,), daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("lane", [PREFETCH, FOREGROUND])
+def test_a_reload_lifting_the_limit_frees_a_fetch_already_waiting(lane: str) -> None:
+    """A fetch thread waiting for its budget at a low rate (here a minute for
+    the foreground's debt) goes on at once when a reload lifts the limit; it
+    used to sleep the whole wait worked out at the old rate."""
+    bandwidth = Bandwidth(LaneLimiter(64 * 1024, {PREFETCH: 1.0}, time.monotonic),
+                          Metrics(CollectorRegistry()))
+    if lane == PREFETCH:
+        with bandwidth._lock:  # a foreground read put the budget a minute in debt
+            bandwidth._limiter.take(FOREGROUND, 64 * 1024 * 60)
+        amount = CHUNK
+    else:
+        amount = 64 * 1024 * 60  # one foreground chunk a minute's worth at this rate
+    thread = _pace_in_thread(bandwidth.pacer(lane), amount)
+    thread.join(0.2)
+    assert thread.is_alive()  # waiting for its budget, as it should at this rate
+    bandwidth.replace(LaneLimiter(None, {}, time.monotonic))
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_the_stop_frees_a_foreground_fetch_paying_its_debt() -> None:
+    bandwidth = Bandwidth(LaneLimiter(64 * 1024, {}, time.monotonic),
+                          Metrics(CollectorRegistry()))
+    failed: list[BaseException] = []
+
+    def pace() -> None:
+        try:
+            bandwidth.pacer(FOREGROUND)(64 * 1024 * 60)
+        except ConnectionAbortedError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=pace, daemon=True)
+    thread.start()
+    thread.join(0.2)
+    assert thread.is_alive()
+    bandwidth.close()
+    thread.join(5)
+    assert not thread.is_alive() and len(failed) == 1
