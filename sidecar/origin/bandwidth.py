@@ -11,6 +11,9 @@ from collections.abc import Callable
 from sidecar.isolation.lanes import LaneLimiter
 from sidecar.telemetry.metrics import Metrics
 
+# The longest a bypass read sleeps before it asks the lanes again.
+MAX_SLICE_S = 0.25
+
 
 class Bandwidth:
     def __init__(self, limiter: LaneLimiter, metrics: Metrics) -> None:
@@ -81,14 +84,24 @@ class Bandwidth:
         wake.set()
 
     async def throttle(self, lane: str, amount: int) -> float:
-        """Wait until the lane may read `amount` more bytes from the origin; the wait."""
+        """Wait until the lane may read `amount` more bytes from the origin; the wait.
+
+        Slept in slices of at most MAX_SLICE_S, asking the lanes again after
+        each: a reload that raises or lifts the limit reaches a bypass read
+        already waiting (at a low rate its wait is minutes), as it does a
+        fetch thread's (the loop has no event a thread could set)."""
         waited = 0.0
+        taken = False
         while True:
             with self._lock:
-                grant = self._limiter.take(lane, amount)
-            if grant.wait > 0:
-                self._metrics.ratelimit_wait.labels(lane).inc(grant.wait)
-                await asyncio.sleep(grant.wait)
-                waited += grant.wait
-            if grant.taken:
+                limiter = self._limiter
+                if taken:
+                    wait = limiter.foreground_wait()
+                else:
+                    grant = limiter.take(lane, amount)
+                    taken, wait = grant.taken, grant.wait
+            if wait <= 0 and taken:
                 return waited
+            self._metrics.ratelimit_wait.labels(lane).inc(min(wait, MAX_SLICE_S))
+            await asyncio.sleep(min(wait, MAX_SLICE_S))
+            waited += min(wait, MAX_SLICE_S)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -161,3 +162,24 @@ def test_the_stop_frees_a_foreground_fetch_paying_its_debt() -> None:
     bandwidth.close()
     thread.join(5)
     assert not thread.is_alive() and len(failed) == 1
+
+
+@pytest.mark.parametrize("lane", [PREFETCH, FOREGROUND])
+async def test_a_reload_lifting_the_limit_frees_a_bypass_read_already_waiting(
+    lane: str,
+) -> None:
+    """The loop's reads (bypass) wait for their budget too: a reload lifting
+    the limit reaches one already waiting a minute for it."""
+    bandwidth = Bandwidth(LaneLimiter(64 * 1024, {PREFETCH: 1.0}, time.monotonic),
+                          Metrics(CollectorRegistry()))
+    amount = 64 * 1024 * 60
+    if lane == PREFETCH:
+        with bandwidth._lock:  # a foreground read put the budget a minute in debt
+            bandwidth._limiter.take(FOREGROUND, amount)
+        amount = CHUNK
+    read = asyncio.ensure_future(bandwidth.throttle(lane, amount))
+    done, _ = await asyncio.wait([read], timeout=0.2)
+    assert not done  # waiting for its budget, as it should at this rate
+    bandwidth.replace(LaneLimiter(None, {}, time.monotonic))
+    waited = await asyncio.wait_for(read, 5)
+    assert 0 < waited < 5
