@@ -38,7 +38,7 @@ from sidecar.engine.pieces import PIECE_SIZE
 from sidecar.errors import DownloadsPaused, OriginBadBody, OriginCircuitOpen, Overloaded
 from sidecar.in_flight import InFlightBlock, Unslotted
 from sidecar.isolation.modes import ModeState
-from sidecar.model import FOREGROUND, PREFETCH, FetchDone, ObjectInfo
+from sidecar.model import FOREGROUND, PREFETCH, WARM, FetchDone, ObjectInfo
 
 # The engine's log lines keep the one logger name, whichever of its rooms writes them.
 log = logging.getLogger("sidecar.engine")
@@ -171,6 +171,7 @@ class Fetches:
         ok = False
         try:
             await self._reserve_slots(run)
+            self._check_mode_still_allows(lane, run)
             first, last = run[0].ident.block, run[-1].ident.block
             start = block_span(first, self._block_size, info.size)[0]
             end = block_span(last, self._block_size, info.size)[1]
@@ -205,6 +206,21 @@ class Fetches:
                     sum(block.length for block in run if block.complete),
                     time.monotonic() - began, ok))
 
+    def _check_mode_still_allows(self, lane: str, run: list[InFlightBlock]) -> None:
+        """Read-ahead and warm-up may wait a while for their slots: a switch
+        made meanwhile to a mode that pauses them starts no origin read.
+        A fetch a reader waits for goes on, foreground or joined (the reader
+        was let in before the switch, and would get a refusal for a mode
+        that still fetches misses)."""
+        if any(block.readers for block in run):
+            return
+        if lane == PREFETCH and not self._modes.read_ahead:
+            mode = self._modes.current.value
+            raise DownloadsPaused(f"mode {mode}: read-ahead is paused", mode)
+        if lane == WARM and not (self._modes.downloads and self._modes.caching):
+            mode = self._modes.current.value
+            raise DownloadsPaused(f"mode {mode}: warm-up is paused", mode)
+
     async def _reserve_slots(self, run: list[InFlightBlock]) -> None:
         for in_flight in run:
             write = await self._store.begin_write(in_flight.ident, in_flight.length,
@@ -229,7 +245,8 @@ class Fetches:
             self._modes.disk_failed(str(exc))
             failure = Unslotted(str(exc))
         quiet = lane == PREFETCH or isinstance(
-            exc, (asyncio.CancelledError, OriginCircuitOpen, Unslotted, CacheDiskError)
+            exc, (asyncio.CancelledError, OriginCircuitOpen, Unslotted, CacheDiskError,
+                  DownloadsPaused)
         )
         log.log(logging.INFO if quiet else logging.WARNING,
                 "%s fetch of s3://%s/%s blocks %d-%d failed: %r",

@@ -23,6 +23,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sidecar.cache import BlockIdent, BlockStore
+from sidecar.cache.block_writes import BlockWrite
 from sidecar.cache.slab import Slab
 from sidecar.engine import Engine, Piece, Sink, Source
 from sidecar.errors import OriginBadBody, OriginError, OriginUnavailable
@@ -692,3 +693,33 @@ async def test_a_reader_waiting_as_its_chunk_lands_is_handed_it_in_memory(
     assert await collect(rig.engine, rig.info, 2**20, block - 1) == (data[2**20:],
                                                                     {Source.CACHE})
     assert kept == [0]
+
+
+@pytest.mark.parametrize("mode", [Mode.CACHE_ONLY, Mode.BYPASS])
+async def test_a_warm_up_waiting_for_its_slot_starts_no_origin_read_after_a_pause(
+    make_rig: MakeRig, mode: Mode
+) -> None:
+    """A warm-up fetch waiting for a cache slot when the operator pauses
+    downloads (or bypasses the cache) reads nothing from the origin once its
+    slot comes: it used to go on with the GET the mode had paused."""
+    rig = await make_rig(random.Random(23).randbytes(4 * BLOCK))
+    waiting, release = asyncio.Event(), asyncio.Event()
+    real_begin_write = rig.store.begin_write
+
+    async def held_begin_write(ident: BlockIdent, length: int, *,
+                               may_wait: bool = True) -> BlockWrite | None:
+        waiting.set()
+        await release.wait()
+        return await real_begin_write(ident, length, may_wait=may_wait)
+
+    rig.store.begin_write = held_begin_write  # type: ignore[method-assign]
+    warm = asyncio.ensure_future(rig.engine.warm(rig.info, 0, BLOCK - 1, ttl_s=3600))
+    async with asyncio.timeout(10):
+        await waiting.wait()
+    rig.modes.request(mode)
+    release.set()
+    result = await asyncio.wait_for(warm, 10)
+    await rig.engine.idle()
+    assert (result.fetched, result.failed) == (0, 1)
+    assert rig.origin.calls == []
+    assert rig.engine.activity()["buffered_bytes"] == 0
