@@ -96,6 +96,32 @@ async def _refuse_undecodable_headers(
     return await handler(request)
 
 
+@web.middleware
+async def _json_router_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """The router's own answers to a wrong method (405) and an unknown path (404)
+    are plain text; every other error of this port is a JSON object with "error",
+    which is what scripts and `sidecar mode|purge` parse. The 405 keeps its Allow."""
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed as exc:
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        raise web.HTTPMethodNotAllowed(
+            request.method, exc.allowed_methods,
+            text=json.dumps({"error": f"method {request.method} not allowed here "
+                                      f"(allowed: {allowed})"}),
+            content_type="application/json",
+        ) from None
+    except web.HTTPNotFound as exc:
+        if exc.content_type == "application/json":
+            raise
+        raise web.HTTPNotFound(
+            text=json.dumps({"error": "no such endpoint"}),
+            content_type="application/json",
+        ) from None
+
+
 def _is_json(request: web.Request) -> bool:
     """A body declared as JSON, or no body at all (a bodiless POST such as a reload
     is no form post: a form always declares its type)."""
@@ -135,7 +161,7 @@ def metrics_app(metrics: Metrics, loopback_host: str | None = None) -> web.Appli
             raise _misdirected("this listener serves /metrics")
         return _exposition(metrics)
 
-    application = web.Application(middlewares=[_refuse_undecodable_headers])
+    application = web.Application(middlewares=[_json_router_errors, _refuse_undecodable_headers])
     application.router.add_get("/metrics", serve_metrics)
     return application
 
@@ -213,7 +239,8 @@ class AdminPort:
         raise _misdirected("this page is served without a token")
 
     def app(self) -> web.Application:
-        application = web.Application(middlewares=[_refuse_undecodable_headers])
+        application = web.Application(
+            middlewares=[_json_router_errors, _refuse_undecodable_headers])
         application.router.add_get("/healthz", self.healthz)
         application.router.add_get("/readyz", self.readyz)
         application.router.add_get("/metrics", self.metrics)

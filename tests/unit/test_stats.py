@@ -182,3 +182,23 @@ async def test_warm_calls_are_remembered_rejected_ones_too() -> None:
         assert calls[0]["status"] == 400 and calls[0]["objects"] == 0
         assert calls[0]["error"].startswith("body: not JSON")
         assert calls[0]["seconds"] >= 0 and calls[0]["result"] is None
+
+
+async def test_a_wrong_method_or_path_gets_a_json_error() -> None:
+    """Scripts and `sidecar mode|purge` read {"error": ...} from every refusal; the
+    router's own 404 and 405 were plain text."""
+    admin = admin_port()
+    async with TestClient(TestServer(admin.app())) as client:
+        for method, path, status in (("POST", "/api/v1/mode", 405),
+                                     ("GET", "/api/v1/warm", 405),
+                                     ("DELETE", "/api/v1/stats", 405),
+                                     ("GET", "/api/v1/nothing", 404)):
+            response = await client.request(method, path, headers={
+                "Authorization": "Bearer secret", "Content-Type": "application/json"})
+            assert response.status == status, (method, path)
+            assert response.content_type == "application/json", (method, path)
+            error = (await response.json())["error"]
+            assert error and "secret" not in error
+            if status == 405:
+                assert method in error
+                assert response.headers["Allow"]  # still says what is allowed
