@@ -291,6 +291,7 @@ def _replay(args: argparse.Namespace) -> None:
         from sidecar.tools.replay import ReplayOptions, format_summary, run_replay
         from sidecar.tools.replay_flags import (
             check_bucket,
+            check_progress,
             check_timeout,
             parse_partitions,
             parse_range,
@@ -312,12 +313,10 @@ def _replay(args: argparse.Namespace) -> None:
         list_endpoint=args.list_endpoint,
         offsets=parse_range("offset", args.from_offset, args.to_offset),
         times_ms=parse_range("time", args.from_time, args.to_time),
-        progress_s=args.progress, timeout_s=check_timeout(args.timeout),
+        progress_s=check_progress(args.progress), timeout_s=check_timeout(args.timeout),
     )
     if options.offsets is not None and options.times_ms is not None:
         raise ConfigError("give an offset range or a time range, not both")
-    if args.progress < 0:
-        raise ConfigError(f"--progress must be 0 or more seconds, got {args.progress}")
     report = asyncio.run(run_replay(options))
     print(json.dumps(report) if args.json else format_summary(report))
     if report["crc_errors"]:

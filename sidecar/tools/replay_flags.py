@@ -78,6 +78,14 @@ def parse_range(kind: str, first: int | str | None, last: int | str | None
     return start, end
 
 
+def check_progress(seconds: float) -> float:
+    """--progress: 0 (no progress lines) or a finite number of seconds. float()
+    takes "nan", which compares false both ways: it passed as a silent 0."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(f"--progress must be 0 or more seconds, got {seconds:g}")
+    return seconds
+
+
 def check_timeout(seconds: float) -> float:
     """--timeout: a positive, finite number of seconds."""
     if not math.isfinite(seconds) or seconds <= 0:

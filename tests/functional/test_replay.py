@@ -465,7 +465,10 @@ def test_a_name_no_bucket_can_have_is_a_usage_error(local_s3: LocalS3, name: str
      (["--from-time", "2026-11-01T00:00:00"], "ISO 8601 time with a zone"),
      (["--from-offset", "-1"], "--from-offset must be 0 or more"),
      (["--timeout", "0"], "--timeout must be a positive number of seconds"),
-     (["--timeout", "nan"], "--timeout must be a positive number of seconds")],
+     (["--timeout", "nan"], "--timeout must be a positive number of seconds"),
+     (["--progress", "-1"], "--progress must be 0 or more seconds"),
+     (["--progress", "nan"], "--progress must be 0 or more seconds"),
+     (["--progress", "inf"], "--progress must be 0 or more seconds")],
 )
 def test_bad_flags(local_s3: LocalS3, bucket: str, flags: list[str], message: str) -> None:
     result = run_replay("--endpoint", local_s3.endpoint, "--bucket", bucket, *flags)
