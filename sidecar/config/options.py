@@ -16,6 +16,7 @@ from sidecar.config.parsing import (
     fraction,
     non_negative_int,
     optional_str,
+    parse_admin_token,
     parse_auth_keys,
     parse_bool,
     parse_bucket_list,
@@ -76,7 +77,7 @@ OPTIONS: tuple[Option, ...] = (
            field="server.listen"),
     Option("admin_listen", parse_host_port, "127.0.0.1:9331", "admin port address", "H:P",
            field="server.admin_listen"),
-    Option("admin_token", optional_str, "",
+    Option("admin_token", parse_admin_token, "",
            "bearer token for mutating admin calls and, off loopback, for /metrics, /ui and "
            "/api/v1/stats too; empty: the token of admin_token_file (on the command line it "
            "shows in ps: prefer SIDECAR_ADMIN_TOKEN or the file)", "TOKEN",

@@ -334,6 +334,19 @@ def optional_str(value: object) -> str | None:
     return text or None
 
 
+def parse_admin_token(value: object) -> str | None:
+    """The admin token, or None (empty): one line of printable ASCII without
+    spaces, as every client takes it (sidecar.admin.token). Any other token would
+    be accepted here and then match no request: HTTP drops a header's outer
+    spaces, clients refuse to send it, a non-ASCII byte makes the header a 400.
+    The value is never echoed: it is a secret."""
+    text = optional_str(value)
+    if text is not None and not (text.isprintable() and text.isascii() and " " not in text):
+        raise ConfigError("not one token (a single line of printable ASCII without spaces; "
+                          "the value is not shown)")
+    return text
+
+
 def parse_http_url(value: object, *, bare_host: bool = False) -> str:
     """An http(s) URL with a host (and a valid port, if any); ``bare_host``:
     HOST:PORT without a scheme is taken as http://HOST:PORT."""

@@ -19,6 +19,7 @@ from sidecar.config.parsing import (
     fraction,
     non_negative_int,
     optional_str,
+    parse_admin_token,
     parse_auth_keys,
     parse_bool,
     parse_bucket_list,
@@ -97,7 +98,8 @@ KEY_TABLE = TomlType((dict, str), "a table of strings (or AKID:... text)", items
 SECRET_TABLE = TomlType((dict, str), "a table of strings (or AKID:SECRET text)")
 
 BY_PARSER: dict[Callable[[object], Any], TomlType] = {
-    str: TEXT, optional_str: TEXT, parse_host_port: TEXT, parse_optional_host_port: TEXT,
+    str: TEXT, optional_str: TEXT, parse_admin_token: TEXT, parse_host_port: TEXT,
+    parse_optional_host_port: TEXT,
     parse_optional_http_url: TEXT, parse_ionice: TEXT, parse_layout_name: TEXT,
     parse_log_format: TEXT, parse_s3_location: TEXT,
     positive_int: WHOLE, non_negative_int: WHOLE, parse_nice: WHOLE,

@@ -444,3 +444,21 @@ def test_ascii_numbers_in_every_form_still_load() -> None:
     assert config.origin.retries == 5 and config.server.nice == -3
     assert config.origin.prefetch_share == 0.5 and config.origin.breaker_ratio == 0.1
     assert config.server.max_requests == 300
+
+
+@pytest.mark.parametrize("token", ["two words", "caf\u00e9-token", "line\x01break"])
+def test_an_admin_token_no_client_could_send_is_refused_without_being_shown(
+    tmp_path: Path, token: str
+) -> None:
+    """Accepted, it matched no request: clients refuse it, HTTP strips or refuses it."""
+    for flags, env, file in (({"admin_token": token}, {}, {}),
+                             ({}, {"SIDECAR_ADMIN_TOKEN": token}, {}),
+                             ({}, {}, {"admin_token": token})):
+        with pytest.raises(ConfigError) as caught:
+            load_config({"cache_dir": str(tmp_path), **flags}, env, file)
+        assert re.sub("[-_]", "", str(caught.value).lower()).find("admintoken") >= 0
+        assert "not one token" in str(caught.value)
+        assert token not in str(caught.value)
+    # A Secret mounted as a variable ends in a newline: still one token.
+    config = load_config({"cache_dir": str(tmp_path)}, {"SIDECAR_ADMIN_TOKEN": "s3cret\n"}, {})
+    assert config.server.admin_token == "s3cret"
