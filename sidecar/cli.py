@@ -351,9 +351,13 @@ def _format_stats(stats: dict[str, Any]) -> str:
     if origin is not None:
         by_lane = ", ".join(f"{lane} {mib(n)}" for lane, n in origin["bytes"].items())
         requests = origin["requests"]
-        failed = sum(n for outcome, n in requests.items() if outcome != "ok")
+        # A 404 is the origin's answer, not its failure (a segment retention
+        # deleted): /ui and the origin error alert count it apart too.
+        not_found = requests.get("not_found", 0)
+        failed = sum(n for outcome, n in requests.items() if outcome not in ("ok", "not_found"))
         lines.append(("origin read", f"{mib(stats['origin_bytes'])} ({by_lane})"))
-        lines.append(("origin requests", f"{sum(requests.values()):,} ({failed:,} failed)"))
+        lines.append(("origin requests", f"{sum(requests.values()):,} ({failed:,} failed"
+                                         + (f", {not_found:,} not found)" if not_found else ")")))
         breaker = origin.get("breaker")
         if breaker is not None and (breaker["state"] != "closed" or breaker["rejected"]):
             lines.append(("origin breaker", f"{breaker['state']} "

@@ -202,3 +202,12 @@ async def test_a_wrong_method_or_path_gets_a_json_error() -> None:
             if status == 405:
                 assert method in error
                 assert response.headers["Allow"]  # still says what is allowed
+
+
+def test_summary_counts_origin_not_found_apart_from_failures() -> None:
+    """A 404 from the origin (a deleted segment) is no origin failure: /ui and the
+    error-ratio alert count only `error`, and so does the summary."""
+    metrics = busy_metrics()
+    metrics.origin_requests.labels("foreground", "not_found").inc(3)
+    lines = rendered(stats_snapshot(metrics))
+    assert lines["origin requests"] == "9 (1 failed, 3 not found)"
