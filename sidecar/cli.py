@@ -466,6 +466,11 @@ def _mode(args: argparse.Namespace) -> None:
 
 
 def _purge(args: argparse.Namespace) -> None:
+    # An empty one makes a path the admin port has no route for: its 404 would
+    # say nothing of the argument.
+    for name, value in (("bucket", args.bucket), ("key", args.key)):
+        if not value:
+            raise ConfigError(f"purge: the {name} is empty")
     path = f"/api/v1/cache/{quote(args.bucket, safe='')}/{quote(args.key, safe='/')}"
     print(json.dumps(_admin_call(args, "DELETE", path, ("purged_blocks",))))
 
