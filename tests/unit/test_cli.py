@@ -71,11 +71,13 @@ def test_the_broker_demo_without_the_broker_jars_says_run_make_kafka(tmp_path: P
 
 
 @pytest.mark.parametrize(("bucket", "key", "named"), [("b", "", "key"), ("", "k", "bucket")])
-def test_purge_of_an_empty_bucket_or_key_says_which(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-    bucket: str, key: str, named: str,
-) -> None:
-    """Refused before any call: the admin port's 404 for the path would not say why."""
-    monkeypatch.setenv("SIDECAR_ADMIN_TOKEN", "s3cret")
-    assert main(["purge", "--admin", "127.0.0.1:1", bucket, key]) == 2
-    assert capsys.readouterr().err == f"sidecar: error: purge: the {named} is empty\n"
+def test_purge_of_an_empty_bucket_or_key_says_which(bucket: str, key: str, named: str) -> None:
+    """Refused before any call: the admin port's 404 for the path would not say why.
+    A process of its own, as the CLI sets up the root logger (in this one, its
+    handler would outlive the test's captured stderr)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar", "purge", "--admin", "127.0.0.1:1", bucket, key],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "SIDECAR_ADMIN_TOKEN": "s3cret"})
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"sidecar: error: purge: the {named} is empty\n"
