@@ -406,6 +406,14 @@ def test_a_body_cut_short_is_one_line_and_a_retry_later(
     assert segment.key in line and len(line) < 400, line
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """In the replay's process before it runs: SIGINT as a terminal delivers it.
+    A suite started in the background of a script inherits SIGINT ignored (POSIX
+    shells do that to background jobs), and Python keeps ignoring what it
+    started ignoring, as a command-line tool should."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_while_the_admin_port_holds_the_stats_ends_at_once(
         local_s3: LocalS3, origin_s3: Any, bucket: str, generated: tuple[SegmentObject, ...]
 ) -> None:
@@ -420,7 +428,8 @@ def test_ctrl_c_while_the_admin_port_holds_the_stats_ends_at_once(
             [sys.executable, "-m", "sidecar", "replay", "--endpoint", local_s3.endpoint,
              "--bucket", bucket, "--admin", f"http://127.0.0.1:{silent.getsockname()[1]}"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING"})
+            env={**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING"},
+            preexec_fn=_sigint_as_at_a_terminal)
         try:
             held, _ = silent.accept()  # the replay asks for the stats before it reads
             with held:
