@@ -55,13 +55,7 @@ class Bandwidth:
                     wake = self._wake
                     if not limiter.limited:
                         return
-                    if taken:
-                        # Granted already (foreground, in debt): only the rest
-                        # of the debt is waited for, at the lanes now in force.
-                        wait = limiter.foreground_wait()
-                    else:
-                        grant = limiter.take(lane, amount)
-                        taken, wait = grant.taken, grant.wait
+                    taken, wait = _ask(limiter, lane, amount, taken)
                 if wait > 0:
                     waits.inc(wait)
                     # A wait for a foreground debt at a low limit may be long:
@@ -94,14 +88,19 @@ class Bandwidth:
         taken = False
         while True:
             with self._lock:
-                limiter = self._limiter
-                if taken:
-                    wait = limiter.foreground_wait()
-                else:
-                    grant = limiter.take(lane, amount)
-                    taken, wait = grant.taken, grant.wait
+                taken, wait = _ask(self._limiter, lane, amount, taken)
             if wait <= 0 and taken:
                 return waited
             self._metrics.ratelimit_wait.labels(lane).inc(min(wait, MAX_SLICE_S))
             await asyncio.sleep(min(wait, MAX_SLICE_S))
             waited += min(wait, MAX_SLICE_S)
+
+
+def _ask(limiter: LaneLimiter, lane: str, amount: int, taken: bool) -> tuple[bool, float]:
+    """Whether `amount` is granted, and the seconds to wait first. Granted
+    already (foreground, in debt): only the rest of the debt is waited for, at
+    the lanes now in force (a reload may have changed them)."""
+    if taken:
+        return True, limiter.foreground_wait()
+    grant = limiter.take(lane, amount)
+    return grant.taken, grant.wait
