@@ -64,8 +64,10 @@ async def open_store(
     store = await BlockStore.open(directory, slots * SLOT, BLOCK, executor,
                                   metrics or RecordingMetrics())
     # These tests look at what the whole scan recovered (serving while it
-    # runs: tests/unit/test_cache_scan.py).
+    # runs: tests/unit/test_cache_scan.py), and write into the slots it
+    # dropped, which are free only once their headers are erased.
     await store.scanned()
+    await store.idle()
     return store
 
 
