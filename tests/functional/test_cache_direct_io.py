@@ -204,8 +204,7 @@ async def test_the_store_reads_a_block_written_past_the_page_cache_four_chunks_a
             assert record is not None
             await store.idle()  # the short last chunk's pages written back
             # Nothing of the block went through the page cache.
-            assert not any(on_page_cache(ext4.mount, record.slot, block, at)
-                           for at in range(0, 6 * MiB, MiB))
+            assert resident_pages(ext4.mount, record.slot, 0, len(data), block=block) == 0
             # A bounded read of one chunk reads that chunk only.
             trips = executor.submitted
             piece = await store.read(record, 2 * MiB + 5, 2 * MiB + 99, through=2 * MiB + 99)
@@ -301,11 +300,11 @@ async def test_a_block_written_past_the_page_cache_leaves_no_page_there_to_write
             await store.close()
 
 
-def resident_pages(directory: Path, slot: int, at: int, length: int) -> int:
+def resident_pages(directory: Path, slot: int, at: int, length: int, block: int = BLOCK) -> int:
     """How many pages of bytes [at, at + length) of the slot's data are in the
     page cache: mincore(2) on a mapping of them, which reads nothing in (a
     read that may not wait starts the kernel's read-ahead)."""
-    offset = FILE_HEADER_SIZE + slot * (SLOT_HEADER_SIZE + BLOCK) + SLOT_HEADER_SIZE + at
+    offset = FILE_HEADER_SIZE + slot * (SLOT_HEADER_SIZE + block) + SLOT_HEADER_SIZE + at
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
@@ -324,17 +323,3 @@ def resident_pages(directory: Path, slot: int, at: int, length: int) -> int:
     finally:
         os.close(fd)
     return sum(page & 1 for page in pages)
-
-
-def on_page_cache(directory: Path, slot: int, block: int, at: int) -> bool:
-    """Whether the page at `at` of the slot's data is in the page cache (a read
-    that may not wait for the disk gets it)."""
-    fd = os.open(directory / "slab.dat", os.O_RDONLY)
-    try:
-        os.preadv(fd, [bytearray(4096)], 4096 + slot * (4096 + block) + 4096 + at,
-                  os.RWF_NOWAIT)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
