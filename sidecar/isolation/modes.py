@@ -27,12 +27,25 @@ class Mode(enum.Enum):
     BYPASS = "bypass"
 
 
+# How much of an unknown mode the error quotes: PUT /api/v1/mode may carry up
+# to aiohttp's client_max_size (1 MiB), and the 400 must not echo it back.
+MAX_QUOTED_CHARS = 40
+
+
 def parse_mode(value: object) -> Mode:
     try:
         return Mode(str(value))
     except ValueError:
         names = ", ".join(mode.value for mode in Mode)
-        raise ValueError(f"unknown mode {value!r} (expected one of: {names})") from None
+        raise ValueError(f"unknown mode {_quoted(value)} (expected one of: {names})") from None
+
+
+def _quoted(value: object) -> str:
+    """The value as the error quotes it: whole, or its start and its length."""
+    text = repr(value)
+    if len(text) <= MAX_QUOTED_CHARS + 20:
+        return text
+    return f"{text[:MAX_QUOTED_CHARS]}... ({len(text)} characters)"
 
 
 class ModeState:

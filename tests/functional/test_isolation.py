@@ -222,6 +222,11 @@ def test_modes(local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path) -
                           None)[0] == 401
         assert admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "fast"},
                           token)[0] == 400
+        # A long unknown mode is quoted cut, not echoed back whole.
+        status, error = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode",
+                                   {"mode": "f" * 500_000}, token)
+        assert status == 400 and len(error["error"]) < 200
+        assert error["error"].endswith("(expected one of: normal, no-prefetch, cache-only, bypass)")
         status, error = admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", b"bypass", token)
         assert status == 400 and error["error"].startswith("not JSON: the body must be")
         # Deeper than the JSON decoder's recursion goes: a 400 all the same.
