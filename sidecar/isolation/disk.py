@@ -17,6 +17,7 @@ import concurrent.futures
 import errno
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,21 +45,54 @@ class DeviceInfo:
 def device_of(path: Path) -> DeviceInfo:
     st_dev = os.stat(path).st_dev
     numbers = f"{os.major(st_dev)}:{os.minor(st_dev)}"
-    best = DeviceInfo(numbers, "?", "?")
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
-            for line in mountinfo:
-                # proc(5): ID parent major:minor root mount-point ... - fstype source ...
-                fields = line.split()
-                if len(fields) > 4 and fields[2] == numbers and "-" in fields:
-                    source = fields[fields.index("-") + 2]
-                    mount_point = fields[4]
-                    longer = best.mount_point == "?" or len(mount_point) > len(best.mount_point)
-                    if longer and str(path.resolve()).startswith(mount_point):
-                        best = DeviceInfo(numbers, source, mount_point)
+        # Bytes as the kernel wrote them, decoded as the file system names
+        # paths (os.fsdecode), so a mount point that is not UTF-8 still
+        # compares with the resolved path.
+        with open("/proc/self/mountinfo", "rb") as mountinfo:
+            text = os.fsdecode(mountinfo.read())
     except OSError:
-        pass
+        return DeviceInfo(numbers, "?", "?")
+    return mount_of(text, numbers, str(path.resolve()))
+
+
+def mount_of(mountinfo: str, numbers: str, path: str) -> DeviceInfo:
+    """The mount of device `numbers` (major:minor) that holds `path` (absolute,
+    resolved), read from /proc/self/mountinfo's text: the longest mount point
+    that is `path` or one of its ancestors; "?" when none is."""
+    best = DeviceInfo(numbers, "?", "?")
+    for line in mountinfo.splitlines():
+        # proc(5): ID parent major:minor root mount-point options [optional...] - fstype source ...
+        fields = line.split(" ")
+        if len(fields) <= 4 or fields[2] != numbers or "-" not in fields[5:]:
+            continue
+        separator = fields.index("-", 5)
+        if separator + 2 >= len(fields):
+            continue
+        mount_point = _unescaped(fields[4])
+        source = _unescaped(fields[separator + 2])
+        longer = best.mount_point == "?" or len(mount_point) > len(best.mount_point)
+        if longer and _within(path, mount_point):
+            best = DeviceInfo(numbers, source, mount_point)
     return best
+
+
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescaped(field: str) -> str:
+    """A mountinfo field as the path it names: the kernel writes a space, tab,
+    newline and backslash in it as a backslash and three octal digits (\\040,
+    \\011, \\012, \\134; seq_file's mangle_path), so the line splits on spaces."""
+    return _OCTAL_ESCAPE.sub(lambda match: chr(int(match.group(1), 8)), field)
+
+
+def _within(path: str, mount_point: str) -> bool:
+    """Whether `path` is `mount_point` or below it: whole path components, so
+    /data holds /data/cache but not /data2/cache."""
+    if mount_point == "/":
+        return path.startswith("/")
+    return path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
 
 
 def check_dedicated(cache_dir: Path, protect: tuple[Path, ...], allow_shared: bool) -> DeviceInfo:
