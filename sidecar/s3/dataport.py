@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import Mapping
 from contextlib import aclosing
+from datetime import UTC, datetime
 
 from aiohttp import HttpVersion11, hdrs, web
 
@@ -317,6 +318,7 @@ class DataPort:
                 if_range=headers.get("If-Range"),
             ),
             size=info.size, etag=info.etag, last_modified=info.last_modified,
+            now=datetime.now(UTC),
         )
         common = {
             "ETag": info.etag,

@@ -62,9 +62,13 @@ class _EntityTag:
 
 
 def decide_read(
-    headers: RequestHeaders, *, size: int, etag: str, last_modified: datetime
+    headers: RequestHeaders, *, size: int, etag: str, last_modified: datetime, now: datetime
 ) -> ReadDecision:
-    """Evaluate preconditions, If-Range and Range in the order of RFC 9110 §13.2.2."""
+    """Evaluate preconditions, If-Range and Range in the order of RFC 9110 §13.2.2.
+
+    ``now`` is the server's current time (aware), against which an
+    If-Modified-Since date is read.
+    """
     current = _origin_tag(etag)
     modified = _to_second(last_modified)
     if headers.if_match is not None:
@@ -76,7 +80,8 @@ def decide_read(
         # For GET/HEAD a false If-None-Match is a 304, never a 412 (§13.1.2).
         if _if_none_match_matches(headers.if_none_match, current):
             return ReadDecision(ReadOutcome.NOT_MODIFIED)
-    elif (since := _parse_http_date(headers.if_modified_since)) is not None and modified <= since:
+    elif (since := _modified_since(headers.if_modified_since, now)) is not None \
+            and modified <= since:
         return ReadDecision(ReadOutcome.NOT_MODIFIED)
     if headers.range is None:
         return ReadDecision(ReadOutcome.FULL)
@@ -183,6 +188,21 @@ def _origin_tag(etag: str) -> _EntityTag:
     # conditional request against it fail.
     parsed = _parse_tag(etag.strip(_OWS))
     return parsed if parsed is not None else _EntityTag(False, etag.strip(_OWS))
+
+
+def _modified_since(value: str | None, now: datetime) -> datetime | None:
+    """An If-Modified-Since date to evaluate; None when it is to be ignored.
+
+    RFC 9110 §13.1.3 reads the date on the origin server's clock; a date later
+    than that clock's current time cannot be the Last-Modified the server
+    sent, and RFC 2616 §14.25 made it invalid, so ignored. S3 does the same: a
+    GET with a future If-Modified-Since answers 200 with the object, where
+    taking the date at its word would answer every such request 304.
+    """
+    since = _parse_http_date(value)
+    if since is None or since > _to_second(now):
+        return None
+    return since
 
 
 def _parse_http_date(value: str | None) -> datetime | None:

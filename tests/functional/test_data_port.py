@@ -7,7 +7,8 @@ import secrets
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -374,6 +375,10 @@ def test_conditional_requests(sidecar: SidecarProcess, origin_s3: Any, bucket: s
                        {"If-None-Match": etag})[0] == 304
     assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
                        {"If-Modified-Since": modified})[0] == 304
+    # A date ahead of the server's clock is ignored, as S3 ignores it: 200, the object.
+    ahead = format_datetime(datetime.now(UTC) + timedelta(days=1), usegmt=True)
+    assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                       {"If-Modified-Since": ahead})[::2] == (200, data)
     # A 304 repeats the freshness the object's metadata gives a 200 (RFC 9110 15.4.5).
     fresh = "fresh/" + key
     origin_s3.put_object(Bucket=bucket, Key=fresh, Body=data[:10], CacheControl="max-age=60",

@@ -21,6 +21,8 @@ LAST_MODIFIED = datetime(1994, 11, 6, 8, 49, 37, tzinfo=UTC)
 LM_TEXT = "Sun, 06 Nov 1994 08:49:37 GMT"
 EARLIER = "Sun, 06 Nov 1994 08:49:36 GMT"
 LATER = "Sun, 06 Nov 1994 08:49:38 GMT"
+# The server's clock, handed in: a day after the object was written.
+NOW = LAST_MODIFIED + timedelta(days=1)
 
 FULL = ReadDecision(ReadOutcome.FULL, None)
 NOT_MODIFIED = ReadDecision(ReadOutcome.NOT_MODIFIED, None)
@@ -30,10 +32,11 @@ FIRST_TEN = ReadDecision(ReadOutcome.PARTIAL, ByteRange(0, 9))
 
 
 def decide(
-    etag: str = ETAG, last_modified: datetime = LAST_MODIFIED, **headers: str | None
+    etag: str = ETAG, last_modified: datetime = LAST_MODIFIED, now: datetime = NOW,
+    **headers: str | None,
 ) -> ReadDecision:
     return decide_read(
-        RequestHeaders(**headers), size=SIZE, etag=etag, last_modified=last_modified
+        RequestHeaders(**headers), size=SIZE, etag=etag, last_modified=last_modified, now=now
     )
 
 
@@ -174,6 +177,20 @@ def test_if_modified_since(date: str, expected: ReadDecision) -> None:
     assert decide(if_modified_since=date) == expected
 
 
+def test_a_future_if_modified_since_is_ignored() -> None:
+    """A date later than the server's clock is no Last-Modified it sent: the
+    GET answers 200 with the object, as S3 does (RFC 2616 §14.25; RFC 9110
+    §13.1.3 reads the date on the server's clock)."""
+    ahead = http_date(NOW + timedelta(seconds=1))
+    assert decide(if_modified_since=ahead) == FULL
+    assert decide(if_modified_since=ahead, range="bytes=0-9") == FIRST_TEN
+    assert decide(if_modified_since=http_date(NOW + timedelta(days=3650))) == FULL
+    # The server's current second itself is not in the future.
+    assert decide(if_modified_since=http_date(NOW)) == NOT_MODIFIED
+    assert decide(now=NOW + timedelta(microseconds=999_999),
+                  if_modified_since=http_date(NOW)) == NOT_MODIFIED
+
+
 def test_if_modified_since_ignored_when_if_none_match_present() -> None:
     assert decide(if_none_match='"x"', if_modified_since=LATER) == FULL
     assert decide(if_none_match='"abc"', if_modified_since=EARLIER) == NOT_MODIFIED
@@ -284,7 +301,8 @@ opaque = st.text(
 @given(instants)
 def test_own_last_modified_round_trips(lm: datetime) -> None:
     echoed = http_date(lm)
-    assert decide(last_modified=lm, if_modified_since=echoed) == NOT_MODIFIED
+    # The server's clock reads at least the Last-Modified it gives out.
+    assert decide(last_modified=lm, now=lm, if_modified_since=echoed) == NOT_MODIFIED
     assert decide(last_modified=lm, if_unmodified_since=echoed) == FULL
     assert decide(last_modified=lm, range="bytes=0-9", if_range=echoed) == FIRST_TEN
 
