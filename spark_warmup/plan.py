@@ -71,6 +71,7 @@ from string import Formatter
 from urllib.parse import urlsplit
 
 from sidecar.blocks import MAX_BLOCK_SIZE, MIN_BLOCK_SIZE
+from sidecar.bucket_names import bucket_name_problem, uncached_bucket_problem
 from spark_warmup.sidecar_urls import SidecarUrlError, check_sidecar_url
 from spark_warmup.units import parse_rate, parse_size
 
@@ -330,9 +331,14 @@ def _origin(value: object) -> OriginSpec:
     if endpoint is not None:
         endpoint = _url(endpoint, "origin.endpoint")
     bucket = _required(origin, "bucket", "origin")
-    # S3 bucket naming rules, loosely: what could never be a bucket is an error here.
-    if not isinstance(bucket, str) or not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket):
+    # What could never be a bucket is an error here; S3's legacy names (upper
+    # case, '_') are buckets still (sidecar.bucket_names), and the warm-up caches
+    # their objects, so a name the cache cannot record is one too.
+    if not isinstance(bucket, str):
         raise PlanError(f"origin.bucket: not an S3 bucket name: {bucket!r}")
+    problem = bucket_name_problem(bucket) or uncached_bucket_problem(bucket)
+    if problem is not None:
+        raise PlanError(f"origin.bucket: {problem}: {bucket[:70]!r}")
     prefix = origin.get("prefix", "")
     if not isinstance(prefix, str):
         raise PlanError(f"origin.prefix: must be a string, got {prefix!r}")

@@ -1,8 +1,9 @@
 """Ship a job's code to the executors: one zip, handed to SparkContext.addPyFile.
 
 The zip holds `spark_warmup/` and the pure sidecar modules the job's executor
-side imports (the warm-up job: `sidecar/layout.py`, `sidecar/blocks.py`; the
-capacity analysis: the eviction policy and the read-ahead planner too) with
+side imports (the warm-up job: `sidecar/layout.py`, `sidecar/blocks.py`,
+`sidecar/bucket_names.py`; the capacity analysis: the eviction policy and the
+read-ahead planner too) with
 their packages' own `__init__` files, which load nothing on import
 (tests/unit/test_pure_imports.py), so executors need only PySpark, boto3 and
 the standard library, not the sidecar's own dependencies. It is built at run time
@@ -23,6 +24,7 @@ from types import ModuleType
 from pyspark.sql import SparkSession
 
 import sidecar.blocks
+import sidecar.bucket_names
 import sidecar.layout
 import spark_warmup
 
@@ -42,7 +44,8 @@ class Shipment:
         return sorted(package.replace(".", "/") + "/__init__.py" for package in packages)
 
 
-WARMUP = Shipment("spark_warmup_job.zip", (sidecar.layout, sidecar.blocks))
+WARMUP = Shipment("spark_warmup_job.zip",
+                  (sidecar.layout, sidecar.blocks, sidecar.bucket_names))
 ZIP_NAME = WARMUP.zip_name
 _shipped: dict[tuple[str, str], str] = {}  # (application id, zip name) -> zip path
 

@@ -13,6 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from sidecar.bucket_names import bucket_name_problem
 from sidecar.errors import ConfigError
 from sidecar.layout import Layout
 
@@ -310,11 +311,6 @@ class S3Location:
         return f"s3://{self.bucket}/{self.prefix}"
 
 
-# S3's bucket naming rules (3-63 characters of lower-case letters, digits, dots and
-# hyphens, a letter or digit at each end): Amazon S3 User Guide, "Bucket naming rules".
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-
-
 def parse_s3_location(value: object) -> S3Location | None:
     """`s3://bucket/prefix/` -> S3Location; empty -> None. The prefix gets a
     trailing "/" so that every node's objects go under a folder of their own."""
@@ -322,7 +318,7 @@ def parse_s3_location(value: object) -> S3Location | None:
     if not text:
         return None
     bucket, _, prefix = text.removeprefix("s3://").partition("/")
-    if not text.startswith("s3://") or not _BUCKET_RE.match(bucket):
+    if not text.startswith("s3://") or bucket_name_problem(bucket) is not None:
         raise ConfigError(f"not an s3://BUCKET/PREFIX location: {value!r} "
                           "(expected e.g. s3://kafka-logs/sidecar-access/)")
     prefix = prefix.strip("/")
@@ -428,9 +424,6 @@ def _key_table(pairs: Sequence[tuple[str, object]], unit: str) -> dict[str, str]
     return keys
 
 
-# S3 bucket naming rules (S3 User Guide, "Bucket naming rules"): 3-63 lower-case
-# letters, digits, dots and hyphens, starting and ending with a letter or digit.
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SCOPE_MODES = {"read": False, "read-write": True}
 
 
@@ -451,9 +444,10 @@ def parse_bucket_list(value: object) -> tuple[str, ...]:
         name = str(item).strip()
         if not name:
             continue
-        if not _BUCKET_RE.match(name) or ".." in name:
-            raise ConfigError(f"{name[:70]!r} is not an S3 bucket name (3-63 lower-case "
-                              "letters, digits, dots and hyphens)")
+        # S3's rules, the legacy ones of us-east-1 (upper case, '_') included:
+        # buckets named by them exist (sidecar.bucket_names).
+        if (problem := bucket_name_problem(name)) is not None:
+            raise ConfigError(f"{name[:70]!r} is {problem}")
         if name not in buckets:
             buckets.append(name)
     return tuple(buckets)

@@ -9,11 +9,10 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
+from sidecar.bucket_names import bucket_name_problem
 from sidecar.s3.errors import S3Error
 
 MAX_KEY_BYTES = 1024  # S3's limit on object key length
-# S3 bucket naming rules (3-63 chars, lowercase letters, digits, dots, hyphens).
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 # Characters XML 1.0 cannot carry (and so no S3 listing could return).
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
@@ -53,7 +52,9 @@ def query_pairs(raw_query: str) -> list[tuple[str, str]]:
 
 
 def validate_object_address(bucket: str, key: str) -> None:
-    if not _BUCKET_RE.match(bucket) or ".." in bucket:
+    # S3's rules, the legacy ones of us-east-1 (upper case, '_') included:
+    # buckets named by them exist and are addressed path-style.
+    if bucket_name_problem(bucket) is not None:
         raise S3Error(400, "InvalidBucketName", "The specified bucket is not valid.")
     if len(key.encode("utf-8")) > MAX_KEY_BYTES:
         raise S3Error(400, "KeyTooLongError", "Your key is too long.")

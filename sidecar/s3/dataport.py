@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 
 from aiohttp import HttpVersion11, hdrs, web
 
+from sidecar.bucket_names import uncached_bucket_problem
 from sidecar.engine import Engine, Piece, Source, TierSlice, piece_length
 from sidecar.errors import (
     DownloadsPaused,
@@ -180,6 +181,11 @@ class DataPort:
             if not operation.cached:
                 response = await self._pass_through(request, operation, bucket, key)
             else:
+                if (too_long := uncached_bucket_problem(bucket)) is not None:
+                    # A legacy name past what a cache slot records: said as it
+                    # is, not as a bucket that does not exist or is not valid.
+                    raise S3Error(400, "InvalidBucketName",
+                                  f"The sidecar cannot cache this bucket's objects ({too_long}).")
                 response, cache_label = await self._read(request, bucket, key, request_id,
                                                          facts)
         except Overloaded:

@@ -261,7 +261,8 @@ def test_corrupted_slab_bytes_are_detected_and_refetched(
         ("GET", "/{bucket}/%FF%FE", {}, 400, "InvalidURI"),
         ("GET", "/no-such-bucket-here/{key}", {}, 404, "NoSuchBucket"),
         ("GET", "/{bucket}/missing-key", {}, 404, "NoSuchKey"),
-        ("GET", "/Bad_Bucket/{key}", {}, 400, "InvalidBucketName"),
+        ("GET", "/bad!bucket/{key}", {}, 400, "InvalidBucketName"),
+        ("GET", "/x..y/{key}", {}, 400, "InvalidBucketName"),
         # PUT, DELETE, multipart, sub-resources and bucket requests are passed
         # through to the origin: tests/functional/test_passthrough.py.
         # Unsigned: refused before the payload is looked at (tests of the
@@ -363,6 +364,29 @@ def test_not_found_errors_name_the_bucket_or_key(
         client.get_object(Bucket="no-such-bucket-here", Key=key)
     assert caught.value.response["Error"]["Code"] == "NoSuchBucket"
     assert caught.value.response["Error"]["BucketName"] == "no-such-bucket-here"
+
+
+def test_a_legacy_us_east_1_bucket_is_served(
+    sidecar: SidecarProcess, origin_s3: Any,
+) -> None:
+    """Buckets created in us-east-1 before March 2018 may be named with upper
+    case and '_' (S3 User Guide, legacy bucket naming rules): they are read
+    through the sidecar, not refused as names that are not valid."""
+    # Upper case here; '_' is taken too (tests/unit/test_bucket_names.py), but
+    # moto's server reads a first path segment holding one as a service name
+    # when the request is presigned, as the sidecar's ranged reads are.
+    legacy = "Kafka-Tiered-" + secrets.token_hex(4)
+    origin_s3.create_bucket(Bucket=legacy)
+    (key, data), = put_objects(origin_s3, legacy, [2 * BLOCK + 3]).items()
+    assert raw_request(sidecar.data_url, "GET", f"/{legacy}/{key}")[::2] == (200, data)
+    status, _, body = raw_request(sidecar.data_url, "GET", f"/{legacy}/{key}",
+                                  {"Range": "bytes=5-9"})
+    assert (status, body) == (206, data[5:10])
+    assert s3_client(sidecar.data_url).get_object(Bucket=legacy, Key=key)["Body"].read() == data
+    # A legacy name longer than a cache slot records: refused as that, by name.
+    status, _, body = raw_request(sidecar.data_url, "GET", f"/{'K' * 64}/{key}")
+    assert status == 400 and b"<Code>InvalidBucketName</Code>" in body
+    assert b"a bucket name of 64 characters" in body
 
 
 def test_conditional_requests(sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:

@@ -95,7 +95,7 @@ def _path(rng: random.Random, bucket: str) -> bytes:
     if choice == 8:
         return ("/" + _garbage(rng, rng.randrange(1, 60))).encode("utf-8", "surrogatepass")
     if choice == 9:
-        name = rng.choice(["Bad_Bucket", "ab", "a" * 70, "..", "x..y", "-ab", "127.0.0.1"])
+        name = rng.choice(["Bad!Bucket", "ab", "a" * 256, "..", "x..y", "-ab", "127.0.0.1"])
         return f"/{name}/{key}".encode()
     if choice == 10:
         return f"/{bucket}/{key}#frag".encode()

@@ -110,7 +110,7 @@ def test_access_options_load_and_check_each_other() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"SIDECAR_ACCESS_BUCKETS": "Bad_Bucket"}, "is not an S3 bucket name"),
+        ({"SIDECAR_ACCESS_BUCKETS": "bad!bucket"}, "is not an S3 bucket name"),
         ({"SIDECAR_AUTH_SCOPES": "AKID1=read"}, "not among auth_keys"),
         ({"SIDECAR_AUTH_KEYS": "AKID1:s", "SIDECAR_AUTH_SCOPES": "AKID1=admin"},
          "must start with read or read-write"),

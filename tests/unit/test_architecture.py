@@ -26,7 +26,7 @@ PURE = (
     "sidecar.cache.slot_fifo", "sidecar.cache.index", "sidecar.cache.ident", "sidecar.cache.errors",
     "sidecar.cache.index", "sidecar.cache.slot_fifo",
     "sidecar.cache.slot_format", "sidecar.cache.outcomes", "sidecar.cache.tier_regions",
-    "sidecar.origin.policy", "sidecar.isolation.lanes",
+    "sidecar.origin.policy", "sidecar.isolation.lanes", "sidecar.bucket_names",
 )
 IO_MODULES = frozenset({
     "asyncio", "socket", "os", "io", "mmap", "select", "selectors", "ssl", "threading",

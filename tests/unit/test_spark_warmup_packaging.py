@@ -43,10 +43,11 @@ def test_the_zip_runs_without_the_project_or_site_packages(tmp_path: Path) -> No
     assert path.name == ZIP_NAME
     names = set(zipfile.ZipFile(path).namelist())
     assert {"sidecar/__init__.py", "sidecar/layout.py", "sidecar/blocks.py",
-            "spark_warmup/__init__.py", "spark_warmup/listing.py",
+            "sidecar/bucket_names.py", "spark_warmup/__init__.py", "spark_warmup/listing.py",
             "spark_warmup/warming.py"} <= names
     assert not any(name.startswith("sidecar/") and name not in
-                   ("sidecar/__init__.py", "sidecar/layout.py", "sidecar/blocks.py")
+                   ("sidecar/__init__.py", "sidecar/layout.py", "sidecar/blocks.py",
+                    "sidecar/bucket_names.py")
                    for name in names)
     # -I -S: no project directory, no site-packages, only the zip: the executor
     # side (listing, warming, selection, routing) imports from it alone.
@@ -62,7 +63,7 @@ def test_the_zip_runs_without_the_project_or_site_packages(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     where, modules = result.stdout.splitlines()
     assert where.startswith(str(path))
-    assert modules == "['sidecar', 'sidecar.blocks', 'sidecar.layout']"
+    assert modules == "['sidecar', 'sidecar.blocks', 'sidecar.bucket_names', 'sidecar.layout']"
 
 
 def test_the_capacity_zip_replays_without_the_project_or_site_packages(tmp_path: Path) -> None:

@@ -43,6 +43,13 @@ def test_the_documented_example_is_this() -> None:
     assert json.loads(documented) == DESIGN_EXAMPLE
 
 
+def test_a_legacy_us_east_1_bucket_is_an_origin_bucket() -> None:
+    """Buckets created in us-east-1 before March 2018 may hold upper case and '_'."""
+    plan = parse_plan({**DESIGN_EXAMPLE, "origin": {**DESIGN_EXAMPLE["origin"],
+                                                    "bucket": "Kafka_Tiered"}}, env={})
+    assert plan.origin.bucket == "Kafka_Tiered"
+
+
 def test_the_design_example_parses() -> None:
     plan = parse_plan(DESIGN_EXAMPLE, env={})
     assert plan.origin == OriginSpec("http://127.0.0.1:9000", "tiered", "", "us-east-1")
@@ -146,7 +153,9 @@ def with_change(path: str, value: object) -> dict[str, Any]:
         ("origin.endpoint", "http://h:\u00b2", "origin.endpoint: bad port"),
         ("sidecars.broker-1", "http://[::1", "sidecars.broker-1: a bracketed IPv6 host"),
         ("origin.bucket", ..., "origin.bucket: missing"),
-        ("origin.bucket", "Not_A_Bucket", "origin.bucket: not an S3 bucket name"),
+        ("origin.bucket", "not!a-bucket", "origin.bucket: not an S3 bucket name"),
+        ("origin.bucket", "Legacy_" + "x" * 60,
+         "origin.bucket: a bucket name of 67 characters: the cache holds objects of buckets"),
         ("origin.prefix", 5, "origin.prefix: must be a string"),
         ("origin.regoin", "x", "origin.regoin: unknown field"),
         ("layout", "plain", "layout: only 'aiven'"),
