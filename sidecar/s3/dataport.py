@@ -11,6 +11,7 @@ body, as S3 sends none.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import secrets
 import socket
@@ -39,6 +40,7 @@ from sidecar.s3.errors import (
     S3Error,
     error_body,
     error_for,
+    id_headers,
     invalid_range,
     paused,
     slow_down,
@@ -93,6 +95,12 @@ async def _continue_later(request: web.Request) -> None:
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
 
 
+def new_host_id() -> str:
+    """An x-amz-id-2 (an error body's HostId): opaque, as S3's is, base64 of
+    random bytes, one per request like x-amz-request-id."""
+    return base64.b64encode(secrets.token_bytes(48)).decode("ascii")
+
+
 class DataPort:
     def __init__(
         self,
@@ -138,6 +146,7 @@ class DataPort:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         mark_handled(request)  # counted below, not as refused by aiohttp
         request_id = secrets.token_hex(8).upper()
+        host_id = new_host_id()
         started = time.monotonic()
         op = unclassified_name(request.method)  # until classified
         resource = request.raw_path.partition("?")[0]
@@ -186,14 +195,14 @@ class DataPort:
                     # is, not as a bucket that does not exist or is not valid.
                     raise S3Error(400, "InvalidBucketName",
                                   f"The sidecar cannot cache this bucket's objects ({too_long}).")
-                response, cache_label = await self._read(request, bucket, key, request_id,
-                                                         facts)
+                response, cache_label = await self._read(request, bucket, key,
+                                                         (request_id, host_id), facts)
         except Overloaded:
-            response = self._error_response(request, slow_down(), resource, request_id)
+            response = self._error_response(request, slow_down(), resource, (request_id, host_id))
         except DownloadsPaused:
-            response = self._error_response(request, paused(), resource, request_id)
+            response = self._error_response(request, paused(), resource, (request_id, host_id))
         except S3Error as exc:
-            response = self._error_response(request, exc, resource, request_id)
+            response = self._error_response(request, exc, resource, (request_id, host_id))
         except ConnectionError:
             # The client left before its answer went out (aiohttp raises this
             # from prepare()): nothing to send, and nothing wrong here.
@@ -206,7 +215,7 @@ class DataPort:
                 request,
                 S3Error(500, "InternalError",
                         "We encountered an internal error. Please try again."),
-                resource, request_id,
+                resource, (request_id, host_id),
             )
         finally:
             self._active -= 1
@@ -287,7 +296,8 @@ class DataPort:
             raise error_for(exc, bucket=bucket, key=key) from exc
 
     async def _read(
-        self, request: web.Request, bucket: str, key: str, request_id: str, facts: ReadFacts,
+        self, request: web.Request, bucket: str, key: str, ids: tuple[str, str],
+        facts: ReadFacts,
     ) -> tuple[web.StreamResponse, str]:
         """HEAD (remembered) then answer; once more if the object changed meanwhile.
 
@@ -299,7 +309,7 @@ class DataPort:
         for attempt in (1, 2):
             try:
                 info = await self._origin.head(bucket, key)
-                return await self._answer(request, info, request_id, facts)
+                return await self._answer(request, info, ids, facts)
             except OriginObjectChanged as exc:
                 if attempt == 2:
                     raise error_for(exc, bucket=bucket, key=key) from exc
@@ -310,7 +320,7 @@ class DataPort:
         raise AssertionError("unreachable")
 
     async def _answer(
-        self, request: web.Request, info: ObjectInfo, request_id: str, facts: ReadFacts,
+        self, request: web.Request, info: ObjectInfo, ids: tuple[str, str], facts: ReadFacts,
     ) -> tuple[web.StreamResponse, str]:
         headers = request.headers
         facts.etag, facts.object_size = info.etag, info.size
@@ -330,7 +340,7 @@ class DataPort:
             "ETag": info.etag,
             "Last-Modified": http_date(info.last_modified),
             "Accept-Ranges": "bytes",
-            "x-amz-request-id": request_id,
+            **id_headers(*ids),
         }
         if decision.outcome is ReadOutcome.NOT_MODIFIED:
             # RFC 9110 section 15.4.5: a 304 carries the Cache-Control and
@@ -479,12 +489,12 @@ class DataPort:
             request.transport.abort()
 
     def _error_response(
-        self, request: web.Request, error: S3Error, resource: str, request_id: str
+        self, request: web.Request, error: S3Error, resource: str, ids: tuple[str, str],
     ) -> web.Response:
-        headers = {"x-amz-request-id": request_id, **dict(error.headers)}
+        headers = {**id_headers(*ids), **dict(error.headers)}
         if request.method == "HEAD":
             return web.Response(status=error.status, headers=headers)
         return web.Response(
-            status=error.status, body=error_body(error, resource, request_id), headers=headers,
+            status=error.status, body=error_body(error, resource, *ids), headers=headers,
             content_type="application/xml",
         )

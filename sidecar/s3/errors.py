@@ -64,13 +64,22 @@ def paused() -> S3Error:
                    _slow_down_headers())
 
 
-def error_body(error: S3Error, resource: str, request_id: str) -> bytes:
-    """The XML document of an error answer (a HEAD answer carries none)."""
+def id_headers(request_id: str, host_id: str) -> dict[str, str]:
+    """The two ids every S3 answer carries: x-amz-request-id and x-amz-id-2,
+    the opaque "extended request id" S3 asks for next to it when a request is
+    looked into (and that SDKs log and hand to the caller)."""
+    return {"x-amz-request-id": request_id, "x-amz-id-2": host_id}
+
+
+def error_body(error: S3Error, resource: str, request_id: str, host_id: str) -> bytes:
+    """The XML document of an error answer (a HEAD answer carries none); its
+    RequestId and HostId repeat x-amz-request-id and x-amz-id-2."""
     details = "".join(f"<{name}>{escape(value)}</{name}>" for name, value in error.details)
     return (
         '<?xml version="1.0" encoding="UTF-8"?>\n'
         f"<Error><Code>{error.code}</Code><Message>{escape(error.message)}</Message>{details}"
-        f"<Resource>{escape(resource)}</Resource><RequestId>{request_id}</RequestId></Error>"
+        f"<Resource>{escape(resource)}</Resource><RequestId>{request_id}</RequestId>"
+        f"<HostId>{escape(host_id)}</HostId></Error>"
     ).encode()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import random
 import secrets
 import socket
@@ -364,6 +365,36 @@ def test_not_found_errors_name_the_bucket_or_key(
         client.get_object(Bucket="no-such-bucket-here", Key=key)
     assert caught.value.response["Error"]["Code"] == "NoSuchBucket"
     assert caught.value.response["Error"]["BucketName"] == "no-such-bucket-here"
+
+
+def test_answers_carry_x_amz_id_2_next_to_the_request_id(
+    sidecar: SidecarProcess, origin_s3: Any, bucket: str,
+) -> None:
+    """S3 answers carry x-amz-id-2, an opaque id, next to x-amz-request-id, and an
+    error body repeats both (RequestId, HostId): SDKs log and hand them over."""
+    (key, data), = put_objects(origin_s3, bucket, [BLOCK + 3]).items()
+    host_ids = []
+    for headers in ({}, {"Range": "bytes=0-9"}, {"If-None-Match": "*"}):
+        status, answered, _ = raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}", headers)
+        assert status in (200, 206, 304)
+        assert answered["x-amz-request-id"]
+        host_ids.append(base64.b64decode(answered["x-amz-id-2"], validate=True))
+    status, answered, body = raw_request(sidecar.data_url, "GET", f"/{bucket}/missing-key")
+    assert status == 404
+    host_ids.append(base64.b64decode(answered["x-amz-id-2"], validate=True))
+    assert (f"<RequestId>{answered['x-amz-request-id']}</RequestId>"
+            f"<HostId>{answered['x-amz-id-2']}</HostId></Error>").encode() in body
+    assert all(host_ids) and len(set(host_ids)) == len(host_ids)
+    status, answered, _ = raw_request(sidecar.data_url, "HEAD", f"/{bucket}/missing-key")
+    assert status == 404 and answered["x-amz-id-2"]
+    # botocore reads the header as every SDK does.
+    client = s3_client(sidecar.data_url)
+    got = client.get_object(Bucket=bucket, Key=key)
+    assert got["Body"].read() == data
+    assert got["ResponseMetadata"]["HostId"]
+    with pytest.raises(ClientError) as caught:
+        client.get_object(Bucket=bucket, Key="missing-key")
+    assert caught.value.response["ResponseMetadata"]["HostId"]
 
 
 def test_a_legacy_us_east_1_bucket_is_served(
