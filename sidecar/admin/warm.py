@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
+from sidecar.bucket_names import uncached_bucket_problem
 from sidecar.engine import WarmResult
 from sidecar.errors import (
     BucketNotFound,
@@ -141,6 +142,10 @@ def _validate_object(item: object, where: str) -> WarmObject:
             # surrogate, and the origin client fails on it as if the origin had.
             raise WarmRequestError(f"{where}.{name}: not valid Unicode (a lone surrogate)")
         names[name] = value
+    # A legacy us-east-1 name past what a cache slot records would be fetched
+    # and then fail to be written (sidecar.bucket_names): refused here, by name.
+    if (too_long := uncached_bucket_problem(names["bucket"])) is not None:
+        raise WarmRequestError(f"{where}.bucket: {too_long}")
     start = item.get("start", 0)
     if not _is_offset(start):
         raise WarmRequestError(f"{where}.start: must be a non-negative integer, got {start!r}")

@@ -50,6 +50,9 @@ def test_exactly_the_limits_are_accepted() -> None:
     objects = [{"bucket": "b", "key": f"k{i}"} for i in range(MAX_OBJECTS)]
     request = parse_warm_body(body({"objects": objects, "ttl_s": 7 * 24 * 3600}))
     assert len(request.objects) == MAX_OBJECTS
+    # A legacy us-east-1 name as long as a cache slot records.
+    legacy = parse_warm_body(body({"objects": [{"bucket": "Legacy_" + "x" * 56, "key": "k"}]}))
+    assert legacy.objects[0].bucket == "Legacy_" + "x" * 56
 
 
 @pytest.mark.parametrize(
@@ -95,6 +98,9 @@ def test_exactly_the_limits_are_accepted() -> None:
          "objects[0].key: not valid Unicode"),
         (b'{"objects": [{"bucket": "\\ud800", "key": "k"}]}',
          "objects[0].bucket: not valid Unicode"),
+        (body({"objects": [{"bucket": "b", "key": "k"}, {"bucket": "L" * 64, "key": "k"}]}),
+         "objects[1].bucket: a bucket name of 64 characters: the cache holds objects of "
+         "buckets named in at most 63"),
     ],
 )
 def test_bad_bodies_name_the_field(raw: bytes, message: str) -> None:
