@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 
 from sidecar.isolation.lanes import LaneLimiter
@@ -57,10 +58,13 @@ class Bandwidth:
                         return
                     taken, wait = _ask(limiter, lane, amount, taken)
                 if wait > 0:
-                    waits.inc(wait)
                     # A wait for a foreground debt at a low limit may be long:
                     # the stop does not wait for it, and a reload cuts it short.
+                    started = time.monotonic()
                     woken = wake.wait(wait)
+                    # What was slept, not what was planned: a wait a reload cut
+                    # short is asked for again (and counted) at the new lanes.
+                    waits.inc(time.monotonic() - started)
                     if self._closed.is_set():
                         raise ConnectionAbortedError("the origin reader is closed")
                     if woken or not taken:

@@ -183,3 +183,28 @@ async def test_a_reload_lifting_the_limit_frees_a_bypass_read_already_waiting(
     bandwidth.replace(LaneLimiter(None, {}, time.monotonic))
     waited = await asyncio.wait_for(read, 5)
     assert 0 < waited < 5
+
+
+def test_a_wait_a_reload_cuts_short_is_counted_as_waited_not_as_planned() -> None:
+    """A foreground fetch a minute in debt at 64 KiB/s, woken by a reload that
+    raises the limit, waits out the rest of its debt at the new rate: the
+    metric counts the seconds it waited. It used to count the whole minute
+    planned at the old rate, then the new wait on top."""
+    metrics = Metrics(CollectorRegistry())
+    bandwidth = Bandwidth(LaneLimiter(64 * 1024, {}, time.monotonic), metrics)
+    began = time.monotonic()
+    thread = _pace_in_thread(bandwidth.pacer(FOREGROUND), 64 * 1024 * 60)
+    # Its debt is taken under the lock that also hands it the event a reload
+    # sets: from here on the reload wakes it, even before it starts waiting.
+    while True:
+        with bandwidth._lock:
+            if bandwidth._limiter.foreground_wait() > 30:
+                break
+        assert thread.is_alive()
+        time.sleep(0.001)
+    bandwidth.replace(LaneLimiter(64 * MiB, {}, time.monotonic))
+    thread.join(5)
+    assert not thread.is_alive()
+    took = time.monotonic() - began
+    counted = metrics.ratelimit_wait.labels(FOREGROUND)._value.get()
+    assert 0 < counted <= took
