@@ -197,11 +197,11 @@ OPTIONS: tuple[Option, ...] = (
            "client requests served at once; more get 503 SlowDown", "N", flag=False,
            field="server.max_requests"),
     Option("max_buffered", parse_size, "512MiB",
-           "bytes of blocks on their way from the origin past which a read that needs "
-           "another fetch gets 503 SlowDown; read-ahead and warm-up blocks count toward it "
-           "(they are bounded apart: prefetch_max_in_flight, and 16 blocks a warm call), so "
-           "keep it well above "
-           "prefetch_max_in_flight x block_size",
+           "bytes of readers' blocks on their way from the origin past which a read that "
+           "needs another fetch gets 503 SlowDown; read-ahead and warm-up start a block only "
+           "while all blocks on their way fit in it (warm-up waits for room, read-ahead asks "
+           "again later), so they never turn a reader away and about twice this at most is on its "
+           "way",
            "SIZE",
            flag=False,
            field="server.max_buffered_bytes"),

@@ -72,10 +72,18 @@ class Fetches:
         self._block_size = block_size
         self._chunk_size = min(PIECE_SIZE, block_size)
         self._max_run = max_coalesce_blocks
-        # Bytes of foreground blocks being fetched: past the bound, new
-        # foreground fetches are refused (503 SlowDown).
+        # Bytes of blocks being fetched (every lane), and of the foreground's
+        # alone. Past the bound a reader's miss is refused (503 SlowDown) only
+        # for the foreground's own bytes: read-ahead and warm-up yield to
+        # readers, never crowd them out. They start only while all bytes on
+        # their way stay within it, so theirs are bounded too, and the total
+        # stays under twice the bound (and a run).
         self._max_buffered = max_buffered_bytes
         self._buffered = 0
+        self._foreground = 0
+        # Set (and renewed) whenever a block leaves the table: warm-up waiting
+        # for room asks again.
+        self._room = asyncio.Event()
         self._parts = max(1, foreground_parts)
         self._in_flight: dict[BlockIdent, InFlightBlock] = {}
         self._sealing: dict[BlockIdent, asyncio.Task[bool]] = {}
@@ -91,6 +99,18 @@ class Fetches:
     @property
     def buffered_bytes(self) -> int:
         return self._buffered
+
+    def background_fits(self, length: int) -> bool:
+        """Whether a read-ahead or warm block of `length` may start now: into
+        the room the bound leaves, readers' blocks counted (one when nothing
+        is on its way, as a reader's first miss, whatever its size)."""
+        bound = self._max_buffered
+        return bound is None or not self._buffered or self._buffered + length <= bound
+
+    async def room_for_background(self, length: int) -> None:
+        """Wait until a background block of `length` fits (background_fits)."""
+        while not self.background_fits(length):
+            await self._room.wait()
 
     def present(self, ident: BlockIdent) -> bool:
         """Cached or on its way: fetching it again would fetch it twice."""
@@ -127,9 +147,11 @@ class Fetches:
         (first, last), = coalesce_runs(range(ahead.start, run_end), self._max_run)
         size = block_span(last, self._block_size, info.size)[1] \
             - block_span(first, self._block_size, info.size)[0]
-        if self._max_buffered is not None and self._buffered and \
-                self._buffered + size > self._max_buffered:
-            raise Overloaded(f"{self._buffered} bytes of blocks already on their way")
+        # The foreground's own bytes only: read-ahead and warm-up on their way
+        # never turn a reader away (they take no room readers need, above).
+        if self._max_buffered is not None and self._foreground and \
+                self._foreground + size > self._max_buffered:
+            raise Overloaded(f"{self._foreground} bytes of readers' blocks already on their way")
         run = [self.enter(info, block, FOREGROUND) for block in range(first, last + 1)]
         self._tasks.spawn(self.fetch_run(info, run, FOREGROUND))
         return [block.ident for block in run]
@@ -139,6 +161,8 @@ class Fetches:
         task says whether the block reached the cache."""
         if self.present(BlockIdent(info.bucket, info.key, info.etag, block)):
             return None
+        if not self.background_fits(self.block_length(info, block)):
+            raise Overloaded(f"{self._buffered} bytes of blocks already on their way")
         return self._tasks.spawn(self.fetch_run(info, [self.enter(info, block, lane)], lane))
 
     async def sealed(self, in_flight: InFlightBlock) -> None:
@@ -157,6 +181,8 @@ class Fetches:
         in_flight = InFlightBlock(ident, self.block_length(info, block), self._chunk_size, lane)
         self._in_flight[ident] = in_flight
         self._buffered += in_flight.length
+        if lane == FOREGROUND:
+            self._foreground += in_flight.length
         return in_flight
 
     # One fetch: slots first, then the origin's bytes into them.
@@ -361,10 +387,14 @@ class Fetches:
 
     def _remove_from_table(self, in_flight: InFlightBlock) -> None:
         """The block is no longer on its way (cached, or given up); its bytes no
-        longer count against the foreground bound."""
+        longer count against max_buffered."""
         if self._in_flight.get(in_flight.ident) is in_flight:
             del self._in_flight[in_flight.ident]
             self._buffered -= in_flight.length
+            if in_flight.lane == FOREGROUND:
+                self._foreground -= in_flight.length
+            room, self._room = self._room, asyncio.Event()
+            room.set()
 
 
 def _parts_of(start: int, end: int, chunk_size: int, parts: int) -> list[tuple[int, int]]:

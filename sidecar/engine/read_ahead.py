@@ -77,6 +77,8 @@ class ReadAhead:
             ident = BlockIdent(info.bucket, info.key, info.etag, block)
             if self._fetches.present(ident):
                 continue
+            if not self._fetches.background_fits(self._fetches.block_length(info, block)):
+                return  # readers' blocks fill max_buffered: asked again at the next delivery
             if not self._planner.admit(ident, stream):
                 return  # over a bound: the stream asks again at its next delivery
             self._metrics.prefetch_blocks.labels("issued").inc()

@@ -71,6 +71,9 @@ class WarmUp:
             self._metrics.warm_blocks.labels("already_cached").inc()
             return WarmResult(1, already_cached=1)
         async with gate, self._warm_gate:
+            # Readers' misses fill max_buffered: warm-up waits for room
+            # rather than turn them away.
+            await self._fetches.room_for_background(self._fetches.block_length(info, block))
             if not (self._modes.downloads and self._modes.caching):
                 # The mode changed while this call waited its turn: cache-only
                 # and bypass download nothing for warm-up, as at the call's start.

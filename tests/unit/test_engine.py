@@ -29,7 +29,7 @@ from sidecar.engine import Engine, Piece, Sink, Source
 from sidecar.errors import OriginBadBody, OriginError, OriginUnavailable
 from sidecar.isolation.modes import Mode, ModeState
 from sidecar.layout import Layout
-from sidecar.model import FOREGROUND, PREFETCH, ObjectInfo
+from sidecar.model import FOREGROUND, PREFETCH, WARM, ObjectInfo
 from sidecar.prefetch.planner import ReadAheadPlanner
 from sidecar.prefetch.streams import StreamTable
 from sidecar.tally import ReadTally
@@ -115,7 +115,8 @@ async def make_rig(tmp_path: Path, executor: ThreadPoolExecutor) -> AsyncIterato
                    planner: ReadAheadPlanner | None = None, key: str = "k",
                    block: int = BLOCK, parts: int = 1, recent_chunk_bytes: int = 64 * 2**20,
                    memory_tier_bytes: int = 0, direct_io: bool = False,
-                   drop_written_pages: bool = False, reserve_tier: bool = False) -> Rig:
+                   drop_written_pages: bool = False, reserve_tier: bool = False,
+                   max_buffered: int | None = None) -> Rig:
         metrics = Metrics(CollectorRegistry())
         store = await BlockStore.open(tmp_path / f"cache{len(rigs)}", slots * (block + 4096),
                                       block, executor, metrics,
@@ -127,7 +128,7 @@ async def make_rig(tmp_path: Path, executor: ThreadPoolExecutor) -> AsyncIterato
         info = origin.add(key, data)
         modes = ModeState()
         engine = Engine(store, origin, metrics, block, max_run, modes=modes, planner=planner,
-                        foreground_parts=parts)
+                        foreground_parts=parts, max_buffered_bytes=max_buffered)
         rigs.append(Rig(engine, origin, info, store, metrics, modes))
         return rigs[-1]
 
@@ -722,4 +723,79 @@ async def test_a_warm_up_waiting_for_its_slot_starts_no_origin_read_after_a_paus
     await rig.engine.idle()
     assert (result.fetched, result.failed) == (0, 1)
     assert rig.origin.calls == []
+    assert rig.engine.activity()["buffered_bytes"] == 0
+
+
+def hold_lane(rig: Rig, lane: str) -> tuple[asyncio.Event, list[int]]:
+    """The origin reads of `lane` wait for the returned event (the list: the
+    first byte of each read held so far); the others go on."""
+    gate = asyncio.Event()
+    held_reads: list[int] = []
+    real = rig.origin.fetch_into
+
+    async def held(info: ObjectInfo, start: int, end: int, lane_now: str, sink: Sink,
+                   chunk_size: int, *, waited_for: bool = False) -> None:
+        if lane_now == lane:
+            held_reads.append(start)
+            await gate.wait()
+        await real(info, start, end, lane_now, sink, chunk_size)
+
+    rig.origin.fetch_into = held  # type: ignore[method-assign]
+    return gate, held_reads
+
+
+async def test_warm_up_on_its_way_never_turns_a_reader_away(make_rig: MakeRig) -> None:
+    """Warm-up blocks used to count toward max_buffered as readers' did: a
+    warm call of four blocks past a bound of two made a reader's miss get
+    503 SlowDown. Warm-up takes only the room readers leave, and waits for
+    more; a reader is refused only for readers' own bytes."""
+    rig = await make_rig(random.Random(31).randbytes(4 * BLOCK), max_buffered=2 * BLOCK)
+    other_data = random.Random(32).randbytes(BLOCK)
+    other = rig.origin.add("other", other_data)
+    gate, held = hold_lane(rig, WARM)
+    warm = asyncio.ensure_future(rig.engine.warm(rig.info, 0, 4 * BLOCK - 1, ttl_s=3600))
+    await eventually_async(lambda: len(held) > 0, "a warm fetch at the origin")
+    warm_on_their_way = rig.engine.activity()["buffered_bytes"]
+    data, sources = await asyncio.wait_for(collect(rig.engine, other, 0, BLOCK - 1), 10)
+    assert data == other_data and sources == {Source.ORIGIN}
+    # The other two warm blocks wait for room: background bytes stay bounded.
+    assert warm_on_their_way == 2 * BLOCK
+    gate.set()
+    result = await asyncio.wait_for(warm, 10)
+    await rig.engine.idle()
+    assert (result.fetched, result.failed) == (4, 0)
+    assert rig.engine.activity()["buffered_bytes"] == 0
+
+
+async def test_read_ahead_takes_only_the_room_readers_leave(make_rig: MakeRig) -> None:
+    """A reader's block held at the origin takes a third of max_buffered: a
+    broker reading another segment sequentially is still served, its
+    read-ahead starting only while all blocks on their way fit in the bound.
+    Read-ahead used to fill its window past it, and a reader's next miss got
+    SlowDown."""
+    data = random.Random(33).randbytes(12 * BLOCK)
+    rig = await make_rig(data, max_buffered=3 * BLOCK, planner=read_ahead_planner())
+    held_info = rig.origin.add("held", random.Random(34).randbytes(BLOCK))
+    gate = asyncio.Event()
+    # Bytes on their way as each origin read starts, by its lane.
+    on_their_way: dict[str, list[int]] = {FOREGROUND: [], PREFETCH: []}
+    real = rig.origin.fetch_into
+
+    async def fetch_into(info: ObjectInfo, start: int, end: int, lane: str, sink: Sink,
+                         chunk_size: int, *, waited_for: bool = False) -> None:
+        on_their_way[lane].append(int(rig.engine.activity()["buffered_bytes"]))
+        if info.key == held_info.key:
+            await gate.wait()
+        await real(info, start, end, lane, sink, chunk_size)
+
+    rig.origin.fetch_into = fetch_into  # type: ignore[method-assign]
+    held_reader = asyncio.ensure_future(collect(rig.engine, held_info, 0, BLOCK - 1))
+    await eventually_async(lambda: len(on_their_way[FOREGROUND]) > 0, "the held reader's fetch")
+    body = await asyncio.wait_for(read_like_a_broker(rig, rig.info, BLOCK // 4), 20)
+    assert body == data
+    assert on_their_way[PREFETCH]  # read-ahead went on, in the room readers left
+    assert max(on_their_way[PREFETCH]) <= 3 * BLOCK
+    gate.set()
+    await asyncio.wait_for(held_reader, 10)
+    await rig.engine.idle()
     assert rig.engine.activity()["buffered_bytes"] == 0
