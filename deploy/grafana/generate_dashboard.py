@@ -259,18 +259,18 @@ def build() -> dict[str, Any]:
                   target(f"sum by (instance) ({rate(tier + '_evictions_total')})",
                          "{{instance}} evictions")], "ops", 8, min=0)
 
-    layout.row("Origin breaker and refused requests")
+    layout.row("Origin breaker, refused and cut-off requests")
     layout.panel("state-timeline", "Origin circuit breaker",
                  "The breaker's state per instance. Open: the object store kept failing, and "
                  "uncached reads get 503 at once; half-open: one probe is let through after "
                  "each cool-down, and its success closes the breaker.",
                  [target(f"max by (instance, state) (sidecar_origin_breaker_state{{{SEL}}}) == 1",
-                         "{{instance}} {{state}}")], "none", 8)
+                         "{{instance}} {{state}}")], "none", 6)
     layout.panel("timeseries", "Origin calls refused by the open breaker",
                  "Origin calls per second answered 503 at once because the breaker was open.",
                  [target(f"sum ({rate('sidecar_origin_breaker_rejected_total')})", "fleet"),
                   target(f"sum by (instance) ({rate('sidecar_origin_breaker_rejected_total')})",
-                         "{{instance}}")], "reqps", 8, min=0)
+                         "{{instance}}")], "reqps", 6, min=0)
     layout.panel("timeseries", "Refused signatures by reason",
                  "Data-port requests per second refused with a 403 by the SigV4 check: "
                  "unsigned, an unknown key, a bad signature, an expired or skewed request. "
@@ -279,7 +279,17 @@ def build() -> dict[str, Any]:
                  [target(f"sum by (reason) ({rate('sidecar_auth_failures_total')})",
                          "fleet {{reason}}"),
                   target(f"sum by (instance, reason) ({rate('sidecar_auth_failures_total')})",
-                         "{{instance}} {{reason}}")], "reqps", 8, min=0)
+                         "{{instance}} {{reason}}")], "reqps", 6, min=0)
+    layout.panel("timeseries", "Answers cut off by reason",
+                 "Answers per second the sidecar cut off after their 200 or 206 went out "
+                 "(sidecar_requests_total counts them by that status): the client took no "
+                 "bytes for client_timeout, a mode paused the origin reads the rest needed, "
+                 "max_buffered refused them, the origin failed, or another error. A client "
+                 "that hangs up itself is not counted here.",
+                 [target(f"sum by (reason) ({rate('sidecar_client_cutoffs_total')})",
+                         "fleet {{reason}}"),
+                  target(f"sum by (instance, reason) ({rate('sidecar_client_cutoffs_total')})",
+                         "{{instance}} {{reason}}")], "reqps", 6, min=0)
 
     layout.row("Isolation")
     layout.panel("timeseries", "Rate-limit waits by lane",

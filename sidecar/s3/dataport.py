@@ -381,8 +381,7 @@ class DataPort:
         # An open-ended range or a whole-object GET is read as the client reads.
         lazy = status == 200 or (request.headers.get("Range", "").rstrip().endswith("-"))
         facts.tally = ReadTally()
-        return response, await self._stream(request, response, info, start, end, lazy,
-                                            facts.tally)
+        return response, await self._stream(request, response, info, start, end, lazy, facts)
 
     async def _stream(
         self,
@@ -392,7 +391,7 @@ class DataPort:
         start: int,
         end: int,
         lazy: bool,
-        tally: ReadTally,
+        facts: ReadFacts,
     ) -> str:
         sources: set[Source] = set()
         prepared = False
@@ -403,7 +402,7 @@ class DataPort:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         try:
             async with aclosing(self._engine.stream(info, start, end, lazy=lazy,
-                                                                 tally=tally)) as pieces:
+                                                    tally=facts.tally)) as pieces:
                 async for piece, source in pieces:
                     try:
                         if not prepared:
@@ -427,25 +426,26 @@ class DataPort:
         except TimeoutError:
             log.warning("cutting off a client that took no piece of its answer in %.0fs: s3://%s/%s",
                         self._client_timeout, info.bucket, info.key)
-            self._abort(request)
-        except (Overloaded, DownloadsPaused):
+            self._cut_off(request, facts, "client_timeout")
+        except (Overloaded, DownloadsPaused) as exc:
             if not prepared:
                 raise
-            self._abort(request)
+            self._cut_off(request, facts,
+                          "overloaded" if isinstance(exc, Overloaded) else "paused")
         except OriginError as exc:
             if not prepared:
                 if isinstance(exc, OriginObjectChanged):
                     raise  # _read tries once more, with the object's new HEAD
                 raise error_for(exc, bucket=info.bucket, key=info.key) from exc
             log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
-            self._abort(request)
+            self._cut_off(request, facts, "origin")
         except Exception:
             if not prepared:
                 raise  # handle() answers 500 InternalError
             # Anything else after the headers: handle() must not write a second
             # response into this body.
             log.exception("aborting s3://%s/%s mid-stream", info.bucket, info.key)
-            self._abort(request)
+            self._cut_off(request, facts, "error")
         if Source.CACHE in sources and Source.ORIGIN in sources:
             return "partial"
         return "hit" if sources == {Source.CACHE} else "miss"
@@ -480,6 +480,14 @@ class DataPort:
             view = memoryview(piece)
             for at in range(0, len(view), SEND_BUFFER_BYTES):
                 await response.write(view[at:at + SEND_BUFFER_BYTES])
+
+    def _cut_off(self, request: web.Request, facts: ReadFacts, reason: str) -> None:
+        """End an answer whose status already went out, short of its length:
+        counted, and named in its access log line, since its status (200 or
+        206, in sidecar_requests_total too) says nothing of it."""
+        facts.cut_off = reason
+        self._metrics.client_cutoffs.labels(reason).inc()
+        self._abort(request)
 
     @staticmethod
     def _abort(request: web.Request) -> None:

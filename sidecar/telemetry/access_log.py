@@ -11,7 +11,7 @@ replays the `blocks` of these lines through the cache's own eviction policy.
      "first_byte": 0, "last_byte": 104857599, "status": 206, "bytes": 1048576,
      "block_size": 4194304, "blocks": {"first": 0, "found": "f"}, "lane": "foreground",
      "cache": "miss", "duration_s": 0.0312, "cache_bytes": 68719476736,
-     "origin_bytes": 4194304}
+     "origin_bytes": 4194304, "cut_off": null}
 
 A read-ahead or warm fetch, which no request of the data port waits for, has a
 line of its own when it ends: method "FETCH", request_id null, bytes 0, the
@@ -43,6 +43,9 @@ Fields (docs/ARCHITECTURE.md "Access log" has the same list):
   origin_bytes body bytes this line's origin reads brought: a request's own
                fetches (whole blocks) and uncached reads; a FETCH line's blocks
                that landed whole
+  cut_off      null, or why the sidecar cut the answer off after its status went
+               out (client_timeout, paused, overloaded, origin, error): `bytes`
+               is then short of the range although `status` says 200 or 206
 
 Writing never happens on the event loop: a line is formatted there and queued
 (bounded); a thread writes it. A writer that falls behind or a log disk that
@@ -111,6 +114,9 @@ class ReadFacts:
     first_byte: int | None = None
     last_byte: int | None = None
     tally: ReadTally | None = None
+    # Why the sidecar cut the answer off after its headers (its status says 200
+    # or 206, as sent), one of metrics.CUTOFF_REASONS; None when it was not.
+    cut_off: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,9 @@ class AccessEntry:
     duration_s: float
     cache_bytes: int
     origin_bytes: int = 0
+    # Last, so that readers of the older lines (spark_warmup.capacity) see
+    # every field where it was.
+    cut_off: str | None = None
 
 
 # The method of a background fetch's line (no request of the data port has it).
@@ -173,6 +182,7 @@ def entry(
         lane=tally.lane if tally is not None else None, cache=cache,
         duration_s=round(duration_s, 6), cache_bytes=node.cache_bytes,
         origin_bytes=tally.origin_bytes if tally is not None else 0,
+        cut_off=read.cut_off if read is not None else None,
     )
 
 

@@ -44,6 +44,11 @@ EVICTION_REASONS = ("capacity", "checksum", "invalidated", "shrink", "recovery")
 WARM_OUTCOMES = ("already_cached", "fetched", "failed")
 PREFETCH_OUTCOMES = ("issued", "used", "wasted")
 DISK_OPS = ("read", "write")
+# Why an answer was cut off after its headers went out (sidecar_client_cutoffs_total,
+# the access log's `cut_off`): the client took no bytes for client_timeout, a mode
+# paused the origin reads the rest needed, max_buffered refused them, the origin
+# failed, or anything else went wrong.
+CUTOFF_REASONS = ("client_timeout", "paused", "overloaded", "origin", "error")
 # The `cache` label of sidecar_request_duration_seconds: how a read was served
 # ("none" for answers without a body: HEAD, 304, errors).
 REQUEST_CACHE_RESULTS = ("hit", "partial", "miss")
@@ -139,6 +144,15 @@ class Metrics:
             "headers or during the body (Kafka's remote reader closes after each fetch)",
             registry=registry,
         )
+        self.client_cutoffs = Counter(
+            "sidecar_client_cutoffs",
+            "Answers the sidecar cut off after their headers (and a 200 or 206, which "
+            "sidecar_requests_total counts) went out, by reason: the client took no bytes "
+            "for client_timeout, a mode paused the origin reads the rest needed (paused), "
+            "max_buffered refused them (overloaded), the origin failed (origin), any other "
+            "error (error)",
+            ["reason"], registry=registry,
+        )
         self.auth_failures = Counter(
             "sidecar_auth_failures",
             "Data-port requests refused 403 AccessDenied by SigV4 verification, by reason",
@@ -164,6 +178,8 @@ class Metrics:
             self.requests.labels(op, code)
         for reason in AUTH_FAILURE_REASONS:
             self.auth_failures.labels(reason)
+        for reason in CUTOFF_REASONS:
+            self.client_cutoffs.labels(reason)
 
     def _declare_origin(self, registry: CollectorRegistry) -> None:
         """The object store: requests, bytes, durations, the circuit breaker."""

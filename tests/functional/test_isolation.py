@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import random
 import secrets
@@ -423,3 +424,89 @@ def test_slowloris_connection_is_closed(local_s3: LocalS3, tmp_path: Path) -> No
                     closed = True
             assert closed and time.monotonic() - started < 6
         assert raw_request(sidecar.admin_url, "GET", "/healthz")[0] == 200
+
+
+def access_log_line(path: Path, key: str, range_header: str | None) -> dict[str, Any] | None:
+    """The access log's line of the GET of `key` with this Range (None: none),
+    once the writer thread wrote it."""
+    if not path.exists():
+        return None
+    for text in path.read_text().splitlines():
+        line: dict[str, Any] = json.loads(text)
+        if (line["method"], line["key"], line["range"]) == ("GET", key, range_header):
+            return line
+    return None
+
+
+def test_a_reader_cut_off_after_its_status_is_counted_and_logged_so(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    """A client that stops reading a 200 is cut off at client_timeout: its
+    status went out whole, so sidecar_requests_total and the access log said
+    200 as for a whole answer, and nothing counted the cut. Now
+    sidecar_client_cutoffs_total does, and the line says `cut_off`."""
+    key, data = put(origin_s3, bucket, 16 * MiB)
+    log_path = tmp_path / "access.jsonl"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache, "--block-size", "1MiB",
+                        "--cache-size", str(24 * SLOT), "--access-log", str(log_path),
+                        env={"SIDECAR_CLIENT_TIMEOUT": "1s", "SIDECAR_PREFETCH": "false"}
+                        ) as sidecar:
+        address = urlsplit(sidecar.data_url)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            # A small window before connecting: the sidecar's writes stall soon.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((address.hostname, address.port))
+            sock.sendall(f"GET /{bucket}/{key} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            line = eventually(lambda: access_log_line(log_path, key, None),
+                              "the stalled reader's access log line", timeout=30)
+        finally:
+            sock.close()
+        assert line["status"] == 200 and line["cut_off"] == "client_timeout"
+        assert line["bytes"] < line["last_byte"] - line["first_byte"] + 1
+        assert sidecar.metric("sidecar_client_cutoffs_total", reason="client_timeout") == 1
+        assert sidecar.metric("sidecar_client_cutoffs_total") == 1
+        # A whole answer is not cut off.
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                           {"Range": "bytes=0-9"})[2] == data[:10]
+        whole = eventually(lambda: access_log_line(log_path, key, "bytes=0-9"),
+                           "the whole answer's line")
+        assert (whole["status"], whole["bytes"], whole["cut_off"]) == (206, 10, None)
+
+
+def test_an_answer_a_mode_switch_cuts_short_is_counted_and_logged_so(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    """In cache-only mode a whole-object GET whose first block is cached gets
+    its 200 and that block, then is cut at the first block it may not fetch:
+    counted as `paused` and named in its access log line."""
+    key, data = put(origin_s3, bucket, 3 * MiB)
+    log_path = tmp_path / "access.jsonl"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    token = "t0ken"
+    with SidecarProcess(local_s3.endpoint, cache, "--block-size", "1MiB",
+                        "--cache-size", str(24 * SLOT), "--access-log", str(log_path),
+                        "--admin-token", token, env={"SIDECAR_PREFETCH": "false"}) as sidecar:
+        assert raw_request(sidecar.data_url, "GET", f"/{bucket}/{key}",
+                           {"Range": f"bytes=0-{MiB - 1}"})[2] == data[:MiB]
+        sidecar.wait_idle()
+        assert admin_call(sidecar.admin_url, "PUT", "/api/v1/mode", {"mode": "cache-only"},
+                          token)[0] == 200
+        address = urlsplit(sidecar.data_url)
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
+        try:
+            connection.request("GET", f"/{bucket}/{key}")
+            response = connection.getresponse()
+            assert response.status == 200
+            with pytest.raises(http.client.IncompleteRead) as short:
+                response.read()
+            assert short.value.partial == data[:MiB]
+        finally:
+            connection.close()
+        assert sidecar.metric("sidecar_client_cutoffs_total", reason="paused") == 1
+        line = eventually(lambda: access_log_line(log_path, key, None),
+                          "the cut answer's access log line")
+    assert (line["status"], line["bytes"], line["cut_off"]) == (200, MiB, "paused")

@@ -166,7 +166,8 @@ def test_dashboard_is_importable_and_uses_its_variables() -> None:
                    "request latency by hit / miss", "prefetch accuracy", "prefetch blocks",
                    "cache used vs capacity", "evictions", "checksum failures",
                    "rate-limit waits", "warm-up blocks", "mode", "origin circuit breaker",
-                   "refused by the open breaker", "refused signatures", "process cpu",
+                   "refused by the open breaker", "refused signatures", "answers cut off",
+                   "process cpu",
                    "process memory"):
         assert wanted in titles, wanted
     assert used <= contract, used - contract

@@ -90,6 +90,16 @@ def test_a_line_the_sidecar_wrote_parses_into_its_facts() -> None:
     assert (tally.origin_foreground, tally.origin_prefetch) == (MiB, 0)
 
 
+def test_an_answer_cut_off_is_replayed_for_the_bytes_it_delivered() -> None:
+    """A line whose answer the sidecar cut off (`cut_off`, last in the line)
+    parses as any read: its blocks were read and fetched all the same."""
+    read = ReadFacts('"e"', 8 * MiB, 2621440, 8 * MiB - 1, ReadTally(), cut_off="client_timeout")
+    line = logged(body_bytes=MiB, read=read)
+    assert json.loads(line)["cut_off"] == "client_timeout"
+    request = parse_line(line)
+    assert isinstance(request, Request) and request.bytes == MiB
+
+
 def test_a_log_from_before_origin_bytes_charges_joined_read_ahead_to_its_reader() -> None:
     older = json.loads(logged())
     del older["origin_bytes"]

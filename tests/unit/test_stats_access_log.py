@@ -54,7 +54,7 @@ def test_one_line_per_request_with_the_facts() -> None:
         "first_byte": 3 << 22, "last_byte": (100 << 20) - 1, "status": 206,
         "bytes": 1048576, "block_size": 4 << 20, "blocks": {"first": 3, "found": "cjf"},
         "lane": "foreground", "cache": "hit", "duration_s": 0.001235,
-        "cache_bytes": 64 * 1024 ** 3, "origin_bytes": 4 << 20,
+        "cache_bytes": 64 * 1024 ** 3, "origin_bytes": 4 << 20, "cut_off": None,
     }
 
 
@@ -71,7 +71,7 @@ def test_a_background_fetch_has_a_line_of_its_own() -> None:
         "first_byte": 8 << 22, "last_byte": (9 << 22) + 4, "status": 200, "bytes": 0,
         "block_size": 4 << 20, "blocks": {"first": 8, "found": "ff"}, "lane": "prefetch",
         "cache": "none", "duration_s": 0.042123, "cache_bytes": 64 * 1024 ** 3,
-        "origin_bytes": (4 << 20) + 5,
+        "origin_bytes": (4 << 20) + 5, "cut_off": None,
     }
     failed = fetch_entry(now=0, done=FetchDone(WARM, info, 0, 0, 0, 0.1, ok=False), node=NODE)
     assert (failed.status, failed.lane, failed.origin_bytes) == (500, "warm", 0)
