@@ -39,7 +39,7 @@ def test_the_location_is_a_bucket_and_a_folder(text: str, location: S3Location |
     assert parse_s3_location(text) == location
 
 
-@pytest.mark.parametrize("text", ["kafka-logs/x", "s3://", "s3://Kafka_Logs/x", "http://b/x",
+@pytest.mark.parametrize("text", ["kafka-logs/x", "s3://", "s3://Kafka!Logs/x", "http://b/x",
                                   "s3://-b/x"])
 def test_a_location_that_is_not_one_says_what_is_expected(text: str) -> None:
     with pytest.raises(ConfigError, match=r"s3://BUCKET/PREFIX.*e\.g\. s3://"):
