@@ -139,7 +139,7 @@ class RegionTable:
             return None
         victims = self._policy.choose_victims(1, self._pinned)
         if not victims:
-            self._declined[key] = None  # still admitted at its next offer
+            self._remember(key)  # still admitted at its next offer
             self.counts.refused += 1
             return None
         region = victims[0]
@@ -261,10 +261,18 @@ class RegionTable:
             return True
         if not remember:
             return False
-        self._declined[key] = None
-        if len(self._declined) > self.regions:
-            del self._declined[next(iter(self._declined))]
+        self._remember(key)
         return False
+
+    def _remember(self, key: Key) -> None:
+        """``key`` as the newest declined one, the oldest forgotten past one a
+        region. Trimmed to the bound at every entry, whatever way it came in: a
+        chunk the ghost admitted while every region was pinned enters here too,
+        and one trim a decline would leave every such excess in memory for good."""
+        self._declined.pop(key, None)
+        self._declined[key] = None
+        while len(self._declined) > self.regions:
+            del self._declined[next(iter(self._declined))]
 
     def _pinned(self, region: int) -> bool:
         return self._pins[region] > 0

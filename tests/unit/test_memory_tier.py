@@ -116,6 +116,28 @@ def test_a_pinned_region_is_never_the_victim() -> None:
     assert key(0) in table
 
 
+def test_the_declined_chunks_stay_bounded_while_every_region_is_pinned() -> None:
+    """Chunks the ghost admits while every region is being sent from find no
+    victim and are remembered for their next offer: the record of declined
+    chunks must still hold no more than one a region."""
+    table = RegionTable(4, 4096)
+    for block in range(4):
+        fill(table, key(block))
+    for block in range(10, 14):  # each admitted at its second offer, evicting 0..3
+        claimed = claim(table, key(block))
+        assert claimed is not None and claimed.evicted == key(block - 10)
+        assert table.publish(claimed.region, key(block), 10)
+    for block in range(10, 14):
+        assert table.find(key(block)) is not None  # every region pinned
+    for block in range(20, 24):  # declined once each: the record is full
+        assert table.claim(key(block)) is None
+    refused = table.counts.refused
+    for block in range(4):  # those in the ghost: admitted, but no region to take
+        assert table.claim(key(block)) is None
+    assert table.counts.refused > refused
+    assert len(table._declined) <= table.regions
+
+
 def test_a_region_being_filled_is_neither_found_nor_evicted() -> None:
     table = RegionTable(1, 4096)
     claimed = table.claim(key(0))
