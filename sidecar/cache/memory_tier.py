@@ -173,6 +173,9 @@ class MemoryTier:
         # Whether the last fill was refused: once memory is short, every chunk
         # offered (thousands a second in a catch-up) is, and one line says so.
         self._refusing = False
+        # Where the punch of a region purged while a send held it is run when the
+        # send ends (the store's disk work); None: right there, blocking.
+        self.release_later: Callable[[list[int]], None] | None = None
 
     @classmethod
     def create(cls, size_bytes: int, region_size: int) -> MemoryTier | None:
@@ -338,13 +341,23 @@ class MemoryTier:
             self._let_go()
 
     def unpin(self, region: int) -> None:
+        """A send from the region is over (on the event loop). The last one of
+        a purged region leaves its punch to ``release_later``: a hole punch is
+        kernel work the loop must not wait for. The region stays releasing, so
+        unclaimable, until the punch is done; the send's hold on the file is
+        let go by ``release`` then."""
         try:
             with self._lock:
                 releasing = self._table.unpin(region)
-            if releasing:
-                self._release(region)
-        finally:
+        except BaseException:
             self._let_go()
+            raise
+        if not releasing:
+            self._let_go()
+        elif self.release_later is None:
+            self.release([region])
+        else:
+            self.release_later([region])
 
     def view(self, offset: int, count: int) -> memoryview:
         return memoryview(self._map)[offset:offset + count]

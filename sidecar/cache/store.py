@@ -91,6 +91,8 @@ class BlockStore:
         self._slab = slab
         self.tier = tier
         self._work = DiskWork(loop, executor)
+        if tier is not None:
+            tier.release_later = self._release_tier_regions
         self._faults = DiskFaults(metrics, clock)
         self._slots = SlotStates(recovered.free, slab, self._work, metrics)
         recent = RecentChunks(recent_chunk_bytes, slab.chunk_size)
@@ -270,10 +272,21 @@ class BlockStore:
     def invalidate_object(self, bucket: str, key: str) -> Purged:
         """Drop every cached block of the object, whatever its ETag."""
         if self.tier is not None:
-            releasing = self.tier.forget_object(bucket, key)
-            if releasing:
-                self._work.start(self._work.run(self.tier.release, releasing))
+            self._release_tier_regions(self.tier.forget_object(bucket, key))
         return self._residency.invalidate_object(bucket, key)
+
+    def _release_tier_regions(self, regions: list[int]) -> None:
+        """Punch the pages of the tier's regions given up (purged, or their
+        last send over) out in the disk executor, not on the event loop; they
+        stay unclaimable until then."""
+        if not regions or self.tier is None:
+            return
+        if self._slots.closed:
+            # The tier is closed with the store: its release punches nothing,
+            # and the executor may be gone.
+            self.tier.release(regions)
+            return
+        self._work.start(self._work.run(self.tier.release, regions))
 
     def used_bytes(self) -> int:
         return self._residency.index.used_bytes
