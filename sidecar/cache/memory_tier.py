@@ -16,7 +16,7 @@ through Python.
   ``reserve`` has the kernel give the pages ahead of use
   (``sidecar.cache.tier_reserve`` does so at start).
 - **Verified on entry.** A chunk enters from the origin after its checksum
-  was taken over the same bytes in hand, or from the disk after a direct read
+  was taken over the same bytes in hand, or from the disk after a read
   verified it. Hits are served without hashing again (DESIGN: verified bytes
   in the sidecar's own memory).
 - **No byte on the wire changes.** The kernel keeps references to the pages

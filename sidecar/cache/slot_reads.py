@@ -61,10 +61,11 @@ class SlotReader:
         if not self._pin_if_current(record, start, end):
             return None
         chunk, lo, hi = self.chunk_around(start, end, record.length)
-        # The whole chunk when the range is in one, kept for the next reader.
-        keep = bool(hi) and self._recent.enabled
+        # The whole chunk when the range is in one, kept for the next reader
+        # and offered to the memory tier.
+        keep = bool(hi) and (self._recent.enabled or self._tier is not None)
         recent = self._recent.get(record.ident, record.generation & GENERATION_IN_INDEX,
-                                  chunk) if keep else None
+                                  chunk) if keep and self._recent.enabled else None
         if recent is not None:
             self._slots.unpin(record.slot)
             return recent[start - lo:end - lo]
@@ -77,10 +78,22 @@ class SlotReader:
             data = await self._work.shielded(self._read_pinned(record, first, stop, through))
         else:
             self._slots.unpin(record.slot)
+            if data is not None and keep:
+                self._offer_later(record, chunk, data)
         if data is None or not keep:
             return data
         self._keep(record.ident, record.generation, chunk, data)
         return data[start - lo:end - lo]
+
+    def _offer_later(self, record: SlotRecord, chunk: int, data: memoryview) -> None:
+        """A whole chunk just read through the page cache and verified (on the
+        loop), offered to the memory tier in the executor: the tier follows the
+        working set whether or not the slab is read past the page cache, and
+        the copy (and a victim's punch) is never the loop's. ``data`` is the
+        reader's own buffer, which nothing writes to again."""
+        if self._tier is not None and record.ident is not NAMELESS:
+            self._work.start(self._work.run(self._into_tier, record.ident, record.generation,
+                                            chunk, [data]))
 
     def _read_resident(self, record: SlotRecord, start: int, end: int) -> memoryview | None:
         """The bytes read and verified right here on the loop if they are all in
@@ -105,7 +118,9 @@ class SlotReader:
             if hi and self._slab.direct_io:
                 return await self._read_direct(record, chunk, start - lo, end - lo,
                                                max(end, through))
-            data = await self.verified(self._slab.read_paged_in, record, start, end)
+            whole = bool(hi) and start == lo and end == hi
+            read = self._paged_into_tier(chunk) if whole else self._slab.read_paged_in
+            data = await self.verified(read, record, start, end)
             self._residency.paged_out.discard(record.slot)  # the kernel reads the rest ahead
             return data
         finally:
@@ -175,11 +190,23 @@ class SlotReader:
         finally:
             self._slots.unpin(write.slot)
 
+    def _paged_into_tier(
+        self, chunk: int
+    ) -> Callable[[int, int, int, SlotRecord], memoryview]:
+        """A read of one whole chunk through the page cache that offers it,
+        verified, to the memory tier in the same trip to the executor (as a
+        read past the page cache does)."""
+        def read(slot: int, first: int, stop: int, expected: SlotRecord) -> memoryview:
+            view = self._slab.read_paged_in(slot, first, stop, expected)
+            self._into_tier(expected.ident, expected.generation, chunk, [view])
+            return view
+        return read
+
     def _into_tier(self, block: BlockIdent, generation: int, first: int,
                    views: list[memoryview]) -> None:
-        """Chunks ``first``.. just read past the page cache and verified, into
-        the memory tier (in the executor: the copy is the thread's, not the
-        loop's). A hit there is sent from memory, with no read and no hash."""
+        """Chunks ``first``.. just read and verified, offered to the memory
+        tier (in the executor: the copy is the thread's, not the loop's). A hit
+        there is sent from memory, with no read and no hash."""
         if self._tier is None or block is NAMELESS:
             return  # a recovered block read by slot: no reader could look it up by name
         for chunk, view in enumerate(views, first):

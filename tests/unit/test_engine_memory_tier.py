@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
+
 from sidecar.cache.memory_tier import TierSlice
 from sidecar.engine import Piece, Source
 from sidecar.model import ObjectInfo
@@ -105,6 +107,34 @@ async def test_a_verified_direct_read_of_the_disk_enters_the_tier(make_rig: Make
     assert await read(rig, rig.info, last, len(data) - 1) == (data[last:], [False])
     assert await read(rig, rig.info, last, len(data) - 1) == (data[last:], [False])
     assert await read(rig, rig.info, last, len(data) - 1) == (data[last:], [True])
+    assert len(rig.origin.calls) == 1
+
+
+@pytest.mark.parametrize("paged_out", [False, True], ids=["in-page-cache", "paged-out"])
+async def test_without_direct_io_chunks_read_from_the_disk_enter_the_tier(
+        make_rig: MakeRig, paged_out: bool) -> None:
+    """direct_io off (an operator's choice, or a file system that refuses
+    O_DIRECT): chunks read back through the page cache are offered to the tier
+    as direct reads are, so a full tier still turns over to the chunks read
+    again instead of keeping its first ones for good."""
+    data = random.Random(2).randbytes(4 * BLOCK)
+    # paged_out: the slab's pages dropped once written, so reads back go to
+    # the executor; else they are read and verified on the loop.
+    rig = await make_rig(data, memory_tier_bytes=2 * CHUNK, direct_io=False,
+                         recent_chunk_bytes=0, drop_written_pages=paged_out)
+    assert (await read(rig, rig.info, 0, len(data) - 1))[0] == data
+    await rig.engine.idle()
+    for block in (3, 2):
+        at = block * BLOCK
+        wanted = data[at:at + BLOCK]
+        # Declined as it landed and at its first read back, admitted at the second.
+        assert await read(rig, rig.info, at, at + BLOCK - 1) == (wanted, [False])
+        await rig.store.idle()
+        assert await read(rig, rig.info, at, at + BLOCK - 1) == (wanted, [False])
+        await rig.store.idle()
+        assert await read(rig, rig.info, at, at + BLOCK - 1) == (wanted, [True])
+    tier = rig.store.tier
+    assert tier is not None and tier.counts.evictions == 2
     assert len(rig.origin.calls) == 1
 
 
