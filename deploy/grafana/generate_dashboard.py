@@ -252,12 +252,19 @@ def build() -> dict[str, Any]:
                   target(f"sum by (instance) ({hits})\n  / sum by (instance) ({hits} + {misses})",
                          "{{instance}}")], "percentunit", 8, min=0, max=1)
     layout.panel("timeseries", "Memory tier inserts and evictions",
-                 "Verified chunks entering the tier (from the origin or a direct read of the "
-                 "disk) and leaving it to make room (their pages released), per second.",
+                 "Verified chunks entering the tier (from the origin or a read of the disk) "
+                 "and leaving it to make room (their pages released), per second; and chunks "
+                 "it did not take: declined (the tier full, the chunk not read again soon "
+                 "enough: a working set larger than the tier) or refused (admitted, but every "
+                 "region was being filled or sent from).",
                  [target(f"sum by (instance) ({rate(tier + '_inserts_total')})",
                          "{{instance}} inserts"),
                   target(f"sum by (instance) ({rate(tier + '_evictions_total')})",
-                         "{{instance}} evictions")], "ops", 8, min=0)
+                         "{{instance}} evictions"),
+                  target(f"sum by (instance) ({rate(tier + '_declined_total')})",
+                         "{{instance}} declined"),
+                  target(f"sum by (instance) ({rate(tier + '_refused_total')})",
+                         "{{instance}} refused")], "ops", 8, min=0)
 
     layout.row("Origin breaker, refused and cut-off requests")
     layout.panel("state-timeline", "Origin circuit breaker",

@@ -215,7 +215,8 @@ class MemoryTier:
         return {"size_bytes": self.size_bytes, "used_bytes": self.used_bytes(),
                 "resident_bytes": self.resident_bytes(),
                 "hits": counts.hits, "misses": counts.misses, "inserts": counts.inserts,
-                "evictions": counts.evictions}
+                "evictions": counts.evictions, "refused": counts.refused,
+                "declined": counts.declined}
 
     def reserve(self, offset: int, length: int) -> int:
         """Have the kernel give the file's pages in [offset, offset + length)

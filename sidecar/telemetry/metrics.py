@@ -68,6 +68,12 @@ MEMORY_TIER_SERIES = (
     ("misses", "Lookups of a cached chunk the memory tier did not hold", True),
     ("inserts", "Verified chunks that entered the memory tier (origin or disk)", True),
     ("evictions", "Chunks the memory tier let go to make room (pages released)", True),
+    ("refused",
+     "Chunks the memory tier admitted but could not take: every region was being filled "
+     "or sent from", True),
+    ("declined",
+     "Chunks offered to the full memory tier and not admitted (not read again soon enough)",
+     True),
 )
 
 

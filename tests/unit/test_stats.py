@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from sidecar.admin.port import AdminPort
 from sidecar.admin.stats import stats_snapshot
+from sidecar.cache.ident import BlockIdent
+from sidecar.cache.memory_tier import MemoryTier
 from sidecar.cli import _format_stats
 from sidecar.telemetry.metrics import Metrics
 from tests.support.waiting import eventually_awaited
@@ -211,3 +213,29 @@ def test_summary_counts_origin_not_found_apart_from_failures() -> None:
     metrics.origin_requests.labels("foreground", "not_found").inc(3)
     lines = rendered(stats_snapshot(metrics))
     assert lines["origin requests"] == "9 (1 failed, 3 not found)"
+
+
+def test_the_memory_tiers_refused_and_declined_chunks_are_exported() -> None:
+    """A full tier of one region: a chunk offered once is declined (not read
+    again soon enough); offered again while the region is being sent from, it is
+    admitted but refused (no region to take). Both are counters of the tier's
+    family, read from its own counts at each scrape."""
+    metrics = Metrics(CollectorRegistry())
+    tier = MemoryTier(4096, 4096)
+    try:
+        metrics.memory_tier.watch(tier.figures)
+        first = (BlockIdent("b", "k", "e", 0), 1, 0)
+        second = (BlockIdent("b", "k", "e", 1), 1, 0)
+        assert tier.put(first, b"a" * 100)
+        sending = tier.slice(first, 0, 100)
+        assert sending is not None
+        assert not tier.put(second, b"b" * 100)  # declined
+        assert not tier.put(second, b"b" * 100)  # admitted, but the one region is pinned
+        sending.release()
+        reading = metrics.read()
+        assert reading.value("sidecar_memory_tier_declined_total") == 1
+        assert reading.value("sidecar_memory_tier_refused_total") == 1
+        snapshot = stats_snapshot(reading)["memory_tier"]
+        assert snapshot["declined"] == 1 and snapshot["refused"] == 1
+    finally:
+        tier.close()
