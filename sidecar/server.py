@@ -221,6 +221,7 @@ class Sidecar:
             sample_interval_s=server.stats_interval_s,
             guard_reads=not server.admin_listen.is_loopback,
             listen_host=server.admin_listen.host,
+            memory_tier_off=cache.memory_tier_off_reason,
         )
         watcher = DiskWatcher(
             cache.directory, cache.disk_reserve_bytes, cache.disk_check_interval_s,

@@ -186,11 +186,15 @@ class AdminPort:
         sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
         guard_reads: bool = False,
         listen_host: str = "",
+        memory_tier_off: str | None = None,
     ) -> None:
         """`token`: the admin token (None: every mutating call is refused);
         `guard_reads`: /metrics, /ui and /api/v1/stats need it too (off loopback);
         `listen_host`: the host of the configured address, a Host they are served
-        under besides the loopback names (when not guarded)."""
+        under besides the loopback names (when not guarded); `memory_tier_off`:
+        why a memory tier asked for came out as none (the start-up warning), for
+        the page to say instead of a bare "off"."""
+        self._memory_tier_off = memory_tier_off
         self._metrics = metrics
         self._guard_reads = guard_reads
         self._listen_host = listen_host
@@ -383,6 +387,7 @@ class AdminPort:
         snapshot["mode"] = self._modes.current.value
         snapshot["requested_mode"] = self._modes.requested.value
         snapshot["disk_problem"] = self._modes.disk_problem
+        snapshot["memory_tier"]["off_reason"] = self._memory_tier_off
         if self._cache_recovery is not None:
             snapshot["cache"]["recovery"] = self._cache_recovery()
         snapshot["engine"] = self._engine.activity()

@@ -56,6 +56,22 @@ def test_the_stats_in_the_page_cannot_end_its_script_element() -> None:
     assert initial_stats(page) == hostile
 
 
+async def test_the_page_says_why_an_auto_memory_tier_is_off() -> None:
+    """memory_tier = auto on a cache too small for one chunk: the page says
+    so (auto, too small), as the start-up warning does, not "memory_tier = 0"."""
+    reason = "memory_tier auto is an eighth of cache_size (1024 bytes), less than one chunk"
+    admin = admin_port(memory_tier_off=reason)
+    async with TestClient(TestServer(admin.app())) as client:
+        page = await (await client.get("/ui")).text()
+        assert initial_stats(page)["memory_tier"]["off_reason"] == reason
+        stats = await (await client.get("/api/v1/stats")).json()
+        assert stats["memory_tier"]["off_reason"] == reason
+    assert "tier.off_reason ?" in ui.PAGE and "memory_tier = auto: off" in ui.PAGE
+    async with TestClient(TestServer(admin_port().app())) as client:
+        stats = await (await client.get("/api/v1/stats")).json()
+        assert stats["memory_tier"]["off_reason"] is None
+
+
 async def test_admin_port_serves_the_page_with_its_first_figures() -> None:
     admin = admin_port()
     async with TestClient(TestServer(admin.app())) as client:
