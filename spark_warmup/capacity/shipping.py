@@ -1,12 +1,15 @@
 """What the capacity analysis ships to its executors (spark_warmup.shipping):
 `spark_warmup/` and the pure sidecar modules the replay imports, the store's
-eviction policy, the read-ahead planner and what they import."""
+eviction policy, the read-ahead planner and what they import; and the warm-up
+job's, which spark_warmup.shipping imports, and with it this module and the
+job's functions as the executors unpickle them."""
 
 from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
 import sidecar.blocks
+import sidecar.bucket_names
 import sidecar.cache.errors
 import sidecar.cache.ident
 import sidecar.cache.slot_fifo
@@ -18,7 +21,7 @@ from spark_warmup.shipping import Shipment, ship
 
 CAPACITY = Shipment(
     "spark_warmup_capacity.zip",
-    (sidecar.blocks, sidecar.layout, sidecar.model, sidecar.cache.errors,
+    (sidecar.blocks, sidecar.bucket_names, sidecar.layout, sidecar.model, sidecar.cache.errors,
      sidecar.cache.ident, sidecar.cache.slot_fifo, sidecar.prefetch.planner,
      sidecar.prefetch.streams),
 )

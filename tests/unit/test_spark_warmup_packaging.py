@@ -16,7 +16,7 @@ from sidecar.tools.warmup_example import example_instructions, example_plan
 from spark_warmup.capacity.shipping import CAPACITY
 from spark_warmup.listing import BATCH_HEADER_SIZE, batch_times
 from spark_warmup.plan import parse_plan
-from spark_warmup.shipping import ZIP_NAME, build_zip
+from spark_warmup.shipping import WARMUP, ZIP_NAME, build_zip
 
 
 def test_batch_times_read_a_genuine_header() -> None:
@@ -84,6 +84,14 @@ def test_the_capacity_zip_replays_without_the_project_or_site_packages(tmp_path:
                             text=True, cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) > 0  # the second pass over the four blocks hits
+
+
+def test_the_capacity_zip_holds_what_the_warm_up_zip_does() -> None:
+    """The capacity job's functions reach the executors pickled by reference to
+    spark_warmup.capacity.job, whose imports include spark_warmup.shipping and
+    the modules the warm-up zip names there: each must be in the capacity zip
+    too, or the executors fail to import the job."""
+    assert set(WARMUP.sidecar_modules) <= set(CAPACITY.sidecar_modules)
 
 
 def test_the_demo_example_is_a_valid_plan(tmp_path: Path) -> None:
