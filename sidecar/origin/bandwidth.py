@@ -9,10 +9,13 @@ import threading
 import time
 from collections.abc import Callable
 
+from prometheus_client import Counter
+
 from sidecar.isolation.lanes import LaneLimiter
 from sidecar.telemetry.metrics import Metrics
 
-# The longest a bypass read sleeps before it asks the lanes again.
+# The longest a bypass read sleeps before it asks the lanes again, and a
+# fetch thread's wait goes uncounted in sidecar_ratelimit_wait_seconds_total.
 MAX_SLICE_S = 0.25
 
 
@@ -59,12 +62,9 @@ class Bandwidth:
                     taken, wait = _ask(limiter, lane, amount, taken)
                 if wait > 0:
                     # A wait for a foreground debt at a low limit may be long:
-                    # the stop does not wait for it, and a reload cuts it short.
-                    started = time.monotonic()
-                    woken = wake.wait(wait)
-                    # What was slept, not what was planned: a wait a reload cut
-                    # short is asked for again (and counted) at the new lanes.
-                    waits.inc(time.monotonic() - started)
+                    # the stop does not wait for it, and a reload cuts it short
+                    # (the wait is then asked for again at the new lanes).
+                    woken = self._sleep(wake, wait, waits)
                     if self._closed.is_set():
                         raise ConnectionAbortedError("the origin reader is closed")
                     if woken or not taken:
@@ -73,6 +73,21 @@ class Bandwidth:
                     return
 
         return pace
+
+    @staticmethod
+    def _sleep(wake: threading.Event, wait: float, waits: Counter) -> bool:
+        """Sleep `wait` seconds in a fetch thread, or until `wake` is set (a
+        reload, the stop): True if woken. Counted a slice at a time as slept."""
+        deadline = time.monotonic() + wait
+        while True:
+            started = time.monotonic()
+            left = deadline - started
+            if left <= 0:
+                return False
+            woken = wake.wait(min(left, MAX_SLICE_S))
+            waits.inc(time.monotonic() - started)
+            if woken:
+                return True
 
     def close(self) -> None:
         """The stop: fetch threads waiting for their budget give up now."""
