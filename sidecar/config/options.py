@@ -28,6 +28,7 @@ from sidecar.config.parsing import (
     parse_layout_name,
     parse_log_format,
     parse_nice,
+    parse_node_name,
     parse_optional_host_port,
     parse_optional_http_url,
     parse_path_list,
@@ -291,9 +292,10 @@ OPTIONS: tuple[Option, ...] = (
            "background, up to access_log_backups files waiting); empty: keep them local",
            "S3URL", flag=False, group="server",
            field="server.access_log_upload"),
-    Option("node_name", optional_str, "",
-           "this node's name in the access log (capacity analysis groups by it); "
-           "empty: the host name", "NAME", flag=False, group="server",
+    Option("node_name", parse_node_name, "",
+           "this node's name in the access log (capacity analysis groups by it) and its "
+           "folder of shipped logs (no control character, not . or .., at most 255 "
+           "characters); empty: the host name", "NAME", flag=False, group="server",
            field="server.node_name"),
     Option("log_format", parse_log_format, "auto",
            "stderr log lines: json (one object per line), text, or auto (text on a terminal, "

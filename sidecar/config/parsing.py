@@ -330,6 +330,30 @@ def optional_str(value: object) -> str | None:
     return text or None
 
 
+# A node's name is one path segment of the shipped logs' keys (PREFIX/NODE/...).
+MAX_NODE_NAME_CHARS = 255
+
+
+def parse_node_name(value: object) -> str | None:
+    """This node's name, or None (empty: the host name). It names the node's
+    folder of shipped access logs (sidecar.telemetry.log_shipping), so it is
+    refused where no folder could be named by it: "." and ".." (a client or
+    proxy normalising the URL would climb out of the prefix), a control
+    character, or a name longer than a file system's."""
+    text = optional_str(value)
+    if text is None:
+        return None
+    if text in (".", ".."):
+        raise ConfigError(f"{text!r} cannot name a folder of shipped access logs")
+    if not text.isprintable():
+        raise ConfigError(f"a control character in {shown(value)}: a node's name "
+                          "names its folder of shipped access logs")
+    if len(text) > MAX_NODE_NAME_CHARS:
+        raise ConfigError(f"{len(text)} characters: a node's name names its folder of "
+                          f"shipped access logs, at most {MAX_NODE_NAME_CHARS}")
+    return text
+
+
 def parse_admin_token(value: object) -> str | None:
     """The admin token, or None (empty): one line of printable ASCII without
     spaces, as every client takes it (sidecar.admin.token). Any other token would

@@ -31,6 +31,7 @@ from sidecar.config.parsing import (
     parse_layout_name,
     parse_log_format,
     parse_nice,
+    parse_node_name,
     parse_optional_host_port,
     parse_optional_http_url,
     parse_path_list,
@@ -98,7 +99,8 @@ KEY_TABLE = TomlType((dict, str), "a table of strings (or AKID:... text)", items
 SECRET_TABLE = TomlType((dict, str), "a table of strings (or AKID:SECRET text)")
 
 BY_PARSER: dict[Callable[[object], Any], TomlType] = {
-    str: TEXT, optional_str: TEXT, parse_admin_token: TEXT, parse_host_port: TEXT,
+    str: TEXT, optional_str: TEXT, parse_admin_token: TEXT, parse_node_name: TEXT,
+    parse_host_port: TEXT,
     parse_optional_host_port: TEXT,
     parse_optional_http_url: TEXT, parse_ionice: TEXT, parse_layout_name: TEXT,
     parse_log_format: TEXT, parse_s3_location: TEXT,

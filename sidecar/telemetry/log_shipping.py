@@ -56,8 +56,15 @@ def object_key(location: S3Location, node: str, rotated_at: float) -> str:
     """PREFIX/NODE/20261127T160203.123456Z.jsonl (UTC, microseconds: one node
     cannot rotate twice within one)."""
     stamp = datetime.fromtimestamp(rotated_at, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    folder = node.replace("/", "_") or "unnamed"
-    return f"{location.prefix}{folder}/{stamp}.jsonl"
+    return f"{location.prefix}{node_folder(node)}/{stamp}.jsonl"
+
+
+def node_folder(node: str) -> str:
+    """The node's folder: its name as one path segment, one folder a name. A
+    '/' and the escape's own '%' are percent-encoded (RFC 3986 section 2.1),
+    so that nodes named a/b and a_b never share one. The config refuses the
+    names no folder can have (sidecar.config.parsing.parse_node_name)."""
+    return node.replace("%", "%25").replace("/", "%2F") or "unnamed"
 
 
 @dataclass(frozen=True)

@@ -462,3 +462,19 @@ def test_an_admin_token_no_client_could_send_is_refused_without_being_shown(
     # A Secret mounted as a variable ends in a newline: still one token.
     config = load_config({"cache_dir": str(tmp_path)}, {"SIDECAR_ADMIN_TOKEN": "s3cret\n"}, {})
     assert config.server.admin_token == "s3cret"
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    (".", "cannot name a folder"), ("..", "cannot name a folder"),
+    ("broker\x01one", "a control character"), ("b" * 256, "256 characters"),
+])
+def test_a_node_name_no_folder_can_have_is_refused(tmp_path: Path, name: str,
+                                                   reason: str) -> None:
+    """It names the node's folder of shipped access logs."""
+    with pytest.raises(ConfigError) as caught:
+        load_config({"cache_dir": str(tmp_path)}, {"SIDECAR_NODE_NAME": name}, {})
+    assert "node_name" in str(caught.value).lower() and reason in str(caught.value)
+    assert len(str(caught.value)) < 200
+    config = load_config({"cache_dir": str(tmp_path)}, {"SIDECAR_NODE_NAME": "rack-1/broker-3"},
+                         {})
+    assert config.server.node_name == "rack-1/broker-3"

@@ -27,7 +27,17 @@ def test_an_object_per_rotated_file_under_the_nodes_folder_sorting_by_time() -> 
     assert early == "fleet/access/broker-1/20261127T160000.500000Z.jsonl"
     later = object_key(LOGS, "broker-1", 1_795_795_200.500001)
     assert early < later
-    assert object_key(S3Location("b", ""), "pod/x", 0.0).startswith("pod_x/19700101T")
+    assert object_key(S3Location("b", ""), "pod/x", 0.0).startswith("pod%2Fx/19700101T")
+
+
+def test_each_node_name_has_a_folder_of_its_own() -> None:
+    """Names that a folder of one segment must change are escaped, never
+    collapsed: a/b, a_b, a%2Fb and a%b ship to four folders."""
+    names = ["a/b", "a_b", "a%2Fb", "a%b", "a%252Fb", "a//b"]
+    folders = [object_key(LOGS, name, 0.0).split("/")[-2] for name in names]
+    assert len(set(folders)) == len(names)
+    assert all(object_key(LOGS, name, 0.0).count("/") == LOGS.prefix.count("/") + 1
+               for name in names)
 
 
 @pytest.mark.parametrize(("text", "location"), [
