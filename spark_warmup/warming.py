@@ -9,7 +9,11 @@ retry, or a rerun of the whole plan, never fetches a block twice.
 
 A node whose calls keep failing after all retries is given up for the rest of
 the run: its remaining segments are reported failed at once rather than each
-waiting out its own retries. Failing on the network (refused, reset, timed out)
+waiting out its own retries. A call that times out is not simply retried: a
+sidecar that took the connection and answers nothing (hung) would hold the
+task for every retry's whole timeout, so the node's /healthz is asked first,
+with a short timeout, and a node that does not answer it either is given up
+at once. Failing on the network (refused, reset, timed out)
 takes it as down; answering 5xx (its origin unavailable) is said as such, since
 the node answered. A sidecar whose mode (`cache-only`, `bypass`) pauses warm-up
 answers 503 naming the mode: that lasts until an operator changes it, far
@@ -24,6 +28,7 @@ follows no redirect and verifies TLS against the plan's CA file
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -50,6 +55,9 @@ _BASE_TIMEOUT_S = 30.0
 _PER_OBJECT_S = 2.0
 _SLOW_BYTES_PER_S = 1024 * 1024
 _MAX_TIMEOUT_S = 3600.0
+# How long a node whose warm call timed out has to answer its /healthz, which
+# a live sidecar answers at once whatever its warm-up is doing.
+_PROBE_TIMEOUT_S = 5.0
 # The modes in which a sidecar pauses warm-up (sidecar/isolation/modes.py).
 _PAUSING_MODES = ("cache-only", "bypass")
 # How a sidecar from before the 503's "mode" field says it (sidecar/engine/warm_up.py).
@@ -94,14 +102,16 @@ class NodeBatch:
 
 class WarmCallError(Exception):
     """Why a warm call failed. `transient`: worth a retry; `network`: the sidecar
-    did not answer at all; `mode`: it answered that its mode pauses warm-up."""
+    did not answer at all; `mode`: it answered that its mode pauses warm-up;
+    `down`: the node is to get no more calls this run (hung, or its mode)."""
 
     def __init__(self, message: str, transient: bool, *, network: bool = False,
-                 mode: str | None = None) -> None:
+                 mode: str | None = None, down: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
         self.network = network
         self.mode = mode
+        self.down = down or mode is not None
 
 
 def unanswered(node: str, url: str, timeout: float = 5.0,
@@ -150,8 +160,14 @@ def _mode_of(director: urllib.request.OpenerDirector, url: str, timeout: float
 
 
 def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
-              sleep: Callable[[float], None] = time.sleep) -> dict[str, int]:
-    """One segment's warm call with retries; the sidecar's counts, or WarmCallError."""
+              sleep: Callable[[float], None] = time.sleep,
+              probe: Callable[[], str | None] | None = None) -> dict[str, int]:
+    """One segment's warm call with retries; the sidecar's counts, or WarmCallError.
+    `probe`: after a call timed out, why the node does not answer its health
+    check (None: it does); default `unanswered` with a short timeout."""
+    if probe is None:
+        probe = functools.partial(unanswered, batch.node, batch.url, _PROBE_TIMEOUT_S,
+                                  batch.ca_file)
     body = json.dumps({
         "objects": [{"bucket": batch.bucket, "key": key, "start": 0, "end": None}
                     for key in (segment.key, *(key for key, _ in segment.companions))],
@@ -168,6 +184,12 @@ def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
         except OSError as exc:  # refused, reset, timed out (URLError is an OSError)
             failure = WarmCallError(f"sidecar {batch.node} unreachable: {_reason(exc)}", True,
                                     network=True)
+            if _timed_out(exc) and (hung := probe()) is not None:
+                # Not a long warm-up: the node answers nothing at all. Each
+                # retry would wait out the whole call timeout again.
+                raise WarmCallError(f"sidecar {batch.node} did not answer the warm call in "
+                                    f"{timeout:.0f} s, nor then its health check ({hung})",
+                                    False, network=True, down=True) from None
         else:
             if status == 200:
                 return _counts(batch.node, answer)
@@ -216,9 +238,11 @@ def _pausing_mode(answer: bytes) -> str | None:
 
 def warm_node(batch: NodeBatch, post: Post | None = None,
               sleep: Callable[[float], None] = time.sleep,
-              clock: Callable[[], float] = time.monotonic) -> list[WarmRow]:
+              clock: Callable[[], float] = time.monotonic,
+              probe: Callable[[], str | None] | None = None) -> list[WarmRow]:
     """Warm every segment of the batch on its sidecar; one report row per segment.
-    `post`: how to send a call (default: urllib, no redirects, the batch's CAs)."""
+    `post`: how to send a call (default: urllib, no redirects, the batch's CAs);
+    `probe`: the health check after a timed-out call (warm_call)."""
     if post is None:
         try:
             post = poster(batch.ca_file)
@@ -226,11 +250,12 @@ def warm_node(batch: NodeBatch, post: Post | None = None,
             error = f"cannot use ca_file {batch.ca_file}: {exc}"
             return [_failed(WarmRow(s.topic, s.partition, s.key, batch.node, s.bytes), s,
                             batch, error, 0.0) for s in batch.segments]
-    return _warm_all(batch, post, sleep, clock)
+    return _warm_all(batch, post, sleep, clock, probe)
 
 
 def _warm_all(batch: NodeBatch, post: Post, sleep: Callable[[float], None],
-              clock: Callable[[], float]) -> list[WarmRow]:
+              clock: Callable[[], float], probe: Callable[[], str | None] | None
+              ) -> list[WarmRow]:
     lock = threading.Lock()
     failures_in_a_row = 0
     down: str | None = None  # why the node gets no more calls, once it does not
@@ -244,11 +269,12 @@ def _warm_all(batch: NodeBatch, post: Post, sleep: Callable[[float], None],
             return _failed(row, segment, batch, known_down, 0.0)
         started = clock()
         try:
-            counts = warm_call(post, batch, segment, sleep)
+            counts = warm_call(post, batch, segment, sleep, probe)
         except WarmCallError as exc:
             with lock:
-                if exc.mode is not None and down is None:
-                    # Its mode outlasts the run: no more calls to it.
+                if exc.down and down is None:
+                    # Its mode outlasts the run, or it answers nothing: no more
+                    # calls to it.
                     down = f"{exc}; no more calls to it this run"
                 elif exc.transient:
                     failures_in_a_row += 1
@@ -301,6 +327,13 @@ def _counts(node: str, answer: bytes) -> dict[str, int]:
         raise WarmCallError(f"sidecar {node} answered 200 with what is not the warm API's "
                             f"answer: {answer[:200].decode(errors='replace')!r}", False)
     return counts
+
+
+def _timed_out(exc: OSError) -> bool:
+    """Whether a call failed on its timeout (connecting or waiting for the
+    answer), not on a refused or reset connection."""
+    return isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None),
+                                                       TimeoutError)
 
 
 def _reason(exc: OSError) -> str:

@@ -10,7 +10,7 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -22,6 +22,7 @@ import pytest
 from sidecar.tools.local_s3 import LocalS3, loopback_client
 from spark_warmup.outcome import summarize
 from spark_warmup.progress import WarmProgress, read_stats, stats_reader
+from spark_warmup.sidecar_http import poster
 from spark_warmup.warming import NodeBatch, PlannedSegment, unanswered, warm_node
 from tests.support.certificates import self_signed
 from tests.support.fault_proxy import FaultProxy
@@ -356,3 +357,75 @@ def test_a_sidecar_url_that_answers_no_http_fails_its_rows_not_the_job(
     assert problem is not None and problem.startswith(
         f"sidecar a at {server.endpoint} unreachable: no HTTP answer")
     assert line.endswith("; 1 of 1 sidecars not answering")
+
+
+class SilentSidecar:
+    """A stand-in for a hung sidecar (the real one cannot be made to hang on
+    cue): it accepts each connection on 127.0.0.1, reads the request's head,
+    notes its first line, and answers nothing until it stops."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.requests: list[str] = []
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> SilentSidecar:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for held in self._held:
+            held.close()
+        self._listener.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            connection.settimeout(5)
+            head = b""
+            try:
+                while b"\r\n" not in head and len(head) < 65536:
+                    data = connection.recv(4096)
+                    if not data:
+                        break
+                    head += data
+            except OSError:
+                pass
+            self.requests.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+            self._held.append(connection)
+
+
+def test_a_sidecar_that_answers_nothing_is_given_up_after_one_call(bucket: str) -> None:
+    """A hung sidecar held the warm-up for every retry's whole call timeout, on
+    two segments before the node was given up: its /healthz is asked after the
+    first timeout, and a node that answers that nothing either gets no more calls."""
+    planned = tuple(PlannedSegment("orders", 0, f"orders-x/0/{i * 1000:020d}-seg.log", SIZE,
+                                   "a") for i in range(3))
+    real_post = poster(None)
+
+    def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
+             ) -> tuple[int, bytes]:
+        return real_post(url, body, headers, 0.5)  # the call's own: minutes for a segment
+
+    sleeps: list[float] = []
+    with SilentSidecar() as silent:
+        work = replace(batch(silent.url, bucket, planned[0]), segments=planned, retries=3)
+        rows = warm_node(work, post=post, sleep=sleeps.append)
+        seen = list(silent.requests)
+    assert [line.split(" ")[:2] for line in seen] == [["POST", "/api/v1/warm"],
+                                                      ["GET", "/healthz"]]
+    assert sleeps == []
+    assert all((row.error or "").startswith("sidecar a did not answer the warm call in ")
+               and "s, nor then its health check (sidecar a at " in (row.error or "")
+               for row in rows), rows
+    assert all("no more calls to it this run" in (row.error or "") for row in rows[1:])
+    assert all(row.failed == row.blocks == 2 for row in rows)
