@@ -61,7 +61,10 @@ def serving_brokers(replicas: PartitionReplicas, replica: str, rack: str | None,
     """The brokers that will serve reads of a partition, for the plan's `replica` choice.
 
     `rack`: as Kafka's RackAwareReplicaSelector picks for a consumer in `rack`, the
-    leader if it is there, else an in-sync replica there, else the leader.
+    leader if it is there, else a replica there, else the leader. Of several
+    replicas in the rack it takes the most caught-up at the fetch (largest log
+    end offset), which no metadata says ahead: every in-sync one there is
+    warmed, in broker-id order.
     `all`: every replica the cluster knows a broker for (one may be down).
     """
     leader = () if replicas.leader == NO_LEADER else (replicas.leader,)
@@ -70,7 +73,7 @@ def serving_brokers(replicas: PartitionReplicas, replica: str, rack: str | None,
     if replica == "rack" and leader and _rack(brokers, replicas.leader) != rack:
         in_rack = [node for node in replicas.isr if _rack(brokers, node) == rack]
         if in_rack:
-            return (in_rack[0],)
+            return tuple(sorted(in_rack))
     return leader
 
 

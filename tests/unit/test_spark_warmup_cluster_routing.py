@@ -171,6 +171,14 @@ def test_a_rack_reads_from_its_in_sync_replica_else_the_leader() -> None:
     assert serving_brokers(replicas, "rack", "us-2a", BROKERS) == (2,)
 
 
+def test_of_several_in_sync_replicas_in_the_rack_each_is_warmed() -> None:
+    """Kafka picks the most caught-up of them at each fetch: any one may serve."""
+    brokers = {**BROKERS, 4: Broker(4, "b4.example", 9092, "eu-1c")}
+    replicas = PartitionReplicas(leader=2, replicas=(2, 4, 3), isr=(2, 4, 3))
+    assert serving_brokers(replicas, "rack", "eu-1c", brokers) == (3, 4)
+    assert serving_brokers(replicas, "rack", "eu-1b", brokers) == (2,)  # the leader is there
+
+
 def test_all_means_every_replica_the_cluster_knows() -> None:
     replicas = PartitionReplicas(leader=1, replicas=(1, 3, 9), isr=(1, 3))
     assert serving_brokers(replicas, "all", None, BROKERS) == (1, 3)  # broker 9 is gone
