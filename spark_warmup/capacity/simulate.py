@@ -20,7 +20,8 @@ What the engine adds around them is modelled here as it does it:
 - the slab holds capacity // (block_size + slot header) blocks.
 
 - reads happen in time as the log places them: from arrival (`time` less
-  `duration_s`), their blocks reached over their duration and interleaved with
+  `duration_s`), their blocks reached over their duration (but for the block
+  a stream's previous read ended in, gone through at once) and interleaved with
   the other reads in progress; a block on its way when its reader comes is
   joined (a hit, no origin read of the reader's own), and its reader pins it;
 - read-ahead lands when its fetch completes (as long after it starts as the
@@ -247,8 +248,8 @@ class Replay:
 
     def steps(self, read: Read) -> Iterator[float]:
         """Serve `read` block by block; before each block, the time it is reached
-        (the read's duration shared out over its blocks), for the caller to
-        interleave with other reads."""
+        (the read's duration shared out over its blocks, the block its stream
+        resumes taking none), for the caller to interleave with other reads."""
         block_size = self.settings.block_size
         piece = min(PIECE_SIZE, block_size)
         info = ObjectInfo(read.bucket, read.key, read.object_size, read.etag, _EPOCH)
@@ -264,10 +265,21 @@ class Replay:
         position = read.first_byte
         started: set[int] = set()  # blocks this request's own fetches brought
         pinned: int | None = None  # the slot being read: not evicted under it
+        # The read's duration shared out over its blocks, but for the block its
+        # stream's previous read ended in: its bytes were on their way or in
+        # hand already, and the sidecar goes on to the next block at once.
+        resumed_first = stream is not None and stream.resumed_block == first_block \
+            and last_block > first_block
+        shares = last_block - first_block + (0 if resumed_first else 1)
+
+        def reached(done: int) -> float:
+            """When the read is through its first `done` blocks."""
+            counted = done - 1 if resumed_first and done > 0 else done
+            return read.arrival_s + read.duration_s * counted / shares
+
         try:
             for block in range(first_block, last_block + 1):
-                yield read.arrival_s + read.duration_s * (block - first_block) / \
-                    (last_block - first_block + 1)
+                yield reached(block - first_block)
                 ident = BlockIdent(read.bucket, read.key, read.etag, block)
                 self._unpin(pinned)
                 block_start = block * block_size
@@ -284,8 +296,7 @@ class Replay:
                 pinned = self._pin(ident) if on_its_way else None
                 # Its bytes are out by the block's share of the read's duration;
                 # read-ahead follows what was delivered.
-                yield read.arrival_s + read.duration_s * (block - first_block + 1) / \
-                    (last_block - first_block + 1)
+                yield reached(block - first_block + 1)
                 while position < upto:
                     position = min(upto, (position // piece + 1) * piece)
                     if stream is not None:

@@ -648,6 +648,20 @@ def test_a_reader_s_fetches_straddling_blocks_are_not_reuse() -> None:
     assert plain.policy.queue("main") != []
 
 
+def test_a_read_resuming_its_stream_s_block_goes_on_to_the_next_one_at_once() -> None:
+    """A consumer's next fetch starts in the block its last one ended in, whose
+    bytes are in hand or on their way: the sidecar goes on to the next block at
+    once, so the read's duration is shared over its other blocks. A first read
+    shares it over all of them."""
+    first, then = (Read(1.0 + number, "tiered", KEY, '"e"', 8 * MiB, start, 5 * MiB // 2,
+                        False, duration_s=0.3) for number, start in enumerate((0, 5 * MiB // 2)))
+    simulation = Replay(SETTINGS, 64 * (BLOCK + 4096), keys=[(first.bucket, KEY, '"e"', 8 * MiB)])
+    reached = list(simulation.steps(first))  # blocks 0, 1, 2: reached, then out, each
+    assert reached == pytest.approx([0.7, 0.8, 0.8, 0.9, 0.9, 1.0])
+    reached = list(simulation.steps(then))  # blocks 2 (resumed), 3, 4
+    assert reached == pytest.approx([1.7, 1.7, 1.7, 1.85, 1.85, 2.0])
+
+
 def test_a_block_a_read_ends_inside_lands_after_the_read_and_its_next_read_joins_it() -> None:
     """The engine streams a fetched block's chunks as they land and the answer
     ends before the block does: the rest is still on its way (a write, no
