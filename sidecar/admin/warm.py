@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 from aiohttp import web
 
-from sidecar.bucket_names import uncached_bucket_problem
+from sidecar.bucket_names import bucket_name_problem, uncached_bucket_problem
 from sidecar.engine import WarmResult
 from sidecar.errors import (
     BucketNotFound,
@@ -142,8 +142,13 @@ def _validate_object(item: object, where: str) -> WarmObject:
             # surrogate, and the origin client fails on it as if the origin had.
             raise WarmRequestError(f"{where}.{name}: not valid Unicode (a lone surrogate)")
         names[name] = value
+    # The data port's rule (sidecar.bucket_names): a name no S3 bucket can have
+    # is the call's fault, told here rather than sent to the origin, whose
+    # answer ("no such bucket", or a client's refusal) would not say why.
+    if (problem := bucket_name_problem(names["bucket"])) is not None:
+        raise WarmRequestError(f"{where}.bucket: {problem}, got {_kind(names['bucket'])}")
     # A legacy us-east-1 name past what a cache slot records would be fetched
-    # and then fail to be written (sidecar.bucket_names): refused here, by name.
+    # and then fail to be written: refused here, by name.
     if (too_long := uncached_bucket_problem(names["bucket"])) is not None:
         raise WarmRequestError(f"{where}.bucket: {too_long}")
     start = item.get("start", 0)

@@ -218,13 +218,15 @@ def test_a_warm_call_while_downloads_are_paused_is_a_503_that_says_so(
 def test_a_bucket_name_the_origin_client_cannot_send_is_a_400_not_an_origin_failure(
     warm_sidecar: SidecarProcess, proxy: RecordingProxy, bucket: str, objects: dict[str, bytes]
 ) -> None:
-    """The origin client refuses such a name before anything is sent: the call's
-    fault, so neither retried nor counted against the origin by the breaker,
-    which would otherwise open and turn readers away."""
-    for name in ("not a bucket", "two/parts"):
+    """Such a name is refused by S3's rules, as the data port refuses it, before
+    anything is sent: the call's fault, so neither retried nor counted against
+    the origin by the breaker, which would otherwise open and turn readers away."""
+    for name in ("not a bucket", "two/parts", "ab", "tiered..logs"):
         body = {"objects": [{"bucket": name, "key": "k"}]}
         status, answer = post(warm_sidecar.admin_url, warm_sidecar.admin_token, body)
-        assert status == 400 and name in answer["error"], answer
+        assert status == 400, answer
+        assert answer["error"].startswith("objects[0].bucket: not an S3 bucket name"), answer
+        assert name in answer["error"], answer
     assert warm_sidecar.metric("sidecar_origin_breaker_state", state="closed") == 1
     key, data = next(iter(objects.items()))
     status, _, body_read = raw_request(warm_sidecar.data_url, "GET", f"/{bucket}/{key}")

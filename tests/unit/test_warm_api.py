@@ -32,22 +32,22 @@ def body(document: object) -> bytes:
 
 def test_a_full_body_parses() -> None:
     request = parse_warm_body(body({
-        "objects": [{"bucket": "b", "key": "k", "start": 5, "end": 10},
-                    {"bucket": "b", "key": "k2", "start": 0, "end": None}],
+        "objects": [{"bucket": "tiered", "key": "k", "start": 5, "end": 10},
+                    {"bucket": "tiered", "key": "k2", "start": 0, "end": None}],
         "ttl_s": 90.5,
     }))
     assert request == WarmRequest(
-        (WarmObject("b", "k", 5, 10), WarmObject("b", "k2", 0, None)), 90.5
+        (WarmObject("tiered", "k", 5, 10), WarmObject("tiered", "k2", 0, None)), 90.5
     )
 
 
 def test_defaults_are_the_whole_object_for_an_hour() -> None:
-    request = parse_warm_body(body({"objects": [{"bucket": "b", "key": "k"}]}))
-    assert request == WarmRequest((WarmObject("b", "k", 0, None),), 3600.0)
+    request = parse_warm_body(body({"objects": [{"bucket": "tiered", "key": "k"}]}))
+    assert request == WarmRequest((WarmObject("tiered", "k", 0, None),), 3600.0)
 
 
 def test_exactly_the_limits_are_accepted() -> None:
-    objects = [{"bucket": "b", "key": f"k{i}"} for i in range(MAX_OBJECTS)]
+    objects = [{"bucket": "tiered", "key": f"k{i}"} for i in range(MAX_OBJECTS)]
     request = parse_warm_body(body({"objects": objects, "ttl_s": 7 * 24 * 3600}))
     assert len(request.objects) == MAX_OBJECTS
     # A legacy us-east-1 name as long as a cache slot records.
@@ -59,48 +59,62 @@ def test_exactly_the_limits_are_accepted() -> None:
     ("raw", "message"),
     [
         (b"{not json", "body: not JSON"),
-        (b'{"objects": [{"bucket": "b", "key": "k"}], "ttl_s": NaN}', "body: not JSON"),
+        (b'{"objects": [{"bucket": "tiered", "key": "k"}], "ttl_s": NaN}', "body: not JSON"),
         (b"\xff\xfe", "body: not JSON"),
         (body([1, 2]), "body: must be a JSON object"),
         (body({}), "objects: missing"),
         (body({"objects": [], "ttl_s": 1}), "objects: must name at least one"),
-        (body({"objects": {"bucket": "b"}}), "objects: must be a list"),
-        (body({"objects": [{"bucket": "b", "key": "k"}], "ttl": 5}), "unknown field 'ttl'"),
-        (body({"objects": [{"bucket": "b", "key": "k", "length": 5}]}),
+        (body({"objects": {"bucket": "tiered"}}), "objects: must be a list"),
+        (body({"objects": [{"bucket": "tiered", "key": "k"}], "ttl": 5}), "unknown field 'ttl'"),
+        (body({"objects": [{"bucket": "tiered", "key": "k", "length": 5}]}),
          "objects[0]: unknown field 'length'"),
         (body({"objects": ["b/k"]}), "objects[0]: must be an object"),
         (body({"objects": [{"key": "k"}]}), "objects[0].bucket: missing"),
-        (body({"objects": [{"bucket": "b"}]}), "objects[0].key: missing"),
+        (body({"objects": [{"bucket": "tiered"}]}), "objects[0].key: missing"),
         (body({"objects": [{"bucket": "", "key": "k"}]}), "objects[0].bucket: must be a non-empty"),
-        (body({"objects": [{"bucket": "b", "key": 7}]}), "objects[0].key: must be a non-empty"),
-        (body({"objects": [{"bucket": "b", "key": "k", "start": -1}]}),
+        (body({"objects": [{"bucket": "tiered", "key": 7}]}),
+         "objects[0].key: must be a non-empty"),
+        (body({"objects": [{"bucket": "tiered", "key": "k", "start": -1}]}),
          "objects[0].start: must be a non-negative integer"),
-        (body({"objects": [{"bucket": "b", "key": "k", "start": 1.5}]}), "objects[0].start"),
-        (body({"objects": [{"bucket": "b", "key": "k", "start": "0"}]}), "objects[0].start"),
-        (body({"objects": [{"bucket": "b", "key": "k", "start": True}]}), "objects[0].start"),
-        (body({"objects": [{"bucket": "b", "key": "k", "end": -3}]}), "objects[0].end"),
-        (body({"objects": [{"bucket": "b", "key": "k"}, {"bucket": "b", "key": "k",
+        (body({"objects": [{"bucket": "tiered", "key": "k", "start": 1.5}]}), "objects[0].start"),
+        (body({"objects": [{"bucket": "tiered", "key": "k", "start": "0"}]}), "objects[0].start"),
+        (body({"objects": [{"bucket": "tiered", "key": "k", "start": True}]}), "objects[0].start"),
+        (body({"objects": [{"bucket": "tiered", "key": "k", "end": -3}]}), "objects[0].end"),
+        (body({"objects": [{"bucket": "tiered", "key": "k"}, {"bucket": "tiered", "key": "k",
                                                           "start": 10, "end": 9}]}),
          "objects[1].end: 9 is before start 10"),
-        (body({"objects": [{"bucket": "b", "key": "k"}], "ttl_s": 0}), "ttl_s: must be > 0"),
-        (body({"objects": [{"bucket": "b", "key": "k"}], "ttl_s": -5}), "ttl_s: must be > 0"),
-        (body({"objects": [{"bucket": "b", "key": "k"}], "ttl_s": 7 * 24 * 3600 + 1}),
+        (body({"objects": [{"bucket": "tiered", "key": "k"}], "ttl_s": 0}), "ttl_s: must be > 0"),
+        (body({"objects": [{"bucket": "tiered", "key": "k"}], "ttl_s": -5}), "ttl_s: must be > 0"),
+        (body({"objects": [{"bucket": "tiered", "key": "k"}], "ttl_s": 7 * 24 * 3600 + 1}),
          "ttl_s: must be > 0 and at most 604800"),
-        (body({"objects": [{"bucket": "b", "key": "k"}], "ttl_s": "1h"}),
+        (body({"objects": [{"bucket": "tiered", "key": "k"}], "ttl_s": "1h"}),
          "ttl_s: must be a number"),
-        (body({"objects": [{"bucket": "b", "key": "k"}], "ttl_s": None}),
+        (body({"objects": [{"bucket": "tiered", "key": "k"}], "ttl_s": None}),
          "ttl_s: must be a number"),
-        (body({"objects": [{"bucket": "b", "key": f"k{i}"} for i in range(MAX_OBJECTS + 1)]}),
+        (body({"objects": [{"bucket": "tiered", "key": f"k{i}"} for i in range(MAX_OBJECTS + 1)]}),
          f"objects: {MAX_OBJECTS + 1} objects in one call; at most {MAX_OBJECTS}"),
         (b" " * (MAX_BODY_BYTES + 1), "body: larger than"),
         (b"[" * (MAX_BODY_BYTES - 1), "body: not JSON this API reads: nested too deeply"),
-        (b'{"objects": [{"bucket": "b", "key": "k\\udc80"}]}',
+        (b'{"objects": [{"bucket": "tiered", "key": "k\\udc80"}]}',
          "objects[0].key: not valid Unicode"),
         (b'{"objects": [{"bucket": "\\ud800", "key": "k"}]}',
          "objects[0].bucket: not valid Unicode"),
-        (body({"objects": [{"bucket": "b", "key": "k"}, {"bucket": "L" * 64, "key": "k"}]}),
+        (body({"objects": [{"bucket": "tiered", "key": "k"}, {"bucket": "L" * 64, "key": "k"}]}),
          "objects[1].bucket: a bucket name of 64 characters: the cache holds objects of "
          "buckets named in at most 63"),
+        # S3's naming rules, as the data port applies them: told by the field,
+        # not sent to the origin.
+        (body({"objects": [{"bucket": "ab", "key": "k"}]}),
+         "objects[0].bucket: not an S3 bucket name (3-255 letters, digits, '.', '-' and '_'), "
+         "got str 'ab'"),
+        (body({"objects": [{"bucket": "tiered", "key": "k"}, {"bucket": "two/parts", "key": "k"}]}),
+         "objects[1].bucket: not an S3 bucket name (3-255"),
+        (body({"objects": [{"bucket": "not a bucket", "key": "k"}]}),
+         "objects[0].bucket: not an S3 bucket name (3-255"),
+        (body({"objects": [{"bucket": "tiered..logs", "key": "k"}]}),
+         "objects[0].bucket: not an S3 bucket name (two dots in a row), got str 'tiered..logs'"),
+        (body({"objects": [{"bucket": "L" * 256, "key": "k"}]}),
+         "objects[0].bucket: not an S3 bucket name (3-255"),
     ],
 )
 def test_bad_bodies_name_the_field(raw: bytes, message: str) -> None:
