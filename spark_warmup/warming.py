@@ -13,7 +13,8 @@ waiting out its own retries. A call that times out is not simply retried: a
 sidecar that took the connection and answers nothing (hung) would hold the
 task for every retry's whole timeout, so the node's /healthz is asked first,
 with a short timeout, and a node that does not answer it either is given up
-at once. Failing on the network (refused, reset, timed out)
+at once. One that answers it (alive, its warm-up stuck) gets one more try, and
+is given up when that times out too. Failing on the network (refused, reset, timed out)
 takes it as down; answering 5xx (its origin unavailable) is said as such, since
 the node answered. A sidecar whose mode (`cache-only`, `bypass`) pauses warm-up
 answers 503 naming the mode: that lasts until an operator changes it, far
@@ -58,6 +59,9 @@ _MAX_TIMEOUT_S = 3600.0
 # How long a node whose warm call timed out has to answer its /healthz, which
 # a live sidecar answers at once whatever its warm-up is doing.
 _PROBE_TIMEOUT_S = 5.0
+# Warm calls of one segment that time out while the node answers /healthz before
+# the node is given up: the first may be a slow origin, the second is not.
+_WEDGED_AFTER = 2
 # The modes in which a sidecar pauses warm-up (sidecar/isolation/modes.py).
 _PAUSING_MODES = ("cache-only", "bypass")
 # How a sidecar from before the 503's "mode" field says it (sidecar/engine/warm_up.py).
@@ -178,18 +182,31 @@ def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
         headers["Authorization"] = f"Bearer {batch.token}"
     timeout = call_timeout(segment)
     attempt = 0
+    timed_out_while_healthy = 0
     while True:
         try:
             status, answer = post(f"{batch.url}/api/v1/warm", body, headers, timeout)
         except OSError as exc:  # refused, reset, timed out (URLError is an OSError)
             failure = WarmCallError(f"sidecar {batch.node} unreachable: {_reason(exc)}", True,
                                     network=True)
-            if _timed_out(exc) and (hung := probe()) is not None:
-                # Not a long warm-up: the node answers nothing at all. Each
-                # retry would wait out the whole call timeout again.
-                raise WarmCallError(f"sidecar {batch.node} did not answer the warm call in "
-                                    f"{timeout:.0f} s, nor then its health check ({hung})",
-                                    False, network=True, down=True) from None
+            if _timed_out(exc):
+                if (hung := probe()) is not None:
+                    # Not a long warm-up: the node answers nothing at all. Each
+                    # retry would wait out the whole call timeout again.
+                    raise WarmCallError(f"sidecar {batch.node} did not answer the warm call "
+                                        f"in {timeout:.0f} s, nor then its health check "
+                                        f"({hung})", False, network=True, down=True) from None
+                timed_out_while_healthy += 1
+                if timed_out_while_healthy >= _WEDGED_AFTER:
+                    # Alive but its warm-up answers nothing: one more try was
+                    # enough to tell a slow origin (the retry finds the blocks
+                    # fetched so far cached) from a wedged warm-up, which would
+                    # hold this task for every further retry's whole timeout.
+                    raise WarmCallError(
+                        f"sidecar {batch.node} answers its health check but did not answer "
+                        f"the warm call in {timeout:.0f} s, {timed_out_while_healthy} times: "
+                        "its warm-up is stuck (see its log; a restart frees it)",
+                        False, down=True) from None
         else:
             if status == 200:
                 return _counts(batch.node, answer)

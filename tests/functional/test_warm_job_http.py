@@ -4,6 +4,7 @@ TLS proxy) is verified against the plan's CA file."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import socket
@@ -362,9 +363,12 @@ def test_a_sidecar_url_that_answers_no_http_fails_its_rows_not_the_job(
 class SilentSidecar:
     """A stand-in for a hung sidecar (the real one cannot be made to hang on
     cue): it accepts each connection on 127.0.0.1, reads the request's head,
-    notes its first line, and answers nothing until it stops."""
+    notes its first line, and answers nothing until it stops. `healthy`: it
+    answers every GET (/healthz, /readyz) as a live sidecar in normal mode
+    does, and only the warm POST gets nothing (a wedged warm-up)."""
 
-    def __init__(self) -> None:
+    def __init__(self, healthy: bool = False) -> None:
+        self._healthy = healthy
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.1)
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
@@ -400,7 +404,15 @@ class SilentSidecar:
                     head += data
             except OSError:
                 pass
-            self.requests.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            self.requests.append(line)
+            if self._healthy and line.startswith("GET "):
+                answer = b'{"status": "ok", "mode": "normal"}'
+                with contextlib.suppress(OSError), connection:
+                    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                       b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                                       % (len(answer), answer))
+                continue
             self._held.append(connection)
 
 
@@ -427,5 +439,34 @@ def test_a_sidecar_that_answers_nothing_is_given_up_after_one_call(bucket: str) 
     assert all((row.error or "").startswith("sidecar a did not answer the warm call in ")
                and "s, nor then its health check (sidecar a at " in (row.error or "")
                for row in rows), rows
+    assert all("no more calls to it this run" in (row.error or "") for row in rows[1:])
+    assert all(row.failed == row.blocks == 2 for row in rows)
+
+
+def test_a_sidecar_whose_warm_up_is_stuck_gets_one_more_try_then_no_more_calls(
+        bucket: str) -> None:
+    """A live sidecar (its /healthz answers) whose warm calls answer nothing held
+    the warm-up for every retry's whole call timeout, on two segments before the
+    node was given up: after one more try that times out too, its remaining
+    segments are reported not warmed, saying why."""
+    planned = tuple(PlannedSegment("orders", 0, f"orders-x/0/{i * 1000:020d}-seg.log", SIZE,
+                                   "a") for i in range(3))
+    real_post = poster(None)
+
+    def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
+             ) -> tuple[int, bytes]:
+        return real_post(url, body, headers, 0.5)  # the call's own: minutes for a segment
+
+    sleeps: list[float] = []
+    with SilentSidecar(healthy=True) as wedged:
+        work = replace(batch(wedged.url, bucket, planned[0]), segments=planned, retries=3)
+        rows = warm_node(work, post=post, sleep=sleeps.append)
+        seen = list(wedged.requests)
+    asked = [line.split(" ")[:2] for line in seen]
+    assert asked == [["POST", "/api/v1/warm"], ["GET", "/healthz"], ["GET", "/readyz"]] * 2
+    assert len(sleeps) == 1  # the backoff before the one more try
+    stuck = "sidecar a answers its health check but did not answer the warm call in "
+    assert all((row.error or "").startswith(stuck) and "2 times: its warm-up is stuck"
+               in (row.error or "") for row in rows), rows
     assert all("no more calls to it this run" in (row.error or "") for row in rows[1:])
     assert all(row.failed == row.blocks == 2 for row in rows)
