@@ -4,8 +4,10 @@ hits come out as pinned tier slices with the original bytes, a purge drops them.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -185,3 +187,30 @@ async def test_a_purged_object_leaves_the_tier(make_rig: MakeRig) -> None:
     assert tier.resident_bytes() == 0 and tier.held_bytes() == 0
     assert (await read(rig, rig.info, 0, len(data) - 1))[0] == data
     assert len(rig.origin.calls) == 2
+
+
+async def test_a_send_let_go_after_the_store_closed_releases_its_region_quietly(
+        make_rig: MakeRig, executor: ThreadPoolExecutor,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A send of a purged region outlives the store (the listeners' last
+    sends end as the node stops): letting go after the disk threads stopped
+    logs nothing, and the tier's memory goes with that last hold."""
+    data = random.Random(7).randbytes(2 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=4 * CHUNK)
+    await read(rig, rig.info, 0, len(data) - 1)
+    await rig.engine.idle()
+    tier = rig.store.tier
+    assert tier is not None
+    sending = await pieces_of(rig, rig.info, 0, BLOCK - 1)
+    rig.store.invalidate_object("b", "k")
+    await rig.engine.close()
+    await rig.store.close()
+    executor.shutdown(wait=True)
+    fd = tier.fd
+    os.fstat(fd)  # the send still holds the memory file
+    with caplog.at_level(logging.DEBUG):
+        assert contents(sending) == data[:BLOCK]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert tier.fd == -1 and tier.resident_bytes() == 0
+    with pytest.raises(OSError):
+        os.fstat(fd)
