@@ -245,6 +245,16 @@ class MemoryTier:
         with self._lock:
             return key in self._table
 
+    def could_take(self, key: Key) -> bool:
+        """Whether a chunk read again may be ``put`` now, from the table's
+        accounting alone (no I/O, a short lock: fit for the event loop). When
+        not (held already, closed, or a full tier would decline or refuse it),
+        the offer is counted as ``put``'s would be, and the caller spares the
+        copy its trip to a thread."""
+        with self._lock:
+            return not self._closed and key not in self._table \
+                and self._table.could_claim(key)
+
     def put(self, key: Key, data: Bytes, *, read: bool = True) -> bool:
         """Keep a verified chunk; False when it is held already, no region is
         free of sends, it is not admitted, the tier is closed, or the memory

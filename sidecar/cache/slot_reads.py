@@ -90,8 +90,13 @@ class SlotReader:
         loop), offered to the memory tier in the executor: the tier follows the
         working set whether or not the slab is read past the page cache, and
         the copy (and a victim's punch) is never the loop's. ``data`` is the
-        reader's own buffer, which nothing writes to again."""
-        if self._tier is not None and record.ident is not NAMELESS:
+        reader's own buffer, which nothing writes to again. Asked on the loop
+        first: a full tier declines most chunks read, and a trip to the
+        executor for each of them would only queue behind the disk's reads."""
+        if self._tier is None or record.ident is NAMELESS:
+            return
+        if self._tier.could_take((record.ident, record.generation & GENERATION_IN_INDEX,
+                                  chunk)):
             self._work.start(self._work.run(self._into_tier, record.ident, record.generation,
                                             chunk, [data]))
 

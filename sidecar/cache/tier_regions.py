@@ -86,6 +86,10 @@ class RegionTable:
         self.counts = TierCounts()
         self._state = bytearray(regions)
         self._pins = array("i", [0]) * regions
+        # Live regions a send has pinned: with no free region, the table can
+        # tell that no victim exists without asking the policy (whose choice
+        # evicts), for ``could_claim``.
+        self._pinned_live = 0
         self._length = array("q", [0]) * regions
         # Whether the chunk was read since it entered: its first read (often
         # the reader it was fetched for) is no sign of reuse to the policy.
@@ -134,13 +138,13 @@ class RegionTable:
             region = self._free.pop()
             self._state[region] = FILLING
             return Claimed(region, None)
-        if not self._admitted(key, remember=read):
-            self.counts.declined += 1
+        if not self._admissible(key):
+            self._decline(key, read)
             return None
+        self._declined.pop(key, None)  # admitted: this offer is used up
         victims = self._policy.choose_victims(1, self._pinned)
         if not victims:
-            self._remember(key)  # still admitted at its next offer
-            self.counts.refused += 1
+            self._refuse(key)
             return None
         region = victims[0]
         evicted = self._key_of[region]
@@ -152,6 +156,25 @@ class RegionTable:
         self._state[region] = FILLING
         self.counts.evictions += 1
         return Claimed(region, evicted)
+
+    def could_claim(self, key: Key, *, read: bool = True) -> bool:
+        """Whether ``claim`` may give ``key`` a region now, from the table
+        alone (a caller skips the copy's trip to a thread when it cannot).
+        False: it would be declined or refused, and the offer is counted and
+        remembered here just as ``claim`` would, so the caller need not make
+        it. True: nothing is changed; ``claim`` decides (and may still refuse
+        if the table changed meanwhile)."""
+        if self._free:
+            return True
+        if not self._admissible(key):
+            self._decline(key, read)
+            return False
+        if len(self._region_of) == self._pinned_live:
+            # Every live region pinned (and filling ones are never victims):
+            # the policy would find no victim.
+            self._refuse(key)
+            return False
+        return True
 
     def publish(self, region: int, key: Key, length: int) -> bool:
         """The filled region holds ``key``'s chunk (``length`` bytes) from now on.
@@ -186,6 +209,8 @@ class RegionTable:
         if region is None:
             self.counts.misses += 1
             return None
+        if not self._pins[region]:
+            self._pinned_live += 1
         self._pins[region] += 1
         if self._read[region]:
             self._policy.touch(region)
@@ -200,9 +225,12 @@ class RegionTable:
         if self._pins[region] <= 0:
             raise ValueError(f"region {region} is not pinned")
         self._pins[region] -= 1
-        if self._pins[region] == 0 and self._state[region] == DOOMED:
+        if self._pins[region]:
+            return False
+        if self._state[region] == DOOMED:
             self._state[region] = RELEASING
             return True
+        self._pinned_live -= 1
         return False
 
     def forget(self, matches: Callable[[Key], bool]) -> list[int]:
@@ -238,6 +266,7 @@ class RegionTable:
             self._key_of[region] = None
             self._length[region] = 0
             if self._pins[region]:
+                self._pinned_live -= 1  # pinned still, but no longer live
                 self._state[region] = DOOMED
             else:
                 self._state[region] = RELEASING
@@ -251,18 +280,24 @@ class RegionTable:
         if not held:
             del self._of_object[name]
 
-    def _admitted(self, key: Key, remember: bool) -> bool:
-        """Whether a chunk offered to a full tier takes a victim's place: the
-        second offer within about the tier's size of refusals, or one the
-        policy's ghost remembers (it left the small FIFO lately). ``remember``
-        False: a refusal that does not count as an offer."""
-        if key in self._declined or self._policy.in_ghost(self._fingerprint(key)):
-            self._declined.pop(key, None)
-            return True
-        if not remember:
-            return False
-        self._remember(key)
-        return False
+    def _admissible(self, key: Key) -> bool:
+        """Whether a chunk offered to a full tier may take a victim's place:
+        the second offer within about the tier's size of refusals, or one the
+        policy's ghost remembers (it left the small FIFO lately). Changes
+        nothing."""
+        return key in self._declined or self._policy.in_ghost(self._fingerprint(key))
+
+    def _decline(self, key: Key, read: bool) -> None:
+        """A chunk not admitted. ``read`` False: a refusal that does not count
+        as an offer."""
+        if read:
+            self._remember(key)
+        self.counts.declined += 1
+
+    def _refuse(self, key: Key) -> None:
+        """A chunk admitted while no region is free of sends."""
+        self._remember(key)  # still admitted at its next offer
+        self.counts.refused += 1
 
     def _remember(self, key: Key) -> None:
         """``key`` as the newest declined one, the oldest forgotten past one a

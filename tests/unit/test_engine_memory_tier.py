@@ -7,7 +7,9 @@ from __future__ import annotations
 import logging
 import os
 import random
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
 
 import pytest
 
@@ -20,6 +22,26 @@ from tests.unit.test_engine import BLOCK, MakeRig, Rig
 make_rig = test_engine.make_rig  # the engine tests' rig, as a fixture of this module too
 
 CHUNK = BLOCK  # blocks of 64 KiB are one chunk each
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """The disk executor, counting the work handed to it."""
+
+    submitted = 0
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.fixture
+def executor() -> Iterator[CountingExecutor]:
+    """The rig's disk executor (tests/conftest.py's), counting its work."""
+    with CountingExecutor(max_workers=4, thread_name_prefix="test-io") as pool:
+        yield pool
 
 
 async def pieces_of(rig: Rig, info: ObjectInfo, start: int, end: int
@@ -109,6 +131,39 @@ async def test_a_verified_direct_read_of_the_disk_enters_the_tier(make_rig: Make
     assert await read(rig, rig.info, last, len(data) - 1) == (data[last:], [False])
     assert await read(rig, rig.info, last, len(data) - 1) == (data[last:], [False])
     assert await read(rig, rig.info, last, len(data) - 1) == (data[last:], [True])
+    assert len(rig.origin.calls) == 1
+
+
+async def test_a_full_tier_of_pinned_regions_costs_a_page_cache_read_no_executor_trip(
+        make_rig: MakeRig, executor: CountingExecutor) -> None:
+    """direct_io off: a chunk read through the page cache is verified on the
+    loop; a tier that cannot take it (full, first offer; or every region
+    being sent from) says so there, counted as before, and the read costs no
+    trip to the executor. Once a region is free of sends, the chunk read
+    again goes there and enters."""
+    data = random.Random(8).randbytes(4 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=2 * CHUNK, direct_io=False,
+                         recent_chunk_bytes=0)
+    assert (await read(rig, rig.info, 0, len(data) - 1))[0] == data
+    await rig.engine.idle()
+    tier = rig.store.tier
+    assert tier is not None
+    sending = await pieces_of(rig, rig.info, 0, 2 * BLOCK - 1)  # both regions pinned
+    assert all(isinstance(piece, TierSlice) for piece, _ in sending)
+    at = 3 * BLOCK
+    wanted = data[at:]
+    declined, refused, trips = tier.counts.declined, tier.counts.refused, executor.submitted
+    for _ in range(3):
+        assert await read(rig, rig.info, at, len(data) - 1) == (wanted, [False])
+        await rig.store.idle()
+    # Declined at its first read, admitted but refused (no victim) at the next two.
+    assert (tier.counts.declined - declined, tier.counts.refused - refused) == (1, 2)
+    assert executor.submitted == trips
+    assert contents(sending) == data[:2 * BLOCK]  # the sends let go
+    assert await read(rig, rig.info, at, len(data) - 1) == (wanted, [False])
+    await rig.store.idle()
+    assert executor.submitted == trips + 1
+    assert await read(rig, rig.info, at, len(data) - 1) == (wanted, [True])
     assert len(rig.origin.calls) == 1
 
 

@@ -24,6 +24,7 @@ from sidecar.cache.tier_regions import (
     Claimed,
     Key,
     RegionTable,
+    TierCounts,
 )
 
 MiB = 1024 * 1024
@@ -114,6 +115,44 @@ def test_a_pinned_region_is_never_the_victim() -> None:
     claimed = table.claim(key(2))
     assert claimed is not None and claimed.evicted == key(1)
     assert key(0) in table
+
+
+def test_could_claim_answers_as_claim_would_and_counts_the_offer_once() -> None:
+    """Asked ahead of a fill (on the event loop, to spare a chunk the trip to a
+    thread): a chunk a full table would decline, or admit with every region
+    pinned, is counted and remembered as ``claim`` would; one it may take
+    changes nothing, and ``claim`` then takes it."""
+    table = RegionTable(2, 4096)
+    assert table.could_claim(key(0)) and table.counts == TierCounts()
+    fill(table, key(0))
+    fill(table, key(1))
+    assert not table.could_claim(key(9), read=False)  # landed: no offer
+    assert not table.could_claim(key(2)) and table.counts.declined == 2
+    first, second = table.find(key(0)), table.find(key(1))
+    assert first is not None and second is not None
+    assert table.find(key(1)) is not None  # a second send of the same region
+    counts = TierCounts(**vars(table.counts))
+    # Admitted (its second offer), but every region is pinned: no victim.
+    assert not table.could_claim(key(2)) and table.counts.refused == counts.refused + 1
+    table.unpin(second[0])
+    assert not table.could_claim(key(2))  # still pinned by the other send
+    table.unpin(second[0])
+    counts = TierCounts(**vars(table.counts))
+    assert table.could_claim(key(2)) and table.counts == counts
+    claimed = table.claim(key(2))
+    assert claimed is not None and claimed.evicted == key(1)
+    assert table.publish(claimed.region, key(2), 10)
+    # Both regions pinned, then purged: neither live nor free, no victim.
+    third = table.find(key(2))
+    assert third is not None
+    assert table.forget_object("b", "k") == []  # doomed until their sends end
+    refused = table.counts.refused
+    assert not table.could_claim(key(3)) and not table.could_claim(key(3))
+    assert table.counts.refused == refused + 1
+    for region in (first[0], third[0]):
+        assert table.unpin(region)
+        table.released(region)  # the caller punched its pages out
+    assert table.could_claim(key(3))
 
 
 def test_the_declined_chunks_stay_bounded_while_every_region_is_pinned() -> None:
@@ -275,6 +314,8 @@ def test_accounting_holds_under_random_operations() -> None:
         assert len(table) + others == 8
         for region, _ in pinned:
             assert table.state(region) in (LIVE, DOOMED)
+        assert table._pinned_live == sum(
+            1 for r in range(8) if table.state(r) == LIVE and table.pins(r))
 
 
 # The memfd.
