@@ -148,3 +148,33 @@ async def test_an_interval_beyond_a_day_polls_once_a_day_not_in_a_loop(
                 assert "every 86400 s" in state[0], (asked, state)
                 assert state[1] == "1", (asked, state)  # the page's own stats, no poll
             assert page.exceptions() == []
+
+
+async def test_an_auto_memory_tier_that_came_out_as_none_says_why_in_its_tile(
+    chromium_installed: None, local_s3: LocalS3, tmp_path: Path,
+) -> None:
+    """memory_tier = auto on a cache whose eighth is less than one chunk: the
+    tile's figure says why in a few words, not a bare "off" (which reads as
+    memory_tier = 0), whole at 1,400 px (``quiet_page``), and the start-up
+    warning on hover."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # An eighth of 256 KiB is half a chunk of 64 KiB.
+    with SidecarProcess(local_s3.endpoint, cache, "--block-size", "64KiB",
+                        "--cache-size", "256KiB", env={"SIDECAR_MEMORY_TIER": "auto"}
+                        ) as sidecar, Chromium(tmp_path / "profile") as browser:
+        async with browser.page() as page:
+            await page.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=900,
+                            deviceScaleFactor=1, mobile=False)
+            await quiet_page(page, sidecar, "ui-memory-tier-auto-off.png")
+            tile = await page.evaluate(
+                "['memory-tier-hits', 'memory-tier-used'].map((id) => {"
+                " const el = document.getElementById(id);"
+                " return [el.innerText, el.title]; })")
+    reason = ("memory_tier auto is an eighth of cache_size (32768 bytes), less than one "
+              "chunk of 65536 bytes: the memory tier is off; give memory_tier a size of "
+              "at least 65536 bytes to have one")
+    assert tile == [
+        ["off cache too small", reason],
+        ["memory_tier = auto: off, an eighth of cache_size is less than one chunk", reason],
+    ]
