@@ -188,7 +188,8 @@ class DataPort:
                 self._metrics.access_denied.labels(operation.name).inc()
                 raise S3Error(403, "AccessDenied", refusal)
             if not operation.cached:
-                response = await self._pass_through(request, operation, bucket, key)
+                response = await self._pass_through(request, operation, bucket, key,
+                                                    (request_id, host_id))
             else:
                 if (too_long := uncached_bucket_problem(bucket)) is not None:
                     # A legacy name past what a cache slot records: said as it
@@ -277,14 +278,15 @@ class DataPort:
                           "cannot be used for anonymous GET requests.")
 
     async def _pass_through(
-        self, request: web.Request, operation: Operation, bucket: str, key: str
+        self, request: web.Request, operation: Operation, bucket: str, key: str,
+        ids: tuple[str, str],
     ) -> web.StreamResponse:
         """Everything but a plain object GET/HEAD: the origin answers (sidecar.s3.passthrough)."""
         if self._passthrough is None:
             raise S3Error(501, "NotImplemented", "Only object GET and HEAD are served here.")
         try:
             return await self._passthrough.forward(
-                request, operation, bucket, key, request.get(PassThrough.CHUNK_SIGNER)
+                request, operation, bucket, key, request.get(PassThrough.CHUNK_SIGNER), ids=ids,
             )
         except BadPayload as exc:
             raise S3Error(400, exc.code, str(exc)) from exc

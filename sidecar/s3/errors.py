@@ -5,6 +5,8 @@ responses"), and the translation of origin failures into them.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
@@ -69,6 +71,49 @@ def id_headers(request_id: str, host_id: str) -> dict[str, str]:
     the opaque "extended request id" S3 asks for next to it when a request is
     looked into (and that SDKs log and hand to the caller)."""
     return {"x-amz-request-id": request_id, "x-amz-id-2": host_id}
+
+
+# The headers an origin names its own answer with: S3's pair, and the
+# x-amzn-requestid of other AWS services and of S3 clones (moto), which botocore
+# reads before x-amz-request-id. A passed-through answer carries the sidecar's
+# ids instead (id_headers), those its access log line has.
+ORIGIN_ID_HEADERS = frozenset({"x-amz-request-id", "x-amz-id-2", "x-amzn-requestid"})
+# An error document (S3 API Reference, "Error responses"): the root element is
+# Error, after an XML declaration if any; its ids are plain text.
+_ERROR_DOCUMENT = re.compile(rb"\A\s*(?:<\?xml[^>]*\?>\s*)?<Error>")
+_ID_ELEMENT = re.compile(rb"<(RequestId|HostId)>[^<]*</\1>")
+_CODE_ELEMENT = re.compile(rb"<Code>([^<]{1,128})</Code>")
+
+
+def origin_ids(headers: Iterable[tuple[str, str]]) -> tuple[str, str]:
+    """The request id and x-amz-id-2 an origin's answer came with ("" for
+    one it did not send)."""
+    named = {name.lower(): value for name, value in headers}
+    request_id = named.get("x-amz-request-id") or named.get("x-amzn-requestid", "")
+    return request_id, named.get("x-amz-id-2", "")
+
+
+def with_ids(body: bytes, request_id: str, host_id: str) -> bytes:
+    """An origin's error document with the RequestId and HostId it names made
+    these (the sidecar's, as its x-amz-request-id and x-amz-id-2 are); any
+    other body as it is."""
+    if not _ERROR_DOCUMENT.match(body):
+        return body
+    ours = {b"RequestId": request_id.encode(), b"HostId": escape(host_id).encode()}
+
+    def replaced(found: re.Match[bytes]) -> bytes:
+        name = found.group(1)
+        return b"<%s>%s</%s>" % (name, ours[name], name)
+
+    return _ID_ELEMENT.sub(replaced, body)
+
+
+def error_code_of(body: bytes) -> str:
+    """The Code of an error document ("" if the body is none, or names none)."""
+    if not _ERROR_DOCUMENT.match(body):
+        return ""
+    found = _CODE_ELEMENT.search(body)
+    return found.group(1).decode("utf-8", "replace") if found else ""
 
 
 def error_body(error: S3Error, resource: str, request_id: str, host_id: str) -> bytes:

@@ -20,6 +20,11 @@ of their keys once the origin accepted them, or may have (a 5xx, a request sent
 and never answered), so an object written through the sidecar reads back
 through it at once; a write of what every GET repeats as headers (tags,
 retention, legal hold, restore) drops the remembered HEAD alone.
+
+The origin's answer reaches the client with the sidecar's request ids, those
+its access log line records (an error document's RequestId and HostId too);
+the origin's own pair is in the sidecar's log line of an error answer, which
+carries the sidecar's request id.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from sidecar.config import OriginConfig
 from sidecar.errors import OriginUnavailable, Overloaded
 from sidecar.s3.addressing import query_pairs
 from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker, SignatureChain
+from sidecar.s3.errors import ORIGIN_ID_HEADERS, error_code_of, id_headers, origin_ids, with_ids
 from sidecar.s3.operations import (
     MAX_DELETE_BODY,
     Invalidates,
@@ -73,6 +79,10 @@ REFRAME_CHUNK = 64 * 1024
 # aiohttp must not add headers the signature does not cover and S3 would store
 # (a default Content-Type), nor compress or decompress bodies it only relays.
 _SKIP_AUTO_HEADERS = ("Content-Type", "Accept", "Accept-Encoding", "User-Agent")
+# An origin's error document is read whole, up to this, to give it the
+# sidecar's ids: S3's are well under 2 KiB. A larger or encoded one, or one of
+# unknown length, goes on as it came (its headers still carry the sidecar's ids).
+MAX_ERROR_BODY = 64 * 1024
 
 
 class _ClientHashSigner(S3SigV4Auth):  # type: ignore[misc]
@@ -198,9 +208,10 @@ class PassThrough:
 
     async def forward(
         self, request: web.Request, operation: Operation, bucket: str, key: str,
-        chunk_signer: ChunkSigner | None = None,
+        chunk_signer: ChunkSigner | None = None, *, ids: tuple[str, str],
     ) -> web.StreamResponse:
-        """Send the request to the origin and stream its answer back.
+        """Send the request to the origin and stream its answer back, with
+        `ids` (the request's x-amz-request-id and x-amz-id-2) for the origin's.
 
         With `chunk_signer` (the verified request's), a signed aws-chunked body
         must chain to it. Raises BadPayload (a 400) for a body S3 would refuse,
@@ -222,7 +233,7 @@ class PassThrough:
                 raise Overloaded("no origin connection came free for a pass-through "
                                  f"within {self._limits.acquire_timeout_s:g}s") from None
             try:
-                return await self._forward(request, operation, bucket, key, chunk_signer)
+                return await self._forward(request, operation, bucket, key, chunk_signer, ids)
             finally:
                 self._slots.release()
         finally:
@@ -232,7 +243,7 @@ class PassThrough:
 
     async def _forward(
         self, request: web.Request, operation: Operation, bucket: str, key: str,
-        chunk_signer: ChunkSigner | None,
+        chunk_signer: ChunkSigner | None, ids: tuple[str, str],
     ) -> web.StreamResponse:
         assert self._session is not None, "start() first"
         payload = plan_payload(request.headers, REFRAME_CHUNK)
@@ -273,7 +284,8 @@ class PassThrough:
                     # Applied, or perhaps (an error after the write, an answer
                     # a gateway lost): the cache must not outlive it either way.
                     self._forget(bucket, keys, heads)
-                return await self._relay(request, upstream)
+                return await self._relay(request, upstream, ids,
+                                         f"{operation.name} s3://{bucket}/{key}")
         except (BadPayload, SignatureRejected):
             raise
         except _ClientLeft as left:
@@ -321,12 +333,22 @@ class PassThrough:
         return CIMultiDict(signing.headers.items())
 
     async def _relay(
-        self, request: web.Request, upstream: aiohttp.ClientResponse
+        self, request: web.Request, upstream: aiohttp.ClientResponse, ids: tuple[str, str],
+        what: str,
     ) -> web.StreamResponse:
-        response = web.StreamResponse(
-            status=upstream.status, reason=upstream.reason,
-            headers=CIMultiDict(response_headers(upstream.headers.items())),
-        )
+        headers = CIMultiDict((name, value) for name, value in
+                              response_headers(upstream.headers.items())
+                              if name.lower() not in ORIGIN_ID_HEADERS)
+        headers.update(id_headers(*ids))
+        body = None
+        if _is_error(upstream.status) and request.method != "HEAD":
+            body = await _small_error_body(upstream)
+            if body is not None:
+                body = with_ids(body, *ids)
+                headers[hdrs.CONTENT_LENGTH] = str(len(body))
+        _log_origin_ids(upstream, body, what)
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                      headers=headers)
         withhold_continue(request, response)  # an origin's answer before the body
         try:
             await response.prepare(request)
@@ -334,8 +356,9 @@ class PassThrough:
             raise _ClientLeft() from exc
         if request.method == "HEAD":
             return response
+        chunks = _once(body) if body is not None else upstream.content.iter_chunked(_CHUNK)
         try:
-            async for chunk in upstream.content.iter_chunked(_CHUNK):
+            async for chunk in chunks:
                 await asyncio.wait_for(response.write(chunk), self._client_timeout)
                 request[BODY_BYTES] = request.get(BODY_BYTES, 0) + len(chunk)
             await response.write_eof()
@@ -419,3 +442,44 @@ class PassThrough:
             if len(collected) > MAX_DELETE_BODY:
                 raise BadPayload("Your request was too big.", "MaxMessageLengthExceeded")
         return bytes(collected)
+
+
+def _is_error(status: int) -> bool:
+    """An answer S3 sends an Error document with: 4xx, 5xx, and its redirects
+    (301 PermanentRedirect, 307 TemporaryRedirect); a 304 has no body."""
+    return status >= 300 and status != 304
+
+
+async def _small_error_body(upstream: aiohttp.ClientResponse) -> bytes | None:
+    """The origin's error body, read whole, if it is small, unencoded and of a
+    known length; None (nothing read) for any other."""
+    encoding = upstream.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
+    length = upstream.content_length
+    if encoding != "identity" or length is None or length > MAX_ERROR_BODY:
+        return None
+    return await upstream.read()
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+def _log_origin_ids(upstream: aiohttp.ClientResponse, body: bytes | None, what: str) -> None:
+    """The origin's ids of its answer, for whoever takes a failure up with the
+    object store: on the sidecar's log line (which names the sidecar's request
+    id, the one the client got) when the origin answered an error, at DEBUG
+    for any other answer."""
+    request_id, host_id = origin_ids(upstream.headers.items())
+    status = upstream.status
+    if status >= 500:
+        level = logging.WARNING
+    elif _is_error(status):
+        level = logging.INFO
+    else:
+        level = logging.DEBUG
+    if not log.isEnabledFor(level):
+        return
+    code = error_code_of(body) if body is not None else ""
+    log.log(level, "the origin answered %d%s to %s (its x-amz-request-id %s, x-amz-id-2 %s)",
+            status, f" {code}" if code else "", what, request_id or "-", host_id or "-",
+            extra={"origin_request_id": request_id, "origin_host_id": host_id})

@@ -4,6 +4,7 @@ of moto), and writes and deletes invalidate what the cache held."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import os
@@ -471,3 +472,65 @@ def test_replay_lists_through_the_sidecar_without_a_list_endpoint(
     assert report["records"] == sum(h.record_count for s in segments
                                     for h in iter_segment_batches(s.data))
     assert sidecar.metric("sidecar_requests_total", op="ListObjectsV2", code="200") > listed
+
+
+def _access_line(path: Path, method: str, key: str) -> dict[str, Any] | None:
+    """The access log's line of the request `method` of `key`, once written."""
+    if not path.exists():
+        return None
+    for text in path.read_text().splitlines():
+        line: dict[str, Any] = json.loads(text)
+        if (line["method"], line["key"]) == (method, key):
+            return line
+    return None
+
+
+def test_a_passed_through_answer_carries_the_ids_its_access_log_line_has(
+    verifying: VerifyingProxy, bucket: str, tmp_path: Path
+) -> None:
+    """A passed-through answer carried the origin's request id (moto's
+    x-amzn-requestid, which botocore reads first, or S3's x-amz-request-id)
+    while its access log line had the sidecar's: the id a client reported was
+    nowhere in the sidecar's logs. Now the client gets the sidecar's ids, in the
+    headers and in an error body alike, and the sidecar's log line of an error
+    answer names the origin's, with the sidecar's request id on it."""
+    log_path = tmp_path / "access.jsonl"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(
+        verifying.endpoint, cache, "--block-size", "64KiB", "--cache-size", str(4 * (BLOCK + 4096)),
+        "--access-log", str(log_path),
+        env={"SIDECAR_PREFETCH": "false", "SIDECAR_LOG_LEVEL": "INFO"},
+    ) as sidecar:
+        client = s3_client(sidecar.data_url)
+        written = client.put_object(Bucket=bucket, Key="ids.log", Body=b"0123456789")
+        line = eventually(lambda: _access_line(log_path, "PUT", "ids.log"), "the PUT's line")
+        assert line["status"] == 200
+        assert written["ResponseMetadata"]["RequestId"] == line["request_id"]
+        host_id = written["ResponseMetadata"]["HostId"]
+        assert len(base64.b64decode(host_id, validate=True)) == 48  # the sidecar's, as its own
+        with pytest.raises(ClientError) as caught:
+            client.get_object_tagging(Bucket=bucket, Key="missing.log")
+        refused = caught.value.response
+        assert refused["Error"]["Code"] == "NoSuchKey"
+        line = eventually(lambda: _access_line(log_path, "GET", "missing.log"), "the GET's line")
+        assert line["status"] == 404
+        assert refused["ResponseMetadata"]["RequestId"] == line["request_id"]
+        assert len(base64.b64decode(refused["ResponseMetadata"]["HostId"], validate=True)) == 48
+        # The error body repeats the headers' ids, as the sidecar's own errors do.
+        status, headers, body = raw(sidecar.data_url, "GET", f"/{bucket}/missing.log?tagging")
+        assert status == 404 and b"<Code>NoSuchKey</Code>" in body
+        assert "x-amzn-requestid" not in headers
+        assert (f"<RequestId>{headers['x-amz-request-id']}</RequestId>"
+                f"<HostId>{headers['x-amz-id-2']}</HostId>").encode() in body
+        assert headers["content-length"] == str(len(body))
+    origin_ids = [answer["x-amzn-requestid"] for method, path, answer in verifying.answers
+                  if method == "GET" and path.startswith(f"/{bucket}/missing.log?tagging")]
+    assert len(origin_ids) == 2
+    records = [json.loads(text) for text in sidecar.stderr_lines if text.startswith("{")]
+    for origin_id, ours in zip(origin_ids, (line["request_id"], headers["x-amz-request-id"]),
+                               strict=True):
+        assert origin_id not in body.decode()
+        named = [record for record in records if record.get("origin_request_id") == origin_id]
+        assert len(named) == 1, records
+        assert named[0]["request_id"] == ours and "404 NoSuchKey" in named[0]["msg"]

@@ -9,6 +9,7 @@ import http.client
 import json
 import ssl
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,14 +44,18 @@ class LoopbackServer:
 def relay(
     handler: BaseHTTPRequestHandler, upstream: tuple[str, int], headers: dict[str, str],
     body: bytes | None, timeout: float,
+    heard: Callable[[list[tuple[str, str]]], None] | None = None,
 ) -> None:
     """Send the handler's request (with `headers` and `body`) upstream and stream
-    the answer back to its client."""
+    the answer back to its client; `heard` is given the upstream's answer
+    headers before they go on."""
     connection = http.client.HTTPConnection(*upstream, timeout=timeout)
     response: http.client.HTTPResponse | None = None
     try:
         connection.request(handler.command, handler.path, body=body, headers=headers)
         response = connection.getresponse()
+        if heard is not None:
+            heard(response.getheaders())
         handler.send_response(response.status)
         for name, value in response.getheaders():
             if name.lower() not in HOP_BY_HOP:

@@ -9,7 +9,8 @@ signature in the query, as the sidecar's block GETs are) are checked the same
 way, with S3's query-string rules: UNSIGNED-PAYLOAD, X-Amz-Signature left out
 of the canonical query, and the expiry enforced. Failures are collected in
 `failures` (and the request is refused with 403, as S3 would); `verified` counts
-the requests that passed.
+the requests that passed, and `answers` holds the headers the origin answered
+each of them with.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ class VerifyingProxy:
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.failures: list[str] = []
         self.verified: list[tuple[str, str, str]] = []  # (method, path, payload hash)
+        # (method, path, the origin's answer headers, names lower-cased)
+        self.answers: list[tuple[str, str, dict[str, str]]] = []
         self._lock = threading.Lock()
         self._http: LoopbackServer | None = None
         self.endpoint = ""
@@ -169,7 +172,13 @@ class VerifyingProxy:
                            if k.lower() not in HOP_BY_HOP}
                 if body or self.command in ("PUT", "POST"):
                     headers["Content-Length"] = str(len(body))
-                relay(self, proxy._upstream, headers, body or None, timeout=60)
+                relay(self, proxy._upstream, headers, body or None, timeout=60,
+                      heard=self._heard)
+
+            def _heard(self, answer: list[tuple[str, str]]) -> None:
+                with proxy._lock:
+                    proxy.answers.append((self.command, self.path,
+                                          {name.lower(): value for name, value in answer}))
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 

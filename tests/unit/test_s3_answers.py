@@ -39,7 +39,7 @@ from sidecar.origin.client import (
 from sidecar.origin.http1 import ResponseHead
 from sidecar.origin.range_reader import OriginAnswered
 from sidecar.s3.dataport import DataPort
-from sidecar.s3.errors import S3Error, error_for
+from sidecar.s3.errors import S3Error, error_code_of, error_for, origin_ids, with_ids
 from sidecar.telemetry.metrics import Metrics
 
 MARKER_404 = {
@@ -234,3 +234,41 @@ def test_a_head_answer_without_a_usable_size_is_malformed(answer: dict[str, obje
 def test_a_head_answers_size_is_its_content_length() -> None:
     assert object_size({"ContentLength": 0}, "b", "k") == 0
     assert object_size({"ContentLength": 8 << 20}, "b", "k") == 8 << 20
+
+
+S3_ERROR = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NoSuchUpload</Code>'
+            b"<Message>The specified upload does not exist.</Message><UploadId>u</UploadId>"
+            b"<RequestId>4442587FB7D0A2F9</RequestId><HostId>origin+host/id=</HostId></Error>")
+
+
+def test_an_origins_error_document_takes_the_sidecars_ids() -> None:
+    """A passed-through error names the ids its headers carry (the sidecar's),
+    as the sidecar's own errors do; nothing else of it changes."""
+    ours = with_ids(S3_ERROR, "ABCDEF0123456789", "a+b/c=")
+    assert ours == S3_ERROR.replace(b"4442587FB7D0A2F9", b"ABCDEF0123456789") \
+        .replace(b"origin+host/id=", b"a+b/c=")
+    assert error_code_of(ours) == "NoSuchUpload"
+    # Without an XML declaration, as some S3 clones send it; an empty id too.
+    bare = b"<Error><Code>SlowDown</Code><RequestId></RequestId></Error>"
+    assert with_ids(bare, "R", "H") == \
+        b"<Error><Code>SlowDown</Code><RequestId>R</RequestId></Error>"
+    assert error_code_of(bare) == "SlowDown"
+
+
+@pytest.mark.parametrize("body", [
+    # A 200 whose entries are errors: not an error document, left alone.
+    b"<DeleteResult><Error><Key>k</Key><Code>AccessDenied</Code>"
+    b"<RequestId>X</RequestId></Error></DeleteResult>",
+    b"not xml <RequestId>X</RequestId>",
+    b"",
+])
+def test_a_body_that_is_no_error_document_is_left_as_it_came(body: bytes) -> None:
+    assert with_ids(body, "R", "H") == body
+    assert error_code_of(body) == ""
+
+
+def test_the_origins_ids_are_read_from_either_spelling() -> None:
+    assert origin_ids([("X-Amz-Request-Id", "R"), ("x-amz-id-2", "H")]) == ("R", "H")
+    # moto and other AWS services: x-amzn-requestid, no x-amz-id-2.
+    assert origin_ids([("x-amzn-RequestId", "M")]) == ("M", "")
+    assert origin_ids([("ETag", '"e"')]) == ("", "")
