@@ -76,6 +76,13 @@ class DownloadsPaused(SidecarError):
         self.mode = mode
 
 
+class FetchStopped(ConnectionAbortedError):
+    """A block's fetch was stopped (the engine closing, as the sidecar stops)
+    before the block landed: what its readers are told, neither the origin's
+    failure nor their client's. A ConnectionAbortedError, as such a reader
+    was told before this type said why."""
+
+
 class Overloaded(SidecarError):
     """Admission control: too many requests or buffered bytes; the client gets SlowDown."""
 

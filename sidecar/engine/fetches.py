@@ -35,7 +35,13 @@ from sidecar.engine.background import BackgroundTasks
 from sidecar.engine.evictions import EvictedBlocks
 from sidecar.engine.origin_reader import OriginReader, Sink
 from sidecar.engine.pieces import PIECE_SIZE
-from sidecar.errors import DownloadsPaused, OriginBadBody, OriginCircuitOpen, Overloaded
+from sidecar.errors import (
+    DownloadsPaused,
+    FetchStopped,
+    OriginBadBody,
+    OriginCircuitOpen,
+    Overloaded,
+)
 from sidecar.in_flight import InFlightBlock, Unslotted
 from sidecar.isolation.modes import ModeState
 from sidecar.model import FOREGROUND, PREFETCH, WARM, FetchDone, ObjectInfo
@@ -264,7 +270,9 @@ class Fetches:
     ) -> None:
         """A fetch that failed or was stopped: its blocks still missing fail
         their readers, those that landed whole are cached all the same."""
-        failure: Exception = exc if isinstance(exc, Exception) else ConnectionAbortedError()
+        failure: Exception = exc if isinstance(exc, Exception) else FetchStopped(
+            f"the fetch of s3://{info.bucket}/{info.key} blocks {run[0].ident.block}-"
+            f"{run[-1].ident.block} was stopped")
         if isinstance(exc, CacheDiskError):
             # The cache disk failed under this fetch: bypass the cache until
             # the disk watcher sees it well; its readers read the origin.

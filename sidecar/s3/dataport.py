@@ -26,6 +26,7 @@ from sidecar.bucket_names import uncached_bucket_problem
 from sidecar.engine import Engine, Piece, Source, TierSlice, piece_length
 from sidecar.errors import (
     DownloadsPaused,
+    FetchStopped,
     OriginError,
     OriginObjectChanged,
     Overloaded,
@@ -44,6 +45,7 @@ from sidecar.s3.errors import (
     invalid_range,
     paused,
     slow_down,
+    stopping,
 )
 from sidecar.s3.held_send import offer_held, send_held
 from sidecar.s3.operations import OTHER_OPERATION, Operation, classify, unclassified_name
@@ -93,6 +95,15 @@ async def _continue_later(request: web.Request) -> None:
     expect = request.headers.get(hdrs.EXPECT, "")
     if request.version == HttpVersion11 and expect.lower() != "100-continue":
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+
+
+class _ClientGone(Exception):
+    """Sending the answer found the client gone (what the engine raises is
+    never taken for this)."""
+
+
+class _ClientStalled(Exception):
+    """The client took no bytes of a piece within client_timeout."""
 
 
 def new_host_id() -> str:
@@ -411,24 +422,36 @@ class DataPort:
                             await response.prepare(request)
                             prepared = True
                         await self._send(request, response, piece, lazy)
+                    except ConnectionError as exc:
+                        raise _ClientGone() from exc
+                    except TimeoutError as exc:
+                        raise _ClientStalled() from exc
                     finally:
                         if isinstance(piece, TierSlice):
                             piece.release()  # sent or not: its region may be refilled
                     sources.add(source)
                     self._metrics.served_bytes.labels(source.value).inc(piece_length(piece))
                     request[BODY_BYTES] = request.get(BODY_BYTES, 0) + piece_length(piece)
-        except ConnectionError:
-            # The client went away (what it read was counted), or the engine gave
-            # up on a block (at shutdown): either way no more bytes will follow.
+        except _ClientGone as gone:
+            # The client went away (what it read was counted).
             if not prepared:
-                raise  # handle() records 499; no headers promising a body go out
+                # handle() records 499; no headers promising a body go out.
+                raise ConnectionResetError("the client left before its answer") from gone
             # A hang-up mid-body is how a Kafka fetch ends: counted, never logged.
             self._metrics.client_disconnects.inc()
             self._abort(request)
-        except TimeoutError:
+        except _ClientStalled:
+            # Only a piece's sending has the timer, and that is after the headers.
             log.warning("cutting off a client that took no piece of its answer in %.0fs: s3://%s/%s",
                         self._client_timeout, info.bucket, info.key)
             self._cut_off(request, facts, "client_timeout")
+        except FetchStopped as exc:
+            # The fetch of a block the answer needs was stopped (the engine
+            # closing): neither the client's doing nor the origin's.
+            if not prepared:
+                raise stopping() from exc
+            log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
+            self._cut_off(request, facts, "stopped")
         except (Overloaded, DownloadsPaused) as exc:
             if not prepared:
                 raise
@@ -441,8 +464,13 @@ class DataPort:
                 raise error_for(exc, bucket=info.bucket, key=info.key) from exc
             log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
             self._cut_off(request, facts, "origin")
-        except Exception:
+        except Exception as exc:
+            # Anything else, a TimeoutError or ConnectionError of the engine's
+            # own among it (the client's are _ClientStalled and _ClientGone).
             if not prepared:
+                if isinstance(exc, ConnectionError):
+                    # Not for handle() to take as a client that left (499).
+                    raise RuntimeError(f"the engine failed: {exc!r}") from exc
                 raise  # handle() answers 500 InternalError
             # Anything else after the headers: handle() must not write a second
             # response into this body.

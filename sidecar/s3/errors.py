@@ -66,6 +66,14 @@ def paused() -> S3Error:
                    _slow_down_headers())
 
 
+def stopping() -> S3Error:
+    """The fetch a read waited for was stopped (the sidecar is stopping)
+    before any byte of the answer: to be tried again, here or elsewhere."""
+    return S3Error(503, "ServiceUnavailable",
+                   "The sidecar is stopping and gave up the read; please retry.",
+                   _slow_down_headers())
+
+
 def id_headers(request_id: str, host_id: str) -> dict[str, str]:
     """The two ids every S3 answer carries: x-amz-request-id and x-amz-id-2,
     the opaque "extended request id" S3 asks for next to it when a request is
