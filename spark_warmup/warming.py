@@ -197,6 +197,12 @@ def warm_call(post: Post, batch: NodeBatch, segment: PlannedSegment,
                                         f"in {timeout:.0f} s, nor then its health check "
                                         f"({hung})", False, network=True, down=True) from None
                 timed_out_while_healthy += 1
+                # It answered its health check, so no network fault: with no
+                # retry left this is the row's error, and "unreachable" would
+                # send the operator looking for one.
+                failure = WarmCallError(
+                    f"sidecar {batch.node} answers its health check but did not answer "
+                    f"the warm call in {timeout:.0f} s", True)
                 if timed_out_while_healthy >= _WEDGED_AFTER:
                     # Alive but its warm-up answers nothing: one more try was
                     # enough to tell a slow origin (the retry finds the blocks

@@ -470,3 +470,29 @@ def test_a_sidecar_whose_warm_up_is_stuck_gets_one_more_try_then_no_more_calls(
                in (row.error or "") for row in rows), rows
     assert all("no more calls to it this run" in (row.error or "") for row in rows[1:])
     assert all(row.failed == row.blocks == 2 for row in rows)
+
+
+def test_a_warm_call_that_times_out_on_a_live_sidecar_without_retries_says_so(
+        bucket: str) -> None:
+    """With retries = 0, a warm call that timed out on a node that then answered
+    its health check failed its row as "sidecar a unreachable: timed out",
+    sending the operator after a network fault the node does not have."""
+    planned = PlannedSegment("orders", 0, "orders-x/0/00000000000000000000-seg.log", SIZE, "a")
+    real_post = poster(None)
+
+    def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
+             ) -> tuple[int, bytes]:
+        return real_post(url, body, headers, 0.5)  # the call's own: minutes for a segment
+
+    sleeps: list[float] = []
+    with SilentSidecar(healthy=True) as wedged:
+        rows = warm_node(batch(wedged.url, bucket, planned), post=post, sleep=sleeps.append)
+        seen = list(wedged.requests)
+    asked = [line.split(" ")[:2] for line in seen]
+    assert asked == [["POST", "/api/v1/warm"], ["GET", "/healthz"], ["GET", "/readyz"]]
+    assert sleeps == []
+    [row] = rows
+    assert (row.error or "").startswith(
+        "sidecar a answers its health check but did not answer the warm call in "), row
+    assert "unreachable" not in (row.error or "") and "taken as down" not in (row.error or "")
+    assert row.failed == row.blocks == 2
