@@ -340,14 +340,19 @@ class MemoryTier:
                 self._users += 1
         return releasing
 
-    def release(self, regions: list[int]) -> None:
+    def release(self, regions: list[int], *, punch: bool = True) -> None:
         """Punch the pages of regions ``forget_object`` returned out, and make
-        them claimable again. Blocking."""
+        them claimable again. Blocking. ``punch`` False: the tier is about to
+        close (its store is closing), and its file goes with its pages, so
+        none is punched (no kernel work on the event loop at shutdown); the
+        regions stay releasing, never claimable (a fill until the close would
+        land in pages a socket may hold), and only the hold on the file goes."""
         if not regions:
             return
         try:
-            for region in regions:
-                self._release(region)
+            if punch:
+                for region in regions:
+                    self._release(region)
         finally:
             self._let_go()
 

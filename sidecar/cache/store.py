@@ -282,9 +282,11 @@ class BlockStore:
         if not regions or self.tier is None:
             return
         if self._slots.closed:
-            # The tier is closed with the store: its release punches nothing,
-            # and the executor may be gone.
-            self.tier.release(regions)
+            # The store is closing, or closed: its close closes the tier, whose
+            # file goes with its pages, so nothing is punched (kernel work the
+            # loop would wait for); the hold on the file is let go at once, as
+            # after the close the disk threads may have stopped.
+            self.tier.release(regions, punch=False)
             return
         self._work.start(self._work.run(self.tier.release, regions))
 

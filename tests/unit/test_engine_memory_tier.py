@@ -4,9 +4,12 @@ hits come out as pinned tier slices with the original bytes, a purge drops them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import queue
 import random
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
@@ -16,6 +19,7 @@ import pytest
 from sidecar.cache.memory_tier import TierSlice
 from sidecar.engine import Piece, Source
 from sidecar.model import ObjectInfo
+from tests.support.waiting import eventually_async
 from tests.unit import test_engine
 from tests.unit.test_engine import BLOCK, MakeRig, Rig
 
@@ -266,6 +270,50 @@ async def test_a_send_let_go_after_the_store_closed_releases_its_region_quietly(
     with caplog.at_level(logging.DEBUG):
         assert contents(sending) == data[:BLOCK]
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert tier.fd == -1 and tier.resident_bytes() == 0
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+async def test_regions_let_go_while_the_store_closes_are_not_punched_on_the_loop(
+        make_rig: MakeRig, executor: CountingExecutor) -> None:
+    """The store closes the tier only at the end of its close: a purge, and the
+    end of a send of a purged region, in between had their pages punched out
+    on the event loop (kernel work every request waited for) from a file about
+    to go with its pages. They are let go unpunched, and the file still closes."""
+    data = random.Random(8).randbytes(2 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=4 * CHUNK)
+    await read(rig, rig.info, 0, len(data) - 1)
+    await rig.engine.idle()
+    tier = rig.store.tier
+    assert tier is not None
+    sending = await pieces_of(rig, rig.info, 0, BLOCK - 1)
+    resident = tier.resident_bytes()
+    assert resident == 2 * BLOCK
+    await rig.engine.close()
+    # Every disk thread held: the close waits on its index snapshot, its
+    # tier not closed yet.
+    gate, holding = threading.Event(), queue.Queue[None]()
+
+    def hold() -> None:
+        holding.put(None)
+        gate.wait(30)
+
+    held = [executor.submit(hold) for _ in range(4)]  # the fixture's max_workers
+    try:
+        await eventually_async(lambda: holding.qsize() == len(held), "every disk thread held")
+        closing = asyncio.create_task(rig.store.close())
+        await eventually_async(
+            lambda: rig.store.close_step == "the index snapshot to be written to the cache disk",
+            "the close to wait on its index snapshot")
+        fd = tier.fd
+        rig.store.invalidate_object("b", "k")
+        assert tier.resident_bytes() == resident  # the unsent region: not punched
+        assert contents(sending) == data[:BLOCK]  # the send lets go of its purged region
+        assert tier.resident_bytes() == resident and tier.fd == fd
+    finally:
+        gate.set()
+    await closing
     assert tier.fd == -1 and tier.resident_bytes() == 0
     with pytest.raises(OSError):
         os.fstat(fd)
