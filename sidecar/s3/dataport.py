@@ -200,7 +200,7 @@ class DataPort:
                 raise S3Error(403, "AccessDenied", refusal)
             if not operation.cached:
                 response = await self._pass_through(request, operation, bucket, key,
-                                                    (request_id, host_id))
+                                                    (request_id, host_id), facts)
             else:
                 if (too_long := uncached_bucket_problem(bucket)) is not None:
                     # A legacy name past what a cache slot records: said as it
@@ -290,14 +290,23 @@ class DataPort:
 
     async def _pass_through(
         self, request: web.Request, operation: Operation, bucket: str, key: str,
-        ids: tuple[str, str],
+        ids: tuple[str, str], facts: ReadFacts,
     ) -> web.StreamResponse:
         """Everything but a plain object GET/HEAD: the origin answers (sidecar.s3.passthrough)."""
         if self._passthrough is None:
             raise S3Error(501, "NotImplemented", "Only object GET and HEAD are served here.")
+
+        def ended_short(reason: str | None) -> None:
+            # Its connection is aborted already; counted as a cached read's is.
+            if reason is None:
+                self._metrics.client_disconnects.inc()
+            else:
+                self._count_cut_off(facts, reason)
+
         try:
             return await self._passthrough.forward(
                 request, operation, bucket, key, request.get(PassThrough.CHUNK_SIGNER), ids=ids,
+                ended_short=ended_short,
             )
         except BadPayload as exc:
             raise S3Error(400, exc.code, str(exc)) from exc
@@ -515,9 +524,12 @@ class DataPort:
         """End an answer whose status already went out, short of its length:
         counted, and named in its access log line, since its status (200 or
         206, in sidecar_requests_total too) says nothing of it."""
+        self._count_cut_off(facts, reason)
+        self._abort(request)
+
+    def _count_cut_off(self, facts: ReadFacts, reason: str) -> None:
         facts.cut_off = reason
         self._metrics.client_cutoffs.labels(reason).inc()
-        self._abort(request)
 
     @staticmethod
     def _abort(request: web.Request) -> None:

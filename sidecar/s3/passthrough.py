@@ -24,7 +24,9 @@ retention, legal hold, restore) drops the remembered HEAD alone.
 The origin's answer reaches the client with the sidecar's request ids, those
 its access log line records (an error document's RequestId and HostId too);
 the origin's own pair is in the sidecar's log line of an error answer, which
-carries the sidecar's request id.
+carries the sidecar's request id. An answer whose body cannot be finished
+(the origin failed or stalled, the client took nothing for client_timeout) is
+cut off and counted as the data port counts a cached read's.
 """
 
 from __future__ import annotations
@@ -118,6 +120,21 @@ class _ClientLeft(Exception):
     raises the same ClientConnectionResetError for it as for the origin)."""
 
 
+class _ClientGone(Exception):
+    """Writing the body found the client gone (an origin read that fails is
+    never taken for this: aiohttp raises ClientErrors for both)."""
+
+
+class _ClientStalled(Exception):
+    """The client took no bytes of a chunk within client_timeout."""
+
+
+# Told why an answer whose headers went out ended short of its length: one of
+# sidecar.telemetry.metrics.CUTOFF_REASONS, or None for a client that hung up
+# itself (no cut-off).
+EndedShort = Callable[[str | None], None]
+
+
 # Whether the 100 (Continue) a client asked for went out ("sent"), or an answer
 # came first and none will ("withheld").
 _CONTINUE: web.RequestKey[str] = web.RequestKey("sidecar_continue", str)
@@ -209,9 +226,14 @@ class PassThrough:
     async def forward(
         self, request: web.Request, operation: Operation, bucket: str, key: str,
         chunk_signer: ChunkSigner | None = None, *, ids: tuple[str, str],
+        ended_short: EndedShort | None = None,
     ) -> web.StreamResponse:
         """Send the request to the origin and stream its answer back, with
         `ids` (the request's x-amz-request-id and x-amz-id-2) for the origin's.
+
+        An answer whose headers went out and whose body cannot be finished has
+        its connection aborted, and `ended_short` is told why (its status
+        says nothing of it).
 
         With `chunk_signer` (the verified request's), a signed aws-chunked body
         must chain to it. Raises BadPayload (a 400) for a body S3 would refuse,
@@ -233,7 +255,8 @@ class PassThrough:
                 raise Overloaded("no origin connection came free for a pass-through "
                                  f"within {self._limits.acquire_timeout_s:g}s") from None
             try:
-                return await self._forward(request, operation, bucket, key, chunk_signer, ids)
+                return await self._forward(request, operation, bucket, key, chunk_signer, ids,
+                                           ended_short)
             finally:
                 self._slots.release()
         finally:
@@ -244,6 +267,7 @@ class PassThrough:
     async def _forward(
         self, request: web.Request, operation: Operation, bucket: str, key: str,
         chunk_signer: ChunkSigner | None, ids: tuple[str, str],
+        ended_short: EndedShort | None,
     ) -> web.StreamResponse:
         assert self._session is not None, "start() first"
         payload = plan_payload(request.headers, REFRAME_CHUNK)
@@ -285,7 +309,7 @@ class PassThrough:
                     # a gateway lost): the cache must not outlive it either way.
                     self._forget(bucket, keys, heads)
                 return await self._relay(request, upstream, ids,
-                                         f"{operation.name} s3://{bucket}/{key}")
+                                         f"{operation.name} s3://{bucket}/{key}", ended_short)
         except (BadPayload, SignatureRejected):
             raise
         except _ClientLeft as left:
@@ -334,7 +358,7 @@ class PassThrough:
 
     async def _relay(
         self, request: web.Request, upstream: aiohttp.ClientResponse, ids: tuple[str, str],
-        what: str,
+        what: str, ended_short: EndedShort | None,
     ) -> web.StreamResponse:
         headers = CIMultiDict((name, value) for name, value in
                               response_headers(upstream.headers.items())
@@ -357,18 +381,51 @@ class PassThrough:
         if request.method == "HEAD":
             return response
         chunks = _once(body) if body is not None else upstream.content.iter_chunked(_CHUNK)
+        reason: str | None
         try:
             async for chunk in chunks:
-                await asyncio.wait_for(response.write(chunk), self._client_timeout)
+                await self._send(response, chunk)
                 request[BODY_BYTES] = request.get(BODY_BYTES, 0) + len(chunk)
-            await response.write_eof()
-        except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
-            # Headers (and a Content-Length) are gone: cut the connection rather
-            # than let the client take a short body for a whole one.
-            log.warning("aborting a pass-through answer mid-stream: %r", exc)
-            if request.transport is not None:
-                request.transport.abort()
+            await self._send(response, None)
+            return response
+        except _ClientGone:
+            # A hang-up mid-body is the client's own doing: no cut-off, not logged.
+            reason = None
+        except _ClientStalled:
+            log.warning("cutting off a client that took no bytes of its answer in %.0fs: %s",
+                        self._client_timeout, what)
+            reason = "client_timeout"
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            # The origin's body failed, stalled past read_timeout or ran past
+            # passthrough_timeout (the client's own failures are the two above).
+            log.warning("aborting a pass-through answer mid-stream, the origin failed: %s: %r",
+                        what, exc)
+            reason = "origin"
+        except Exception:
+            # After the headers: the data port must not write a second
+            # response into this body, so it ends here too.
+            log.exception("aborting a pass-through answer mid-stream: %s", what)
+            reason = "error"
+        # Headers (and a Content-Length) are gone: cut the connection rather
+        # than let the client take a short body for a whole one.
+        if request.transport is not None:
+            request.transport.abort()
+        if ended_short is not None:
+            ended_short(reason)
         return response
+
+    async def _send(self, response: web.StreamResponse, chunk: bytes | None) -> None:
+        """One chunk of the body to the client (None: its end), told apart
+        from a failure of the origin's side."""
+        try:
+            if chunk is None:
+                await asyncio.wait_for(response.write_eof(), self._client_timeout)
+            else:
+                await asyncio.wait_for(response.write(chunk), self._client_timeout)
+        except TimeoutError as exc:
+            raise _ClientStalled() from exc
+        except ConnectionError as exc:
+            raise _ClientGone() from exc
 
     async def _read(self, request: web.Request) -> bytes:
         try:

@@ -12,6 +12,7 @@ import http.client
 import json
 import random
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -374,6 +375,124 @@ def test_a_pass_through_answer_the_origin_cuts_is_cut_for_the_client_too(
         fault_proxy.clear()
     assert answer.status == 206 and answer.headers["content-length"] == str(SIZE)
     assert answer.aborted and data.startswith(answer.body) and len(answer.body) < SIZE
+
+
+@pytest.fixture(scope="module")
+def relaying(fault_proxy: FaultProxy, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[tuple[SidecarProcess, Path]]:
+    """A sidecar whose clients and origin are given up on soon (client_timeout
+    1s, origin_read_timeout 2s), with an access log: (sidecar, log path)."""
+    where = tmp_path_factory.mktemp("relaying")
+    access_log = where / "access.jsonl"
+    (where / "cache").mkdir()
+    with SidecarProcess(
+        fault_proxy.endpoint, where / "cache", "--block-size", "64KiB",
+        "--cache-size", str(64 * (BLOCK + 4096)),
+        env={**FAULT_ENV, "SIDECAR_CLIENT_TIMEOUT": "1s", "SIDECAR_ORIGIN_READ_TIMEOUT": "2s",
+             "SIDECAR_ACCESS_LOG": str(access_log)},
+    ) as process:
+        yield process, access_log
+
+
+def _access_line(access_log: Path, request_id: str) -> dict[str, Any]:
+    """The access log line of `request_id`, once the writer thread wrote it."""
+    def line() -> dict[str, Any] | None:
+        if not access_log.exists():
+            return None
+        for text in access_log.read_text().splitlines():
+            item: dict[str, Any] = json.loads(text)
+            if item["request_id"] == request_id:
+                return item
+        return None
+    return eventually(line, f"the access log line of {request_id}", timeout=10)
+
+
+@pytest.mark.parametrize("fault", [Fault("reset_mid_body", after_bytes=MID),
+                                   Fault("stall_mid_body", after_bytes=MID, seconds=20)],
+                         ids=lambda f: f.kind)
+def test_a_pass_through_answer_the_origin_cuts_is_counted_and_logged_as_cut_off(
+    relaying: tuple[SidecarProcess, Path], fault_proxy: FaultProxy, origin_s3: Any,
+    bucket: str, fault: Fault,
+) -> None:
+    """The origin fails or stalls mid-body: the client's 206 is cut short, and
+    that is counted and named in its access log line as a cached read's is
+    (it went out with a warning alone, a 206 with cut_off null)."""
+    sidecar, access_log = relaying
+    key = f"seg/relay-{fault.kind}.log"
+    data, _ = put(origin_s3, bucket, key, seed=10)
+    before = sidecar.metric("sidecar_client_cutoffs_total", reason="origin")
+    fault_proxy.add(fault, "GET", key, 1)
+    try:
+        answer = fetch(sidecar.data_url, bucket, f"{key}?partNumber=1")
+    finally:
+        fault_proxy.clear()
+    assert answer.status == 206 and answer.aborted and len(answer.body) < SIZE
+    assert data.startswith(answer.body)
+    line = _access_line(access_log, answer.headers["x-amz-request-id"])
+    assert (line["status"], line["cut_off"], line["bytes"]) == (206, "origin", len(answer.body))
+    assert sidecar.metric("sidecar_client_cutoffs_total", reason="origin") == before + 1
+
+
+BIG = 16 * 1024 * 1024  # far more than the socket buffers of both ends hold
+
+
+def _unread_answer(url: str, path: str) -> socket.socket:
+    """A GET whose client reads (almost) nothing: a tiny receive buffer, set
+    before connecting so the window stays small."""
+    address = urlsplit(url)
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect((address.hostname or "", address.port or 80))
+    client.sendall(f"GET {path} HTTP/1.1\r\nHost: {address.netloc}\r\n\r\n".encode())
+    return client
+
+
+def _head_of(client: socket.socket) -> dict[str, str]:
+    """The answer's status line and headers, read off the socket (no more)."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = client.recv(1)
+        assert chunk, "the connection closed before the headers"
+        received += chunk
+    status, *fields = received.decode("latin-1").split("\r\n")[:-2]
+    headers = {":status": status.split()[1]}
+    headers.update((name.lower(), value.strip())
+                   for name, _, value in (field.partition(":") for field in fields))
+    return headers
+
+
+def test_a_pass_through_client_that_reads_nothing_is_cut_off_for_client_timeout(
+    relaying: tuple[SidecarProcess, Path], origin_s3: Any, bucket: str,
+) -> None:
+    sidecar, access_log = relaying
+    key = "seg/relay-unread.log"
+    origin_s3.put_object(Bucket=bucket, Key=key, Body=random.Random(11).randbytes(BIG))
+    before = sidecar.metric("sidecar_client_cutoffs_total", reason="client_timeout")
+    with _unread_answer(sidecar.data_url, f"/{bucket}/{key}?partNumber=1") as client:
+        head = _head_of(client)
+        assert head[":status"] == "206"
+        line = _access_line(access_log, head["x-amz-request-id"])
+    assert (line["status"], line["cut_off"]) == (206, "client_timeout")
+    assert line["bytes"] < BIG
+    assert sidecar.metric("sidecar_client_cutoffs_total", reason="client_timeout") == before + 1
+
+
+def test_a_pass_through_client_that_hangs_up_is_a_disconnect_not_a_cut_off(
+    relaying: tuple[SidecarProcess, Path], origin_s3: Any, bucket: str,
+) -> None:
+    sidecar, access_log = relaying
+    key = "seg/relay-hang-up.log"
+    origin_s3.put_object(Bucket=bucket, Key=key, Body=random.Random(12).randbytes(BIG))
+    cutoffs = sidecar.metric("sidecar_client_cutoffs_total")
+    disconnects = sidecar.metric("sidecar_client_disconnects_total")
+    with _unread_answer(sidecar.data_url, f"/{bucket}/{key}?partNumber=1") as client:
+        head = _head_of(client)
+        # A reset, unread bytes and all: the sidecar's next write fails.
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    line = _access_line(access_log, head["x-amz-request-id"])
+    assert (line["status"], line["cut_off"]) == (206, None) and line["bytes"] < BIG
+    assert sidecar.metric("sidecar_client_disconnects_total") == disconnects + 1
+    assert sidecar.metric("sidecar_client_cutoffs_total") == cutoffs
 
 
 @pytest.mark.parametrize("fault", [Fault("status", 500, "InternalError"),
