@@ -106,6 +106,16 @@ class _ClientStalled(Exception):
     """The client took no bytes of a piece within client_timeout."""
 
 
+# The response whose headers a request's handler began to send (set as aiohttp
+# prepares it): what a cancelled handler's status was, if any went out.
+_PREPARED: web.RequestKey[web.StreamResponse] = web.RequestKey(
+    "sidecar_prepared", web.StreamResponse)
+
+
+async def _note_prepared(request: web.Request, response: web.StreamResponse) -> None:
+    request[_PREPARED] = response
+
+
 def new_host_id() -> str:
     """An x-amz-id-2 (an error body's HostId): opaque, as S3's is, base64 of
     random bytes, one per request like x-amz-request-id."""
@@ -152,6 +162,7 @@ class DataPort:
         # with no S3 error, no metric and no access log line).
         application.router.add_route("*", r"/{tail:[\s\S]*}", self.handle,
                                      expect_handler=_continue_later)
+        application.on_response_prepare.append(_note_prepared)
         return application
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -163,6 +174,7 @@ class DataPort:
         resource = request.raw_path.partition("?")[0]
         cache_label = "none"
         facts = ReadFacts()  # what the access log says of the object read, if any
+        cancelled: asyncio.CancelledError | None = None
         self._active += 1
         # Every log line of this request, and of the fetches it starts, names it.
         context = CURRENT_REQUEST.set(request_id)
@@ -220,6 +232,12 @@ class DataPort:
             # from prepare()): nothing to send, and nothing wrong here.
             self._metrics.client_disconnects.inc()
             response = web.Response(status=CLIENT_CLOSED_REQUEST)
+        except asyncio.CancelledError as exc:
+            # aiohttp cancels a handler still running past its shutdown timeout
+            # as the sidecar stops (its runner does not cancel on a hang-up):
+            # counted and logged like any request before the cancellation goes on.
+            cancelled = exc
+            response = self._stopped(request, facts)
         except Exception:
             log.exception("request %s %s failed", request_id, resource,
                           extra={"resource": resource})
@@ -245,7 +263,19 @@ class DataPort:
                 cache=cache_label, duration_s=elapsed, node=self._access_log.node,
                 read=facts,
             ))
+        if cancelled is not None:
+            raise cancelled
         return response
+
+    def _stopped(self, request: web.Request, facts: ReadFacts) -> web.StreamResponse:
+        """What a request cancelled as the sidecar stops is recorded as: the
+        status it went out with, cut off (`stopped`); else the 503 a stop
+        answers before any byte (nothing is sent: the connection closes)."""
+        sent: web.StreamResponse | None = request.get(_PREPARED)
+        if sent is not None and sent.prepared:
+            self._cut_off(request, facts, "stopped")
+            return sent
+        return web.Response(status=stopping().status)
 
     def _authenticate(self, request: web.Request) -> Caller:
         """Check the request's signature: who sent it (anonymous: no key)."""

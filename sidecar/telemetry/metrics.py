@@ -47,8 +47,9 @@ DISK_OPS = ("read", "write")
 # Why an answer was cut off after its headers went out (sidecar_client_cutoffs_total,
 # the access log's `cut_off`): the client took no bytes for client_timeout, a mode
 # paused the origin reads the rest needed, max_buffered refused them, the origin
-# failed, the fetch of a block it needed was stopped (the sidecar stopping), or
-# anything else went wrong. A client that hangs up itself is no cut-off.
+# failed, the fetch of a block it needed (or the answer itself) was stopped (the
+# sidecar stopping), or anything else went wrong. A client that hangs up itself
+# is no cut-off.
 CUTOFF_REASONS = ("client_timeout", "paused", "overloaded", "origin", "stopped", "error")
 # The `cache` label of sidecar_request_duration_seconds: how a read was served
 # ("none" for answers without a body: HEAD, 304, errors).
@@ -157,8 +158,8 @@ class Metrics:
             "sidecar_requests_total counts) went out, by reason: the client took no bytes "
             "for client_timeout, a mode paused the origin reads the rest needed (paused), "
             "max_buffered refused them (overloaded), the origin failed (origin), the fetch "
-            "of a block it needed was stopped as the sidecar stops (stopped), any other "
-            "error (error)",
+            "of a block it needed, or the answer itself, was stopped as the sidecar stops "
+            "(stopped), any other error (error)",
             ["reason"], registry=registry,
         )
         self.auth_failures = Counter(

@@ -13,10 +13,12 @@ test server, read over a raw socket.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import cast
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from aiohttp import web
@@ -28,6 +30,7 @@ from sidecar.errors import DownloadsPaused, FetchStopped, OriginUnavailable, Ove
 from sidecar.model import ObjectInfo
 from sidecar.origin.client import Origin
 from sidecar.s3.dataport import DataPort
+from sidecar.telemetry.access_log import AccessLog
 from sidecar.telemetry.metrics import Metrics
 from tests.support.waiting import eventually_async
 from tests.unit import test_engine
@@ -276,3 +279,93 @@ async def test_a_block_given_up_before_the_headers_is_answered_503(make_rig: Mak
     assert answer.startswith(b"HTTP/1.1 503 "), answer[:200]
     assert b"<Code>ServiceUnavailable</Code>" in answer and b"Retry-After: 1" in answer
     assert _cutoffs(rig.metrics) == {} and _disconnects(rig.metrics) == 0
+
+
+class _SilentOrigin:
+    """A HEAD the origin never answers."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def head(self, bucket: str, key: str) -> ObjectInfo:
+        self.asked.set()
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
+
+
+async def _stopped_while_held(
+    port: DataPort, held: Callable[[asyncio.StreamReader], Awaitable[bytes]],
+) -> bytes:
+    """A GET the sidecar holds (`held` returns what the client read by then,
+    which reads nothing more), and the sidecar's listener closed under it as a
+    stop closes it: past its shutdown timeout aiohttp cancels the handler.
+    What the client read."""
+    runner = web.AppRunner(port.app(), shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.addresses[0][1])
+    except BaseException:
+        await runner.cleanup()
+        raise
+    try:
+        writer.write(b"GET /bkt/seg.log HTTP/1.1\r\nHost: h\r\n\r\n")
+        return await asyncio.wait_for(held(reader), 10)
+    finally:
+        await runner.cleanup()  # the client still there, holding its answer
+        writer.close()
+
+
+async def _one_line(access_log: AccessLog, path: Path) -> dict[str, Any]:
+    await asyncio.to_thread(access_log.close)  # the writer thread's last lines written
+    lines = (await asyncio.to_thread(path.read_text)).splitlines()
+    assert len(lines) == 1, lines
+    line: dict[str, Any] = json.loads(lines[0])
+    return line
+
+
+async def test_an_answer_cancelled_as_the_sidecar_stops_is_counted_and_logged(
+    tmp_path: Path,
+) -> None:
+    """Its 200 went out and the client holds the rest: the handler cancelled
+    at the stop left no sidecar_requests_total sample and no access log line."""
+    metrics = Metrics(CollectorRegistry())
+    path = tmp_path / "access.jsonl"
+    access_log = AccessLog(str(path))
+    huge = ObjectInfo(bucket="bkt", key="seg.log", size=1 << 40, etag='"e1"',
+                      last_modified=INFO.last_modified)
+    port = DataPort(cast(Engine, _EndlessEngine()), cast(Origin, _Origin(huge)), metrics,
+                    access_log=access_log)
+    head = await _stopped_while_held(port, lambda reader: reader.readuntil(b"\r\n\r\n"))
+    assert head.startswith(b"HTTP/1.1 200 ")
+    await eventually_async(lambda: metrics.total("sidecar_requests_total") == 1,
+                           "the request counted")
+    assert metrics.value("sidecar_requests_total", {"op": "GetObject", "code": "200"}) == 1
+    assert _cutoffs(metrics) == {"stopped": 1} and _disconnects(metrics) == 0
+    line = await _one_line(access_log, path)
+    assert (line["status"], line["cut_off"]) == (200, "stopped")
+    assert 0 < line["bytes"] < huge.size
+
+
+async def test_a_request_cancelled_before_its_answer_as_the_sidecar_stops_is_a_503(
+    tmp_path: Path,
+) -> None:
+    metrics = Metrics(CollectorRegistry())
+    path = tmp_path / "access.jsonl"
+    access_log = AccessLog(str(path))
+    origin = _SilentOrigin()
+    port = DataPort(cast(Engine, _EndlessEngine()), cast(Origin, origin), metrics,
+                    access_log=access_log)
+
+    async def asked(reader: asyncio.StreamReader) -> bytes:
+        await origin.asked.wait()
+        return b""
+
+    await _stopped_while_held(port, asked)
+    await eventually_async(lambda: metrics.total("sidecar_requests_total") == 1,
+                           "the request counted")
+    assert metrics.value("sidecar_requests_total", {"op": "GetObject", "code": "503"}) == 1
+    assert _cutoffs(metrics) == {} and _disconnects(metrics) == 0
+    line = await _one_line(access_log, path)
+    assert (line["status"], line["cut_off"], line["bytes"]) == (503, None, 0)
