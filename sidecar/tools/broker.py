@@ -327,6 +327,41 @@ class KafkaCluster:
             self._launch(java, lib, node)
         for node in self.nodes:
             self._await_ready(node)
+        if len(self.nodes) > 1:
+            self._await_members()
+
+    def _await_members(self) -> None:
+        """Each broker is up, but learns of the others from the controller's
+        metadata log a moment later: a client that meanwhile bootstraps from one
+        of them may be sent to a broker it was not told of (kafka-python's
+        UnknownBrokerIdError). Ready is every broker listing every broker."""
+        from kafka import KafkaAdminClient  # the tools extra's; single brokers need none
+
+        wanted = {node.node_id for node in self.nodes}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for node in self.nodes:
+            known: set[int] = set()
+            while time.monotonic() < deadline:
+                admin = None
+                try:
+                    admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{node.port}",
+                                             request_timeout_ms=5000)
+                    # Fenced ones (registered, not yet serving) are in no
+                    # client's metadata.
+                    known = {int(broker["broker_id"])
+                             for broker in admin.describe_cluster()["brokers"]
+                             if not broker.get("is_fenced")}
+                except Exception:  # not up to a client yet: asked again
+                    known = set()
+                finally:
+                    if admin is not None:
+                        admin.close()
+                if known >= wanted:
+                    break
+                time.sleep(0.2)
+            else:
+                raise BrokerError(f"broker {node.node_id} knew brokers {sorted(known)} of "
+                                  f"{sorted(wanted)} after {START_TIMEOUT_S:g}s")
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  traceback: TracebackType | None) -> None:
