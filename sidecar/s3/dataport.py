@@ -37,6 +37,7 @@ from sidecar.origin.client import Origin
 from sidecar.s3.access import AccessPolicy, Caller, admin_header_of
 from sidecar.s3.addressing import split_path, validate_object_address
 from sidecar.s3.auth import Authenticator
+from sidecar.s3.client_sends import ClientGone, ClientStalled, sending_to_client
 from sidecar.s3.errors import (
     S3Error,
     error_body,
@@ -95,15 +96,6 @@ async def _continue_later(request: web.Request) -> None:
     expect = request.headers.get(hdrs.EXPECT, "")
     if request.version == HttpVersion11 and expect.lower() != "100-continue":
         raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
-
-
-class _ClientGone(Exception):
-    """Sending the answer found the client gone (what the engine raises is
-    never taken for this)."""
-
-
-class _ClientStalled(Exception):
-    """The client took no bytes of a piece within client_timeout."""
 
 
 # The response whose headers a request's handler began to send (set as aiohttp
@@ -457,21 +449,18 @@ class DataPort:
                                                     tally=facts.tally)) as pieces:
                 async for piece, source in pieces:
                     try:
-                        if not prepared:
-                            await response.prepare(request)
-                            prepared = True
-                        await self._send(request, response, piece, lazy)
-                    except ConnectionError as exc:
-                        raise _ClientGone() from exc
-                    except TimeoutError as exc:
-                        raise _ClientStalled() from exc
+                        with sending_to_client():
+                            if not prepared:
+                                await response.prepare(request)
+                                prepared = True
+                            await self._send(request, response, piece, lazy)
                     finally:
                         if isinstance(piece, TierSlice):
                             piece.release()  # sent or not: its region may be refilled
                     sources.add(source)
                     self._metrics.served_bytes.labels(source.value).inc(piece_length(piece))
                     request[BODY_BYTES] = request.get(BODY_BYTES, 0) + piece_length(piece)
-        except _ClientGone as gone:
+        except ClientGone as gone:
             # The client went away (what it read was counted).
             if not prepared:
                 # handle() records 499; no headers promising a body go out.
@@ -479,7 +468,7 @@ class DataPort:
             # A hang-up mid-body is how a Kafka fetch ends: counted, never logged.
             self._metrics.client_disconnects.inc()
             self._abort(request)
-        except _ClientStalled:
+        except ClientStalled:
             # Only a piece's sending has the timer, and that is after the headers.
             log.warning("cutting off a client that took no piece of its answer in %.0fs: s3://%s/%s",
                         self._client_timeout, info.bucket, info.key)
@@ -505,7 +494,7 @@ class DataPort:
             self._cut_off(request, facts, "origin")
         except Exception as exc:
             # Anything else, a TimeoutError or ConnectionError of the engine's
-            # own among it (the client's are _ClientStalled and _ClientGone).
+            # own among it (the client's are ClientStalled and ClientGone).
             if not prepared:
                 if isinstance(exc, ConnectionError):
                     # Not for handle() to take as a client that left (499).

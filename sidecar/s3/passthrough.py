@@ -50,6 +50,7 @@ from sidecar.config import OriginConfig
 from sidecar.errors import OriginUnavailable, Overloaded
 from sidecar.s3.addressing import query_pairs
 from sidecar.s3.aws_chunked import AwsChunkedDecoder, ChunkedFormatError, Rechunker, SignatureChain
+from sidecar.s3.client_sends import ClientGone, ClientStalled, sending_to_client
 from sidecar.s3.errors import ORIGIN_ID_HEADERS, error_code_of, id_headers, origin_ids, with_ids
 from sidecar.s3.operations import (
     MAX_DELETE_BODY,
@@ -118,15 +119,6 @@ class _BodyFailure:
 class _ClientLeft(Exception):
     """The client hung up before its answer's headers could go out (aiohttp
     raises the same ClientConnectionResetError for it as for the origin)."""
-
-
-class _ClientGone(Exception):
-    """Writing the body found the client gone (an origin read that fails is
-    never taken for this: aiohttp raises ClientErrors for both)."""
-
-
-class _ClientStalled(Exception):
-    """The client took no bytes of a chunk within client_timeout."""
 
 
 # Told why an answer whose headers went out ended short of its length: one of
@@ -388,10 +380,10 @@ class PassThrough:
                 request[BODY_BYTES] = request.get(BODY_BYTES, 0) + len(chunk)
             await self._send(response, None)
             return response
-        except _ClientGone:
+        except ClientGone:
             # A hang-up mid-body is the client's own doing: no cut-off, not logged.
             reason = None
-        except _ClientStalled:
+        except ClientStalled:
             log.warning("cutting off a client that took no bytes of its answer in %.0fs: %s",
                         self._client_timeout, what)
             reason = "client_timeout"
@@ -417,15 +409,11 @@ class PassThrough:
     async def _send(self, response: web.StreamResponse, chunk: bytes | None) -> None:
         """One chunk of the body to the client (None: its end), told apart
         from a failure of the origin's side."""
-        try:
+        with sending_to_client():
             if chunk is None:
                 await asyncio.wait_for(response.write_eof(), self._client_timeout)
             else:
                 await asyncio.wait_for(response.write(chunk), self._client_timeout)
-        except TimeoutError as exc:
-            raise _ClientStalled() from exc
-        except ConnectionError as exc:
-            raise _ClientGone() from exc
 
     async def _read(self, request: web.Request) -> bytes:
         try:

@@ -11,7 +11,7 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -416,18 +416,30 @@ class SilentSidecar:
             self._held.append(connection)
 
 
-def test_a_sidecar_that_answers_nothing_is_given_up_after_one_call(bucket: str) -> None:
-    """A hung sidecar held the warm-up for every retry's whole call timeout, on
-    two segments before the node was given up: its /healthz is asked after the
-    first timeout, and a node that answers that nothing either gets no more calls."""
-    planned = tuple(PlannedSegment("orders", 0, f"orders-x/0/{i * 1000:020d}-seg.log", SIZE,
-                                   "a") for i in range(3))
+def three_segments() -> tuple[PlannedSegment, ...]:
+    return tuple(PlannedSegment("orders", 0, f"orders-x/0/{i * 1000:020d}-seg.log", SIZE, "a")
+                 for i in range(3))
+
+
+def half_second_calls() -> Callable[[str, bytes, Mapping[str, str], float],
+                                    tuple[int, bytes]]:
+    """The job's real poster, each call's timeout 0.5 s (the call's own: minutes
+    for a segment)."""
     real_post = poster(None)
 
     def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
              ) -> tuple[int, bytes]:
-        return real_post(url, body, headers, 0.5)  # the call's own: minutes for a segment
+        return real_post(url, body, headers, 0.5)
 
+    return post
+
+
+def test_a_sidecar_that_answers_nothing_is_given_up_after_one_call(bucket: str) -> None:
+    """A hung sidecar held the warm-up for every retry's whole call timeout, on
+    two segments before the node was given up: its /healthz is asked after the
+    first timeout, and a node that answers that nothing either gets no more calls."""
+    planned = three_segments()
+    post = half_second_calls()
     sleeps: list[float] = []
     with SilentSidecar() as silent:
         work = replace(batch(silent.url, bucket, planned[0]), segments=planned, retries=3)
@@ -449,14 +461,8 @@ def test_a_sidecar_whose_warm_up_is_stuck_gets_one_more_try_then_no_more_calls(
     the warm-up for every retry's whole call timeout, on two segments before the
     node was given up: after one more try that times out too, its remaining
     segments are reported not warmed, saying why."""
-    planned = tuple(PlannedSegment("orders", 0, f"orders-x/0/{i * 1000:020d}-seg.log", SIZE,
-                                   "a") for i in range(3))
-    real_post = poster(None)
-
-    def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
-             ) -> tuple[int, bytes]:
-        return real_post(url, body, headers, 0.5)  # the call's own: minutes for a segment
-
+    planned = three_segments()
+    post = half_second_calls()
     sleeps: list[float] = []
     with SilentSidecar(healthy=True) as wedged:
         work = replace(batch(wedged.url, bucket, planned[0]), segments=planned, retries=3)
@@ -478,12 +484,7 @@ def test_a_warm_call_that_times_out_on_a_live_sidecar_without_retries_says_so(
     its health check failed its row as "sidecar a unreachable: timed out",
     sending the operator after a network fault the node does not have."""
     planned = PlannedSegment("orders", 0, "orders-x/0/00000000000000000000-seg.log", SIZE, "a")
-    real_post = poster(None)
-
-    def post(url: str, body: bytes, headers: Mapping[str, str], timeout: float
-             ) -> tuple[int, bytes]:
-        return real_post(url, body, headers, 0.5)  # the call's own: minutes for a segment
-
+    post = half_second_calls()
     sleeps: list[float] = []
     with SilentSidecar(healthy=True) as wedged:
         rows = warm_node(batch(wedged.url, bucket, planned), post=post, sleep=sleeps.append)

@@ -16,7 +16,7 @@ from typing import ParamSpec, TypeVar
 
 import pytest
 
-from sidecar.cache.memory_tier import TierSlice
+from sidecar.cache.memory_tier import MemoryTier, TierSlice
 from sidecar.engine import Piece, Source
 from sidecar.model import ObjectInfo
 from tests.support.waiting import eventually_async
@@ -62,6 +62,19 @@ async def read(rig: Rig, info: ObjectInfo, start: int, end: int) -> tuple[bytes,
         held.append(isinstance(piece, TierSlice))
         out += contents([(piece, Source.CACHE)])
     return bytes(out), held
+
+
+async def sending_from_the_tier(make_rig: MakeRig, seed: int
+                                ) -> tuple[Rig, bytes, MemoryTier, list[tuple[Piece, Source]]]:
+    """Two blocks read into a tier that holds them, and a send of the first
+    under way (its pieces kept: its tier slices stay pinned)."""
+    data = random.Random(seed).randbytes(2 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=4 * CHUNK)
+    await read(rig, rig.info, 0, len(data) - 1)
+    await rig.engine.idle()
+    tier = rig.store.tier
+    assert tier is not None
+    return rig, data, tier, await pieces_of(rig, rig.info, 0, BLOCK - 1)
 
 
 def contents(pieces: list[tuple[Piece, Source]]) -> bytes:
@@ -254,13 +267,7 @@ async def test_a_send_let_go_after_the_store_closed_releases_its_region_quietly(
     """A send of a purged region outlives the store (the listeners' last
     sends end as the node stops): letting go after the disk threads stopped
     logs nothing, and the tier's memory goes with that last hold."""
-    data = random.Random(7).randbytes(2 * BLOCK)
-    rig = await make_rig(data, memory_tier_bytes=4 * CHUNK)
-    await read(rig, rig.info, 0, len(data) - 1)
-    await rig.engine.idle()
-    tier = rig.store.tier
-    assert tier is not None
-    sending = await pieces_of(rig, rig.info, 0, BLOCK - 1)
+    rig, data, tier, sending = await sending_from_the_tier(make_rig, seed=7)
     rig.store.invalidate_object("b", "k")
     await rig.engine.close()
     await rig.store.close()
@@ -281,13 +288,7 @@ async def test_regions_let_go_while_the_store_closes_are_not_punched_on_the_loop
     end of a send of a purged region, in between had their pages punched out
     on the event loop (kernel work every request waited for) from a file about
     to go with its pages. They are let go unpunched, and the file still closes."""
-    data = random.Random(8).randbytes(2 * BLOCK)
-    rig = await make_rig(data, memory_tier_bytes=4 * CHUNK)
-    await read(rig, rig.info, 0, len(data) - 1)
-    await rig.engine.idle()
-    tier = rig.store.tier
-    assert tier is not None
-    sending = await pieces_of(rig, rig.info, 0, BLOCK - 1)
+    rig, data, tier, sending = await sending_from_the_tier(make_rig, seed=8)
     resident = tier.resident_bytes()
     assert resident == 2 * BLOCK
     await rig.engine.close()
