@@ -151,7 +151,10 @@ def test_a_disk_that_fails_reads_with_eio_is_bypassed_and_every_read_stays_exact
             read_all_in_ranges(sidecar, bucket, key, data)
         assert sidecar.alive()
         assert sidecar.metric("sidecar_cache_disk_errors_total", op="read") >= 1
-        assert sidecar.metric("sidecar_cache_checksum_failures_total") >= 16
+        # Bypassed either way: after 16 reads that do not match their checksums,
+        # or at once when the refetch of the first dropped block fails its write
+        # (the device is cut short under it), before the next read comes.
+        assert sidecar.metric("sidecar_cache_checksum_failures_total") >= 1
         assert sidecar.metric("sidecar_mode", mode="bypass") == 1
         assert sidecar.stats()["mode"] == "bypass"
         status, _, body = raw_request(sidecar.admin_url, "GET", "/readyz")
