@@ -55,6 +55,11 @@ log = logging.getLogger(__name__)
 
 _CLOSING_CACHE = "the cache to close"
 
+# The share of `stop_timeout` that requests in progress get to finish once a
+# stop begins; aiohttp then cancels what is left (each cancelled request is
+# still logged and counted, cut off as `stopped`), and the rest of the bound
+# goes to the engine, the access log and the index snapshot.
+DRAIN_SHARE = 0.5
 MAX_HEADER_LINE = 8190
 MAX_HEADERS = 128
 
@@ -414,7 +419,13 @@ class Sidecar:
         # aiohttp's access logger is not the access log (that is written by the data
         # port's handler): it only counts the requests aiohttp refused before any
         # handler ran (telemetry/refused.py).
+        # shutdown_timeout: aiohttp's own (60 s) would outlast `stop_timeout`, and
+        # the deadline would end the process before a cancelled request is logged.
+        # aiohttp waits it twice (for the handler to finish; then, its request
+        # cancelled, for it to end) before it cancels the handler: half each.
         runner = web.AppRunner(application, handle_signals=False,
+                               shutdown_timeout=self.config.server.stop_timeout_s
+                               * DRAIN_SHARE / 2,
                                access_log_class=refusal_counter(
                                    self.metrics.malformed_requests, name),
                                access_log=logging.getLogger("aiohttp.access"),
@@ -457,8 +468,8 @@ class Sidecar:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)
         self.stop_step = "the listeners to close (requests in progress)"
-        for runner in reversed(self._runners):
-            await runner.cleanup()
+        # Side by side: each port's requests get the same drain, not one after another's.
+        await asyncio.gather(*(runner.cleanup() for runner in self._runners))
         self.stop_step = "the engine to close (fetches in progress)"
         if self._engine is not None:
             await self._engine.close()

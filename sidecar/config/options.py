@@ -307,7 +307,8 @@ OPTIONS: tuple[Option, ...] = (
            "at 2s)", "DURATION", flag=False,
            field="server.stats_interval_s"),
     Option("stop_timeout", parse_stop_timeout, "20s",
-           "the longest a stop (SIGTERM, SIGINT) may take: past it, or at a second signal, "
+           "the longest a stop (SIGTERM, SIGINT) may take: requests still being answered get "
+           "half of it to finish, then are cut off; past it, or at a second signal, "
            "the process logs what it was still waiting for and exits 1 at once (a hung "
            "cache disk never holds it); keep it under the orchestrator's grace period "
            "(terminationGracePeriodSeconds, TimeoutStopSec)", "DURATION", flag=False,

@@ -8,6 +8,9 @@ The disk is thawed only after the sidecar has logged its exit, so a stop that
 waits for the disk fails these tests within their bounds instead of hanging
 them. A process with a thread in D state is reaped only once that thread leaves
 the kernel, which is why its status is read after the thaw.
+
+A request still being answered does not hold the stop either: it gets half the
+bound to finish, and is then cut off, logged and counted, within the bound.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ import os
 import random
 import secrets
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -130,3 +135,31 @@ def test_a_second_sigterm_during_a_held_stop_ends_the_process_at_once(
     finally:
         status = sidecar.stop()
     assert status == 1
+
+
+def test_a_reader_that_never_reads_is_cut_off_within_the_bound_and_logged(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    access_log = tmp_path / "access.log"
+    (tmp_path / "cache").mkdir()
+    sidecar = start(local_s3, tmp_path / "cache", SIDECAR_ACCESS_LOG=str(access_log),
+                    SIDECAR_STOP_TIMEOUT="4s").launch()
+    reader = None
+    try:
+        sidecar.await_ready()
+        key, data = cached_object(sidecar, origin_s3, bucket)
+        address = urlsplit(sidecar.data_url)
+        reader = socket.create_connection((address.hostname, address.port), timeout=10)
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.sendall(f"GET /{bucket}/{key} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert reader.recv(12) == b"HTTP/1.1 200"  # answering, and never read again
+        sidecar.terminate()
+    finally:
+        status = sidecar.stop()
+        if reader is not None:
+            reader.close()
+    assert cut_short(sidecar) is None
+    assert status == 0
+    lines = [json.loads(line) for line in access_log.read_text().splitlines()]
+    held = [line for line in lines if line["request_id"] and line["bytes"] < len(data)]
+    assert [(line["status"], line["cut_off"]) for line in held] == [(200, "stopped")]
