@@ -301,7 +301,8 @@ class PassThrough:
                     # a gateway lost): the cache must not outlive it either way.
                     self._forget(bucket, keys, heads)
                 return await self._relay(request, upstream, ids,
-                                         f"{operation.name} s3://{bucket}/{key}", ended_short)
+                                         f"{operation.name} s3://{bucket}/{key}", ended_short,
+                                         started)
         except (BadPayload, SignatureRejected):
             raise
         except _ClientLeft as left:
@@ -350,7 +351,7 @@ class PassThrough:
 
     async def _relay(
         self, request: web.Request, upstream: aiohttp.ClientResponse, ids: tuple[str, str],
-        what: str, ended_short: EndedShort | None,
+        what: str, ended_short: EndedShort | None, started: float,
     ) -> web.StreamResponse:
         headers = CIMultiDict((name, value) for name, value in
                               response_headers(upstream.headers.items())
@@ -388,11 +389,19 @@ class PassThrough:
                         self._client_timeout, what)
             reason = "client_timeout"
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            # The origin's body failed, stalled past read_timeout or ran past
-            # passthrough_timeout (the client's own failures are the two above).
-            log.warning("aborting a pass-through answer mid-stream, the origin failed: %s: %r",
-                        what, exc)
-            reason = "origin"
+            # The origin's body failed or stalled past read_timeout, or the
+            # request ran past passthrough_timeout, its own bound, which a slow
+            # client holds up as much as a slow origin (the client's own
+            # failures are the two above).
+            if isinstance(exc, TimeoutError) and \
+                    asyncio.get_running_loop().time() - started >= self._limits.timeout_s:
+                log.warning("cutting off a pass-through answer that ran past "
+                            "passthrough_timeout (%gs): %s", self._limits.timeout_s, what)
+                reason = "passthrough_timeout"
+            else:
+                log.warning("aborting a pass-through answer mid-stream, the origin failed: "
+                            "%s: %r", what, exc)
+                reason = "origin"
         except Exception:
             # After the headers: the data port must not write a second
             # response into this body, so it ends here too.

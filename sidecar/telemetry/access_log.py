@@ -44,7 +44,8 @@ Fields (docs/ARCHITECTURE.md "Access log" has the same list):
                fetches (whole blocks) and uncached reads; a FETCH line's blocks
                that landed whole
   cut_off      null, or why the sidecar cut the answer off after its status went
-               out (client_timeout, paused, overloaded, origin, stopped, error):
+               out (client_timeout, paused, overloaded, origin, passthrough_timeout,
+               stopped, error):
                `bytes` is then short of the range although `status` says 200 or 206
 
 Writing never happens on the event loop: a line is formatted there and queued

@@ -47,10 +47,11 @@ DISK_OPS = ("read", "write")
 # Why an answer was cut off after its headers went out (sidecar_client_cutoffs_total,
 # the access log's `cut_off`): the client took no bytes for client_timeout, a mode
 # paused the origin reads the rest needed, max_buffered refused them, the origin
-# failed, the fetch of a block it needed (or the answer itself) was stopped (the
-# sidecar stopping), or anything else went wrong. A client that hangs up itself
-# is no cut-off.
-CUTOFF_REASONS = ("client_timeout", "paused", "overloaded", "origin", "stopped", "error")
+# failed, a pass-through answer ran past passthrough_timeout, the fetch of a block
+# it needed (or the answer itself) was stopped (the sidecar stopping), or anything
+# else went wrong. A client that hangs up itself is no cut-off.
+CUTOFF_REASONS = ("client_timeout", "paused", "overloaded", "origin", "passthrough_timeout",
+                  "stopped", "error")
 # The `cache` label of sidecar_request_duration_seconds: how a read was served
 # ("none" for answers without a body: HEAD, 304, errors).
 REQUEST_CACHE_RESULTS = ("hit", "partial", "miss")

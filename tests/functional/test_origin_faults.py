@@ -433,6 +433,34 @@ def test_a_pass_through_answer_the_origin_cuts_is_counted_and_logged_as_cut_off(
     assert sidecar.metric("sidecar_client_cutoffs_total", reason="origin") == before + 1
 
 
+def test_a_pass_through_answer_past_passthrough_timeout_is_cut_off_for_that_reason(
+    fault_proxy: FaultProxy, origin_s3: Any, bucket: str, tmp_path: Path,
+) -> None:
+    """The request's own bound ends the answer, not the origin's read timeout:
+    the cut-off names passthrough_timeout (a slow client holds it up as much
+    as a slow origin), not `origin`."""
+    key = "seg/relay-past-bound.log"
+    data, _ = put(origin_s3, bucket, key, seed=13)
+    access_log = tmp_path / "access.jsonl"
+    (tmp_path / "cache").mkdir()
+    with SidecarProcess(
+        fault_proxy.endpoint, tmp_path / "cache", "--block-size", "64KiB",
+        "--cache-size", str(64 * (BLOCK + 4096)),
+        env={**FAULT_ENV, "SIDECAR_PASSTHROUGH_TIMEOUT": "1s",
+             "SIDECAR_ORIGIN_READ_TIMEOUT": "30s", "SIDECAR_ACCESS_LOG": str(access_log)},
+    ) as sidecar:
+        fault_proxy.add(Fault("stall_mid_body", after_bytes=MID, seconds=20), "GET", key, 1)
+        try:
+            answer = fetch(sidecar.data_url, bucket, f"{key}?partNumber=1")
+        finally:
+            fault_proxy.clear()
+        assert answer.status == 206 and answer.aborted and data.startswith(answer.body)
+        line = _access_line(access_log, answer.headers["x-amz-request-id"])
+        assert (line["cut_off"], line["bytes"]) == ("passthrough_timeout", len(answer.body))
+        assert sidecar.metric("sidecar_client_cutoffs_total", reason="passthrough_timeout") == 1
+        assert sidecar.metric("sidecar_client_cutoffs_total", reason="origin") == 0
+
+
 BIG = 16 * 1024 * 1024  # far more than the socket buffers of both ends hold
 
 

@@ -31,7 +31,7 @@ from sidecar.model import ObjectInfo
 from sidecar.origin.client import Origin
 from sidecar.s3.dataport import DataPort
 from sidecar.telemetry.access_log import AccessLog
-from sidecar.telemetry.metrics import Metrics
+from sidecar.telemetry.metrics import CUTOFF_REASONS, Metrics
 from tests.support.waiting import eventually_async
 from tests.unit import test_engine
 from tests.unit.test_engine import BLOCK, MakeRig, hold_back_after_first_chunk
@@ -126,8 +126,7 @@ async def test_a_failure_after_the_headers_cuts_the_connection(failure: BaseExce
 def _cutoffs(metrics: Metrics) -> dict[str, float]:
     """sidecar_client_cutoffs_total by reason, those above zero."""
     counted = {reason: metrics.value("sidecar_client_cutoffs_total", {"reason": reason})
-               for reason in ("client_timeout", "paused", "overloaded", "origin", "stopped",
-                              "error")}
+               for reason in CUTOFF_REASONS}
     return {reason: value for reason, value in counted.items() if value}
 
 
