@@ -324,7 +324,8 @@ def _given_up(exc: WarmCallError) -> str:
     if exc.network:
         return "node taken as down for the rest of the run"
     # It answers, so it is not down; its origin is, most likely, for now.
-    return "it kept answering so after retries: no more calls to it this run"
+    return (f"so for {_DOWN_AFTER} segments in a row, each after its retries: "
+            "no more calls to it this run")
 
 
 def _failed(row: WarmRow, segment: PlannedSegment, batch: NodeBatch, error: str,

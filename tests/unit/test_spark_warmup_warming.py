@@ -229,7 +229,9 @@ def test_a_node_whose_origin_stays_unavailable_is_given_up_without_calling_it_do
     assert rows[0].error == "sidecar a answered 503: origin unavailable: timed out"
     assert all((r.error or "").startswith("sidecar a answered 503: origin unavailable")
                for r in rows)
-    assert all("no more calls to it this run" in (r.error or "") for r in rows[2:])
+    assert all(r.error == ("sidecar a answered 503: origin unavailable: timed out (so for 2 "
+                           "segments in a row, each after its retries: no more calls to it "
+                           "this run)") for r in rows[2:])
     assert not any("unreachable" in (r.error or "") or "taken as down" in (r.error or "")
                    for r in rows)
 
