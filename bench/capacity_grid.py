@@ -28,6 +28,7 @@ STREAMS = (1, 4, 16, 48)
 PATTERNS = ("one-group", "groups", "lagging")
 SHARES = (0.10, 0.25, 0.50, 1.00)
 REFERENCE_SHARE = 0.25  # whose log builds the curve
+MiB = 1024 * 1024
 BLOCK = 64 * 1024
 SLOT = BLOCK + 4096  # a block and its slot header (sidecar/cache/slot_format.py)
 FETCH = 160 * 1024  # not block-aligned: fetches straddle blocks as Kafka's do
@@ -40,8 +41,12 @@ ORIGIN_SHARE = 0.10
 
 
 def segment_bytes(streams: int) -> int:
-    """Segments long enough that every cell's working set is some 16 MiB or more."""
-    return 512 * 1024 * max(1, 16 // streams)
+    """Segments long enough that a cell's hit ratio is the workload's, not one
+    run's luck: the working set is 64 MiB with 4 and 16 streams, 96 MiB with 48
+    (a segment of 1 MiB each); one stream reads the same bytes in every run,
+    and 16 MiB of it is enough. With 16 MiB (48 MiB with 48 streams), a cell's
+    rounds moved by up to 6 points from one to the next (bench/ANALYSIS.md)."""
+    return min(8 * MiB, MiB * max(1, 32 // streams))
 
 
 @dataclass(frozen=True)
