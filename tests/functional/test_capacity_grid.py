@@ -5,9 +5,10 @@ start, at once, served by real sidecars in front of moto with the cache at a
 quarter and at half of the working set; the curve replayed from the quarter
 run's access log predicts both within the target (2 points of byte hit ratio,
 10% of origin bytes per served byte), as the sidecars' own counters measured
-them. (Cells with more streams vary by up to 5 points of byte hit ratio from
-one run to the next, the sidecar's own spread: bench/ANALYSIS.md; the suite
-holds the target where one run can show it.)
+them. (Cells with more streams move by a point of byte hit ratio from one run
+to the next, and some by several, where a second group may or may not catch up
+with the first: bench/ANALYSIS.md; the suite holds the target where one run
+can show it.)
 """
 
 from __future__ import annotations
