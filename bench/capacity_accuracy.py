@@ -63,6 +63,7 @@ from bench.capacity_grid import (
     worst,
 )
 from bench.machine import machine_info
+from bench.stopping import unwind_on_signals
 from sidecar.tools.kafka_segments import generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from spark_warmup.capacity.__main__ import replay_settings
@@ -379,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs of each cell, the prediction judged against their mean")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    unwind_on_signals()
     streams, patterns = _list(args.streams, int), _list(args.patterns, str)
     shares = _list(args.shares, float)
     unknown = sorted(set(patterns) - set(PATTERNS))

@@ -22,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.machine import machine_info
+from bench.stopping import unwind_on_signals
 from tests.support.spark_cluster import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,10 +164,20 @@ def time_job(log: Path, report: Path, master: str, extra: list[str]) -> dict[str
     started = time.monotonic()
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     with open(report.parent / f"{report.name}.log", "wb") as out:
+        # A process group of its own: the job and the JVM it starts stop together.
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                   env=env)
-        with PeakMemory(process.pid) as memory:
-            code = process.wait()
+                                   env=env, start_new_session=True)
+        try:
+            with PeakMemory(process.pid) as memory:
+                code = process.wait()
+        finally:
+            if process.poll() is None:  # interrupted: the job goes too
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
     seconds = time.monotonic() - started
     summary = json.loads((report / "summary.json").read_text()) if code == 0 else {}
     return {"master": master, "exit_code": code, "seconds": round(seconds, 1),
@@ -213,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None,
                         help="where the log and reports go (default: a temporary directory)")
     args = parser.parse_args(argv)
+    unwind_on_signals()
     work = args.work or Path(tempfile.mkdtemp(prefix="capacity-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     log = work / "access.log"

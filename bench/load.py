@@ -36,6 +36,7 @@ import psutil
 from bench.probe import percentiles
 from bench.sidecar_server import SidecarServer
 from bench.signing import presigned_path
+from bench.stopping import unwind_on_signals
 
 OBJECT_COUNT = 8
 OBJECT_BYTES = 4 * 1024 * 1024
@@ -266,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path,
                         default=Path("test-artifacts/reliability/load.json"))
     args = parser.parse_args(argv)
+    unwind_on_signals()
     import tempfile
 
     from sidecar.tools.local_s3 import LocalS3

@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -77,6 +76,7 @@ from bench.nginx import FIRST_BYTE_S, ORIGIN_RATE, ORIGIN_SEND_CHUNK, SLICE
 from bench.report import console_summary, merge_results, render_markdown
 from bench.report_targets import evaluate_targets
 from bench.restart import run_restart
+from bench.stopping import unwind_on_signals
 from bench.warmup import run_warmup
 
 RESULTS = BENCH_DIR / "results"
@@ -142,11 +142,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def write_report(results: dict[str, Any], markdown: Path) -> None:
     markdown.write_text(render_markdown(results))
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    # SIGTERM/SIGHUP unwind like Ctrl-C, so every server is stopped on the way out.
-    raise KeyboardInterrupt
 
 
 def _report_only(paths: list[Path]) -> int:
@@ -238,8 +233,7 @@ def _finish(results: dict[str, Any], bench: Bench, started: float, stamp: str, s
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _interrupt)
+    unwind_on_signals()
     if args.report_only:
         return _report_only(args.report_only)
 

@@ -8,16 +8,24 @@ run's access log predicts both within the target (2 points of byte hit ratio,
 them. (Cells with more streams move by a point of byte hit ratio from one run
 to the next, and some by several, where a second group may or may not catch up
 with the first: bench/ANALYSIS.md; the suite holds the target where one run
-can show it.)
+can show it.) And a grid stopped by SIGTERM stops the servers it started.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
+import pytest
+
 from bench.capacity_accuracy import run_cell
 from bench.capacity_grid import HIT_POINTS, ORIGIN_SHARE, REFERENCE_SHARE
+from tests.support.waiting import eventually
 
 STREAMS, PATTERN, OTHER_SHARE = 1, "lagging", 0.5
 
@@ -32,3 +40,45 @@ def test_the_curve_of_one_size_predicts_another_with_readers_at_once(
     for row in rows:
         assert abs(row["hit_error"]) <= HIT_POINTS, row
         assert abs(row["origin_error"]) <= ORIGIN_SHARE, row
+
+
+
+def _serving(process: psutil.Process) -> bool:
+    return any(c.status == psutil.CONN_LISTEN for c in process.net_connections("tcp"))
+
+
+@pytest.mark.parametrize("when", ["starting", "serving"])
+def test_a_grid_stopped_by_sigterm_stops_the_servers_it_started(tmp_path: Path,
+                                                                when: str) -> None:
+    """SIGTERM ended the grid at once, and the sidecar it was measuring lived on;
+    one interrupted as it started was left by the `with` that never began."""
+    grid = subprocess.Popen(
+        [sys.executable, "-m", "bench.capacity_accuracy", "--streams", "1", "--patterns",
+         "one-group", "--shares", "0.25", "--rounds", "3", "--out", str(tmp_path)],
+        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        parent = psutil.Process(grid.pid)
+
+        def sidecar_up() -> list[psutil.Process] | None:
+            children = parent.children(recursive=True)
+            try:
+                sidecars = [child for child in children if "serve" in child.cmdline()]
+                up = sidecars and (when == "starting" or _serving(sidecars[0]))
+            except psutil.Error:  # one came and went meanwhile
+                return None
+            return children if up else None
+
+        servers = eventually(sidecar_up, f"the grid's first sidecar {when}", timeout=60)
+        grid.send_signal(signal.SIGTERM)
+        assert grid.wait(timeout=60) != 0
+        # Gone by the time the grid is (an orphan may die later, of a closed pipe).
+        assert [server.pid for server in servers if server.is_running()] == []
+    finally:
+        if grid.poll() is None:
+            grid.kill()
+            grid.wait()
+        try:
+            os.killpg(grid.pid, signal.SIGKILL)  # whatever outlived it
+        except ProcessLookupError:
+            pass

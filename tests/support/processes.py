@@ -47,7 +47,12 @@ class SidecarProcess:
         self._terminated = False
 
     def __enter__(self) -> SidecarProcess:
-        return self.launch().await_ready()
+        self.launch()
+        try:
+            return self.await_ready()
+        except BaseException:  # an interrupt while it starts: no `with` stops it then
+            self.stop()
+            raise
 
     def launch(self) -> SidecarProcess:
         """The process started; ``await_ready`` waits for its ready line. Apart,
