@@ -769,13 +769,15 @@ async def test_warm_up_on_its_way_never_turns_a_reader_away(make_rig: MakeRig) -
 
 
 async def test_read_ahead_takes_only_the_room_readers_leave(make_rig: MakeRig) -> None:
-    """A reader's block held at the origin takes a third of max_buffered: a
+    """A reader's block held at the origin takes a quarter of max_buffered: a
     broker reading another segment sequentially is still served, its
     read-ahead starting only while all blocks on their way fit in the bound.
     Read-ahead used to fill its window past it, and a reader's next miss got
-    SlowDown."""
+    SlowDown. (The broker's own blocks count until they are on the disk: with
+    the disk slow on a loaded machine, two of them may be, and a bound of three
+    blocks then turned its next miss away, as it should.)"""
     data = random.Random(33).randbytes(12 * BLOCK)
-    rig = await make_rig(data, max_buffered=3 * BLOCK, planner=read_ahead_planner())
+    rig = await make_rig(data, max_buffered=4 * BLOCK, planner=read_ahead_planner())
     held_info = rig.origin.add("held", random.Random(34).randbytes(BLOCK))
     gate = asyncio.Event()
     held_fetched = asyncio.Event()
@@ -809,7 +811,7 @@ async def test_read_ahead_takes_only_the_room_readers_leave(make_rig: MakeRig) -
     body = await asyncio.wait_for(read_like_a_broker(rig, rig.info, BLOCK // 4), 20)
     assert body == data
     assert ahead_entered  # read-ahead went on, in the room readers left
-    assert max(ahead_entered) <= 3 * BLOCK
+    assert max(ahead_entered) <= 4 * BLOCK
     gate.set()
     await asyncio.wait_for(held_reader, 10)
     await rig.engine.idle()
