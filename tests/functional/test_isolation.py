@@ -503,7 +503,10 @@ def test_an_answer_a_mode_switch_cuts_short_is_counted_and_logged_so(
             assert response.status == 200
             with pytest.raises(http.client.IncompleteRead) as short:
                 response.read()
-            assert short.value.partial == data[:MiB]
+            # Of the first block, what the kernel took before the cut: the cut
+            # aborts the connection, and what the transport still held goes
+            # with it (all of it, but on a busy machine).
+            assert data[:MiB].startswith(short.value.partial)
         finally:
             connection.close()
         assert sidecar.metric("sidecar_client_cutoffs_total", reason="paused") == 1
