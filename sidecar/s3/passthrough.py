@@ -317,14 +317,19 @@ class PassThrough:
                 # Sent, the whole body perhaps, and no answer: the origin may
                 # have applied it. (No connection at all: it did not.)
                 self._forget(bucket, keys, heads)
-            if isinstance(exc, TimeoutError) and \
-                    asyncio.get_running_loop().time() - started >= self._limits.timeout_s:
+            if self._past_its_bound(exc, started):
                 raise BadPayload(
                     f"The request took longer than {self._limits.timeout_s:g}s "
                     "(passthrough_timeout).", "RequestTimeout") from None
             raise OriginUnavailable(
                 f"{operation.name} {bucket}/{key}: origin unreachable: {exc!r}"
             ) from exc
+
+    def _past_its_bound(self, exc: BaseException, started: float) -> bool:
+        """Whether `exc` is the request's own bound (passthrough_timeout, from
+        `started` on the loop's clock) running out, not an origin's timeout."""
+        return isinstance(exc, TimeoutError) and \
+            asyncio.get_running_loop().time() - started >= self._limits.timeout_s
 
     def _forget(self, bucket: str, keys: list[str], heads: list[str]) -> None:
         """Invalidate what the cache holds of `keys`, and the remembered HEAD of
@@ -393,8 +398,7 @@ class PassThrough:
             # request ran past passthrough_timeout, its own bound, which a slow
             # client holds up as much as a slow origin (the client's own
             # failures are the two above).
-            if isinstance(exc, TimeoutError) and \
-                    asyncio.get_running_loop().time() - started >= self._limits.timeout_s:
+            if self._past_its_bound(exc, started):
                 log.warning("cutting off a pass-through answer that ran past "
                             "passthrough_timeout (%gs): %s", self._limits.timeout_s, what)
                 reason = "passthrough_timeout"
