@@ -216,6 +216,21 @@ def render(result: dict[str, Any]) -> str:
     ])
 
 
+def _without_paths(argv: list[str], hidden: tuple[str, ...] = ("--work", "--results")
+                   ) -> list[str]:
+    """The command line as a reader can repeat it: without this run's own paths."""
+    shown: list[str] = []
+    value_next = False
+    for arg in argv:
+        if value_next:
+            value_next = False
+        elif arg in hidden:
+            value_next = True
+        elif arg.split("=", 1)[0] not in hidden:
+            shown.append(arg)
+    return shown
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.capacity_scale")
     parser.add_argument("--requests", type=int, default=20_000_000)
@@ -224,41 +239,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-standalone", action="store_true")
     parser.add_argument("--work", type=Path, default=None,
                         help="where the log and reports go (default: a temporary directory)")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="where capacity-scale.json and .md go (default: bench/results)")
     args = parser.parse_args(argv)
     unwind_on_signals()
     work = args.work or Path(tempfile.mkdtemp(prefix="capacity-scale-"))
     work.mkdir(parents=True, exist_ok=True)
-    log = work / "access.log"
-    started = time.monotonic()
-    log_bytes = generate(log, args.requests, args.nodes)
-    generate_s = time.monotonic() - started
-    print(f"generated {args.requests} lines, {log_bytes} bytes in {generate_s:.0f} s",
-          flush=True)
-    extra = ["--max-trace", str(args.max_trace), "--conf", "spark.driver.memory=2g"]
-    runs = []
-    run = time_job(log, work / "report-local", "local[2]", extra)
-    runs.append({"where": "`--master local[2]`", **run})
-    print(json.dumps(run), flush=True)
-    if not args.skip_standalone:
-        with StandaloneCluster(work, cores=2, memory="4g") as cluster:
-            run = time_job(log, work / "report-standalone", cluster.url,
-                           [*extra, "--conf", "spark.executor.memory=2g",
-                            "--conf", "spark.driver.host=127.0.0.1",
-                            "--conf", "spark.driver.bindAddress=127.0.0.1"])
-        runs.append({"where": "standalone master + worker (2 cores)", **run})
+    try:
+        log = work / "access.log"
+        started = time.monotonic()
+        log_bytes = generate(log, args.requests, args.nodes)
+        generate_s = time.monotonic() - started
+        print(f"generated {args.requests} lines, {log_bytes} bytes in {generate_s:.0f} s",
+              flush=True)
+        extra = ["--max-trace", str(args.max_trace), "--conf", "spark.driver.memory=2g"]
+        runs = []
+        run = time_job(log, work / "report-local", "local[2]", extra)
+        runs.append({"where": "`--master local[2]`", **run})
         print(json.dumps(run), flush=True)
-    shown = [a for a in (argv or sys.argv[1:]) if a != "--work" and a != str(args.work)]
-    command = "python -m bench.capacity_scale " + " ".join(shown)
-    result = {"command": command.strip(),
-              "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
-              "machine": machine_info(ROOT), "requests": args.requests, "nodes": args.nodes,
-              "max_trace": args.max_trace, "log_bytes": log_bytes,
-              "generate_s": generate_s, "runs": runs}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "capacity-scale.json").write_text(json.dumps(result, indent=1) + "\n")
-    (RESULTS / "capacity-scale.md").write_text(render(result))
-    if args.work is None:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.skip_standalone:
+            with StandaloneCluster(work, cores=2, memory="4g") as cluster:
+                run = time_job(log, work / "report-standalone", cluster.url,
+                               [*extra, "--conf", "spark.executor.memory=2g",
+                                "--conf", "spark.driver.host=127.0.0.1",
+                                "--conf", "spark.driver.bindAddress=127.0.0.1"])
+            runs.append({"where": "standalone master + worker (2 cores)", **run})
+            print(json.dumps(run), flush=True)
+        command = "python -m bench.capacity_scale " + " ".join(
+            _without_paths(argv if argv is not None else sys.argv[1:]))
+        result = {"command": command.strip(),
+                  "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+                  "machine": machine_info(ROOT), "requests": args.requests, "nodes": args.nodes,
+                  "max_trace": args.max_trace, "log_bytes": log_bytes,
+                  "generate_s": generate_s, "runs": runs}
+        args.results.mkdir(parents=True, exist_ok=True)
+        (args.results / "capacity-scale.json").write_text(json.dumps(result, indent=1) + "\n")
+        (args.results / "capacity-scale.md").write_text(render(result))
+    finally:
+        # A log of millions of lines goes, whether the run ended or was stopped.
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
     return 0 if all(r["exit_code"] == 0 for r in runs) else 1
 
 
