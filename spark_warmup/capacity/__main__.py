@@ -42,6 +42,7 @@ try:
     )
     from spark_warmup.capacity.curve import SizeError, parse_sizes
     from spark_warmup.capacity.job import MAX_TRACE_REQUESTS, InputError, Options, run
+    from spark_warmup.capacity.report import finding_line
     from spark_warmup.capacity.simulate import Settings
     from spark_warmup.capacity.sources import matches_nothing
     from spark_warmup.writable import report_dir_problem
@@ -184,15 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         spark.stop()
     for node, facts in analysis.summary["nodes"].items():
-        recommended = facts["recommended_cache_bytes"]
-        if not facts["requests"]:
-            print(f"{node}: no object reads, only background fetches "
-                  f"({facts['origin_bytes']} origin bytes); no curve")
-            continue
-        print(f"{node}: {facts['requests']} requests, byte hit ratio "
-              f"{facts['byte_hit_ratio']:.4f}; for {args.target_hit_ratio}: "
-              + (f"{recommended} bytes" if recommended else "not reached on the curve "
-                 f"(best {facts['best_predicted_byte_hit_ratio']})"))
+        print(finding_line(node, facts, args.target_hit_ratio))
     if analysis.report_error is not None:
         # The analysis ran: what summary.json would have held is kept on stdout.
         print("summary.json (not written):")

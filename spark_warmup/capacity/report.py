@@ -248,6 +248,28 @@ def _nodes_table(nodes: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def finding_line(node: str, facts: Mapping[str, Any], target: float) -> str:
+    """A node's findings in one line, as the job prints them: the size for the
+    target, or why none reaches it (unreached_note says the same at length)."""
+    if not facts["requests"]:
+        return (f"{node}: no object reads, only background fetches "
+                f"({facts['origin_bytes']} origin bytes); no curve")
+    head = (f"{node}: {facts['requests']} requests, byte hit ratio "
+            f"{percent(facts['byte_hit_ratio'])}")
+    recommended = facts.get("recommended_cache_bytes")
+    if recommended:
+        return f"{head}; for {percent(target)}: {size_text(recommended)} ({recommended} bytes)"
+    why = []
+    if facts.get("hit_ratio_bound") is not None:
+        why.append(f"first reads bound it at {percent(facts['hit_ratio_bound'])}")
+    best, best_size = facts.get("best_predicted_byte_hit_ratio"), facts.get(
+        "best_predicted_cache_bytes")
+    if best is not None and best_size:
+        why.append(f"the best, {percent(best)}, at {size_text(best_size)}")
+    return (f"{head}; {percent(target)} is not reached at any size tried"
+            + (f" ({'; '.join(why)})" if why else ""))
+
+
 def unreached_note(node: str, facts: Mapping[str, Any], target: float) -> str | None:
     """Why a target is not reached, and the size that reaches what can be: the
     first read of every block misses (unless read-ahead brought it), so no

@@ -35,6 +35,7 @@ from spark_warmup.capacity.curve import (
 )
 from spark_warmup.capacity.landing import FetchTimes, time_bin
 from spark_warmup.capacity.report import (
+    finding_line,
     render_html,
     size_text,
     size_ticks,
@@ -510,6 +511,19 @@ def test_an_unreached_target_names_the_first_read_bound_and_the_best_size() -> N
     assert unreached_note("b1", {**facts, "recommended_cache_bytes": MiB}, 0.99) is None
     curve = [Point(100, 0.5, 0.5), Point(200, 0.9702, 0.1), Point(400, 0.9705, 0.1)]
     assert best_size(curve) == curve[1]  # within SAME_RATIO of the best: the smaller size
+
+
+def test_a_nodes_line_gives_the_size_for_the_target_or_why_none_reaches_it() -> None:
+    facts = {"requests": 28, "byte_hit_ratio": 0.935289, "origin_bytes": 1,
+             "recommended_cache_bytes": None, "hit_ratio_bound": 0.9353,
+             "best_predicted_byte_hit_ratio": 0.9352, "best_predicted_cache_bytes": 256 * MiB}
+    assert finding_line("demo", facts, 0.99) == (
+        "demo: 28 requests, byte hit ratio 93.53%; 99.00% is not reached at any size tried "
+        "(first reads bound it at 93.53%; the best, 93.52%, at 256 MiB)")
+    assert finding_line("demo", {**facts, "recommended_cache_bytes": 128 * MiB}, 0.9) == (
+        "demo: 28 requests, byte hit ratio 93.53%; for 90.00%: 128 MiB (134217728 bytes)")
+    assert finding_line("demo", {**facts, "requests": 0}, 0.9) == (
+        "demo: no object reads, only background fetches (1 origin bytes); no curve")
 
 
 def test_read_ahead_lands_when_its_fetch_completes_and_readers_join_it_meanwhile() -> None:
