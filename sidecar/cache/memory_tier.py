@@ -255,19 +255,20 @@ class MemoryTier:
             return not self._closed and key not in self._table \
                 and self._table.could_claim(key)
 
-    def put(self, key: Key, data: Bytes, *, read: bool = True) -> bool:
+    def put(self, key: Key, data: Bytes, *, read: bool = True, warm: bool = False) -> bool:
         """Keep a verified chunk; False when it is held already, no region is
         free of sends, it is not admitted, the tier is closed, or the memory
         refused it (a failed fill is the tier's own: never the disk's or the
-        fetch's). ``read`` False: it was just fetched, not read
-        (``RegionTable.claim``). Any thread; the copy is made outside the lock."""
+        fetch's). ``read`` False: it was just fetched, not read; ``warm``: for
+        a warm-up, kept until read (``RegionTable.claim``). Any thread; the
+        copy is made outside the lock."""
         length = len(data)
         if not 0 < length <= self.region_size:
             return False
         with self._lock:
             if self._closed or key in self._table:
                 return False
-            claimed = self._table.claim(key, read=read)
+            claimed = self._table.claim(key, read=read, warm=warm)
             if claimed is None:
                 return False
             self._users += 1  # the file stays open until this fill is over
@@ -285,7 +286,7 @@ class MemoryTier:
             try:
                 self._fill(offset, data)
                 with self._lock:
-                    published = self._table.publish(region, key, length)
+                    published = self._table.publish(region, key, length, warm=warm)
                     if published:
                         self._refusing = False
             except OSError as exc:

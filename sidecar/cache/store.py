@@ -335,18 +335,20 @@ class BlockStore:
         return self.tier.slice((ident, generation & GENERATION_IN_INDEX, chunk),
                                start - lo, end - lo)
 
-    def tier_landed(self, write: BlockWrite, at: int, data: memoryview) -> bool:
+    def tier_landed(self, write: BlockWrite, at: int, data: memoryview, *,
+                    warm: bool = False) -> bool:
         """The chunk of ``write`` at ``at`` just hashed in hand (the same bytes
         its checksum was taken over) into the memory tier; whether it took it.
-        Only a whole chunk goes in. Any thread: the fetch's workers call it
-        before they reuse ``data``."""
+        Only a whole chunk goes in; one fetched for a warm-up (``warm``) is
+        kept until read, as the disk keeps its block. Any thread: the fetch's
+        workers call it before they reuse ``data``."""
         size = self._slab.chunk_size
         chunk = at // size
         whole = at % size == 0 and len(data) == min(size, write.length - at)
         if self.tier is None or not whole:
             return False
         return self.tier.put((write.ident, write.generation & GENERATION_IN_INDEX, chunk),
-                             data, read=False)
+                             data, read=False, warm=warm)
 
     async def read_landed(
         self, write: BlockWrite, start: int, end: int, *, through: int = 0

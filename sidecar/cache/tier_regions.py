@@ -33,6 +33,13 @@ tier would otherwise pay that for every chunk and keep none of them. The
 chunks a replay's next fetch starts in are the recent-chunk memory's job
 (``sidecar.cache.recent``), not the tier's.
 
+Warm-up reaches the tier as it reaches the disk: a chunk landing for a warm-up
+(``warm``) is admitted even to a full tier, and its region is protected, never
+a victim, until the chunk is first read (warmed for the replay that reads it).
+Protected regions are at most PROTECTED_SHARE of the tier, as on the disk; past
+that, the oldest protection lapses first, so a warm-up nobody read never holds
+the tier for the next one.
+
 The one rule that keeps bytes on the wire from changing: a region that held a
 chunk is never filled again before its pages were released (the caller
 punches a hole over it, ``Claimed.evicted``). Pages a socket still holds keep
@@ -53,6 +60,8 @@ from sidecar.cache.slot_fifo import SlotFifo
 Key = tuple[BlockIdent, int, int]  # block, generation (low 32 bits), chunk
 
 FREE, FILLING, LIVE, DOOMED, RELEASING = 0, 1, 2, 3, 4
+# The disk's own share for warm-up protection (the store's protected_share).
+PROTECTED_SHARE = 0.5
 _FINGERPRINT_MASK = (1 << 64) - 1
 
 
@@ -73,7 +82,7 @@ class TierCounts:
     misses: int = 0
     inserts: int = 0
     evictions: int = 0
-    refused: int = 0  # no region to claim: every one filling or pinned
+    refused: int = 0  # no region to claim: every one filling, pinned or protected
     declined: int = 0  # full, and the chunk not offered before: not admitted
 
 
@@ -103,6 +112,9 @@ class RegionTable:
         self._free = list(range(regions - 1, -1, -1))
         # Keys declined lately, oldest first, at most one a region.
         self._declined: dict[Key, None] = {}
+        # Regions of warmed chunks not read yet, oldest first: never victims.
+        self._protected: dict[int, None] = {}
+        self._max_protected = int(regions * PROTECTED_SHARE)
         self._policy = SlotFifo(regions, self._fingerprint_of_region)
 
     def __contains__(self, key: Key) -> bool:
@@ -123,26 +135,33 @@ class RegionTable:
         return self.regions - len(self._free)
 
     @property
+    def protected_regions(self) -> int:
+        return len(self._protected)
+
+    @property
     def live_bytes(self) -> int:
         return sum(self._length[region] for region in self._region_of.values())
 
-    def claim(self, key: Key, *, read: bool = True) -> Claimed | None:
+    def claim(self, key: Key, *, read: bool = True, warm: bool = False) -> Claimed | None:
         """A region for a writer to fill with ``key``'s chunk: a free one, else
-        the policy's victim (not pinned, not being filled) if the chunk is
-        admitted (above). None when there is none, or it is not admitted.
+        the policy's victim (not pinned, not protected, not being filled) if
+        the chunk is admitted (above). None when there is none, or it is not
+        admitted.
 
         ``read`` False: the chunk was just fetched, not read; a full table
         does not count that as an offer, for the reader it was fetched for is
-        about to read it, and that first read is no sign of reuse either."""
+        about to read it, and that first read is no sign of reuse either.
+        ``warm``: it landed for a warm-up, admitted whatever was offered
+        before (``publish`` protects it)."""
         if self._free:
             region = self._free.pop()
             self._state[region] = FILLING
             return Claimed(region, None)
-        if not self._admissible(key):
+        if not warm and not self._admissible(key):
             self._decline(key, read)
             return None
         self._declined.pop(key, None)  # admitted: this offer is used up
-        victims = self._policy.choose_victims(1, self._pinned)
+        victims = self._policy.choose_victims(1, self._kept)
         if not victims:
             self._refuse(key)
             return None
@@ -176,10 +195,11 @@ class RegionTable:
             return False
         return True
 
-    def publish(self, region: int, key: Key, length: int) -> bool:
-        """The filled region holds ``key``'s chunk (``length`` bytes) from now on.
-        False (the region stays the writer's, to abandon) when the key is
-        already held: another writer published the same chunk first."""
+    def publish(self, region: int, key: Key, length: int, *, warm: bool = False) -> bool:
+        """The filled region holds ``key``'s chunk (``length`` bytes) from now on,
+        protected until its first read when ``warm``. False (the region stays
+        the writer's, to abandon) when the key is already held: another writer
+        published the same chunk first."""
         self._expect(region, FILLING)
         if not 0 < length <= self.region_size:
             raise ValueError(f"a chunk of {length} bytes in a region of {self.region_size}")
@@ -193,6 +213,10 @@ class RegionTable:
         self._read[region] = 0
         self._policy.insert(region, self._fingerprint(key))
         self.counts.inserts += 1
+        if warm and self._max_protected:
+            while len(self._protected) >= self._max_protected:
+                del self._protected[next(iter(self._protected))]  # the oldest lapses
+            self._protected[region] = None
         return True
 
     def abandon(self, region: int) -> None:
@@ -215,6 +239,7 @@ class RegionTable:
         if self._read[region]:
             self._policy.touch(region)
         self._read[region] = 1
+        self._protected.pop(region, None)  # warmed until read: it is read
         self.counts.hits += 1
         return region, self._length[region]
 
@@ -263,6 +288,7 @@ class RegionTable:
             region = self._region_of.pop(key)
             self._unlist(key)
             self._policy.remove(region)
+            self._protected.pop(region, None)
             self._key_of[region] = None
             self._length[region] = 0
             if self._pins[region]:
@@ -309,8 +335,9 @@ class RegionTable:
         while len(self._declined) > self.regions:
             del self._declined[next(iter(self._declined))]
 
-    def _pinned(self, region: int) -> bool:
-        return self._pins[region] > 0
+    def _kept(self, region: int) -> bool:
+        """Not a victim now: a send has it pinned, or a warm-up protects it."""
+        return self._pins[region] > 0 or region in self._protected
 
     def _fingerprint_of_region(self, region: int) -> int:
         key = self._key_of[region]

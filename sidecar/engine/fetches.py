@@ -351,9 +351,9 @@ class Fetches:
             chunk = at // chunk_size
             checksum = store.write_chunk(write, at, data)
             # The bytes just hashed, into the memory tier (read-ahead and warm-up
-            # land there too); else a reader waiting for this chunk (a miss's)
-            # gets a copy of it from memory.
-            kept = store.tier_landed(write, at, data)
+            # land there too, a warm-up's kept until read); else a reader
+            # waiting for this chunk (a miss's) gets a copy of it from memory.
+            kept = store.tier_landed(write, at, data, warm=in_flight.lane == WARM)
             copy = store.landed_copy(data) if not kept and in_flight.awaited(chunk) else None
             loop.call_soon_threadsafe(self._chunk_landed, in_flight, chunk, checksum, copy)
 

@@ -11,6 +11,7 @@ punched out before it is filled again (sidecar.cache.memory_tier).
 
 from __future__ import annotations
 
+import json
 import random
 import socket
 import urllib.request
@@ -171,3 +172,46 @@ def test_readers_hanging_up_mid_answer_from_the_tier_leave_the_log_quiet(
     assert tiered_sidecar.stderr_lines[before:] == []
     assert tiered_sidecar.metric("sidecar_client_disconnects_total") == HANG_UPS
     assert tiered_sidecar.metric("sidecar_memory_tier_hits_total") > hits
+
+
+def test_a_warmed_object_waits_in_a_full_tier_for_its_reader(
+        tiered_sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:
+    """Warm-up reaches the tier: the chunks of a warm call land in a full tier
+    (a read-ahead's landing would be declined) and stay there, through other
+    readers' churn, until the planned replay reads them from memory."""
+    rng = random.Random(35)
+    warmed = rng.randbytes(OBJECT)
+    origin_s3.put_object(Bucket=bucket, Key="warmed", Body=warmed)
+    others = {f"churn-{i}": rng.randbytes(OBJECT) for i in range(4)}
+    for key, body in others.items():
+        origin_s3.put_object(Bucket=bucket, Key=key, Body=body)
+
+    def read_three_times(key: str) -> None:
+        # Landed, read back once (declined), read back again (admitted).
+        for _ in range(3):
+            with urllib.request.urlopen(f"{tiered_sidecar.data_url}/{bucket}/{key}",
+                                        timeout=30) as response:
+                assert response.read() == others[key]
+            tiered_sidecar.wait_idle()
+
+    first, second, *rest = others
+    read_three_times(first)
+    read_three_times(second)  # the tier's four regions are full
+    assert tiered_sidecar.metric("sidecar_memory_tier_used_bytes") == TIER
+    request = urllib.request.Request(
+        f"{tiered_sidecar.admin_url}/api/v1/warm", method="POST",
+        data=json.dumps({"objects": [{"bucket": bucket, "key": "warmed"}],
+                         "ttl_s": 600}).encode(),
+        headers={"Content-Type": "application/json",
+                 "Authorization": f"Bearer {tiered_sidecar.admin_token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert json.load(response)["fetched"] == OBJECT // MiB
+    for key in rest:  # two more objects admitted, each pushing two chunks out
+        read_three_times(key)
+    # The churn alone pushed out as many chunks as the tier has regions.
+    assert tiered_sidecar.metric("sidecar_memory_tier_evictions_total") >= TIER // MiB
+    hits = tiered_sidecar.metric("sidecar_memory_tier_hits_total")
+    with urllib.request.urlopen(f"{tiered_sidecar.data_url}/{bucket}/warmed",
+                                timeout=30) as response:
+        assert response.read() == warmed
+    assert tiered_sidecar.metric("sidecar_memory_tier_hits_total") - hits == OBJECT // MiB

@@ -103,6 +103,61 @@ def test_a_chunk_landing_from_the_origin_is_no_offer_to_a_full_table() -> None:
     assert table.claim(key(9), read=False) is None
 
 
+def warm_fill(table: RegionTable, which: Key) -> Claimed:
+    claimed = table.claim(which, read=False, warm=True)
+    assert claimed is not None
+    assert table.publish(claimed.region, which, 100, warm=True)
+    return claimed
+
+
+def test_a_warmed_chunk_enters_a_full_table_and_stays_until_it_is_read() -> None:
+    """A warm-up lands its chunks ahead of a planned replay: admitted even to a
+    full table (a landing for anyone else is no offer), and never a victim
+    before the replay has read it, whatever else is read meanwhile."""
+    table = RegionTable(4, 4096)
+    for block in range(4):
+        fill(table, key(block))
+    warmed = warm_fill(table, key(10))
+    assert warmed.evicted == key(0) and table.protected_regions == 1
+    for block in range(20, 40):  # a busy tier: every other chunk comes and goes
+        fill(table, key(block))
+    assert table.counts.evictions == 1 + 20
+    assert key(10) in table and table.protected_regions == 1
+    assert table.find(key(10)) is not None  # the replay reads it: no longer held
+    table.unpin(warmed.region)
+    assert table.protected_regions == 0
+    # Read, it is a chunk like any other: the next victim of a table where it
+    # is the oldest of the small FIFO.
+    small = RegionTable(2, 4096)
+    region = warm_fill(small, key(10)).region
+    fill(small, key(11))
+    assert small.find(key(10)) is not None
+    small.unpin(region)
+    claimed = claim(small, key(12))
+    assert claimed is not None and claimed.evicted == key(10)
+
+
+def test_warmed_chunks_hold_at_most_half_the_table_the_oldest_lapsing_first() -> None:
+    table = RegionTable(4, 4096)
+    for block in range(4):
+        warm_fill(table, key(block))
+    assert table.protected_regions == 2  # of four regions: the disk's share
+    # The two newest are held; the two oldest are victims like any chunk.
+    first = table.claim(key(10), read=False, warm=True)
+    second = table.claim(key(11), read=False, warm=True)
+    assert first is not None and second is not None
+    assert {first.evicted, second.evicted} == {key(0), key(1)}
+
+
+def test_a_forgotten_warmed_chunk_holds_no_share() -> None:
+    table = RegionTable(4, 4096)
+    warm_fill(table, key(0, name="gone"))
+    warm_fill(table, key(1))
+    assert table.protected_regions == 2
+    assert len(table.forget_object("b", "gone")) == 1
+    assert table.protected_regions == 1
+
+
 def test_a_pinned_region_is_never_the_victim() -> None:
     table = RegionTable(2, 4096)
     fill(table, key(0))
@@ -341,6 +396,19 @@ def test_the_tier_keeps_and_gives_back_verified_bytes() -> None:
         assert key(0) not in tier and tier.resident_bytes() == MiB  # not punched yet
         tier.release(releasing)
         assert tier.resident_bytes() == 0
+    finally:
+        tier.close()
+
+
+def test_a_full_tier_takes_a_warm_up_landing_and_sends_it_unchanged() -> None:
+    tier = MemoryTier(2 * MiB, MiB)
+    try:
+        assert tier.put(key(0), b"a" * 100) and tier.put(key(1), b"b" * 100)
+        assert not tier.put(key(2), b"c" * 100, read=False)  # a read-ahead landing
+        assert tier.put(key(3), b"d" * 100, read=False, warm=True)
+        held = tier.slice(key(3), 0, 100)
+        assert held is not None and bytes(held.view()) == b"d" * 100
+        held.release()
     finally:
         tier.close()
 
