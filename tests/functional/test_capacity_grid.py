@@ -13,7 +13,6 @@ can show it.) And a grid stopped by SIGTERM stops the servers it started.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import pytest
 
 from bench.capacity_accuracy import run_cell
 from bench.capacity_grid import HIT_POINTS, ORIGIN_SHARE, REFERENCE_SHARE
+from tests.support.processes import kill_group
 from tests.support.waiting import eventually
 
 STREAMS, PATTERN, OTHER_SHARE = 1, "lagging", 0.5
@@ -75,10 +75,4 @@ def test_a_grid_stopped_by_sigterm_stops_the_servers_it_started(tmp_path: Path,
         # Gone by the time the grid is (an orphan may die later, of a closed pipe).
         assert [server.pid for server in servers if server.is_running()] == []
     finally:
-        if grid.poll() is None:
-            grid.kill()
-            grid.wait()
-        try:
-            os.killpg(grid.pid, signal.SIGKILL)  # whatever outlived it
-        except ProcessLookupError:
-            pass
+        kill_group(grid)

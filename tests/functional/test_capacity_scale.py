@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from bench.capacity_scale import _without_paths
+from tests.support.processes import kill_group
 from tests.support.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,13 +53,7 @@ def test_a_scale_run_stopped_by_sigterm_stops_its_spark_job_and_deletes_its_log(
         assert list(temp.glob("capacity-scale-*")) == []
         assert not results.exists()  # nothing measured, nothing written
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-        try:
-            os.killpg(run.pid, signal.SIGKILL)  # whatever outlived it
-        except ProcessLookupError:
-            pass
+        kill_group(run)
 
 
 def test_the_command_a_scale_run_records_leaves_out_its_own_paths() -> None:

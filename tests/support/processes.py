@@ -171,6 +171,18 @@ class SidecarProcess:
             return result
 
 
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """A process a test started in a session of its own, and whatever of its
+    group outlived it, killed (nothing happens to what already ended)."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def start_together(processes: Iterable[SidecarProcess]) -> list[SidecarProcess]:
     """Sidecars whose starts overlap: all launched, then each awaited. On a
     failure those already launched are stopped."""
