@@ -245,7 +245,7 @@ class MemoryTier:
         with self._lock:
             return key in self._table
 
-    def could_take(self, key: Key) -> bool:
+    def could_take(self, key: Key, *, reader: int | None = None) -> bool:
         """Whether a chunk read again may be ``put`` now, from the table's
         accounting alone (no I/O, a short lock: fit for the event loop). When
         not (held already, closed, or a full tier would decline or refuse it),
@@ -253,22 +253,23 @@ class MemoryTier:
         copy its trip to a thread."""
         with self._lock:
             return not self._closed and key not in self._table \
-                and self._table.could_claim(key)
+                and self._table.could_claim(key, reader=reader)
 
-    def put(self, key: Key, data: Bytes, *, read: bool = True, warm: bool = False) -> bool:
+    def put(self, key: Key, data: Bytes, *, read: bool = True, warm: bool = False,
+            reader: int | None = None) -> bool:
         """Keep a verified chunk; False when it is held already, no region is
         free of sends, it is not admitted, the tier is closed, or the memory
         refused it (a failed fill is the tier's own: never the disk's or the
         fetch's). ``read`` False: it was just fetched, not read; ``warm``: for
-        a warm-up, kept until read (``RegionTable.claim``). Any thread; the
-        copy is made outside the lock."""
+        a warm-up, kept until read; ``reader``: who read it (``RegionTable.claim``).
+        Any thread; the copy is made outside the lock."""
         length = len(data)
         if not 0 < length <= self.region_size:
             return False
         with self._lock:
             if self._closed or key in self._table:
                 return False
-            claimed = self._table.claim(key, read=read, warm=warm)
+            claimed = self._table.claim(key, read=read, warm=warm, reader=reader)
             if claimed is None:
                 return False
             self._users += 1  # the file stays open until this fill is over

@@ -51,13 +51,16 @@ class SlotReader:
         self._recent = recent
 
     async def read(
-        self, record: SlotRecord, start: int, end: int, *, through: int = 0
+        self, record: SlotRecord, start: int, end: int, *, through: int = 0,
+        reader: int | None = None,
     ) -> memoryview | None:
         """Bytes ``start..end-1`` of the block, read and verified (a copy: the
         slot may be rewritten once this returns), or None if it is no longer
         cached (evicted or replaced since lookup, or failed its checksum).
         ``through``: where in the block the caller's request ends, which a read
-        past the page cache may read up to (DIRECT_READ_CHUNKS at most)."""
+        past the page cache may read up to (DIRECT_READ_CHUNKS at most).
+        ``reader``: who reads (a read stream's number; None: unknown), for the
+        memory tier's admission (``RegionTable.claim``)."""
         if not self._pin_if_current(record, start, end):
             return None
         chunk, lo, hi = self.chunk_around(start, end, record.length)
@@ -75,17 +78,19 @@ class SlotReader:
         except NotResident:
             # Neither a task nor the executor for bytes in the page cache: only
             # a read that may wait for the disk needs them.
-            data = await self._work.shielded(self._read_pinned(record, first, stop, through))
+            data = await self._work.shielded(
+                self._read_pinned(record, first, stop, through, reader))
         else:
             self._slots.unpin(record.slot)
             if data is not None and keep:
-                self._offer_later(record, chunk, data)
+                self._offer_later(record, chunk, data, reader)
         if data is None or not keep:
             return data
         self._keep(record.ident, record.generation, chunk, data)
         return data[start - lo:end - lo]
 
-    def _offer_later(self, record: SlotRecord, chunk: int, data: memoryview) -> None:
+    def _offer_later(self, record: SlotRecord, chunk: int, data: memoryview,
+                     reader: int | None) -> None:
         """A whole chunk just read through the page cache and verified (on the
         loop), offered to the memory tier in the executor: the tier follows the
         working set whether or not the slab is read past the page cache, and
@@ -96,9 +101,9 @@ class SlotReader:
         if self._tier is None or record.ident is NAMELESS:
             return
         if self._tier.could_take((record.ident, record.generation & GENERATION_IN_INDEX,
-                                  chunk)):
+                                  chunk), reader=reader):
             self._work.start(self._work.run(self._into_tier, record.ident, record.generation,
-                                            chunk, [data]))
+                                            chunk, [data], reader))
 
     def _read_resident(self, record: SlotRecord, start: int, end: int) -> memoryview | None:
         """The bytes read and verified right here on the loop if they are all in
@@ -116,15 +121,16 @@ class SlotReader:
             return None
 
     async def _read_pinned(
-        self, record: SlotRecord, start: int, end: int, through: int = 0
+        self, record: SlotRecord, start: int, end: int, through: int = 0,
+        reader: int | None = None,
     ) -> memoryview | None:
         try:
             chunk, lo, hi = self.chunk_around(start, end, record.length)
             if hi and self._slab.direct_io:
                 return await self._read_direct(record, chunk, start - lo, end - lo,
-                                               max(end, through))
+                                               max(end, through), reader)
             whole = bool(hi) and start == lo and end == hi
-            read = self._paged_into_tier(chunk) if whole else self._slab.read_paged_in
+            read = self._paged_into_tier(chunk, reader) if whole else self._slab.read_paged_in
             data = await self.verified(read, record, start, end)
             self._residency.paged_out.discard(record.slot)  # the kernel reads the rest ahead
             return data
@@ -132,7 +138,8 @@ class SlotReader:
             self._slots.unpin(record.slot)
 
     async def _read_direct(
-        self, record: SlotRecord, chunk: int, start: int, end: int, through: int
+        self, record: SlotRecord, chunk: int, start: int, end: int, through: int,
+        reader: int | None = None,
     ) -> memoryview | None:
         """Bytes [start, end) of the chunk, read past the page cache with the
         chunks after it the request goes on into, up to ``through`` in the block
@@ -145,7 +152,7 @@ class SlotReader:
         def read(slot: int, first: int, stop: int, expected: SlotRecord) -> list[memoryview]:
             views = self._slab.read_direct(slot, first, stop, expected.length,
                                            expected.checksums)
-            self._into_tier(expected.ident, expected.generation, first, views)
+            self._into_tier(expected.ident, expected.generation, first, views, reader)
             return views
 
         views = await self.verified(read, record, chunk, run)
@@ -196,26 +203,27 @@ class SlotReader:
             self._slots.unpin(write.slot)
 
     def _paged_into_tier(
-        self, chunk: int
+        self, chunk: int, reader: int | None
     ) -> Callable[[int, int, int, SlotRecord], memoryview]:
         """A read of one whole chunk through the page cache that offers it,
         verified, to the memory tier in the same trip to the executor (as a
         read past the page cache does)."""
         def read(slot: int, first: int, stop: int, expected: SlotRecord) -> memoryview:
             view = self._slab.read_paged_in(slot, first, stop, expected)
-            self._into_tier(expected.ident, expected.generation, chunk, [view])
+            self._into_tier(expected.ident, expected.generation, chunk, [view], reader)
             return view
         return read
 
     def _into_tier(self, block: BlockIdent, generation: int, first: int,
-                   views: list[memoryview]) -> None:
+                   views: list[memoryview], reader: int | None = None) -> None:
         """Chunks ``first``.. just read and verified, offered to the memory
         tier (in the executor: the copy is the thread's, not the loop's). A hit
         there is sent from memory, with no read and no hash."""
         if self._tier is None or block is NAMELESS:
             return  # a recovered block read by slot: no reader could look it up by name
         for chunk, view in enumerate(views, first):
-            self._tier.put((block, generation & GENERATION_IN_INDEX, chunk), view)
+            self._tier.put((block, generation & GENERATION_IN_INDEX, chunk), view,
+                           reader=reader)
 
     def _landed_run(self, write: BlockWrite, chunk: int, through: int) -> int:
         """The end of the run of landed chunks from ``chunk`` on that a read past

@@ -316,11 +316,12 @@ class BlockStore:
     # Reads (sidecar.cache.slot_reads).
 
     async def read(
-        self, record: SlotRecord, start: int, end: int, *, through: int = 0
+        self, record: SlotRecord, start: int, end: int, *, through: int = 0,
+        reader: int | None = None,
     ) -> memoryview | None:
         """Bytes ``start..end-1`` of the block, read and verified, or None if it
         is no longer cached (``SlotReader.read``)."""
-        return await self._reader.read(record, start, end, through=through)
+        return await self._reader.read(record, start, end, through=through, reader=reader)
 
     def tier_slice(
         self, ident: BlockIdent, generation: int, start: int, end: int

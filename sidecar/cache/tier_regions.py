@@ -30,6 +30,13 @@ it; a chunk landing from the origin is no offer, its first read follows at
 once): filling a region costs fresh pages (the old ones were released, see
 below), measurably more than the copy itself, and a replay larger than the
 tier would otherwise pay that for every chunk and keep none of them. The
+second read must be another reader's (an offer names its reader when the
+caller knows it: a read stream's number): one consumer reads most chunks
+twice in a row, as each fetch resumes in the chunk where its previous one
+ended (Kafka's reader starts again at the first record batch it did not get
+whole) or takes a chunk that was read ahead of it, and admitting on that
+refilled the tier through a whole replay larger than it, each refill pushing
+out a chunk a later reader would have found. The
 chunks a replay's next fetch starts in are the recent-chunk memory's job
 (``sidecar.cache.recent``), not the tier's.
 
@@ -110,8 +117,9 @@ class RegionTable:
         self._of_object: dict[tuple[str, str], set[Key]] = {}
         # Lowest numbers last: the first claims take the file's front.
         self._free = list(range(regions - 1, -1, -1))
-        # Keys declined lately, oldest first, at most one a region.
-        self._declined: dict[Key, None] = {}
+        # Keys declined lately, oldest first, at most one a region, with the
+        # reader of their first offer (None: any reader's next offer admits).
+        self._declined: dict[Key, int | None] = {}
         # Regions of warmed chunks not read yet, oldest first: never victims.
         self._protected: dict[int, None] = {}
         self._max_protected = int(regions * PROTECTED_SHARE)
@@ -142,7 +150,8 @@ class RegionTable:
     def live_bytes(self) -> int:
         return sum(self._length[region] for region in self._region_of.values())
 
-    def claim(self, key: Key, *, read: bool = True, warm: bool = False) -> Claimed | None:
+    def claim(self, key: Key, *, read: bool = True, warm: bool = False,
+              reader: int | None = None) -> Claimed | None:
         """A region for a writer to fill with ``key``'s chunk: a free one, else
         the policy's victim (not pinned, not protected, not being filled) if
         the chunk is admitted (above). None when there is none, or it is not
@@ -152,13 +161,14 @@ class RegionTable:
         does not count that as an offer, for the reader it was fetched for is
         about to read it, and that first read is no sign of reuse either.
         ``warm``: it landed for a warm-up, admitted whatever was offered
-        before (``publish`` protects it)."""
+        before (``publish`` protects it). ``reader``: who read it (None:
+        unknown); its own earlier offer does not admit it (above)."""
         if self._free:
             region = self._free.pop()
             self._state[region] = FILLING
             return Claimed(region, None)
-        if not warm and not self._admissible(key):
-            self._decline(key, read)
+        if not warm and not self._admissible(key, reader):
+            self._decline(key, read, reader)
             return None
         self._declined.pop(key, None)  # admitted: this offer is used up
         victims = self._policy.choose_victims(1, self._kept)
@@ -176,7 +186,7 @@ class RegionTable:
         self.counts.evictions += 1
         return Claimed(region, evicted)
 
-    def could_claim(self, key: Key, *, read: bool = True) -> bool:
+    def could_claim(self, key: Key, *, read: bool = True, reader: int | None = None) -> bool:
         """Whether ``claim`` may give ``key`` a region now, from the table
         alone (a caller skips the copy's trip to a thread when it cannot).
         False: it would be declined or refused, and the offer is counted and
@@ -185,8 +195,8 @@ class RegionTable:
         if the table changed meanwhile)."""
         if self._free:
             return True
-        if not self._admissible(key):
-            self._decline(key, read)
+        if not self._admissible(key, reader):
+            self._decline(key, read, reader)
             return False
         if len(self._region_of) == self._pinned_live:
             # Every live region pinned (and filling ones are never victims):
@@ -306,32 +316,37 @@ class RegionTable:
         if not held:
             del self._of_object[name]
 
-    def _admissible(self, key: Key) -> bool:
+    def _admissible(self, key: Key, reader: int | None) -> bool:
         """Whether a chunk offered to a full tier may take a victim's place:
-        the second offer within about the tier's size of refusals, or one the
-        policy's ghost remembers (it left the small FIFO lately). Changes
-        nothing."""
-        return key in self._declined or self._policy.in_ghost(self._fingerprint(key))
+        the second offer within about the tier's size of refusals (not its
+        first reader's again), or one the policy's ghost remembers (it left
+        the small FIFO lately). Changes nothing."""
+        if key in self._declined:
+            first = self._declined[key]
+            if first is None or reader is None or first != reader:
+                return True
+        return self._policy.in_ghost(self._fingerprint(key))
 
-    def _decline(self, key: Key, read: bool) -> None:
+    def _decline(self, key: Key, read: bool, reader: int | None) -> None:
         """A chunk not admitted. ``read`` False: a refusal that does not count
         as an offer."""
         if read:
-            self._remember(key)
+            # Its first reader stays on record: its own next offer admits nothing.
+            self._remember(key, self._declined.get(key, reader))
         self.counts.declined += 1
 
     def _refuse(self, key: Key) -> None:
         """A chunk admitted while no region is free of sends."""
-        self._remember(key)  # still admitted at its next offer
+        self._remember(key, None)  # still admitted at its next offer, anyone's
         self.counts.refused += 1
 
-    def _remember(self, key: Key) -> None:
+    def _remember(self, key: Key, reader: int | None) -> None:
         """``key`` as the newest declined one, the oldest forgotten past one a
         region. Trimmed to the bound at every entry, whatever way it came in: a
         chunk the ghost admitted while every region was pinned enters here too,
         and one trim a decline would leave every such excess in memory for good."""
         self._declined.pop(key, None)
-        self._declined[key] = None
+        self._declined[key] = reader
         while len(self._declined) > self.regions:
             del self._declined[next(iter(self._declined))]
 

@@ -72,8 +72,9 @@ class RangeServer:
             hi = min(end + 1, block_end) - block_start
             ahead = range(block, block + 1) if lazy else range(block, blocks.stop)
             resumed = stream is not None and stream.resumed_block == block
+            reader = stream.number if stream is not None else None
             async with aclosing(self._block_pieces(info, block, lo, hi, ahead, started,
-                                                   tally, resumed)) as pieces:
+                                                   tally, resumed, reader)) as pieces:
                 async for piece in pieces:
                     yield piece
                     # Back here only once the client took the piece: heads follow
@@ -91,6 +92,7 @@ class RangeServer:
     async def _block_pieces(
         self, info: ObjectInfo, block: int, lo: int, hi: int, ahead: range,
         started: set[BlockIdent], tally: ReadTally, resumed: bool = False,
+        reader: int | None = None,
     ) -> AsyncGenerator[tuple[Piece, Source], None]:
         if not self._modes.caching:
             tally.add(block, FETCHED)
@@ -120,7 +122,7 @@ class RangeServer:
                 lo = upto
                 yield held, Source.CACHE
                 continue
-            data = await self._store.read(record, lo, upto, through=hi)
+            data = await self._store.read(record, lo, upto, through=hi, reader=reader)
             if data is None:  # evicted meanwhile, or failed its checksum: refetch
                 self._evicted.left_cache((ident,))
                 self._bypass_disk_if_reads_fail()

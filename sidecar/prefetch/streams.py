@@ -20,6 +20,7 @@ is evicted unread.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ class Stream:
     # The block the stream's previous request ended in, when this one started
     # in it again: the same reader's bytes, not a reuse (-1: none).
     resumed_block: int = -1
+    # Names the reader to the memory tier, which takes a chunk read again as a
+    # sign of reuse only when another reader reads it (cache.tier_regions).
+    number: int = 0
 
     def used(self, max_window: int) -> None:
         """A block prefetched for this stream was read: the window was right, grow it."""
@@ -82,6 +86,7 @@ class StreamTable:
         self._heads: OrderedDict[ObjectId, list[Stream]] = OrderedDict()
         # Window and confirmation handed from a segment to the next one.
         self._handoffs: OrderedDict[ObjectId, int] = OrderedDict()
+        self._numbers = itertools.count(1)
 
     @property
     def max_window(self) -> int:
@@ -124,7 +129,8 @@ class StreamTable:
             stream.continuations += 1
             stream.sequential = stream.sequential or stream.continuations >= 2
         else:
-            stream = Stream(object_id, start, start, now, ahead_to=start // self._block_size + 1)
+            stream = Stream(object_id, start, start, now, ahead_to=start // self._block_size + 1,
+                            number=next(self._numbers))
             inherited = self._handoffs.pop(object_id, None)
             if inherited is not None and start < self._block_size:
                 # Handed over before a reload may have lowered the bound.

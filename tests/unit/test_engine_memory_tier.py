@@ -318,3 +318,31 @@ async def test_regions_let_go_while_the_store_closes_are_not_punched_on_the_loop
     assert tier.fd == -1 and tier.resident_bytes() == 0
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+async def test_a_consumer_resuming_in_its_own_chunks_leaves_a_full_tier_alone(
+        make_rig: MakeRig) -> None:
+    """A Kafka consumer through a tier smaller than what it reads: each fetch
+    resumes in the chunk where its previous one ended, so it reads most chunks
+    twice, which is no reuse: the full tier admits none and refills no region.
+    Another consumer reading a chunk the first read lately is reuse: admitted."""
+    data = random.Random(12).randbytes(12 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=2 * CHUNK, direct_io=True,
+                         recent_chunk_bytes=0, planner=test_engine.read_ahead_planner())
+    tier = rig.store.tier
+    assert tier is not None
+    start = 0
+    while True:
+        end = min(len(data), start + 3 * BLOCK // 2) - 1
+        assert (await read(rig, rig.info, start, end))[0] == data[start:end + 1]
+        await rig.engine.idle()
+        if end == len(data) - 1:
+            break
+        start = end + 1 - BLOCK // 4  # the first batch not received whole
+    assert tier.counts.declined > 0 and tier.counts.evictions == 0
+    at = 10 * BLOCK  # where the first consumer's last fetches were
+    other = data[at:at + BLOCK]
+    assert await read(rig, rig.info, at, at + BLOCK - 1) == (other, [False])
+    await rig.engine.idle()
+    assert tier.counts.evictions == 1
+    assert await read(rig, rig.info, at, at + BLOCK - 1) == (other, [True])

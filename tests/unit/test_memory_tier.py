@@ -103,6 +103,34 @@ def test_a_chunk_landing_from_the_origin_is_no_offer_to_a_full_table() -> None:
     assert table.claim(key(9), read=False) is None
 
 
+def test_a_chunk_read_again_by_its_first_reader_is_no_second_offer() -> None:
+    """A Kafka consumer's next fetch resumes in the chunk its previous one
+    ended in: one reader reading a chunk twice is no sign of reuse, and a
+    full table admits nothing for it. Another reader's read is (as is one
+    whose reader is unknown, and a chunk refused for want of a victim)."""
+    table = RegionTable(2, 4096)
+    fill(table, key(0))
+    fill(table, key(1))
+    for _ in range(3):
+        assert table.claim(key(2), reader=7) is None
+    assert table.counts.evictions == 0 and table.counts.declined == 3
+    claimed = table.claim(key(2), reader=8)
+    assert claimed is not None and claimed.evicted == key(0)
+    assert table.publish(claimed.region, key(2), 10)
+    assert table.claim(key(3), reader=7) is None
+    assert not table.could_claim(key(3), reader=7)  # asked on the loop: the same answer
+    assert table.could_claim(key(3))  # a reader not named: admitted as before
+    # Refused (every region pinned by a send): admitted at the next offer,
+    # that same reader's too.
+    held = [table.find(key(1)), table.find(key(2))]
+    assert table.claim(key(4), reader=7) is None  # declined: its first offer
+    assert table.claim(key(4), reader=8) is None and table.counts.refused == 1
+    for found in held:
+        assert found is not None
+        table.unpin(found[0])
+    assert table.claim(key(4), reader=8) is not None
+
+
 def warm_fill(table: RegionTable, which: Key) -> Claimed:
     claimed = table.claim(which, read=False, warm=True)
     assert claimed is not None
