@@ -158,6 +158,24 @@ class PeakMemory:
         return total
 
 
+def _group_gone(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Whether the job's whole process group (its driver and the JVM the driver
+    started) is gone within ``timeout_s``: the driver first, then its JVM,
+    which may still be exiting when the driver is."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def time_job(log: Path, report: Path, master: str, extra: list[str]) -> dict[str, Any]:
     command = [sys.executable, "-m", "spark_warmup.capacity", "--logs", str(log), "--report",
                str(report), "--master", master, "--conf", "spark.ui.enabled=false", *extra]
@@ -173,11 +191,9 @@ def time_job(log: Path, report: Path, master: str, extra: list[str]) -> dict[str
         finally:
             if process.poll() is None:  # interrupted: the job goes too
                 os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
+                if not _group_gone(process, 30):
                     os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+                    _group_gone(process, 30)
     seconds = time.monotonic() - started
     summary = json.loads((report / "summary.json").read_text()) if code == 0 else {}
     return {"master": master, "exit_code": code, "seconds": round(seconds, 1),
