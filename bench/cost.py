@@ -155,12 +155,12 @@ def _sidecar_pair(bench: Bench, number: int, name: str = "sidecar",
 
 
 def tier_variants(dataset: Dataset) -> tuple[tuple[str, dict[str, str]], ...]:
-    """The sidecar pairs beside the default one (memory tier off): the tier at
-    `auto` (an eighth of the cache, at most 256 MiB, several times smaller than
-    the replay), and one that holds the whole data set, so that the warm replay
-    is served from it."""
+    """The sidecar pairs beside the default one (memory tier at `auto`: an
+    eighth of the cache, at most 256 MiB, several times smaller than the
+    replay): the tier off, and one that holds the whole data set, so that the
+    warm replay is served from it."""
     whole = -(-(dataset.total_bytes + 64 * MiB) // MiB)
-    return (("sidecar_tier_auto", {"SIDECAR_MEMORY_TIER": "auto"}),
+    return (("sidecar_tier_off", {"SIDECAR_MEMORY_TIER": "0"}),
             ("sidecar_tier_whole", {"SIDECAR_MEMORY_TIER": f"{whole}MiB"}))
 
 

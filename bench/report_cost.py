@@ -75,6 +75,10 @@ _COST_ROWS = {
                 ("nginx_slice_warm", "nginx slice 8m + proxy_cache, warm (same replay again)"),
                 ("sidecar_cold", "**sidecar, cold**"),
                 ("sidecar_warm", "**sidecar, warm** (same replay again)"),
+                ("sidecar_tier_off_cold", "sidecar, cold, memory_tier = 0 (off)"),
+                ("sidecar_tier_off_warm", "sidecar, warm, memory_tier = 0 (off)"),
+                # Results from before the tier was on by default (the rows above
+                # were then the tier off).
                 ("sidecar_tier_auto_cold", "sidecar, cold, memory_tier = auto"),
                 ("sidecar_tier_auto_warm", "sidecar, warm, memory_tier = auto"),
                 ("sidecar_tier_whole_cold",
@@ -111,7 +115,8 @@ _COST_ROWS = {
 
 
 # Rows of runs older results files do not have: left out rather than shown failed.
-_OPTIONAL_ROWS = frozenset({"sidecar_tier_auto_cold", "sidecar_tier_auto_warm",
+_OPTIONAL_ROWS = frozenset({"sidecar_tier_off_cold", "sidecar_tier_off_warm",
+                            "sidecar_tier_auto_cold", "sidecar_tier_auto_warm",
                             "sidecar_tier_whole_cold", "sidecar_tier_whole_warm",
                             "floor_aiohttp-sendfile", "floor_origin-tier",
                             "floor_origin-tier-fresh"})
@@ -215,8 +220,10 @@ def thread_section(results: Results) -> list[str]:
     ]
 
 
-_PAGE_CACHE_ROWS = [("sidecar_cold", "sidecar, cold (memory tier off)"),
-                    ("sidecar_warm", "sidecar, warm (memory tier off)"),
+_PAGE_CACHE_ROWS = [("sidecar_cold", "sidecar, cold (its default memory tier)"),
+                    ("sidecar_warm", "sidecar, warm (its default memory tier)"),
+                    ("sidecar_tier_off_cold", "sidecar, cold, memory_tier = 0 (off)"),
+                    ("sidecar_tier_off_warm", "sidecar, warm, memory_tier = 0 (off)"),
                     ("sidecar_tier_auto_cold", "sidecar, cold, memory_tier = auto"),
                     ("sidecar_tier_auto_warm", "sidecar, warm, memory_tier = auto"),
                     ("sidecar_tier_whole_cold", "sidecar, cold, a tier that holds the data set"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -217,18 +217,21 @@ def build_config(settings: Mapping[str, Setting]) -> Config:
         if option.field:
             section, attribute = option.field.split(".")
             sections[section][attribute] = values[option.name]
-    for section, derived in derive(values).items():
+    given = frozenset(name for name, setting in settings.items() if setting.source != "default")
+    for section, derived in derive(values, given).items():
         sections[section].update(derived)
     built = {name: SECTIONS[name](**sections[name]) for name in SECTIONS}
     return Config(**built)
 
 
-def derive(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The fields no single option fills, from the options that feed them."""
+def derive(values: Mapping[str, Any], given: Collection[str] = ()) -> dict[str, dict[str, Any]]:
+    """The fields no single option fills, from the options that feed them
+    (``given``: the options set by a flag, the environment or the file)."""
     block_size: int = values["block_size"]
     return {
         "cache": {
             "directory": Path(values["cache_dir"]),
+            "memory_tier_asked": "memory_tier" in given,
             "max_coalesce_bytes": coalesce_bytes(values["max_coalesce"], block_size),
         },
         "prefetch": {

@@ -255,12 +255,12 @@ OPTIONS: tuple[Option, ...] = (
            "hashing them (a fetch starts in the chunk the last one ended in); 0: none",
            "SIZE", flag=False, group="cache",
            field="cache.recent_chunk_bytes"),
-    Option("memory_tier", parse_size_or_auto, "0",
+    Option("memory_tier", parse_size_or_auto, "auto",
            "memory of the sidecar's own (a sealed memfd, counted as shared memory, not RSS) "
-           "for verified chunks sent with sendfile: no disk read, no second hash; auto: "
-           "cache_size/8 up to 256MiB; 0: none (the default: it pays only where re-read data "
-           "fits in it, and the container must be given its memory; see deploy/README.md); "
-           "more than the machine's or the container's memory is refused at start",
+           "for verified chunks sent with sendfile: no disk read, no second hash; auto (the "
+           "default): cache_size/8 up to 256MiB, which the container must be given (see "
+           "deploy/README.md); 0: none; more than the machine's or the container's memory "
+           "is refused at start",
            "SIZE|auto", flag=False, group="cache",
            field="cache.memory_tier"),
     Option("memory_tier_reserve", parse_bool, True,

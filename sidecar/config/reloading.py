@@ -31,6 +31,9 @@ LIVE_FIELDS = frozenset({
 # changes: never compared (a block_size changed alone is no new window), but
 # derived again for the running block_size.
 _REDERIVED = frozenset({"prefetch.max_window_blocks"})
+# Fields only the start reads, which say how an option was given, not what it
+# is: memory_tier written out as "auto", its default, changes no tier.
+_UNCOMPARED = frozenset({"cache.memory_tier_asked"})
 
 # Fields filled from options of another name (sidecar.config.loading.derive).
 _DERIVED_FROM = {
@@ -40,6 +43,7 @@ _DERIVED_FROM = {
     "auth.allow_anonymous": "auth_allow_anonymous",
     "cache.directory": "cache_dir",
     "cache.max_coalesce_bytes": "max_coalesce",
+    "cache.memory_tier_asked": "memory_tier",
     "prefetch.max_window_blocks": "prefetch_max_window",
     # Under cache_dir unless set: a new cache_dir moves it too.
     "server.admin_token_file": "admin_token_file",
@@ -72,7 +76,8 @@ def plan_reload(running: Config, loaded: Config) -> Reload:
         taken: dict[str, Any] = {}
         for item in dataclasses.fields(old):
             path = f"{section.name}.{item.name}"
-            if path in _REDERIVED or getattr(old, item.name) == getattr(new, item.name):
+            if path in _REDERIVED or path in _UNCOMPARED \
+                    or getattr(old, item.name) == getattr(new, item.name):
                 continue
             if path in LIVE_FIELDS:
                 taken[item.name] = getattr(new, item.name)

@@ -108,6 +108,10 @@ class CacheConfig:
     memory_tier_reserve: bool
     preallocate: bool
     scrub_rate: int | None  # bytes/s; None: recovered blocks are verified when read
+    # Whether memory_tier was set (flag, environment or file) rather than left
+    # at its default: only an operator's own ask is worth a warning when it
+    # comes out as none.
+    memory_tier_asked: bool
 
     @property
     def memory_tier_bytes(self) -> int:
@@ -120,8 +124,10 @@ class CacheConfig:
     def memory_tier_off_reason(self) -> str | None:
         """Why a memory tier asked for (``auto``) came out as none, for a
         warning at start: the operator asked for one, and /ui would only say
-        "off". None when there is one, or none was asked for."""
-        if self.memory_tier is not None or self.memory_tier_bytes:
+        "off". None when there is one, or none was asked for (left at its
+        default, ``auto``, on a cache too small to spare a chunk: a test's or
+        a demo's, which wants none)."""
+        if self.memory_tier is not None or self.memory_tier_bytes or not self.memory_tier_asked:
             return None
         chunk = chunk_bytes(self.block_size)
         return (f"memory_tier auto is an eighth of cache_size ({self.size_bytes // 8} bytes), "

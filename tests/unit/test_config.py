@@ -298,14 +298,14 @@ def test_an_admin_port_off_loopback_without_a_token_names_every_way_to_set_one()
                                             "admin_token in the config file"))
 
 
-def test_the_memory_tier_is_off_by_default_auto_a_share_of_the_cache_never_too_small(
+def test_the_memory_tier_is_auto_by_default_a_share_of_the_cache_never_too_small(
 ) -> None:
     from sidecar.config.loading import load_config
 
     def tier(**flags: object) -> int:
         return load_config({"cache_dir": "/c", **flags}, {}, {}).cache.memory_tier_bytes
 
-    assert tier(cache_size="4GiB") == 0  # off unless asked for
+    assert tier(cache_size="4GiB") == 256 * MIB  # auto by default
     assert tier(cache_size="4GiB", memory_tier="auto") == 256 * MIB  # the cap
     assert tier(cache_size="100MiB", memory_tier="auto") == 12 * MIB  # an eighth, whole chunks
     assert tier(cache_size="3MiB", block_size="64KiB", memory_tier="auto") == 384 * 1024
@@ -331,9 +331,10 @@ def test_an_auto_memory_tier_too_small_for_a_chunk_says_why_it_is_off() -> None:
         "1048576 bytes: the memory tier is off; give memory_tier a size of at least 1048576 "
         "bytes to have one")
     assert cache(cache_size="100MiB", memory_tier="auto").memory_tier_off_reason is None
-    for unasked in ("0", None):  # none asked for: nothing to say
+    for unasked in ("0", None):  # none asked for, or left at auto, its default: nothing to say
         flags = {} if unasked is None else {"memory_tier": unasked}
         assert cache(cache_size="7MiB", block_size="1MiB", **flags).memory_tier_off_reason is None
+    assert cache(cache_size="100MiB").memory_tier_bytes == 12 * MIB  # whole chunks
 
 
 def test_the_config_knows_the_cache_chunk_size_the_slab_uses() -> None:

@@ -55,6 +55,14 @@ def test_a_new_block_size_waiting_for_a_restart_leaves_the_window_as_it_is() -> 
     assert plan.config.prefetch.max_window_blocks == 2
 
 
+def test_the_memory_tiers_default_written_out_changes_nothing() -> None:
+    running = load_config(BASE, {}, {})
+    plan = plan_reload(running, load_config(BASE, {}, {"memory_tier": "auto"}))
+    assert plan.applied == () and plan.needs_restart == ()
+    plan = plan_reload(running, load_config(BASE, {}, {"memory_tier": "0"}))
+    assert plan.needs_restart == ("memory_tier",)
+
+
 def test_every_field_of_the_tree_is_named_by_an_option() -> None:
     """What a reload says needs a restart is an option the operator can find in
     the file and in docs/CONFIG.md, never a field of the tree."""
