@@ -303,12 +303,14 @@ class MemoryTier:
         finally:
             self._let_go()
 
-    def slice(self, key: Key, start: int, end: int) -> TierSlice | None:
-        """Bytes [start, end) of the chunk held under ``key``, pinned, or None."""
+    def slice(self, key: Key, start: int, end: int, *,
+              reader: int | None = None) -> TierSlice | None:
+        """Bytes [start, end) of the chunk held under ``key``, pinned, or None;
+        ``reader`` as in ``RegionTable.find``."""
         with self._lock:
             if self._closed:
                 return None
-            found = self._table.find(key)
+            found = self._table.find(key, reader)
             if found is None:
                 return None
             region, length = found

@@ -324,7 +324,8 @@ class BlockStore:
         return await self._reader.read(record, start, end, through=through, reader=reader)
 
     def tier_slice(
-        self, ident: BlockIdent, generation: int, start: int, end: int
+        self, ident: BlockIdent, generation: int, start: int, end: int, *,
+        reader: int | None = None,
     ) -> TierSlice | None:
         """Bytes [start, end) of one chunk of the block (that copy of it: its
         generation), if the memory tier holds them: pinned until the caller's
@@ -334,7 +335,7 @@ class BlockStore:
         chunk = start // self._slab.chunk_size
         lo = chunk * self._slab.chunk_size
         return self.tier.slice((ident, generation & GENERATION_IN_INDEX, chunk),
-                               start - lo, end - lo)
+                               start - lo, end - lo, reader=reader)
 
     def tier_landed(self, write: BlockWrite, at: int, data: memoryview, *,
                     warm: bool = False) -> bool:

@@ -21,7 +21,10 @@ states:
 Eviction is S3-FIFO over region numbers, the disk's own policy
 (``sidecar.cache.slot_fifo``, imported, not reimplemented): a replay read once
 leaves from the small FIFO without pushing out the chunks that many readers
-share. A pinned region (a send from it under way) is never a victim.
+share. A read is reuse to it unless it is the chunk's first or its last
+reader's again (readers named as for admission, below), as the disk does not
+count a read that resumes in the block its stream's last one ended in. A
+pinned region (a send from it under way) is never a victim.
 
 Admission: while a region is free, every chunk offered gets one. Once the tier
 is full, a chunk takes a victim's place only the second time it is read
@@ -70,6 +73,9 @@ FREE, FILLING, LIVE, DOOMED, RELEASING = 0, 1, 2, 3, 4
 # The disk's own share for warm-up protection (the store's protected_share).
 PROTECTED_SHARE = 0.5
 _FINGERPRINT_MASK = (1 << 64) - 1
+# A read by a reader not named: any read after it is another's (stream numbers
+# start at 1).
+_SOMEONE = -1
 
 
 @dataclass(frozen=True)
@@ -107,9 +113,11 @@ class RegionTable:
         # evicts), for ``could_claim``.
         self._pinned_live = 0
         self._length = array("q", [0]) * regions
-        # Whether the chunk was read since it entered: its first read (often
-        # the reader it was fetched for) is no sign of reuse to the policy.
-        self._read = bytearray(regions)
+        # Who read the chunk last since it entered (0: no one yet; _SOMEONE: a
+        # reader not named): its first read (often the reader it was fetched
+        # for) is no sign of reuse to the policy, nor is the same reader's
+        # next (a fetch resuming in the chunk its previous one ended in).
+        self._read_by = array("q", [0]) * regions
         self._key_of: list[Key | None] = [None] * regions
         self._region_of: dict[Key, int] = {}
         # The keys held of each object (bucket, key): a purge finds its own
@@ -220,7 +228,7 @@ class RegionTable:
         self._length[region] = length
         self._region_of[key] = region
         self._of_object.setdefault((key[0].bucket, key[0].key), set()).add(key)
-        self._read[region] = 0
+        self._read_by[region] = 0
         self._policy.insert(region, self._fingerprint(key))
         self.counts.inserts += 1
         if warm and self._max_protected:
@@ -236,9 +244,11 @@ class RegionTable:
         self._state[region] = FREE
         self._free.append(region)
 
-    def find(self, key: Key) -> tuple[int, int] | None:
+    def find(self, key: Key, reader: int | None = None) -> tuple[int, int] | None:
         """The live region holding ``key`` and the chunk's length, pinned (a
-        send from it is about to start), or None. Counts a hit or a miss."""
+        send from it is about to start), or None. Counts a hit or a miss.
+        ``reader``: who reads (None: unknown); a read is reuse to the policy
+        unless it is the chunk's first, or its last reader's again."""
         region = self._region_of.get(key)
         if region is None:
             self.counts.misses += 1
@@ -246,9 +256,10 @@ class RegionTable:
         if not self._pins[region]:
             self._pinned_live += 1
         self._pins[region] += 1
-        if self._read[region]:
+        last = self._read_by[region]
+        if last and (reader is None or last != reader):
             self._policy.touch(region)
-        self._read[region] = 1
+        self._read_by[region] = _SOMEONE if reader is None else reader
         self._protected.pop(region, None)  # warmed until read: it is read
         self.counts.hits += 1
         return region, self._length[region]

@@ -116,7 +116,7 @@ class RangeServer:
         while record is not None and lo < hi:
             # One chunk a piece: each is read and verified once.
             upto = min(hi, (lo // self._chunk_size + 1) * self._chunk_size)
-            held = self._store.tier_slice(ident, record.generation, lo, upto)
+            held = self._store.tier_slice(ident, record.generation, lo, upto, reader=reader)
             if held is not None:
                 # Verified when it entered the memory tier: sent from there.
                 lo = upto
@@ -139,7 +139,7 @@ class RangeServer:
         tally.origin_bytes += sum(self._fetches.block_length(info, number)
                                   for number in range(block, block + len(started) - before))
         try:
-            async with aclosing(self._pieces_as_they_land(in_flight, lo, hi)) as landing:
+            async with aclosing(self._pieces_as_they_land(in_flight, lo, hi, reader)) as landing:
                 async for piece in landing:
                     lo += piece_length(piece)
                     yield piece, source
@@ -163,7 +163,7 @@ class RangeServer:
             tally.add(ident.block, FETCHED)
 
     async def _pieces_as_they_land(
-        self, in_flight: InFlightBlock, lo: int, hi: int
+        self, in_flight: InFlightBlock, lo: int, hi: int, reader: int | None = None,
     ) -> AsyncGenerator[Piece, None]:
         """Bytes [lo, hi) of an in-flight block, each chunk as soon as it lands."""
         self._attach(in_flight)
@@ -173,7 +173,8 @@ class RangeServer:
                 write = await in_flight.wait_for(chunk)
                 upto = min(hi, (chunk + 1) * self._chunk_size)
                 in_flight.read = True
-                held = self._store.tier_slice(write.ident, write.generation, lo, upto)
+                held = self._store.tier_slice(write.ident, write.generation, lo, upto,
+                                              reader=reader)
                 yield held or await self._store.read_landed(write, lo, upto, through=hi)
                 lo = upto
         finally:

@@ -131,6 +131,36 @@ def test_a_chunk_read_again_by_its_first_reader_is_no_second_offer() -> None:
     assert table.claim(key(4), reader=8) is not None
 
 
+def test_a_chunk_read_again_by_its_last_reader_is_no_reuse_to_the_policy() -> None:
+    """Eviction as admission: a chunk its one reader reads twice (a fetch
+    resuming in the chunk the previous one ended in) leaves from the small
+    FIFO like a chunk read once; one read by two readers, or twice by readers
+    not named, has proved reuse and stays."""
+    table = RegionTable(10, 4096)
+    for block in range(10):
+        fill(table, key(block))
+
+    def read(which: Key, reader: int | None) -> None:
+        found = table.find(which, reader)
+        assert found is not None
+        table.unpin(found[0])
+
+    read(key(0), 1)
+    read(key(0), 1)
+    read(key(1), 1)
+    read(key(1), 2)
+    read(key(3), None)
+    read(key(3), None)
+    evicted = []
+    for block in range(20, 23):
+        assert table.claim(key(block), reader=5) is None  # its first offer
+        claimed = table.claim(key(block), reader=6)  # another reader's: admitted
+        assert claimed is not None
+        assert table.publish(claimed.region, key(block), 100)
+        evicted.append(claimed.evicted)
+    assert evicted == [key(0), key(2), key(4)]
+
+
 def warm_fill(table: RegionTable, which: Key) -> Claimed:
     claimed = table.claim(which, read=False, warm=True)
     assert claimed is not None
