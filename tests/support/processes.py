@@ -10,9 +10,10 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,6 +21,37 @@ from sidecar.tools.local_s3 import CREDENTIALS
 from tests.support.waiting import eventually
 
 START_TIMEOUT_S = 30.0
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP held back while a child is started, then
+    handled as they would have been. Python runs a signal's handler as soon as
+    `fork_exec` returns, before Popen keeps the child's pid: an interrupt
+    raised there (a benchmark turns SIGTERM into KeyboardInterrupt,
+    bench/stopping.py) leaves a child running that nothing can stop. Only the
+    main thread has signal handlers to swap; elsewhere nothing is held."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        held.append(signum)
+
+    previous = {signum: signal.signal(signum, hold) for signum in _INTERRUPTS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for number in dict.fromkeys(held):
+            handler = previous[signal.Signals(number)]
+            if callable(handler):
+                handler(number, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), number)
 
 
 class SidecarProcess:
@@ -47,8 +79,10 @@ class SidecarProcess:
         self._terminated = False
 
     def __enter__(self) -> SidecarProcess:
-        self.launch()
         try:
+            # Launched inside: an interrupt while its output pumps start would
+            # leave it running too.
+            self.launch()
             return self.await_ready()
         except BaseException:  # an interrupt while it starts: no `with` stops it then
             self.stop()
@@ -63,9 +97,10 @@ class SidecarProcess:
         # The tests of the secure default set it back to false.
         env = {**os.environ, **CREDENTIALS, "SIDECAR_LOG_LEVEL": "WARNING",
                "SIDECAR_AUTH_ALLOW_ANONYMOUS": "true", **self.env}
-        self._process = subprocess.Popen(
-            self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )
+        with interrupts_held():
+            self._process = subprocess.Popen(
+                self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            )
         assert self._process.stdout is not None and self._process.stderr is not None
         self._pumps = [
             threading.Thread(target=_pump, args=(self._process.stdout, self._ready_lines.put),
@@ -140,7 +175,8 @@ class SidecarProcess:
                 self._process.kill()
                 self._process.wait()
         for pump in self._pumps:
-            pump.join(timeout=10)
+            if pump.ident is not None:  # started (an interrupt may come between)
+                pump.join(timeout=10)
         for stream in (self._process.stdout, self._process.stderr):
             if stream is not None:
                 stream.close()
