@@ -342,8 +342,9 @@ class RegionTable:
         """A chunk not admitted. ``read`` False: a refusal that does not count
         as an offer."""
         if read:
-            # Its first reader stays on record: its own next offer admits nothing.
-            self._remember(key, self._declined.get(key, reader))
+            # Declined again only when this reader offered it first (else it
+            # would have been admitted): the first reader stays on record.
+            self._remember(key, reader)
         self.counts.declined += 1
 
     def _refuse(self, key: Key) -> None:

@@ -63,6 +63,7 @@ class RangeServer:
         """The bytes of [start, end] (inclusive) in order, with their source."""
         read_ahead = self._read_ahead if self._modes.read_ahead else None
         stream = read_ahead.on_request(info, start) if read_ahead is not None else None
+        reader = stream.number if stream is not None else None  # for the memory tier
         position = start
         started: set[BlockIdent] = set()  # blocks whose origin fetch this request began
         blocks = blocks_for_range(start, end, self._block_size)
@@ -72,7 +73,6 @@ class RangeServer:
             hi = min(end + 1, block_end) - block_start
             ahead = range(block, block + 1) if lazy else range(block, blocks.stop)
             resumed = stream is not None and stream.resumed_block == block
-            reader = stream.number if stream is not None else None
             async with aclosing(self._block_pieces(info, block, lo, hi, ahead, started,
                                                    tally, resumed, reader)) as pieces:
                 async for piece in pieces:
