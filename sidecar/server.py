@@ -175,6 +175,7 @@ class Sidecar:
         self.metrics.cache_capacity.set_function(lambda: store.capacity_bytes())
         self.metrics.cache_used.set_function(lambda: store.used_bytes())
         self.metrics.cache_blocks.set_function(lambda: store.block_count())
+        self.metrics.cache_protected_blocks.set_function(lambda: store.protected_blocks())
         if store.tier is not None:
             self.metrics.memory_tier.watch(store.tier.figures)
         self._planner = self._read_ahead_planner(store.slot_count)

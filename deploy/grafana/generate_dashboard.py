@@ -185,19 +185,25 @@ def build() -> dict[str, Any]:
                  "then read by a client or evicted unread.",
                  [target(f"sum by (outcome) ({rate(prefetch)})", "fleet {{outcome}}"),
                   target(f"sum by (instance, outcome) ({rate(prefetch)})",
-                         "{{instance}} {{outcome}}")], "ops", 8, min=0)
+                         "{{instance}} {{outcome}}")], "ops", 6, min=0)
     layout.panel("timeseries", "Prefetch accuracy",
                  "used / (used + wasted): "
                  "below ~80% read-ahead costs more origin bytes than it saves.",
                  [target(ratio(prefetch, 'outcome="used"', 'outcome=~"used|wasted"'), "fleet"),
                   target(ratio(prefetch, 'outcome="used"', 'outcome=~"used|wasted"',
-                               by="instance"), "{{instance}}")], "percentunit", 8, min=0, max=1)
+                               by="instance"), "{{instance}}")], "percentunit", 6, min=0, max=1)
     layout.panel("timeseries", "Warm-up blocks",
                  "Blocks asked for by warm-up calls per second: fetched, already cached or failed.",
                  [target(f"sum by (outcome) ({rate('sidecar_warm_blocks_total')})",
                          "fleet {{outcome}}"),
                   target(f"sum by (instance, outcome) ({rate('sidecar_warm_blocks_total')})",
-                         "{{instance}} {{outcome}}")], "ops", 8, min=0)
+                         "{{instance}} {{outcome}}")], "ops", 6, min=0)
+    layout.panel("timeseries", "Warmed blocks waiting for their reader",
+                 "Blocks a warm-up protects on the cache disk until they are read or its ttl_s "
+                 "passes. They rise with a warm-up and fall as the planned replay reads them; "
+                 "still high long after it, the warm-up fetched what was not read.",
+                 [target(f"sum by (instance) (sidecar_cache_protected_blocks{{{SEL}}})",
+                         "{{instance}}")], "none", 6, min=0)
 
     layout.row("Cache")
     layout.panel("timeseries", "Cache used vs capacity",
@@ -238,9 +244,12 @@ def build() -> dict[str, Any]:
     hits, misses = rate(tier + "_hits_total"), rate(tier + "_misses_total")
     layout.panel("timeseries", "Memory tier used vs size",
                  "Verified chunks held in the memory tier (a sealed memfd, sent with sendfile) "
-                 "and its size. It is shared memory: it counts toward a container's memory "
-                 "limit, not toward the process's RSS (deploy/README.md).",
+                 "and its size; of those, the chunks a warm-up put there, kept until read. It "
+                 "is shared memory: it counts toward a container's memory limit, not toward "
+                 "the process's RSS (deploy/README.md).",
                  [target(f"sum by (instance) ({tier}_used_bytes{{{SEL}}})", "{{instance}} used"),
+                  target(f"sum by (instance) ({tier}_protected_bytes{{{SEL}}})",
+                         "{{instance}} warmed, not yet read"),
                   target(f"sum by (instance) ({tier}_resident_bytes{{{SEL}}})",
                          "{{instance}} resident"),
                   target(f"sum by (instance) ({tier}_size_bytes{{{SEL}}})",

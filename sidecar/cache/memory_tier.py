@@ -195,6 +195,11 @@ class MemoryTier:
         with self._lock:
             return self._table.live_bytes
 
+    def protected_bytes(self) -> int:
+        """Bytes of the chunks a warm-up put here, kept until first read."""
+        with self._lock:
+            return self._table.protected_bytes
+
     def held_bytes(self) -> int:
         """Bytes of the regions that may hold pages (live, filling, or freed
         once a send lets go): what the accounting allows in memory, besides
@@ -213,6 +218,7 @@ class MemoryTier:
         """Its size, use and counts, for the metrics (sidecar_memory_tier_*)."""
         counts = self.counts
         return {"size_bytes": self.size_bytes, "used_bytes": self.used_bytes(),
+                "protected_bytes": self.protected_bytes(),
                 "resident_bytes": self.resident_bytes(),
                 "hits": counts.hits, "misses": counts.misses, "inserts": counts.inserts,
                 "evictions": counts.evictions, "refused": counts.refused,

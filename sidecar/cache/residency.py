@@ -148,6 +148,11 @@ class Residency:
         return True
 
     def protected_blocks(self) -> int:
+        """Warmed blocks protected now: not read yet, their TTL not passed (an
+        expired entry is dropped here, as ``protect`` drops it when full)."""
+        now = self._clock()
+        for expired in [slot for slot, until in self._protected.items() if until <= now]:
+            del self._protected[expired]
         return len(self._protected)
 
     def is_pinned(self, slot: int) -> bool:

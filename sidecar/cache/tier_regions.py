@@ -155,6 +155,11 @@ class RegionTable:
         return len(self._protected)
 
     @property
+    def protected_bytes(self) -> int:
+        """Bytes of the chunks a warm-up put here, kept until first read."""
+        return sum(self._length[region] for region in self._protected)
+
+    @property
     def live_bytes(self) -> int:
         return sum(self._length[region] for region in self._region_of.values())
 

@@ -64,6 +64,8 @@ AUTH_FAILURE_REASONS = (
 MEMORY_TIER_SERIES = (
     ("size_bytes", "Bytes the memory tier may hold: its sealed memfd's size (0: off)", False),
     ("used_bytes", "Bytes of verified chunks held in the memory tier", False),
+    ("protected_bytes",
+     "Of those, bytes a warm-up put there: kept, never evicted, until first read", False),
     ("resident_bytes",
      "Memory the tier's memfd holds as the kernel counts it: shared memory, which counts "
      "toward a container's limit and is not in the process's resident set", False),
@@ -233,6 +235,12 @@ class Metrics:
         )
         self.cache_blocks = Gauge(
             "sidecar_cache_blocks", "Blocks in the cache", registry=registry,
+        )
+        self.cache_protected_blocks = Gauge(
+            "sidecar_cache_protected_blocks",
+            "Blocks a warm-up made cached and protects from eviction until read or its "
+            "ttl_s passes",
+            registry=registry,
         )
         self.evictions = Counter(
             "sidecar_cache_evictions", "Blocks dropped from the cache, by reason", ["reason"],

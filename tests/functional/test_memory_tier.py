@@ -206,6 +206,9 @@ def test_a_warmed_object_waits_in_a_full_tier_for_its_reader(
                  "Authorization": f"Bearer {tiered_sidecar.admin_token}"})
     with urllib.request.urlopen(request, timeout=30) as response:
         assert json.load(response)["fetched"] == OBJECT // MiB
+    # What the warm-up holds, as an operator watches it: on the disk and in memory.
+    assert tiered_sidecar.metric("sidecar_cache_protected_blocks") == OBJECT // MiB
+    assert tiered_sidecar.metric("sidecar_memory_tier_protected_bytes") == OBJECT
     for key in rest:  # two more objects admitted, each pushing two chunks out
         read_three_times(key)
     # The churn alone pushed out as many chunks as the tier has regions.
@@ -215,3 +218,5 @@ def test_a_warmed_object_waits_in_a_full_tier_for_its_reader(
                                 timeout=30) as response:
         assert response.read() == warmed
     assert tiered_sidecar.metric("sidecar_memory_tier_hits_total") - hits == OBJECT // MiB
+    assert tiered_sidecar.metric("sidecar_cache_protected_blocks") == 0
+    assert tiered_sidecar.metric("sidecar_memory_tier_protected_bytes") == 0

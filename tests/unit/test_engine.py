@@ -117,14 +117,16 @@ async def make_rig(tmp_path: Path, executor: ThreadPoolExecutor) -> AsyncIterato
                    block: int = BLOCK, parts: int = 1, recent_chunk_bytes: int = 64 * 2**20,
                    memory_tier_bytes: int = 0, direct_io: bool = False,
                    drop_written_pages: bool = False, reserve_tier: bool = False,
-                   max_buffered: int | None = None) -> Rig:
+                   max_buffered: int | None = None,
+                   clock: Callable[[], float] | None = None) -> Rig:
         metrics = Metrics(CollectorRegistry())
+        timing = {} if clock is None else {"clock": clock}
         store = await BlockStore.open(tmp_path / f"cache{len(rigs)}", slots * (block + 4096),
                                       block, executor, metrics,
                                       recent_chunk_bytes=recent_chunk_bytes,
                                       memory_tier_bytes=memory_tier_bytes, direct_io=direct_io,
                                       drop_written_pages=drop_written_pages,
-                                      reserve_tier=reserve_tier)
+                                      reserve_tier=reserve_tier, **timing)
         origin = ScriptedOrigin(data)
         info = origin.add(key, data)
         modes = ModeState()
@@ -282,6 +284,23 @@ async def test_warm_fetches_once_is_idempotent_and_protects_from_a_scan(
     body, sources = await collect(rig.engine, rig.info, 0, 4 * BLOCK - 1)
     assert body == data[:4 * BLOCK] and sources == {Source.CACHE} and rig.origin.calls == []
     # ... and once read, the blocks are ordinary cache entries again.
+    assert rig.store.protected_blocks() == 0
+
+
+async def test_warmed_blocks_count_as_protected_until_their_ttl_passes(
+    make_rig: MakeRig
+) -> None:
+    """sidecar_cache_protected_blocks says what a warm-up still holds: blocks
+    whose ttl_s passed unread count no more, though nothing touched them since."""
+    clock = FakeClock(1000.0)
+    rig = await make_rig(random.Random(13).randbytes(8 * BLOCK), clock=clock)
+    await rig.engine.warm(rig.info, 0, 4 * BLOCK - 1, ttl_s=60)
+    clock.advance(30)
+    await rig.engine.warm(rig.info, 4 * BLOCK, 6 * BLOCK - 1, ttl_s=60)
+    assert rig.store.protected_blocks() == 6
+    clock.advance(31)  # the first call's ttl_s has passed, not the second's
+    assert rig.store.protected_blocks() == 2
+    clock.advance(30)
     assert rig.store.protected_blocks() == 0
 
 

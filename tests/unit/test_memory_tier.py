@@ -177,13 +177,14 @@ def test_a_warmed_chunk_enters_a_full_table_and_stays_until_it_is_read() -> None
         fill(table, key(block))
     warmed = warm_fill(table, key(10))
     assert warmed.evicted == key(0) and table.protected_regions == 1
+    assert table.protected_bytes == 100  # its length, as published
     for block in range(20, 40):  # a busy tier: every other chunk comes and goes
         fill(table, key(block))
     assert table.counts.evictions == 1 + 20
     assert key(10) in table and table.protected_regions == 1
     assert table.find(key(10)) is not None  # the replay reads it: no longer held
     table.unpin(warmed.region)
-    assert table.protected_regions == 0
+    assert table.protected_regions == 0 and table.protected_bytes == 0
     # Read, it is a chunk like any other: the next victim of a table where it
     # is the oldest of the small FIFO.
     small = RegionTable(2, 4096)
