@@ -2,6 +2,7 @@
 
     python -m bench.capacity_accuracy [--streams 1,4,16,48] [--patterns one-group,...]
                                       [--shares 0.1,0.25,0.5,1] [--rounds 3] [--out DIR]
+                                      [--again DIR]
 
 (also `python -m bench --only capacity-accuracy`, and `make bench`, which run
 the whole grid). The cells are bench/capacity_grid.py's: streams x patterns x
@@ -21,7 +22,9 @@ reference log is replayed too, and their mean and spread shown beside it: the
 replay's own error, with one run's luck averaged out, and how far the curve
 moves from one log of the same workload to another.
 Results: bench/results/capacity-accuracy.json and capacity-accuracy.md (spliced
-into BENCHMARKS.md).
+into BENCHMARKS.md). The runs' access logs are kept (the run names the
+directory); `--again DIR` judges them again by the replay as it is now, in
+seconds, without serving: the way to try a change of the replay.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
 from spark_warmup.capacity.__main__ import replay_settings
 from spark_warmup.capacity.accuracy import TABLE as TRUST_TABLE
 from spark_warmup.capacity.local import replay_log
+from spark_warmup.capacity.simulate import Settings
 from tests.support.processes import SidecarProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,11 +223,26 @@ def run_cell(endpoint: str, s3: Any, streams: int, pattern: str, shares: Sequenc
         for share in wanted:
             started = time.monotonic()
             measured[share].append(serve(endpoint, consumers, sizes[share], config,
-                                         work / f"{pattern}-{streams}-{share}-{number}",
+                                         work / run_name(pattern, streams, share, number),
                                          bucket))
             print(f"capacity-accuracy: {streams} streams, {pattern}, {share:.0%}, round "
                   f"{number + 1}: {time.monotonic() - started:.1f} s", file=sys.stderr)
-    settings = replay_settings(config)
+    return judged_cell(streams, pattern, shares, blocks, sum(len(r.fetches) for r in consumers),
+                       measured, replay_settings(config))
+
+
+def run_name(pattern: str, streams: int, share: float, number: int) -> str:
+    """The directory of one run under its cell's (access.log, cache/)."""
+    return f"{pattern}-{streams}-{share}-{number}"
+
+
+def judged_cell(streams: int, pattern: str, shares: Sequence[float], blocks: int,
+                requests: int, measured: dict[float, list[Measured]],
+                settings: Settings) -> list[dict[str, Any]]:
+    """The rows of one (streams, pattern): each share's rounds set beside the
+    curve replayed from the first round's log at the reference share (and
+    the curves of the other rounds' logs)."""
+    sizes = {share: runs[0].cache_bytes for share, runs in measured.items()}
     curves = [replay_log(run.log, settings, list(sizes.values()))
               for run in measured[REFERENCE_SHARE]]
     predicted = curves[0]
@@ -235,14 +254,69 @@ def run_cell(endpoint: str, s3: Any, streams: int, pattern: str, shares: Sequenc
         rows.append(judged({
             "streams": streams, "pattern": pattern, "share": share,
             "cache_bytes": sizes[share], "cache_blocks": sizes[share] // (BLOCK + 4096),
-            "working_set_blocks": blocks, "requests": sum(len(r.fetches) for r in consumers),
-            "rounds": rounds, **measured_figures, **rounds_predicted,
+            "working_set_blocks": blocks, "requests": requests,
+            "rounds": len(measured[share]), **measured_figures, **rounds_predicted,
             "hit_error_rounds": rounds_predicted["predicted_byte_hit_ratio_rounds"]
             - measured_figures["measured_byte_hit_ratio"],
             "predicted_byte_hit_ratio": outcome.byte_hit_ratio,
             "predicted_origin_per_served": outcome.origin_per_served,
             "predicted_read_ahead_wasted_per_served": outcome.wasted_per_served,
         }))
+    return rows
+
+
+def measured_from_log(log: Path) -> Measured:
+    """A run's figures from its access log alone (its GET lines' blocks by how
+    each was found, its lines' origin bytes): what the sidecar's counters said,
+    which the access log accounts for line by line (tests/functional/test_capacity.py)."""
+    served_cache = served_origin = origin_bytes = 0
+    size = 0
+    with log.open(encoding="utf-8") as lines:
+        for line in lines:
+            entry = json.loads(line)
+            size = entry.get("cache_bytes") or size
+            origin_bytes += entry.get("origin_bytes") or 0
+            blocks = entry.get("blocks")
+            if entry.get("method") != "GET" or not blocks:
+                continue
+            block_size, first, last = entry["block_size"], entry["first_byte"], entry["last_byte"]
+            for number, how in enumerate(blocks["found"], start=blocks["first"]):
+                piece = min(last, (number + 1) * block_size - 1) \
+                    - max(first, number * block_size) + 1
+                if piece <= 0:
+                    continue
+                if how == "f":  # fetched by this request: from the origin
+                    served_origin += piece
+                else:
+                    served_cache += piece
+    return Measured(size, log, served_cache, served_origin, origin_bytes)
+
+
+def rejudge(work: Path, streams: Sequence[int], patterns: Sequence[str],
+            shares: Sequence[float]) -> list[dict[str, Any]]:
+    """A former run's cells judged again by today's replay, from the access
+    logs it kept (its work directory, named at its end): minutes of serving
+    not made again to try a change of the replay."""
+    rows: list[dict[str, Any]] = []
+    for count in streams:
+        cell = work / f"s{count}"
+        for pattern in patterns:
+            wanted = sorted(set(shares) | {REFERENCE_SHARE})
+            measured: dict[float, list[Measured]] = {}
+            for share in wanted:
+                logs = sorted(cell.glob(f"{pattern}-{count}-{share}-*/access.log"),
+                              key=lambda log: int(log.parent.name.rsplit("-", 1)[1]))
+                measured[share] = [measured_from_log(log) for log in logs]
+            if not all(measured.values()):
+                continue
+            reference = measured[REFERENCE_SHARE][0].log
+            with reference.open(encoding="utf-8") as lines:
+                entries = [json.loads(line) for line in lines]
+            objects = {e["key"]: e["object_size"] for e in entries if e.get("method") == "GET"}
+            blocks = sum(-(-size // BLOCK) for size in objects.values())
+            requests = sum(1 for e in entries if e.get("method") == "GET")
+            rows += judged_cell(count, pattern, shares, blocks, requests, measured,
+                                replay_settings(cell / "sidecar.toml"))
     return rows
 
 
@@ -273,6 +347,8 @@ def run_grid(streams: Sequence[int], patterns: Sequence[str], shares: Sequence[f
         "reference_share": REFERENCE_SHARE, "rows": rows, "worst": worst(rows),
     }
     out.mkdir(parents=True, exist_ok=True)
+    print(f"capacity-accuracy: the runs' access logs are kept in {work} (--again {work} "
+          "judges them again)", file=sys.stderr)
     (out / "capacity-accuracy.json").write_text(json.dumps(document, indent=1) + "\n")
     (out / "capacity-accuracy.md").write_text(render(document))
     if out == RESULTS:
@@ -327,7 +403,9 @@ def render(document: dict[str, Any]) -> str:
         f"{rounds} round{'s' if rounds != 1 else ''} each; the predictions all come from "
         f"the curve built from the first {document['reference_share']:.0%} run's access log; "
         "the measured figures are the mean of the rounds' own counters "
-        "(sidecar_served_bytes_total, sidecar_origin_bytes_total), the spread the largest "
+        "(sidecar_served_bytes_total, sidecar_origin_bytes_total"
+        + ("; here read again from the access logs the runs kept, which account for them "
+           "line by line" if document.get("again") else "") + "), the spread the largest "
         "less the smallest byte hit ratio of a cell's rounds (median "
         f"{100 * spreads[len(spreads) // 2] if spreads else 0:.1f} points, largest "
         f"{100 * spreads[-1] if spreads else 0:.1f}). Target: within "
@@ -379,6 +457,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help="runs of each cell, the prediction judged against their mean")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--again", type=Path, metavar="DIR",
+                        help="serve nothing: judge a former run's kept access logs (the "
+                             "directory its end names) by the replay as it is now, and print "
+                             "the table; nothing is written")
     args = parser.parse_args(argv)
     unwind_on_signals()
     streams, patterns = _list(args.streams, int), _list(args.patterns, str)
@@ -387,6 +469,23 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not streams or not shares or min(streams) < 1 or args.rounds < 1:
         parser.error(f"--patterns: known {', '.join(PATTERNS)}; --streams and --shares: "
                      "positive lists; --rounds: 1 or more")
+    if args.again is not None:
+        if not args.again.is_dir():
+            parser.error(f"--again {args.again}: no such directory")
+        started = time.monotonic()
+        rows = rejudge(args.again, streams, patterns, shares)
+        if not rows:
+            parser.error(f"--again {args.again}: no cell's access logs under it (s<streams>/"
+                         "<pattern>-<streams>-<share>-<round>/access.log)")
+        print(render({
+            "command": f"python -m bench.capacity_accuracy --again {args.again}",
+            "rounds": max(row["rounds"] for row in rows),
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+            "seconds": time.monotonic() - started, "machine": machine_info(ROOT),
+            "full_grid": len(rows) == len(STREAMS) * len(PATTERNS) * len(SHARES),
+            "reference_share": REFERENCE_SHARE, "rows": rows, "worst": worst(rows),
+            "again": True}))
+        return 0
     document = run_grid(streams, patterns, shares, args.out, args.rounds)
     print(render(document))
     return 0

@@ -13,6 +13,8 @@ can show it.) And a grid stopped by SIGTERM stops the servers it started.
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +30,7 @@ from tests.support.processes import kill_group
 from tests.support.waiting import eventually
 
 STREAMS, PATTERN, OTHER_SHARE = 1, "lagging", 0.5
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_curve_of_one_size_predicts_another_with_readers_at_once(
@@ -76,3 +79,35 @@ def test_a_grid_stopped_by_sigterm_stops_the_servers_it_started(tmp_path: Path,
         assert [server.pid for server in servers if server.is_running()] == []
     finally:
         kill_group(grid)
+
+
+def test_a_former_run_s_kept_logs_are_judged_again_without_serving(tmp_path: Path) -> None:
+    """`--again DIR` replays the access logs a run kept and prints the same
+    table: the measured figures read back from the logs are the sidecars'
+    counters, and the same replay predicts the same."""
+    command = [sys.executable, "-m", "bench.capacity_accuracy", "--streams", "1",
+               "--patterns", "groups", "--shares", "0.1,0.5", "--rounds", "1"]
+    run = subprocess.run([*command, "--out", str(tmp_path / "out")], capture_output=True,
+                         text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    kept = re.search(r"access logs are kept in (\S+) ", run.stderr)
+    assert kept, run.stderr[-2000:]
+    again = subprocess.run([*command, "--again", kept[1]], capture_output=True, text=True,
+                           timeout=600, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    first = json.loads((tmp_path / "out" / "capacity-accuracy.json").read_text())
+    rows = [line for line in again.stdout.splitlines() if line.startswith("| 1 | groups |")]
+    assert len(rows) == len(first["rows"]) == 2
+    for line, row in zip(rows, first["rows"], strict=True):
+        cells = [cell.strip() for cell in line.split("|")[1:-1]]
+        assert float(cells[3]) == pytest.approx(row["measured_byte_hit_ratio"], abs=5e-4)
+        assert float(cells[5]) == pytest.approx(row["predicted_byte_hit_ratio"], abs=5e-4)
+        assert float(cells[9]) == pytest.approx(row["measured_origin_per_served"], abs=5e-4)
+    assert "read again from the access logs" in again.stdout
+    missing = subprocess.run([*command, "--again", str(tmp_path / "nothing")],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert missing.returncode == 2
+    assert f"--again {tmp_path / 'nothing'}: no such directory" in missing.stderr
+    empty = subprocess.run([*command, "--again", str(tmp_path)], capture_output=True,
+                           text=True, timeout=60, cwd=ROOT)
+    assert empty.returncode == 2 and "no cell's access logs under it" in empty.stderr
