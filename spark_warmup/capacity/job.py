@@ -38,10 +38,10 @@ from spark_warmup.capacity.curve import (
     unbounded_size,
     unit_hash,
 )
-from spark_warmup.capacity.landing import BIN_S, FetchTimes
+from spark_warmup.capacity.landing import BIN_S, FetchTimes, OriginLoad
 from spark_warmup.capacity.report import render_html
 from spark_warmup.capacity.shipping import ship_capacity
-from spark_warmup.capacity.simulate import Outcome, Read, Settings, replay
+from spark_warmup.capacity.simulate import Outcome, Read, Settings, origin_load, replay
 from spark_warmup.capacity.sources import Split, Unreadable, expand, read_split
 from spark_warmup.capacity.trace import (
     Fetch,
@@ -194,7 +194,9 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
                   .groupBy("node").agg(F.sum("size").alias("footprint")).collect()}
     plans, curve_plans = _replay_plans(traffic.node_rows, footprints, options)
     outcomes = simulate(lines.where((F.col("kind") == "read") | (F.col("warm_bytes") > 0)),
-                        plans, _fetch_times(lines))
+                        plans, _fetch_times(lines),
+                        {node: int(row["current_cache_bytes"] or 0)
+                         for node, row in traffic.node_rows.items()})
     bounds = {plan[0]: outcome.byte_hit_ratio
               for plan, outcome in zip(plans[curve_plans:], outcomes[curve_plans:],
                                        strict=True)}
@@ -407,9 +409,13 @@ def _table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]],
-             fetch_s: Mapping[str, FetchTimes] | None = None) -> list[Outcome]:
+             fetch_s: Mapping[str, FetchTimes] | None = None,
+             own_sizes: Mapping[str, int] | None = None) -> list[Outcome]:
     """Replay each plan's (node, size) on its own Spark partition (`fetch_s`: how
-    long each node's read-ahead takes to land)."""
+    long each node's read-ahead takes to land). First, for each node whose log
+    says its cache size (`own_sizes`), the replay at that size on a partition
+    of its own: the origin's load its fetch times went with, which every size's
+    replay scales them by (`origin_load`)."""
     landing = dict(fetch_s or {})
     if not plans:
         return []
@@ -418,15 +424,36 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
         by_node.setdefault(node, []).append(index)
     rates = {node: plans[indices[0]][2] for node, indices in by_node.items()}
     plan_list = list(plans)
+    own = {node: size for node, size in (own_sizes or {}).items()
+           if size > 0 and node in by_node}
+    own_list = sorted(own)
+    own_index = {node: index for index, node in enumerate(own_list)}
+    settings_of = {node: plans[indices[0]][3] for node, indices in by_node.items()}
 
-    def keyed(row: Any) -> Iterable[tuple[int, Read]]:
-        node = row["node"]
+    def read_of(row: Any) -> Read:
         warm = row["warm_bytes"] is not None
-        read = Read(row["time_s"], row["bucket"], row["key"], row["etag"],
+        return Read(row["time_s"], row["bucket"], row["key"], row["etag"],
                     row["object_size"], row["first_byte"],
                     row["warm_bytes"] if warm else row["bytes"], bool(row["lazy"]),
                     row["duration_s"] or 0.0, warm)
-        return ((index, read) for index in by_node[node])
+
+    def keyed_own(row: Any) -> Iterable[tuple[int, Read]]:
+        node = row["node"]
+        return ((own_index[node], read_of(row)),) if node in own_index else ()
+
+    def loaded(items: Iterable[tuple[int, Read]]) -> Iterator[tuple[str, OriginLoad]]:
+        grouped: dict[int, list[Read]] = {}
+        for index, read in items:
+            grouped.setdefault(index, []).append(read)
+        for index, node_reads in grouped.items():
+            node = own_list[index]
+            node_reads.sort(key=lambda r: r.time_s)
+            yield node, origin_load(settings_of[node], own[node], node_reads, rates[node],
+                                    landing.get(node, FetchTimes()))
+
+    def keyed(row: Any) -> Iterable[tuple[int, Read]]:
+        read = read_of(row)
+        return ((index, read) for index in by_node[row["node"]])
 
     def replayed(items: Iterable[tuple[int, Read]]) -> Iterator[tuple[int, Outcome]]:
         grouped: dict[int, list[Read]] = {}
@@ -436,7 +463,7 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
             node, size, rate, settings = plan_list[index]
             node_reads.sort(key=lambda r: r.time_s)
             yield index, replay(settings, size, node_reads, rate,
-                                landing.get(node, FetchTimes()))
+                                landing.get(node, FetchTimes()), loads.get(node))
 
     # Only the sampled reads leave the JVM for the replays.
     kept = None
@@ -446,6 +473,9 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
     assert kept is not None
     columns = reads.where(kept).select("node", "time_s", "bucket", "key", "etag", "object_size",
                            "first_byte", "bytes", "lazy", "duration_s", "warm_bytes")
+    loads: dict[str, OriginLoad] = dict(
+        columns.rdd.flatMap(keyed_own).partitionBy(len(own_list), lambda index: index)
+        .mapPartitions(loaded).collect()) if own_list else {}
     results = dict(columns.rdd.flatMap(keyed)
                    .partitionBy(len(plans), lambda index: index)
                    .mapPartitions(replayed).collect())

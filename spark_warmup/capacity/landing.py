@@ -65,3 +65,53 @@ class FetchTimes:
     def at(self, when_s: float) -> float:
         """How long a fetch started at `when_s` takes to land."""
         return self.by_bin.get(time_bin(when_s, self.bin_s), self.mean_s)
+
+
+# How a fetch's time follows the origin's load (bench/ANALYSIS.md, the grid's
+# logs): in proportion to the blocks on their way (exponent 1) overshoots, for
+# the replay's count holds read-ahead still waiting for a slot and an object
+# store's answer has a part that no load changes; unchanged (0) keeps the
+# log's load at every size. Between them, 0.25 to 0.6 each came closer to the
+# sidecars measured than either; the square root closest.
+LOAD_EXPONENT = 0.5
+
+
+@dataclass(frozen=True)
+class OriginLoad:
+    """How many blocks were on their way when fetches started, per bin of time,
+    in the replay at the cache size the log was written at.
+
+    The log's fetch durations are those of the origin's load then: at another
+    size the sidecar asks the origin for more blocks at once, or fewer (with
+    two consumer groups and a cache that holds what the first read, the
+    second's reads are hits and leave the origin to the first's), and its
+    fetches take longer, or less long. A replay at another size scales each
+    fetch's time by how many blocks it has on their way against this count."""
+
+    by_bin: Mapping[int, float] = field(default_factory=dict)
+    bin_s: float = BIN_S
+
+    def scaled(self, duration_s: float, when_s: float, on_their_way: int) -> float:
+        """A fetch's time starting at `when_s` with `on_their_way` blocks being
+        fetched: the log's, where the log's own size had as many."""
+        seen = self.by_bin.get(time_bin(when_s, self.bin_s))
+        if not seen:
+            return duration_s
+        return duration_s * math.pow(max(1, on_their_way) / max(1.0, seen), LOAD_EXPONENT)
+
+
+class LoadTally:
+    """Counts what an OriginLoad holds, as a replay at the log's own size goes."""
+
+    def __init__(self, bin_s: float = BIN_S) -> None:
+        self.bin_s = bin_s
+        self._sums: dict[int, tuple[int, int]] = {}
+
+    def add(self, when_s: float, on_their_way: int) -> None:
+        number = time_bin(when_s, self.bin_s)
+        held, seen = self._sums.get(number, (0, 0))
+        self._sums[number] = (held + on_their_way, seen + 1)
+
+    def load(self) -> OriginLoad:
+        return OriginLoad({number: held / seen for number, (held, seen) in self._sums.items()},
+                          self.bin_s)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spark_warmup.capacity.landing import FetchTimes
-from spark_warmup.capacity.simulate import Outcome, Read, Settings, replay
+from spark_warmup.capacity.simulate import Outcome, Read, Settings, origin_load, replay
 from spark_warmup.capacity.trace import Fetch, Request, parse_line
 
 
@@ -34,4 +34,7 @@ def replay_log(log: Path, settings: Settings, sizes: Sequence[int]) -> dict[int,
                    key=lambda r: r.time_s)
     landing = FetchTimes.of((p.time_s - p.duration_s, p.duration_s)
                             for p in parsed if isinstance(p, Fetch))
-    return {size: replay(settings, size, reads, fetch_s=landing) for size in sizes}
+    # The size the log was written at (the Spark job's current_cache_bytes).
+    own = max((p.cache_bytes or 0 for p in parsed if isinstance(p, Request)), default=0)
+    load = origin_load(settings, own, reads, fetch_s=landing) if own else None
+    return {size: replay(settings, size, reads, fetch_s=landing, load=load) for size in sizes}

@@ -25,8 +25,10 @@ What the engine adds around them is modelled here as it does it:
   the other reads in progress; a block on its way when its reader comes is
   joined (a hit, no origin read of the reader's own), and its reader pins it;
 - read-ahead lands when its fetch completes (as long after it starts as the
-  log's FETCH lines started about then took: spark_warmup.capacity.landing)
-  and counts against the planner's bounds until then; one that finds no
+  log's FETCH lines started about then took: spark_warmup.capacity.landing;
+  at another size than the log's own, that time scaled by how many blocks are
+  on their way against how many the replay at the log's own size had then:
+  `origin_load`) and counts against the planner's bounds until then; one that finds no
   victim in probation while writes are on their way waits for its slot, on
   its way meanwhile (BlockStore.begin_write); one that lands before its
   reader comes is no victim for a fetch's time after (the sidecar's readers,
@@ -60,7 +62,7 @@ from sidecar.model import ObjectInfo
 from sidecar.prefetch.planner import NextSegment, ReadAheadPlanner
 from sidecar.prefetch.streams import Stream, StreamTable
 from spark_warmup.capacity.holdings import Catalogue, Held
-from spark_warmup.capacity.landing import FetchTimes
+from spark_warmup.capacity.landing import FetchTimes, LoadTally, OriginLoad
 
 # Bytes of each slot's header in the slab (sidecar/cache/slot_format.py SLOT_HEADER_SIZE,
 # asserted equal by the tests): not imported here, the format needs xxhash, which
@@ -162,7 +164,8 @@ class Replay:
 
     def __init__(self, settings: Settings, cache_bytes: int, sample_rate: float = 1.0,
                  keys: Iterable[tuple[str, str, str, int]] = (),
-                 fetch_s: float | FetchTimes = 0.0) -> None:
+                 fetch_s: float | FetchTimes = 0.0, load: OriginLoad | None = None,
+                 tally: LoadTally | None = None) -> None:
         self.settings = settings
         self.cache_bytes = cache_bytes
         self.slots = slots_for(int(cache_bytes * sample_rate), settings.block_size)
@@ -198,6 +201,10 @@ class Replay:
         # the log's fetches took then (a number: always that long):
         # (when, order, block), earliest first.
         self.fetch_times = fetch_s if isinstance(fetch_s, FetchTimes) else FetchTimes(fetch_s)
+        # ... scaled by the origin's load against the log's own (`load`), or
+        # that load counted (`tally`, at the log's own size).
+        self._load = load
+        self._tally = tally
         self._due: list[tuple[float, int, BlockIdent]] = []
         self._issued = 0
         self._pinned = Held(int(self.slots * settings.protected_share), lambda: self.now)
@@ -354,7 +361,7 @@ class Replay:
         victim. Landing it at once let other fetches evict it before that next
         read (16 streams in a cache of 29 blocks)."""
         slot = self._writing.get(ident, (False, None))[1]
-        landing = self.fetch_times.at(self.now)
+        landing = self._fetch_s(self.now)
         if not rest_after or slot is None or landing <= 0:
             self._land(ident)
             return
@@ -482,8 +489,19 @@ class Replay:
             read, _ = self._writing[ident]
             self._writing[ident] = (read, self._free.pop())
             self._issued += 1
-            landing = asked + self.fetch_times.at(asked)
+            landing = asked + self._fetch_s(asked)
             heapq.heappush(self._due, (max(self.now, landing), self._issued, ident))
+
+    def _fetch_s(self, when_s: float) -> float:
+        """How long a fetch started at `when_s` takes: the log's fetches' then,
+        scaled by the blocks on their way here against the log's own size's."""
+        duration = self.fetch_times.at(when_s)
+        on_their_way = len(self._writing)
+        if self._tally is not None:
+            self._tally.add(when_s, on_their_way)
+        if self._load is not None:
+            return self._load.scaled(duration, when_s, on_their_way)
+        return duration
 
     def _next_landing(self) -> BlockIdent:
         """The write that lands first: the read-ahead due soonest, else the
@@ -542,7 +560,7 @@ class Replay:
                 # log's pace whatever the replay's read-ahead does; one that
                 # lands before its reader is held for it for a fetch's time,
                 # not taken at once by the next write that wants a victim.
-                self._pinned.await_reader(slot, self.now + self.fetch_times.at(self.now))
+                self._pinned.await_reader(slot, self.now + self._fetch_s(self.now))
         if ident in self._warming:
             self._warming.discard(ident)
             if not read:
@@ -586,7 +604,7 @@ class Replay:
                 self._reading_ahead.add(ident)
                 if self._writing[ident][1] is not None:
                     self._issued += 1
-                    heapq.heappush(self._due, (self.now + self.fetch_times.at(self.now),
+                    heapq.heappush(self._due, (self.now + self._fetch_s(self.now),
                                                self._issued, ident))
             else:
                 # No slot yet: asked again at the stream's next delivery, as a
@@ -617,11 +635,26 @@ def _fingerprint(ident: BlockIdent) -> int:
 
 
 def replay(settings: Settings, cache_bytes: int, reads: Iterable[Read],
-           sample_rate: float = 1.0, fetch_s: float | FetchTimes = 0.0) -> Outcome:
+           sample_rate: float = 1.0, fetch_s: float | FetchTimes = 0.0,
+           load: OriginLoad | None = None) -> Outcome:
     """Replay `reads` in a cache of `cache_bytes`, read-ahead landing `fetch_s`
-    after it starts (seconds, or as the log's fetches took at each moment)."""
+    after it starts (seconds, or as the log's fetches took at each moment),
+    scaled by the origin's `load` against the log's own (`origin_load`)."""
     reads = list(reads)
     keys = [(r.bucket, r.key, r.etag, r.object_size) for r in reads]
-    simulation = Replay(settings, cache_bytes, sample_rate, keys, fetch_s)
+    simulation = Replay(settings, cache_bytes, sample_rate, keys, fetch_s, load)
     simulation.run(reads)
     return simulation.outcome()
+
+
+def origin_load(settings: Settings, own_cache_bytes: int, reads: Iterable[Read],
+                sample_rate: float = 1.0, fetch_s: FetchTimes | None = None) -> OriginLoad:
+    """The blocks on their way at each fetch's start, replaying `reads` at the
+    cache size the log was written at: what the log's fetch times went with."""
+    reads = list(reads)
+    keys = [(r.bucket, r.key, r.etag, r.object_size) for r in reads]
+    times = fetch_s or FetchTimes()
+    tally = LoadTally(times.bin_s)
+    simulation = Replay(settings, own_cache_bytes, sample_rate, keys, times, tally=tally)
+    simulation.run(reads)
+    return tally.load()

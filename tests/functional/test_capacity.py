@@ -24,8 +24,12 @@ from typing import Any
 
 import pytest
 
+from bench.capacity_accuracy import NODE as GRID_NODE
+from bench.capacity_accuracy import run_cell
 from sidecar.tools.kafka_segments import SegmentObject, generate_topic_segments
 from sidecar.tools.local_s3 import CREDENTIALS, LocalS3
+from spark_warmup.capacity.__main__ import replay_settings
+from spark_warmup.capacity.local import replay_log
 from tests.support.chromium import Chromium
 from tests.support.installs import ensure, save_artifact
 from tests.support.processes import SidecarProcess
@@ -200,6 +204,33 @@ def test_the_curve_from_one_run_predicts_another_cache_size(analysed: Analysed) 
     # misses more and reads far more from the origin (read-ahead evicted unread).
     assert large.byte_hit_ratio - analysed.small.byte_hit_ratio > 0.02
     assert analysed.small.origin_bytes > 1.3 * large.origin_bytes
+
+
+def test_the_spark_job_replays_as_the_accuracy_benchmark_does(
+    local_s3: LocalS3, origin_s3: Any, bucket: str, tmp_path: Path,
+) -> None:
+    """One replay, two ways of running it: the job's (a Spark partition per
+    size, after one that replays the log at its own size for the origin's
+    load) gives the curve bench/capacity_accuracy.py replays in its own process.
+    On a grid cell where that load moves with the size: 16 partitions, two
+    groups, a cache of a quarter of them and one that holds them all, where the
+    second group's reads are hits and leave the origin to the first's."""
+    rows = run_cell(local_s3.endpoint, origin_s3, 16, "groups", (0.25, 1.0), tmp_path, bucket)
+    sizes = [row["cache_bytes"] for row in rows]
+    log = tmp_path / "groups-16-0.25-0" / "access.log"
+    report = tmp_path / "report"
+    result = run_capacity("--logs", str(log), "--report", str(report), "--master", "local[2]",
+                          "--sizes", ",".join(map(str, sizes)),
+                          "--sidecar-config", str(tmp_path / "sidecar.toml"),
+                          "--conf", "spark.ui.enabled=false")
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = json.loads((report / "summary.json").read_text())
+    local = replay_log(log, replay_settings(tmp_path / "sidecar.toml"), sizes)
+    curve = {point["cache_bytes"]: point for point in summary["nodes"][GRID_NODE]["curve"]}
+    for size in sizes:
+        assert curve[size]["byte_hit_ratio"] == pytest.approx(local[size].byte_hit_ratio), size
+        assert curve[size]["origin_bytes_per_served_byte"] == pytest.approx(
+            local[size].origin_per_served), size
 
 
 def test_the_reports_origin_figures_are_the_sidecars_own_counters(analysed: Analysed) -> None:

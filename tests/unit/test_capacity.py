@@ -33,7 +33,7 @@ from spark_warmup.capacity.curve import (
     sample_rate,
     unit_hash,
 )
-from spark_warmup.capacity.landing import FetchTimes, time_bin
+from spark_warmup.capacity.landing import LOAD_EXPONENT, FetchTimes, LoadTally, OriginLoad, time_bin
 from spark_warmup.capacity.report import (
     finding_line,
     render_html,
@@ -585,6 +585,50 @@ def test_read_ahead_lands_as_late_as_the_log_s_fetches_took_when_it_went_out() -
     assert all(ident in simulation._slot_of for ident in ahead)
     ahead, simulation = in_flight_after(FetchTimes(1.0, {time_bin(issued): 0.1}))
     assert all(ident in simulation._slot_of for ident in ahead)  # a quiet moment: landed
+
+
+def test_the_origin_s_load_is_the_mean_of_blocks_on_their_way_at_each_fetch_s_start() -> None:
+    tally = LoadTally(bin_s=0.1)
+    for when, on_their_way in ((10.02, 2), (10.07, 6), (10.31, 1)):
+        tally.add(when, on_their_way)
+    load = tally.load()
+    assert load.by_bin == {time_bin(10.02, 0.1): 4.0, time_bin(10.31, 0.1): 1.0}
+    # As many on their way as the log's own size had: the log's time.
+    assert load.scaled(0.3, 10.05, 4) == pytest.approx(0.3)
+    # Four times as many: longer, by less than four times (LOAD_EXPONENT).
+    assert load.scaled(0.3, 10.05, 16) == pytest.approx(0.3 * 4 ** LOAD_EXPONENT)
+    assert 0.3 < load.scaled(0.3, 10.05, 16) < 1.2
+    assert load.scaled(0.3, 10.05, 1) == pytest.approx(0.3 * 0.25 ** LOAD_EXPONENT)
+    # A moment the replay at the log's own size started no fetch: as logged.
+    assert load.scaled(0.3, 10.2, 16) == 0.3
+    assert OriginLoad().scaled(0.3, 10.05, 16) == 0.3
+
+
+def test_read_ahead_lands_sooner_where_fewer_blocks_are_on_their_way_than_in_the_log() -> None:
+    """A log written while the origin answered many fetches at once (another
+    group missing beside this reader) predicts a size where this reader's
+    read-ahead is all the origin does: its fetches land sooner than the log's."""
+    reads = reads_of([(0.0, 0)], size=8 * MiB)
+    keys = [(r.bucket, r.key, r.etag, r.object_size) for r in reads]
+    issued = reads[2].time_s
+
+    def in_flight_after(load: OriginLoad | None) -> tuple[set[BlockIdent], Replay]:
+        simulation = Replay(SETTINGS, 64 * (BLOCK + 4096), keys=keys, fetch_s=1.0, load=load)
+        for read in reads[:3]:
+            simulation.read(read)
+        ahead = set(simulation._reading_ahead)
+        assert ahead and len(simulation._writing) < 16
+        simulation.advance(issued + 0.5)
+        return ahead, simulation
+
+    ahead, simulation = in_flight_after(None)
+    assert ahead <= set(simulation._writing)  # the log's second is not over
+    busy_log = OriginLoad({time_bin(issued): 64.0})
+    ahead, simulation = in_flight_after(busy_log)
+    assert all(ident in simulation._slot_of for ident in ahead)  # landed
+    # And where the log had as few on their way, as the log's fetches took.
+    ahead, simulation = in_flight_after(OriginLoad({time_bin(issued): 1.0}))
+    assert ahead <= set(simulation._writing)
 
 
 def test_readers_at_the_same_time_share_one_fetch() -> None:
