@@ -73,6 +73,7 @@ from spark_warmup.capacity.__main__ import replay_settings
 from spark_warmup.capacity.accuracy import TABLE as TRUST_TABLE
 from spark_warmup.capacity.local import replay_log
 from spark_warmup.capacity.simulate import Settings
+from spark_warmup.capacity.trace import Fetch, Request, parse_line
 from tests.support.processes import SidecarProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,30 +267,21 @@ def judged_cell(streams: int, pattern: str, shares: Sequence[float], blocks: int
 
 
 def measured_from_log(log: Path) -> Measured:
-    """A run's figures from its access log alone (its GET lines' blocks by how
-    each was found, its lines' origin bytes): what the sidecar's counters said,
-    which the access log accounts for line by line (tests/functional/test_capacity.py)."""
-    served_cache = served_origin = origin_bytes = 0
-    size = 0
+    """A run's figures from its access log alone (each read's bytes from blocks
+    found cached or joined, every line's origin bytes): what the sidecar's
+    counters said, which the log accounts for line by line
+    (tests/functional/test_capacity.py)."""
+    served = hits = origin = size = 0
     with log.open(encoding="utf-8") as lines:
-        for line in lines:
-            entry = json.loads(line)
-            size = entry.get("cache_bytes") or size
-            origin_bytes += entry.get("origin_bytes") or 0
-            blocks = entry.get("blocks")
-            if entry.get("method") != "GET" or not blocks:
-                continue
-            block_size, first, last = entry["block_size"], entry["first_byte"], entry["last_byte"]
-            for number, how in enumerate(blocks["found"], start=blocks["first"]):
-                piece = min(last, (number + 1) * block_size - 1) \
-                    - max(first, number * block_size) + 1
-                if piece <= 0:
-                    continue
-                if how == "f":  # fetched by this request: from the origin
-                    served_origin += piece
-                else:
-                    served_cache += piece
-    return Measured(size, log, served_cache, served_origin, origin_bytes)
+        for parsed in map(parse_line, lines):
+            if isinstance(parsed, Request):
+                served += parsed.bytes
+                hits += parsed.hits()[0]
+                origin += parsed.origin_bytes or 0
+                size = parsed.cache_bytes or size
+            elif isinstance(parsed, Fetch):
+                origin += parsed.origin_bytes
+    return Measured(size, log, hits, served - hits, origin)
 
 
 def rejudge(work: Path, streams: Sequence[int], patterns: Sequence[str],
@@ -309,12 +301,11 @@ def rejudge(work: Path, streams: Sequence[int], patterns: Sequence[str],
                 measured[share] = [measured_from_log(log) for log in logs]
             if not all(measured.values()):
                 continue
-            reference = measured[REFERENCE_SHARE][0].log
-            with reference.open(encoding="utf-8") as lines:
-                entries = [json.loads(line) for line in lines]
-            objects = {e["key"]: e["object_size"] for e in entries if e.get("method") == "GET"}
+            with measured[REFERENCE_SHARE][0].log.open(encoding="utf-8") as lines:
+                reads = [p for p in map(parse_line, lines) if isinstance(p, Request)]
+            objects = {read.key: read.object_size for read in reads}
             blocks = sum(-(-size // BLOCK) for size in objects.values())
-            requests = sum(1 for e in entries if e.get("method") == "GET")
+            requests = len(reads)
             rows += judged_cell(count, pattern, shares, blocks, requests, measured,
                                 replay_settings(cell / "sidecar.toml"))
     return rows
