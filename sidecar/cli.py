@@ -373,9 +373,11 @@ def _format_stats(stats: dict[str, Any]) -> str:
                               f"issued, {prefetch['used']:,} used, {prefetch['wasted']:,} wasted)"))
     warm = stats.get("warm_blocks")
     if warm is not None and any(warm.values()):
+        waiting = cache.get("protected_blocks") or 0
         lines.append(("warm-up blocks", f"{warm['fetched']:,} fetched, "
                                         f"{warm['already_cached']:,} already cached, "
-                                        f"{warm['failed']:,} failed"))
+                                        f"{warm['failed']:,} failed"
+                      + (f"; {waiting:,} waiting for their reader" if waiting else "")))
     lines.append(("cache", f"{mib(cache['used_bytes'])} / {mib(capacity)} "
                            f"({100 * cache['used_bytes'] / capacity:.1f}%), "
                            f"{cache['blocks']:,} blocks"))

@@ -89,6 +89,7 @@ def stats_snapshot(metrics: Metrics | MetricsReading) -> dict[str, Any]:
             "used_bytes": int(metrics.value("sidecar_cache_used_bytes")),
             "capacity_bytes": int(metrics.value("sidecar_cache_capacity_bytes")),
             "blocks": int(metrics.value("sidecar_cache_blocks")),
+            "protected_blocks": int(metrics.value("sidecar_cache_protected_blocks")),
             "evictions": sum(evictions.values()),
             "evictions_by_reason": evictions,
             "checksum_failures": int(metrics.value("sidecar_cache_checksum_failures_total")),

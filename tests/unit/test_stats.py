@@ -99,6 +99,21 @@ def test_summary_is_aligned_and_complete() -> None:
     assert "warm-up blocks" not in lines  # nothing warmed: no line
 
 
+def test_summary_says_how_many_warmed_blocks_wait_for_their_reader() -> None:
+    metrics = busy_metrics()
+    metrics.warm_blocks.labels("fetched").inc(8)
+    metrics.cache_protected_blocks.set(3)
+    stats = stats_snapshot(metrics)
+    assert stats["cache"]["protected_blocks"] == 3
+    stats.update(mode="normal", requested_mode="normal", disk_problem=None)
+    assert rendered(stats)["warm-up blocks"] == (
+        "8 fetched, 0 already cached, 0 failed; 3 waiting for their reader")
+    metrics.cache_protected_blocks.set(0)  # all read: the line says no more
+    stats = {**stats_snapshot(metrics), "mode": "normal", "requested_mode": "normal",
+             "disk_problem": None}
+    assert rendered(stats)["warm-up blocks"] == "8 fetched, 0 already cached, 0 failed"
+
+
 def test_summary_names_a_forced_bypass() -> None:
     stats = stats_snapshot(Metrics(CollectorRegistry()))
     stats.update(mode="bypass", requested_mode="normal", disk_problem="EIO: Input/output error")
