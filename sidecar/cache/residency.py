@@ -139,21 +139,23 @@ class Residency:
         if slot < 0:
             return False
         if slot not in self._protected and len(self._protected) >= self._max_protected:
-            now = self._clock()
-            for expired in [s for s, until in self._protected.items() if until <= now]:
-                del self._protected[expired]
+            self._drop_expired()
             if len(self._protected) >= self._max_protected:
                 return False
         self._protected[slot] = max(self._protected.get(slot, 0.0), self._clock() + ttl_s)
         return True
 
     def protected_blocks(self) -> int:
-        """Warmed blocks protected now: not read yet, their TTL not passed (an
-        expired entry is dropped here, as ``protect`` drops it when full)."""
+        """Warmed blocks protected now: not read yet, their TTL not passed."""
+        self._drop_expired()
+        return len(self._protected)
+
+    def _drop_expired(self) -> None:
+        """Forget the protections whose TTL passed (they no longer hold: see
+        ``is_pinned``); done when counted and when the share is full."""
         now = self._clock()
         for expired in [slot for slot, until in self._protected.items() if until <= now]:
             del self._protected[expired]
-        return len(self._protected)
 
     def is_pinned(self, slot: int) -> bool:
         """Whether the slot may not be evicted: a reader pins it, or a warm-up."""

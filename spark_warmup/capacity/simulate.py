@@ -640,21 +640,24 @@ def replay(settings: Settings, cache_bytes: int, reads: Iterable[Read],
     """Replay `reads` in a cache of `cache_bytes`, read-ahead landing `fetch_s`
     after it starts (seconds, or as the log's fetches took at each moment),
     scaled by the origin's `load` against the log's own (`origin_load`)."""
-    reads = list(reads)
-    keys = [(r.bucket, r.key, r.etag, r.object_size) for r in reads]
-    simulation = Replay(settings, cache_bytes, sample_rate, keys, fetch_s, load)
-    simulation.run(reads)
-    return simulation.outcome()
+    return _run(settings, cache_bytes, reads, sample_rate, fetch_s, load=load).outcome()
 
 
 def origin_load(settings: Settings, own_cache_bytes: int, reads: Iterable[Read],
                 sample_rate: float = 1.0, fetch_s: FetchTimes | None = None) -> OriginLoad:
     """The blocks on their way at each fetch's start, replaying `reads` at the
     cache size the log was written at: what the log's fetch times went with."""
-    reads = list(reads)
-    keys = [(r.bucket, r.key, r.etag, r.object_size) for r in reads]
     times = fetch_s or FetchTimes()
     tally = LoadTally(times.bin_s)
-    simulation = Replay(settings, own_cache_bytes, sample_rate, keys, times, tally=tally)
-    simulation.run(reads)
+    _run(settings, own_cache_bytes, reads, sample_rate, times, tally=tally)
     return tally.load()
+
+
+def _run(settings: Settings, cache_bytes: int, reads: Iterable[Read], sample_rate: float,
+         fetch_s: float | FetchTimes, *, load: OriginLoad | None = None,
+         tally: LoadTally | None = None) -> Replay:
+    reads = list(reads)
+    keys = [(r.bucket, r.key, r.etag, r.object_size) for r in reads]
+    simulation = Replay(settings, cache_bytes, sample_rate, keys, fetch_s, load, tally)
+    simulation.run(reads)
+    return simulation
