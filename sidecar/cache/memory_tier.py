@@ -309,6 +309,19 @@ class MemoryTier:
         finally:
             self._let_go()
 
+    def protect(self, key: Key) -> bool:
+        """Keep the chunk held under ``key`` until its first read, as one put
+        for a warm-up is; False when it is not held (``RegionTable.protect``).
+        Any thread, no I/O."""
+        with self._lock:
+            return not self._closed and self._table.protect(key)
+
+    def protectable_chunks(self) -> int:
+        """Chunks a warm-up may still protect here before the oldest
+        protection lapses."""
+        with self._lock:
+            return 0 if self._closed else self._table.protectable_regions
+
     def slice(self, key: Key, start: int, end: int, *,
               reader: int | None = None) -> TierSlice | None:
         """Bytes [start, end) of the chunk held under ``key``, pinned, or None;

@@ -161,6 +161,49 @@ class SlotReader:
         self._keep_chunks(record.ident, record.generation, chunk, views)
         return views[0][start:end]
 
+    async def lift(self, record: SlotRecord) -> int:
+        """A cached block a warm-up asked for, held in the memory tier until
+        its first read, as a block fetched for a warm-up is: the chunks the
+        tier holds already are protected there, and the others read from the
+        slab, verified, and put in (in the executor, a run of at most
+        DIRECT_READ_CHUNKS a trip, so that a lift holds few buffers) while the
+        tier's protected share has room: a warm-up larger than that would
+        read the disk only to push out what it lifted before. How many of the
+        block's chunks the tier keeps for it; 0 without a tier, and for a block
+        no longer cached or one that failed its checksum (dropped)."""
+        tier = self._tier
+        if tier is None or record.ident is NAMELESS:
+            return 0
+        generation = record.generation & GENERATION_IN_INDEX
+        chunks = -(-record.length // self._slab.chunk_size)
+        missing = [chunk for chunk in range(chunks)
+                   if not tier.protect((record.ident, generation, chunk))]
+        held = chunks - len(missing)
+
+        def read(slot: int, first: int, stop: int, expected: SlotRecord) -> int:
+            views = self._slab.read_direct(slot, first, stop, expected.length,
+                                           expected.checksums)
+            return sum(tier.put((expected.ident, generation, chunk), view, read=False,
+                                warm=True)
+                       for chunk, view in enumerate(views, first))
+
+        async def read_pinned(first: int, stop: int) -> int | None:
+            try:
+                return await self.verified(read, record, first, stop)
+            finally:
+                self._slots.unpin(record.slot)
+
+        for first, stop in _runs(missing, DIRECT_READ_CHUNKS):
+            if tier.protectable_chunks() < stop - first:
+                return held
+            if not self._pin_if_current(record, 0, record.length):
+                return held  # evicted or replaced meanwhile: nothing more to hold
+            put = await self._work.shielded(read_pinned(first, stop))
+            if put is None:
+                return 0  # failed its checksum: dropped, and fetched again if read
+            held += put
+        return held
+
     async def read_landed(
         self, write: BlockWrite, start: int, end: int, *, through: int = 0
     ) -> memoryview:
@@ -316,3 +359,15 @@ class SlotReader:
         that nothing writes to again, for the next reader."""
         for chunk, view in enumerate(views, first):
             self._recent.put(block, generation & GENERATION_IN_INDEX, chunk, view, len(view))
+
+
+def _runs(chunks: list[int], longest: int) -> list[tuple[int, int]]:
+    """Ascending chunk numbers as runs [first, stop) of consecutive ones, each
+    at most ``longest`` long."""
+    runs: list[tuple[int, int]] = []
+    for chunk in chunks:
+        if runs and runs[-1][1] == chunk and chunk - runs[-1][0] < longest:
+            runs[-1] = (runs[-1][0], chunk + 1)
+        else:
+            runs.append((chunk, chunk + 1))
+    return runs

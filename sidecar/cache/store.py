@@ -323,6 +323,15 @@ class BlockStore:
         is no longer cached (``SlotReader.read``)."""
         return await self._reader.read(record, start, end, through=through, reader=reader)
 
+    async def lift(self, ident: BlockIdent) -> int:
+        """A cached block a warm-up asked for, held in the memory tier until
+        read (``SlotReader.lift``): how many of its chunks the tier keeps for
+        it (0 with no tier, or the block no longer cached)."""
+        if self.tier is None:
+            return 0
+        record = self._residency.lookup(ident, touch=False)
+        return 0 if record is None else await self._reader.lift(record)
+
     def tier_slice(
         self, ident: BlockIdent, generation: int, start: int, end: int, *,
         reader: int | None = None,

@@ -48,7 +48,9 @@ Warm-up reaches the tier as it reaches the disk: a chunk landing for a warm-up
 a victim, until the chunk is first read (warmed for the replay that reads it).
 Protected regions are at most PROTECTED_SHARE of the tier, as on the disk; past
 that, the oldest protection lapses first, so a warm-up nobody read never holds
-the tier for the next one.
+the tier for the next one. A warm-up of a block already cached protects the
+chunks of it the tier holds (``protect``); the store reads the others from
+the disk into it.
 
 The one rule that keeps bytes on the wire from changing: a region that held a
 chunk is never filled again before its pages were released (the caller
@@ -155,6 +157,11 @@ class RegionTable:
         return len(self._protected)
 
     @property
+    def protectable_regions(self) -> int:
+        """Regions a warm-up may still protect before the oldest protection lapses."""
+        return self._max_protected - len(self._protected)
+
+    @property
     def protected_bytes(self) -> int:
         """Bytes of the chunks a warm-up put here, kept until first read."""
         return sum(self._length[region] for region in self._protected)
@@ -236,10 +243,27 @@ class RegionTable:
         self._read_by[region] = 0
         self._policy.insert(region, self._fingerprint(key))
         self.counts.inserts += 1
-        if warm and self._max_protected:
-            while len(self._protected) >= self._max_protected:
-                del self._protected[next(iter(self._protected))]  # the oldest lapses
-            self._protected[region] = None
+        if warm:
+            self._protect(region)
+        return True
+
+    def protect(self, key: Key) -> bool:
+        """Keep the live chunk held under ``key`` until its first read from now
+        on, as a chunk landing for a warm-up is (``publish``): a warm-up of a
+        block the tier holds already. False when it holds no such chunk, or
+        the tier protects nothing."""
+        region = self._region_of.get(key)
+        if region is None or self._state[region] != LIVE:
+            return False
+        return self._protect(region)
+
+    def _protect(self, region: int) -> bool:
+        if not self._max_protected:
+            return False
+        self._protected.pop(region, None)  # protected again: the newest
+        while len(self._protected) >= self._max_protected:
+            del self._protected[next(iter(self._protected))]  # the oldest lapses
+        self._protected[region] = None
         return True
 
     def abandon(self, region: int) -> None:

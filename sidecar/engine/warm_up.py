@@ -68,6 +68,8 @@ class WarmUp:
         ident = BlockIdent(info.bucket, info.key, info.etag, block)
         if self._store.lookup(ident, touch=False) is not None:
             self._store.protect(ident, ttl_s)
+            async with gate:
+                await self._lift(ident)
             self._metrics.warm_blocks.labels("already_cached").inc()
             return WarmResult(1, already_cached=1)
         async with gate, self._warm_gate:
@@ -99,9 +101,19 @@ class WarmUp:
             self._metrics.warm_blocks.labels("failed").inc()
             return WarmResult(1, failed=1)
         if not fetched:
+            async with gate:
+                await self._lift(ident)  # it landed for another lane
             self._metrics.warm_blocks.labels("already_cached").inc()
             return WarmResult(1, already_cached=1)
         self._metrics.warm_blocks.labels("fetched").inc()
         # Nobody reads warmed blocks now: their pages go back at once.
         self._store.release_pages(ident)
         return WarmResult(1, fetched=1, bytes_fetched=fetched)
+
+    async def _lift(self, ident: BlockIdent) -> None:
+        """A block cached before this call, held in the memory tier until read
+        as one it fetched is: the planned replay is served from memory whether
+        or not its blocks were on the disk already. A lift that cannot (no
+        tier, the block gone, a bad checksum) leaves it to the disk."""
+        if await self._store.lift(ident):
+            self._store.release_pages(ident)  # read past the page cache, or dropped now

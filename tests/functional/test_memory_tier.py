@@ -174,11 +174,14 @@ def test_readers_hanging_up_mid_answer_from_the_tier_leave_the_log_quiet(
     assert tiered_sidecar.metric("sidecar_memory_tier_hits_total") > hits
 
 
+@pytest.mark.parametrize("on_the_disk", [False, True], ids=["fetched", "on-the-disk"])
 def test_a_warmed_object_waits_in_a_full_tier_for_its_reader(
-        tiered_sidecar: SidecarProcess, origin_s3: Any, bucket: str) -> None:
+        tiered_sidecar: SidecarProcess, origin_s3: Any, bucket: str, on_the_disk: bool) -> None:
     """Warm-up reaches the tier: the chunks of a warm call land in a full tier
     (a read-ahead's landing would be declined) and stay there, through other
-    readers' churn, until the planned replay reads them from memory."""
+    readers' churn, until the planned replay reads them from memory. An
+    object read once before, on the disk and not in the full tier, is read
+    from the disk into the tier by the warm call, and waits there as well."""
     rng = random.Random(35)
     warmed = rng.randbytes(OBJECT)
     origin_s3.put_object(Bucket=bucket, Key="warmed", Body=warmed)
@@ -198,6 +201,12 @@ def test_a_warmed_object_waits_in_a_full_tier_for_its_reader(
     read_three_times(first)
     read_three_times(second)  # the tier's four regions are full
     assert tiered_sidecar.metric("sidecar_memory_tier_used_bytes") == TIER
+    if on_the_disk:
+        with urllib.request.urlopen(f"{tiered_sidecar.data_url}/{bucket}/warmed",
+                                    timeout=30) as response:
+            assert response.read() == warmed
+        tiered_sidecar.wait_idle()
+    inserted = tiered_sidecar.metric("sidecar_memory_tier_inserts_total")
     request = urllib.request.Request(
         f"{tiered_sidecar.admin_url}/api/v1/warm", method="POST",
         data=json.dumps({"objects": [{"bucket": bucket, "key": "warmed"}],
@@ -205,7 +214,10 @@ def test_a_warmed_object_waits_in_a_full_tier_for_its_reader(
         headers={"Content-Type": "application/json",
                  "Authorization": f"Bearer {tiered_sidecar.admin_token}"})
     with urllib.request.urlopen(request, timeout=30) as response:
-        assert json.load(response)["fetched"] == OBJECT // MiB
+        answer = json.load(response)
+    assert answer["already_cached" if on_the_disk else "fetched"] == OBJECT // MiB
+    assert tiered_sidecar.metric("sidecar_memory_tier_inserts_total") - inserted == \
+        OBJECT // MiB
     # What the warm-up holds, as an operator watches it: on the disk and in memory.
     assert tiered_sidecar.metric("sidecar_cache_protected_blocks") == OBJECT // MiB
     assert tiered_sidecar.metric("sidecar_memory_tier_protected_bytes") == OBJECT

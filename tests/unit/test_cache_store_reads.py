@@ -243,3 +243,87 @@ async def test_a_kernel_without_nowait_reads_reads_in_the_executor_and_drops_not
         assert metrics.checksum_failures == 0 and store.lookup(ident()) == record
     finally:
         await store.close()
+
+
+async def tiered(tmp_path: Path, executor: ThreadPoolExecutor, metrics: Any = None,
+                 tier_chunks: int = 8) -> BlockStore:
+    """A store of four blocks (two chunks each) with a memory tier."""
+    return await BlockStore.open(tmp_path, 4 * (BLOCK + 4096), BLOCK, executor,
+                                 metrics or RecordingMetrics(), preallocate=False,
+                                 memory_tier_bytes=tier_chunks * CHUNK)
+
+
+def tier_bytes(store: BlockStore, block: BlockIdent, record: SlotRecord, chunk: int) -> bytes:
+    piece = store.tier_slice(block, record.generation, chunk * CHUNK, (chunk + 1) * CHUNK)
+    assert piece is not None, f"chunk {chunk} is not in the tier"
+    try:
+        return bytes(piece.view())
+    finally:
+        piece.release()
+
+
+async def test_a_lift_reads_a_cached_block_into_the_tier_and_holds_it_until_read(
+    tmp_path: Path, counting: CountingExecutor
+) -> None:
+    """A warm-up of a block the disk holds: its chunks read from the slab,
+    verified, into the tier, protected there until read; a second lift reads
+    nothing."""
+    store = await tiered(tmp_path, counting)
+    try:
+        tier = store.tier
+        assert tier is not None
+        data = payload(20)
+        record = await written(store, ident(), data)
+        assert tier.used_bytes() == 0  # a write fills the slab only
+        assert await store.lift(ident()) == 2
+        assert tier.protected_bytes() == BLOCK
+        before = counting.submitted
+        assert await store.lift(ident()) == 2
+        assert counting.submitted == before, "held already: protected again, nothing read"
+        assert tier_bytes(store, ident(), record, 0) == data[:CHUNK]
+        assert tier.protected_bytes() == CHUNK  # the chunk read is no longer held
+        assert tier_bytes(store, ident(), record, 1) == data[CHUNK:]
+        assert tier.protected_bytes() == 0
+        assert await store.lift(ident(1)) == 0  # not cached: nothing to lift
+    finally:
+        await store.close()
+
+
+async def test_a_lift_stops_at_the_tiers_protected_share(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    """Half of a tier of four chunks may be protected: a warm-up of two cached
+    blocks lifts the first and reads nothing of the second, which would only
+    push the first out again."""
+    store = await tiered(tmp_path, executor, tier_chunks=4)
+    try:
+        tier = store.tier
+        assert tier is not None
+        for block in (0, 1):
+            await written(store, ident(block), payload(30 + block))
+        assert await store.lift(ident(0)) == 2
+        assert tier.protectable_chunks() == 0
+        assert await store.lift(ident(1)) == 0
+        assert tier.used_bytes() == BLOCK and tier.counts.inserts == 2
+    finally:
+        await store.close()
+
+
+async def test_a_lift_of_bytes_damaged_on_the_disk_drops_the_block(
+    tmp_path: Path, executor: ThreadPoolExecutor
+) -> None:
+    metrics = RecordingMetrics()
+    store = await tiered(tmp_path, executor, metrics)
+    try:
+        tier = store.tier
+        assert tier is not None
+        record = await written(store, ident(), payload(40))
+        with (tmp_path / "slab.dat").open("r+b") as handle:
+            handle.seek(4096 + record.slot * (BLOCK + 4096) + 4096 + CHUNK + 7)  # chunk 1
+            handle.write(b"\xff\x00\xff")
+        assert await store.lift(ident()) == 0
+        assert metrics.checksum_failures == 1
+        assert store.lookup(ident()) is None  # dropped, to be fetched again
+        assert tier.used_bytes() == 0  # no chunk of a block that failed went in
+    finally:
+        await store.close()

@@ -346,3 +346,26 @@ async def test_a_consumer_resuming_in_its_own_chunks_leaves_a_full_tier_alone(
     await rig.engine.idle()
     assert tier.counts.evictions == 1
     assert await read(rig, rig.info, at, at + BLOCK - 1) == (other, [True])
+
+
+async def test_a_warm_up_of_blocks_on_the_disk_holds_them_in_the_tier_for_their_reader(
+        make_rig: MakeRig) -> None:
+    """A tier of four chunks, full with the first four blocks: the last four
+    were declined as they landed. A warm-up of blocks 6 and 7, on the disk
+    already, reads them into the tier, and the planned replay of them is sent
+    from memory, with no origin read."""
+    data = random.Random(13).randbytes(8 * BLOCK)
+    rig = await make_rig(data, memory_tier_bytes=4 * CHUNK, direct_io=True,
+                         recent_chunk_bytes=0)
+    tier = rig.store.tier
+    assert tier is not None
+    assert (await read(rig, rig.info, 0, len(data) - 1))[0] == data
+    await rig.engine.idle()
+    assert tier.counts.inserts == 4 and tier.protected_bytes() == 0
+    result = await rig.engine.warm(rig.info, 6 * BLOCK, 8 * BLOCK - 1, ttl_s=600)
+    assert (result.already_cached, result.fetched) == (2, 0)
+    assert tier.protected_bytes() == 2 * CHUNK
+    assert await read(rig, rig.info, 6 * BLOCK, len(data) - 1) == (data[6 * BLOCK:],
+                                                                  [True, True])
+    assert tier.protected_bytes() == 0
+    assert len(rig.origin.calls) == 1

@@ -208,6 +208,34 @@ def test_warmed_chunks_hold_at_most_half_the_table_the_oldest_lapsing_first() ->
     assert {first.evicted, second.evicted} == {key(0), key(1)}
 
 
+def test_a_chunk_held_already_is_protected_as_a_warmed_one_until_read() -> None:
+    """A warm-up of a block cached before: the chunk the table holds is kept
+    as one landing for a warm-up is, within the same share, the newest
+    protection last to lapse."""
+    table = RegionTable(4, 4096)
+    for block in range(4):
+        fill(table, key(block))
+    assert table.protectable_regions == 2
+    assert not table.protect(key(9))  # not held: nothing to keep
+    assert table.protect(key(0)) and table.protect(key(1))
+    assert table.protectable_regions == 0 and table.protected_bytes == 200
+    assert table.protect(key(0))  # again: now the newest, key(1) the oldest
+    claimed = table.claim(key(10), read=False, warm=True)
+    assert claimed is not None and claimed.evicted not in (key(0), key(1))
+    assert table.publish(claimed.region, key(10), 100, warm=True)
+    # The share is full: the newest warm-up's chunk took the oldest protection.
+    for block in range(20, 30):  # churn
+        fill(table, key(block))
+    assert key(0) in table and key(10) in table
+    for read, protected in ((key(1), 2), (key(0), 1), (key(10), 0)):
+        found = table.find(read)  # a read of key(1) ends no protection: it had none
+        assert found is not None
+        table.unpin(found[0])
+        assert table.protected_regions == protected
+    assert table.protectable_regions == 2
+    assert not RegionTable(1, 4096).protect(key(0))  # one region protects nothing
+
+
 def test_a_forgotten_warmed_chunk_holds_no_share() -> None:
     table = RegionTable(4, 4096)
     warm_fill(table, key(0, name="gone"))
