@@ -34,10 +34,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two pytest processes side by side (scripts/pytest-pair.sh says which tests go
+# Three pytest processes side by side (scripts/pytest-split.sh says which tests go
 # where); `$(BIN)/pytest` alone runs the same suite one test after another.
 test: $(STAMP) $(KAFKA_STAMP) lint typecheck
-	sh scripts/pytest-pair.sh $(BIN)/pytest
+	sh scripts/pytest-split.sh $(BIN)/pytest
 
 # The parsers that take what a client sends (SigV4, Range and preconditions,
 # aws-chunked, slot headers, the index snapshot) under many more hypothesis
