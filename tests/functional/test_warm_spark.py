@@ -588,13 +588,20 @@ def test_a_real_groups_next_reads_are_warmed_on_the_leaders_sidecar_and_then_hit
     s3_client(local_s3.endpoint).create_bucket(Bucket=bucket)
     topic, per_partition, record = "billing-events", 26_000, 1000
     sidecars: dict[int, SidecarProcess] = {}
+    # Each sidecar's access log, kept with the brokers' logs: which object a
+    # foreground fetch read, should one happen.
+    kept = ARTIFACTS / "broker-warm"
+    kept.mkdir(parents=True, exist_ok=True)
+    access_logs = {broker: kept / f"sidecar-{broker}.access.log" for broker in (1, 2)}
     try:
         listen = {broker: f"127.0.0.1:{free_port()}" for broker in (1, 2)}
         for broker, address in listen.items():
             cache = tmp_path / f"cache-{broker}"
             cache.mkdir()
+            access_logs[broker].unlink(missing_ok=True)
             sidecars[broker] = SidecarProcess(local_s3.endpoint, cache, listen=address,
                                               env={"SIDECAR_PREFETCH": "false",
+                                                   "SIDECAR_ACCESS_LOG": str(access_logs[broker]),
                                                    **WARM_ENV}).__enter__()
         # Each broker's remote storage manager reads through the sidecar on its node.
         storage = RemoteStorage(f"http://{listen[1]}", bucket, CREDENTIALS["AWS_ACCESS_KEY_ID"],
@@ -647,7 +654,7 @@ def test_a_real_groups_next_reads_are_warmed_on_the_leaders_sidecar_and_then_hit
             for broker, process in sidecars.items():
                 assert process.metric("sidecar_origin_bytes_total", lane="warm") > 0, broker
                 assert process.metric("sidecar_origin_bytes_total", lane="foreground") == 0, \
-                    broker
+                    f"broker {broker}: see {access_logs[broker]}"
     finally:
         for process in sidecars.values():
             process.stop()
