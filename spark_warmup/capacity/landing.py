@@ -12,7 +12,18 @@ flight too short while the origin was busy, and it read ahead where the
 sidecar's bound refused (3 to 7 points of byte hit ratio too optimistic at 16
 streams with caches of half the working set or more, bench/ANALYSIS.md). So a
 fetch started at a moment takes the mean duration of the log's fetches started
-in the same BIN_S of time; where the log has none then, the mean of all.
+in the same BIN_S of time.
+
+Where the log has none then, it lands between the landings of the log's
+fetches started just before and just after (their durations interpolated by
+the moment): the origin's workers take read-ahead first come first served,
+behind every foreground read (sidecar/origin/workers.py), so a fetch started
+between two others lands between them. A bin without a fetch is most often
+one where the sidecar's read-ahead bound was full because the origin was
+slow, and the mean of the whole log there let the replay read ahead where the
+sidecar could not (bench/ANALYSIS.md, 48 streams). Before the log's first
+fetch and after its last, the nearest bin's.
+
 Means, not medians: how many are in flight goes by the mean time in flight,
 and with many streams at once the durations have a long tail (a median of
 63 ms beside a mean of 381 ms).
@@ -20,6 +31,7 @@ and with many streams at once the durations have a long tail (a median of
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +53,11 @@ class FetchTimes:
     mean_s: float = 0.0  # no FETCH lines (an older log): lands at once
     by_bin: Mapping[int, float] = field(default_factory=dict)
     bin_s: float = BIN_S
+    # The bins with fetches of their own, in order.
+    _known: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_known", tuple(sorted(self.by_bin)))
 
     @classmethod
     def of(cls, fetches: Iterable[tuple[float, float]], bin_s: float = BIN_S) -> FetchTimes:
@@ -64,7 +81,21 @@ class FetchTimes:
 
     def at(self, when_s: float) -> float:
         """How long a fetch started at `when_s` takes to land."""
-        return self.by_bin.get(time_bin(when_s, self.bin_s), self.mean_s)
+        number = time_bin(when_s, self.bin_s)
+        held = self.by_bin.get(number)
+        if held is not None:
+            return held
+        known = self._known
+        if not known:
+            return self.mean_s
+        after = bisect.bisect(known, number)
+        if after == 0:
+            return self.by_bin[known[0]]
+        if after == len(known):
+            return self.by_bin[known[-1]]
+        before, later = known[after - 1], known[after]
+        share = (number - before) / (later - before)
+        return self.by_bin[before] + share * (self.by_bin[later] - self.by_bin[before])
 
 
 # How a fetch's time follows the origin's load (bench/ANALYSIS.md, the grid's

@@ -548,9 +548,24 @@ def test_fetch_times_are_the_mean_of_the_fetches_started_in_each_bin() -> None:
     times = FetchTimes.of([(10.02, 0.3), (10.07, 0.5), (10.31, 0.1)], bin_s=0.1)
     assert times.at(10.05) == pytest.approx(0.4)  # the two started in [10.0, 10.1)
     assert times.at(10.35) == pytest.approx(0.1)
-    # A moment with no fetch of its own: the mean of all of them.
-    assert times.at(10.2) == pytest.approx(0.3)
     assert FetchTimes.of([]).at(5.0) == 0.0  # a log without FETCH lines: at once
+
+
+def test_a_fetch_started_between_the_log_s_lands_between_their_landings() -> None:
+    """A moment with no fetch of its own: between the bins before and after it,
+    by how far it is from each (the origin's workers take read-ahead first come
+    first served); before the first fetch and after the last, the nearest's."""
+    times = FetchTimes.of([(10.02, 0.4), (10.31, 0.1)], bin_s=0.1)
+    assert times.at(10.15) == pytest.approx(0.3)  # a third of the way from 0.4 to 0.1
+    assert times.at(10.25) == pytest.approx(0.2)
+    assert times.at(9.5) == pytest.approx(0.4)
+    assert times.at(11.0) == pytest.approx(0.1)
+    # A busy origin: fetches started at 0 took 4 s, the next started at 3 s and
+    # took 1 s; one started at 1.5 s lands about when they do, not after the
+    # mean of the log (2.5 s).
+    busy = FetchTimes.of([(0.0, 4.0), (3.0, 1.0)], bin_s=0.1)
+    assert busy.mean_s == pytest.approx(2.5)
+    assert 1.5 + busy.at(1.5) == pytest.approx(4.0, abs=0.1)
 
 
 def test_fetch_times_from_the_spark_job_s_bin_sums_are_those_of_the_fetches() -> None:
