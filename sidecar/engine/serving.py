@@ -105,14 +105,20 @@ class RangeServer:
         # reader again, not a reuse for eviction.
         record = self._store.lookup(ident, touch=not resumed)
         on_their_way = self._fetches.on_their_way
-        joined = ident in on_their_way and ident not in started
-        anticipated = record is not None or joined
-        self._tally_how_found(tally, ident, record is not None, joined)
+        # A block of this request's own run that landed before the reader came
+        # to it: read from its slot, but fetched for this request, so a miss
+        # (its origin bytes are this request's) and not a hit.
+        own = ident in started
+        joined = ident in on_their_way and not own
+        cached = record is not None and not own
+        anticipated = cached or joined
+        self._tally_how_found(tally, ident, cached, joined)
         self._metrics.cache_lookups.labels("hit" if anticipated else "miss").inc()
         if not anticipated:
             log.debug("miss %s block %d", info.key, block)
         if self._read_ahead is not None:
             self._read_ahead.on_block_read(ident)
+        from_slot = Source.ORIGIN if own else Source.CACHE
         while record is not None and lo < hi:
             # One chunk a piece: each is read and verified once.
             upto = min(hi, (lo // self._chunk_size + 1) * self._chunk_size)
@@ -120,7 +126,7 @@ class RangeServer:
             if held is not None:
                 # Verified when it entered the memory tier: sent from there.
                 lo = upto
-                yield held, Source.CACHE
+                yield held, from_slot
                 continue
             data = await self._store.read(record, lo, upto, through=hi, reader=reader)
             if data is None:  # evicted meanwhile, or failed its checksum: refetch
@@ -129,7 +135,7 @@ class RangeServer:
                 self._tally_how_found(tally, ident, False, ident in on_their_way)
                 break
             lo = upto
-            yield data, Source.CACHE
+            yield data, from_slot
         if lo >= hi:
             return
         source = Source.CACHE if joined else Source.ORIGIN

@@ -677,6 +677,35 @@ async def test_the_tally_says_how_each_block_was_found(make_rig: MakeRig) -> Non
     assert (cached.letters, cached.lane) == ("cccc", None)
 
 
+async def test_blocks_of_a_requests_own_fetch_are_misses_even_once_landed(
+    make_rig: MakeRig
+) -> None:
+    """A slow reader of a bounded range over missing blocks: its one fetch
+    brings them all, and the later ones land before the reader comes to them.
+    They are read from their slots, but their origin bytes are this request's:
+    misses, fetched ('f'), their bytes the origin's, as a reader that kept up
+    would have had them. Counting them as hits made the byte hit ratio depend
+    on how fast the client read."""
+    data = random.Random(19).randbytes(3 * BLOCK)
+    rig = await make_rig(data)
+    tally = ReadTally()
+    stream = rig.engine.stream(rig.info, 0, len(data) - 1, lazy=False, tally=tally)
+    piece, source = await asyncio.wait_for(anext(stream), timeout=5)
+    body, sources = bytearray(as_bytes(piece)), {source}
+    await rig.engine.idle()  # the whole run has landed meanwhile
+    assert rig.store.block_count() == 3
+    async for piece, source in stream:
+        body += as_bytes(piece)
+        sources.add(source)
+    assert bytes(body) == data and sources == {Source.ORIGIN}
+    assert (tally.letters, tally.origin_bytes) == ("fff", 3 * BLOCK)
+    assert rig.metric("sidecar_cache_lookups_total", result="miss") == 3
+    assert rig.metric("sidecar_cache_lookups_total", result="hit") == 0
+    assert len(rig.origin.calls) == 1
+    # Read again, every block is a hit.
+    assert await collect(rig.engine, rig.info, 0, len(data) - 1) == (data, {Source.CACHE})
+
+
 async def test_a_reader_waiting_as_its_chunk_lands_is_handed_it_in_memory(
     make_rig: MakeRig
 ) -> None:
