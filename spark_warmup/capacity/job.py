@@ -10,6 +10,7 @@ replaying its node's sampled reads in time order.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,6 +40,7 @@ from spark_warmup.capacity.curve import (
     unit_hash,
 )
 from spark_warmup.capacity.landing import BIN_S, FetchTimes, OriginLoad
+from spark_warmup.capacity.pacing import EVEN, BlockCosts, tally_read
 from spark_warmup.capacity.report import render_html
 from spark_warmup.capacity.shipping import ship_capacity
 from spark_warmup.capacity.simulate import Outcome, Read, Settings, origin_load, replay
@@ -87,6 +89,7 @@ LINE_SCHEMA = StructType([
     StructField("unit", StringType(), True),
     StructField("unit_hash", DoubleType(), True),  # spatial sampling: keep when < rate
     StructField("warm_bytes", LongType(), True),  # a warm-up's fetch: the bytes it fetched
+    StructField("found", StringType(), True),  # a read's blocks, how each was found
 ])
 _EMPTY = (None,) * (len(LINE_SCHEMA.fields) - 2)
 
@@ -127,7 +130,7 @@ def line_rows(split: Split, layout_prefix: str) -> Iterator[tuple[Any, ...]]:
                    parsed.lazy, parsed.block_size, parsed.topic, parsed.partition,
                    parsed.cache_bytes, parsed.duration_s, tally.blocks, tally.hit_blocks,
                    tally.hit_bytes, tally.origin_foreground, tally.origin_prefetch,
-                   tally.origin_warm, unit, unit_hash(unit), None)
+                   tally.origin_warm, unit, unit_hash(unit), None, parsed.found)
         elif isinstance(parsed, Fetch):
             # Origin bytes of the background lanes: no request, nothing served;
             # a warm-up's fetch is replayed as one.
@@ -137,7 +140,7 @@ def line_rows(split: Split, layout_prefix: str) -> Iterator[tuple[Any, ...]]:
                    parsed.etag, parsed.object_size, parsed.first_byte, 0, False, None,
                    parsed.topic, parsed.partition, None, parsed.duration_s, 0, 0, 0, 0,
                    0 if warm else parsed.origin_bytes, parsed.origin_bytes if warm else 0,
-                   unit, unit_hash(unit), parsed.length if warm else None)
+                   unit, unit_hash(unit), parsed.length if warm else None, None)
         else:
             yield ("other", None, parsed.node, *_EMPTY[1:])
 
@@ -196,7 +199,8 @@ def _analyse(spark: SparkSession, lines: DataFrame, options: Options,
     outcomes = simulate(lines.where((F.col("kind") == "read") | (F.col("warm_bytes") > 0)),
                         plans, _fetch_times(lines),
                         {node: int(row["current_cache_bytes"] or 0)
-                         for node, row in traffic.node_rows.items()})
+                         for node, row in traffic.node_rows.items()},
+                        _block_costs(lines))
     bounds = {plan[0]: outcome.byte_hit_ratio
               for plan, outcome in zip(plans[curve_plans:], outcomes[curve_plans:],
                                        strict=True)}
@@ -345,6 +349,17 @@ def _fetch_times(lines: DataFrame) -> dict[str, FetchTimes]:
     return {node: FetchTimes.of_bins(bins) for node, bins in sums.items()}
 
 
+def _block_costs(lines: DataFrame) -> dict[str, BlockCosts]:
+    """How each node's reads share out their time over their blocks
+    (spark_warmup.capacity.pacing): the sums of every read, added up per node."""
+    reads = lines.where(F.col("kind") == "read").select(
+        "node", "found", "first_byte", "block_size", "duration_s")
+    sums = reads.rdd.map(lambda row: (row["node"], tally_read(
+        row["found"] or "", row["first_byte"] or 0, row["block_size"] or 1,
+        row["duration_s"] or 0.0))).reduceByKey(operator.add).collect()
+    return {node: tally.costs() for node, tally in sums}
+
+
 def _curves(plans: Sequence[tuple[str, int, float, Settings]], outcomes: Sequence[Outcome]
             ) -> tuple[dict[str, list[Point]], list[dict[str, Any]]]:
     """Each node's curve, and its rows for curves.parquet."""
@@ -410,13 +425,15 @@ def _table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]],
              fetch_s: Mapping[str, FetchTimes] | None = None,
-             own_sizes: Mapping[str, int] | None = None) -> list[Outcome]:
+             own_sizes: Mapping[str, int] | None = None,
+             costs: Mapping[str, BlockCosts] | None = None) -> list[Outcome]:
     """Replay each plan's (node, size) on its own Spark partition (`fetch_s`: how
     long each node's read-ahead takes to land). First, for each node whose log
     says its cache size (`own_sizes`), the replay at that size on a partition
     of its own: the origin's load its fetch times went with, which every size's
     replay scales them by (`origin_load`)."""
     landing = dict(fetch_s or {})
+    paces = dict(costs or {})
     if not plans:
         return []
     by_node: dict[str, list[int]] = {}
@@ -435,7 +452,7 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
         return Read(row["time_s"], row["bucket"], row["key"], row["etag"],
                     row["object_size"], row["first_byte"],
                     row["warm_bytes"] if warm else row["bytes"], bool(row["lazy"]),
-                    row["duration_s"] or 0.0, warm)
+                    row["duration_s"] or 0.0, warm, row["found"] or "")
 
     def keyed_own(row: Any) -> Iterable[tuple[int, Read]]:
         node = row["node"]
@@ -449,7 +466,7 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
             node = own_list[index]
             node_reads.sort(key=lambda r: r.time_s)
             yield node, origin_load(settings_of[node], own[node], node_reads, rates[node],
-                                    landing.get(node, FetchTimes()))
+                                    landing.get(node, FetchTimes()), paces.get(node, EVEN))
 
     def keyed(row: Any) -> Iterable[tuple[int, Read]]:
         read = read_of(row)
@@ -463,7 +480,8 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
             node, size, rate, settings = plan_list[index]
             node_reads.sort(key=lambda r: r.time_s)
             yield index, replay(settings, size, node_reads, rate,
-                                landing.get(node, FetchTimes()), loads.get(node))
+                                landing.get(node, FetchTimes()), loads.get(node),
+                                paces.get(node, EVEN))
 
     # Only the sampled reads leave the JVM for the replays.
     kept = None
@@ -472,7 +490,7 @@ def simulate(reads: DataFrame, plans: Sequence[tuple[str, int, float, Settings]]
         kept = condition if kept is None else kept | condition
     assert kept is not None
     columns = reads.where(kept).select("node", "time_s", "bucket", "key", "etag", "object_size",
-                           "first_byte", "bytes", "lazy", "duration_s", "warm_bytes")
+                           "first_byte", "bytes", "lazy", "duration_s", "warm_bytes", "found")
     loads: dict[str, OriginLoad] = dict(
         columns.rdd.flatMap(keyed_own).partitionBy(len(own_list), lambda index: index)
         .mapPartitions(loaded).collect()) if own_list else {}

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spark_warmup.capacity.landing import FetchTimes
+from spark_warmup.capacity.pacing import costs_of
 from spark_warmup.capacity.simulate import Outcome, Read, Settings, origin_load, replay
 from spark_warmup.capacity.trace import Fetch, Request, parse_line
 
@@ -16,7 +17,7 @@ def read_of(request: Request) -> Read:
     """The replay's view of a logged request (as the Spark job builds it)."""
     return Read(request.time_s, request.bucket, request.key, request.etag,
                 request.object_size, request.first_byte, request.bytes, request.lazy,
-                request.duration_s)
+                request.duration_s, found=request.found)
 
 
 def warm_of(fetch: Fetch) -> Read:
@@ -36,5 +37,8 @@ def replay_log(log: Path, settings: Settings, sizes: Sequence[int]) -> dict[int,
                             for p in parsed if isinstance(p, Fetch))
     # The size the log was written at (the Spark job's current_cache_bytes).
     own = max((p.cache_bytes or 0 for p in parsed if isinstance(p, Request)), default=0)
-    load = origin_load(settings, own, reads, fetch_s=landing) if own else None
-    return {size: replay(settings, size, reads, fetch_s=landing, load=load) for size in sizes}
+    costs = costs_of([(p.found, p.first_byte, p.block_size, p.duration_s)
+                      for p in parsed if isinstance(p, Request)])
+    load = origin_load(settings, own, reads, fetch_s=landing, costs=costs) if own else None
+    return {size: replay(settings, size, reads, fetch_s=landing, load=load, costs=costs)
+            for size in sizes}

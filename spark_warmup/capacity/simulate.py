@@ -20,9 +20,10 @@ What the engine adds around them is modelled here as it does it:
 - the slab holds capacity // (block_size + slot header) blocks.
 
 - reads happen in time as the log places them: from arrival (`time` less
-  `duration_s`), their blocks reached over their duration (but for the block
-  a stream's previous read ended in, gone through at once) and interleaved with
-  the other reads in progress; a block on its way when its reader comes is
+  `duration_s`), their blocks reached over their duration, shared out by what
+  each kind of block costs in the same log (spark_warmup.capacity.pacing; the
+  block a stream's previous read ended in gone through at once), and
+  interleaved with the other reads in progress; a block on its way when its reader comes is
   joined (a hit, no origin read of the reader's own), and its reader pins it;
 - read-ahead lands when its fetch completes (as long after it starts as the
   log's FETCH lines started about then took: spark_warmup.capacity.landing;
@@ -63,6 +64,7 @@ from sidecar.prefetch.planner import NextSegment, ReadAheadPlanner
 from sidecar.prefetch.streams import Stream, StreamTable
 from spark_warmup.capacity.holdings import Catalogue, Held
 from spark_warmup.capacity.landing import FetchTimes, LoadTally, OriginLoad
+from spark_warmup.capacity.pacing import EVEN, BlockCosts
 
 # Bytes of each slot's header in the slab (sidecar/cache/slot_format.py SLOT_HEADER_SIZE,
 # asserted equal by the tests): not imported here, the format needs xxhash, which
@@ -88,6 +90,9 @@ class Read(NamedTuple):
     # A warm-up's fetch of these bytes (the log's FETCH line on the warm lane),
     # not a reader's: cached and kept from eviction until read.
     warm: bool = False
+    # How the log found each block from the first (trace.Request.found): where
+    # the read's time went. Empty: not known.
+    found: str = ""
 
     @property
     def arrival_s(self) -> float:
@@ -165,8 +170,10 @@ class Replay:
     def __init__(self, settings: Settings, cache_bytes: int, sample_rate: float = 1.0,
                  keys: Iterable[tuple[str, str, str, int]] = (),
                  fetch_s: float | FetchTimes = 0.0, load: OriginLoad | None = None,
-                 tally: LoadTally | None = None) -> None:
+                 tally: LoadTally | None = None, costs: BlockCosts = EVEN) -> None:
         self.settings = settings
+        # How a read's time is shared out over its blocks (spark_warmup.capacity.pacing).
+        self.costs = costs
         self.cache_bytes = cache_bytes
         self.slots = slots_for(int(cache_bytes * sample_rate), settings.block_size)
         self.now = 0.0
@@ -255,8 +262,9 @@ class Replay:
 
     def steps(self, read: Read) -> Iterator[float]:
         """Serve `read` block by block; before each block, the time it is reached
-        (the read's duration shared out over its blocks, the block its stream
-        resumes taking none), for the caller to interleave with other reads."""
+        (the read's duration shared out over its blocks by what each kind
+        costs, the block its stream resumes taking none), for the caller to
+        interleave with other reads."""
         block_size = self.settings.block_size
         piece = min(PIECE_SIZE, block_size)
         info = ObjectInfo(read.bucket, read.key, read.object_size, read.etag, _EPOCH)
@@ -272,17 +280,20 @@ class Replay:
         position = read.first_byte
         started: set[int] = set()  # blocks this request's own fetches brought
         pinned: int | None = None  # the slot being read: not evicted under it
-        # The read's duration shared out over its blocks, but for the block its
-        # stream's previous read ended in: its bytes were on their way or in
-        # hand already, and the sidecar goes on to the next block at once.
+        # The read's duration shared out over its blocks by what each kind
+        # costs, but for the block its stream's previous read ended in: its
+        # bytes were on their way or in hand already, and the sidecar goes on
+        # to the next block at once.
         resumed_first = stream is not None and stream.resumed_block == first_block \
             and last_block > first_block
-        shares = last_block - first_block + (0 if resumed_first else 1)
+        weights = self.costs.weights(read.found, last_block - first_block + 1, resumed_first)
+        through = [0.0]
+        for weight in weights:
+            through.append(through[-1] + weight)
 
         def reached(done: int) -> float:
             """When the read is through its first `done` blocks."""
-            counted = done - 1 if resumed_first and done > 0 else done
-            return read.arrival_s + read.duration_s * counted / shares
+            return read.arrival_s + read.duration_s * through[done] / through[-1]
 
         try:
             for block in range(first_block, last_block + 1):
@@ -636,28 +647,31 @@ def _fingerprint(ident: BlockIdent) -> int:
 
 def replay(settings: Settings, cache_bytes: int, reads: Iterable[Read],
            sample_rate: float = 1.0, fetch_s: float | FetchTimes = 0.0,
-           load: OriginLoad | None = None) -> Outcome:
+           load: OriginLoad | None = None, costs: BlockCosts = EVEN) -> Outcome:
     """Replay `reads` in a cache of `cache_bytes`, read-ahead landing `fetch_s`
     after it starts (seconds, or as the log's fetches took at each moment),
-    scaled by the origin's `load` against the log's own (`origin_load`)."""
-    return _run(settings, cache_bytes, reads, sample_rate, fetch_s, load=load).outcome()
+    scaled by the origin's `load` against the log's own (`origin_load`), each
+    read's time shared out over its blocks by `costs`."""
+    return _run(settings, cache_bytes, reads, sample_rate, fetch_s, load=load,
+                costs=costs).outcome()
 
 
 def origin_load(settings: Settings, own_cache_bytes: int, reads: Iterable[Read],
-                sample_rate: float = 1.0, fetch_s: FetchTimes | None = None) -> OriginLoad:
+                sample_rate: float = 1.0, fetch_s: FetchTimes | None = None,
+                costs: BlockCosts = EVEN) -> OriginLoad:
     """The blocks on their way at each fetch's start, replaying `reads` at the
     cache size the log was written at: what the log's fetch times went with."""
     times = fetch_s or FetchTimes()
     tally = LoadTally(times.bin_s)
-    _run(settings, own_cache_bytes, reads, sample_rate, times, tally=tally)
+    _run(settings, own_cache_bytes, reads, sample_rate, times, tally=tally, costs=costs)
     return tally.load()
 
 
 def _run(settings: Settings, cache_bytes: int, reads: Iterable[Read], sample_rate: float,
          fetch_s: float | FetchTimes, *, load: OriginLoad | None = None,
-         tally: LoadTally | None = None) -> Replay:
+         tally: LoadTally | None = None, costs: BlockCosts = EVEN) -> Replay:
     reads = list(reads)
     keys = [(r.bucket, r.key, r.etag, r.object_size) for r in reads]
-    simulation = Replay(settings, cache_bytes, sample_rate, keys, fetch_s, load, tally)
+    simulation = Replay(settings, cache_bytes, sample_rate, keys, fetch_s, load, tally, costs)
     simulation.run(reads)
     return simulation
