@@ -178,3 +178,38 @@ async def test_an_auto_memory_tier_that_came_out_as_none_says_why_in_its_tile(
         ["off cache too small", reason],
         ["memory_tier = auto: off, an eighth of cache_size is less than one chunk", reason],
     ]
+
+
+async def test_a_chart_s_time_axis_names_at_least_two_times(
+    chromium_installed: None, local_s3: LocalS3, tmp_path: Path,
+) -> None:
+    """The axis takes the smallest round step that keeps its ticks within the
+    room; a span between one such step and two may hold a single round time
+    (9 s on 5 s steps: :55 alone), and one time says nothing of the scale.
+    Seen on the page after a replay: the evictions chart with one time under
+    it. The page's own tick function, over spans of every phase and length
+    from two of its finest steps (1 s) up."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with SidecarProcess(local_s3.endpoint, cache) as sidecar, \
+            Chromium(tmp_path / "profile") as browser:
+        async with browser.page() as page:
+            await page.load(sidecar.admin_url + "/ui?interval_ms=60000")
+            found = await page.evaluate("""(() => {
+              const out = [];
+              for (const room of [2, 3, 4, 6, 10])
+                for (const span of [2, 3, 4.5, 9, 14, 29, 50, 119, 299, 1799, 7000])
+                  for (let phase = 0; phase < 1; phase += 0.05) {
+                    const t0 = 1800000000 + phase * span, t1 = t0 + span;
+                    const {ticks} = timeTicks(t0, t1, room);
+                    out.push({room, span, phase, ticks,
+                              inside: ticks.every((t) => t >= t0 && t <= t1)});
+                  }
+              return out;
+            })()""")
+            assert page.exceptions() == []
+    assert len(found) == 5 * 11 * 20
+    for case in found:
+        assert len(case["ticks"]) >= 2 and case["inside"], case
+        step = case["ticks"][1] - case["ticks"][0]
+        assert all(tick % step == 0 for tick in case["ticks"]), case  # round times
