@@ -8,8 +8,7 @@ of the way in, and its read-ahead started there; the sidecar has the first
 block only once the answer's first bytes come, most of the read's time with
 an object store's latency, and its read-ahead starts from there. Even shares
 made the replay read ahead sooner than the sidecar could, and it predicted
-more byte hits than the sidecar's own log measured (at the log's own size,
-0.6 points too many at 16 streams, bench/ANALYSIS.md).
+more byte hits than the sidecar's own log measured (bench/ANALYSIS.md).
 
 So a read's duration is shared out by what each kind of block costs in the
 same log: one found cached, one joined on its way, and, for blocks the
@@ -22,8 +21,8 @@ slope: the first block; the slope: each one after it). The block a stream's
 previous read ended in (a read starting inside a block) is left out: its
 bytes were on their way or in hand.
 
-Estimated as sums, so a Spark job adds them up per node over its executors,
-and the same sums on one machine give the same costs.
+Estimated as sums of whole microseconds, so a Spark job adds them up per
+node over its executors in any order and gets the costs one machine gets.
 """
 
 from __future__ import annotations
