@@ -67,13 +67,11 @@ EVEN = BlockCosts(1.0, 1.0, 1.0, 1.0)
 
 
 def _resumed(weights: list[float], resumed_first: bool) -> list[float]:
-    if resumed_first and len(weights) > 1:
-        weights[0] = 0.0
-    if sum(weights) <= 0:  # nothing to go by: evenly, as without letters
+    """The resumed first block takes none; the others nothing to go by: evenly."""
+    skipped = 1 if resumed_first and len(weights) > 1 else 0
+    if sum(weights[skipped:]) <= 0:
         weights = [1.0] * len(weights)
-        if resumed_first and len(weights) > 1:
-            weights[0] = 0.0
-    return weights
+    return [0.0] * skipped + weights[skipped:]
 
 
 @dataclass(frozen=True)
