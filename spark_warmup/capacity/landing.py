@@ -99,12 +99,17 @@ class FetchTimes:
 
 
 # How a fetch's time follows the origin's load (bench/ANALYSIS.md, the grid's
-# logs): in proportion to the blocks on their way (exponent 1) overshoots, for
-# the replay's count holds read-ahead still waiting for a slot and an object
-# store's answer has a part that no load changes; unchanged (0) keeps the
-# log's load at every size. Between them, 0.25 to 0.6 each came closer to the
-# sidecars measured than either; the square root closest.
-LOAD_EXPONENT = 0.5
+# logs), in two parts. Against the other fetches the replay started in the
+# same bin: a fetch started with more blocks on their way waits behind more
+# of them (MOMENT_EXPONENT). The bin's load against the log's own size's in
+# the same bin: with two consumer groups and a cache that holds what the
+# first read, the second's reads are hits and leave the origin to the
+# first's, whose fetches answer sooner; but its readers, whose pace the
+# replay keeps from the log, speed up with the origin too, so a landing's
+# time moves against them by less (SIZE_EXPONENT). Exponent 1 is time in
+# proportion to the load; 0 leaves the log's time as it was.
+MOMENT_EXPONENT = 0.75
+SIZE_EXPONENT = 0.25
 
 
 @dataclass(frozen=True)
@@ -113,35 +118,43 @@ class OriginLoad:
     in the replay at the cache size the log was written at.
 
     The log's fetch durations are those of the origin's load then: at another
-    size the sidecar asks the origin for more blocks at once, or fewer (with
-    two consumer groups and a cache that holds what the first read, the
-    second's reads are hits and leave the origin to the first's), and its
-    fetches take longer, or less long. A replay at another size scales each
-    fetch's time by how many blocks it has on their way against this count."""
+    size the sidecar asks the origin for more blocks at once, or fewer, and its
+    fetches take longer, or less long. A replay scales each fetch's time by how
+    many blocks it has on their way against the mean of the fetches it started
+    in the same bin, and that mean against this count."""
 
     by_bin: Mapping[int, float] = field(default_factory=dict)
     bin_s: float = BIN_S
 
-    def scaled(self, duration_s: float, when_s: float, on_their_way: int) -> float:
+    def scaled(self, duration_s: float, when_s: float, on_their_way: int,
+               bin_mean: float) -> float:
         """A fetch's time starting at `when_s` with `on_their_way` blocks being
-        fetched: the log's, where the log's own size had as many."""
+        fetched, where the replay's fetches of the same bin so far had
+        `bin_mean` on their way (this one's count included): the log's, where
+        the log's own size had as many."""
         seen = self.by_bin.get(time_bin(when_s, self.bin_s))
         if not seen:
             return duration_s
-        return duration_s * math.pow(max(1, on_their_way) / max(1.0, seen), LOAD_EXPONENT)
+        here = max(1.0, bin_mean)
+        return (duration_s * math.pow(max(1, on_their_way) / here, MOMENT_EXPONENT)
+                * math.pow(here / max(1.0, seen), SIZE_EXPONENT))
 
 
 class LoadTally:
-    """Counts what an OriginLoad holds, as a replay at the log's own size goes."""
+    """Counts the blocks on their way at each fetch's start, per bin: what an
+    OriginLoad holds, and the mean so far of the bin a replay is in."""
 
     def __init__(self, bin_s: float = BIN_S) -> None:
         self.bin_s = bin_s
         self._sums: dict[int, tuple[int, int]] = {}
 
-    def add(self, when_s: float, on_their_way: int) -> None:
+    def add(self, when_s: float, on_their_way: int) -> float:
+        """Count one fetch's start; the mean of its bin so far, this one's included."""
         number = time_bin(when_s, self.bin_s)
         held, seen = self._sums.get(number, (0, 0))
-        self._sums[number] = (held + on_their_way, seen + 1)
+        held, seen = held + on_their_way, seen + 1
+        self._sums[number] = (held, seen)
+        return held / seen
 
     def load(self) -> OriginLoad:
         return OriginLoad({number: held / seen for number, (held, seen) in self._sums.items()},

@@ -27,9 +27,9 @@ What the engine adds around them is modelled here as it does it:
   joined (a hit, no origin read of the reader's own), and its reader pins it;
 - read-ahead lands when its fetch completes (as long after it starts as the
   log's FETCH lines started about then took: spark_warmup.capacity.landing;
-  at another size than the log's own, that time scaled by how many blocks are
-  on their way against how many the replay at the log's own size had then:
-  `origin_load`) and counts against the planner's bounds until then; one that finds no
+  scaled by how many blocks are on their way against the mean of the fetches
+  started about then, and that mean against the replay at the log's own
+  size's then: `origin_load`) and counts against the planner's bounds until then; one that finds no
   victim in probation while writes are on their way waits for its slot, on
   its way meanwhile (BlockStore.begin_write); one that lands before its
   reader comes is no victim for a fetch's time after (the sidecar's readers,
@@ -208,10 +208,11 @@ class Replay:
         # the log's fetches took then (a number: always that long):
         # (when, order, block), earliest first.
         self.fetch_times = fetch_s if isinstance(fetch_s, FetchTimes) else FetchTimes(fetch_s)
-        # ... scaled by the origin's load against the log's own (`load`), or
-        # that load counted (`tally`, at the log's own size).
+        # ... scaled by the origin's load against the log's own (`load`); the
+        # load counted as it goes (`tally`: at the log's own size, what makes
+        # `load`).
         self._load = load
-        self._tally = tally
+        self._tally = tally if tally is not None else LoadTally(self.fetch_times.bin_s)
         self._due: list[tuple[float, int, BlockIdent]] = []
         self._issued = 0
         self._pinned = Held(int(self.slots * settings.protected_share), lambda: self.now)
@@ -508,10 +509,9 @@ class Replay:
         scaled by the blocks on their way here against the log's own size's."""
         duration = self.fetch_times.at(when_s)
         on_their_way = len(self._writing)
-        if self._tally is not None:
-            self._tally.add(when_s, on_their_way)
+        bin_mean = self._tally.add(when_s, on_their_way)
         if self._load is not None:
-            return self._load.scaled(duration, when_s, on_their_way)
+            return self._load.scaled(duration, when_s, on_their_way, bin_mean)
         return duration
 
     def _next_landing(self) -> BlockIdent:

@@ -33,7 +33,14 @@ from spark_warmup.capacity.curve import (
     sample_rate,
     unit_hash,
 )
-from spark_warmup.capacity.landing import LOAD_EXPONENT, FetchTimes, LoadTally, OriginLoad, time_bin
+from spark_warmup.capacity.landing import (
+    MOMENT_EXPONENT,
+    SIZE_EXPONENT,
+    FetchTimes,
+    LoadTally,
+    OriginLoad,
+    time_bin,
+)
 from spark_warmup.capacity.report import (
     finding_line,
     render_html,
@@ -604,19 +611,31 @@ def test_read_ahead_lands_as_late_as_the_log_s_fetches_took_when_it_went_out() -
 
 def test_the_origin_s_load_is_the_mean_of_blocks_on_their_way_at_each_fetch_s_start() -> None:
     tally = LoadTally(bin_s=0.1)
-    for when, on_their_way in ((10.02, 2), (10.07, 6), (10.31, 1)):
-        tally.add(when, on_their_way)
+    # Each count answers the mean of its bin so far, its own included.
+    assert [tally.add(when, on_their_way)
+            for when, on_their_way in ((10.02, 2), (10.07, 6), (10.31, 1))] == [2.0, 4.0, 1.0]
     load = tally.load()
     assert load.by_bin == {time_bin(10.02, 0.1): 4.0, time_bin(10.31, 0.1): 1.0}
     # As many on their way as the log's own size had: the log's time.
-    assert load.scaled(0.3, 10.05, 4) == pytest.approx(0.3)
-    # Four times as many: longer, by less than four times (LOAD_EXPONENT).
-    assert load.scaled(0.3, 10.05, 16) == pytest.approx(0.3 * 4 ** LOAD_EXPONENT)
-    assert 0.3 < load.scaled(0.3, 10.05, 16) < 1.2
-    assert load.scaled(0.3, 10.05, 1) == pytest.approx(0.3 * 0.25 ** LOAD_EXPONENT)
+    assert load.scaled(0.3, 10.05, 4, 4.0) == pytest.approx(0.3)
     # A moment the replay at the log's own size started no fetch: as logged.
-    assert load.scaled(0.3, 10.2, 16) == 0.3
-    assert OriginLoad().scaled(0.3, 10.05, 16) == 0.3
+    assert load.scaled(0.3, 10.2, 16, 16.0) == 0.3
+    assert OriginLoad().scaled(0.3, 10.05, 16, 16.0) == 0.3
+
+
+def test_a_fetch_s_time_follows_its_moment_s_load_more_than_its_size_s() -> None:
+    """Against the fetches started in the same bin, a fetch with more blocks
+    on their way takes longer (MOMENT_EXPONENT); a bin four times as busy as
+    at the log's own size, by less (SIZE_EXPONENT): the readers the replay
+    keeps at the log's pace speed up and slow down with the origin too."""
+    load = OriginLoad({time_bin(10.02, 0.1): 4.0}, bin_s=0.1)
+    # The whole bin four times as busy, this fetch as busy as the bin.
+    assert load.scaled(0.3, 10.05, 16, 16.0) == pytest.approx(0.3 * 4 ** SIZE_EXPONENT)
+    assert load.scaled(0.3, 10.05, 1, 1.0) == pytest.approx(0.3 * 0.25 ** SIZE_EXPONENT)
+    # The bin as busy as the log's, this fetch four times the bin's mean.
+    assert load.scaled(0.3, 10.05, 16, 4.0) == pytest.approx(0.3 * 4 ** MOMENT_EXPONENT)
+    assert 0 < SIZE_EXPONENT < MOMENT_EXPONENT <= 1
+    assert 0.3 < load.scaled(0.3, 10.05, 16, 16.0) < load.scaled(0.3, 10.05, 16, 4.0) < 1.2
 
 
 def test_read_ahead_lands_sooner_where_fewer_blocks_are_on_their_way_than_in_the_log() -> None:
@@ -633,12 +652,12 @@ def test_read_ahead_lands_sooner_where_fewer_blocks_are_on_their_way_than_in_the
             simulation.read(read)
         ahead = set(simulation._reading_ahead)
         assert ahead and len(simulation._writing) < 16
-        simulation.advance(issued + 0.5)
+        simulation.advance(issued + 0.8)
         return ahead, simulation
 
     ahead, simulation = in_flight_after(None)
     assert ahead <= set(simulation._writing)  # the log's second is not over
-    busy_log = OriginLoad({time_bin(issued): 64.0})
+    busy_log = OriginLoad({time_bin(issued): 256.0})
     ahead, simulation = in_flight_after(busy_log)
     assert all(ident in simulation._slot_of for ident in ahead)  # landed
     # And where the log had as few on their way, as the log's fetches took.
