@@ -142,10 +142,16 @@ class OriginLoad:
 
 class LoadTally:
     """Counts the blocks on their way at each fetch's start, per bin: what an
-    OriginLoad holds, and the mean so far of the bin a replay is in."""
+    OriginLoad holds, and the mean so far of the bin a replay is in.
 
-    def __init__(self, bin_s: float = BIN_S) -> None:
+    With `keep_s`, only the bins of the last `keep_s` seconds are kept: a
+    replay asks for the mean of the moment it is in (or of a slot's wait just
+    before it), and a day's log has hundreds of thousands of bins."""
+
+    def __init__(self, bin_s: float = BIN_S, keep_s: float | None = None) -> None:
         self.bin_s = bin_s
+        self._keep = None if keep_s is None else max(1, math.ceil(keep_s / bin_s))
+        self._newest: int | None = None
         self._sums: dict[int, tuple[int, int]] = {}
 
     def add(self, when_s: float, on_their_way: int) -> float:
@@ -154,7 +160,16 @@ class LoadTally:
         held, seen = self._sums.get(number, (0, 0))
         held, seen = held + on_their_way, seen + 1
         self._sums[number] = (held, seen)
+        if self._keep is not None and (self._newest is None or number > self._newest):
+            self._newest = number
+            # Bins come in time order, but for a slot's wait counted late.
+            while (oldest := next(iter(self._sums))) <= number - self._keep:
+                del self._sums[oldest]
         return held / seen
+
+    def __len__(self) -> int:
+        """Bins held."""
+        return len(self._sums)
 
     def load(self) -> OriginLoad:
         return OriginLoad({number: held / seen for number, (held, seen) in self._sums.items()},

@@ -75,6 +75,12 @@ PIECE_SIZE = 1024 * 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+# How far back a replay keeps its own load by moment: longer than any wait
+# for a slot (a read-ahead granted one is timed from when it asked), the only
+# earlier moment it asks about.
+RUNNING_LOAD_KEEP_S = 60.0
+
+
 class Read(NamedTuple):
     """One object read of a node's trace (what the simulation needs of a log line)."""
 
@@ -212,7 +218,8 @@ class Replay:
         # load counted as it goes (`tally`: at the log's own size, what makes
         # `load`).
         self._load = load
-        self._tally = tally if tally is not None else LoadTally(self.fetch_times.bin_s)
+        self._tally = tally if tally is not None else LoadTally(
+            self.fetch_times.bin_s, keep_s=RUNNING_LOAD_KEEP_S)
         self._due: list[tuple[float, int, BlockIdent]] = []
         self._issued = 0
         self._pinned = Held(int(self.slots * settings.protected_share), lambda: self.now)

@@ -623,6 +623,20 @@ def test_the_origin_s_load_is_the_mean_of_blocks_on_their_way_at_each_fetch_s_st
     assert OriginLoad().scaled(0.3, 10.05, 16, 16.0) == 0.3
 
 
+def test_a_replay_s_own_load_keeps_only_its_recent_moments() -> None:
+    """A day's log has hundreds of thousands of moments: a replay keeps the
+    last keep_s seconds of its own, and each moment's mean is as a full
+    tally's."""
+    recent, full = LoadTally(bin_s=0.1, keep_s=1.0), LoadTally(bin_s=0.1)
+    for step in range(10_000):
+        when = step * 0.05
+        assert recent.add(when, step % 7) == full.add(when, step % 7)
+        assert len(recent) <= 11
+    # A slot's wait counted late, within what is kept: its moment goes on.
+    assert recent.add(9_999 * 0.05 - 0.5, 3) == full.add(9_999 * 0.05 - 0.5, 3)
+    assert len(full) == 5_000
+
+
 def test_a_fetch_s_time_follows_its_moment_s_load_more_than_its_size_s() -> None:
     """Against the fetches started in the same bin, a fetch with more blocks
     on their way takes longer (MOMENT_EXPONENT); a bin four times as busy as
