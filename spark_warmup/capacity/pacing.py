@@ -28,7 +28,7 @@ node over its executors in any order and gets the costs one machine gets.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from spark_warmup.capacity.trace import CACHED, FETCHED, JOINED
 
@@ -93,11 +93,7 @@ class PaceTally:
     sum_xy: int = 0
 
     def __add__(self, other: PaceTally) -> PaceTally:
-        return PaceTally(
-            self.cached_us + other.cached_us, self.cached_blocks + other.cached_blocks,
-            self.joined_us + other.joined_us, self.joined_blocks + other.joined_blocks,
-            self.runs + other.runs, self.sum_x + other.sum_x, self.sum_y + other.sum_y,
-            self.sum_xx + other.sum_xx, self.sum_xy + other.sum_xy)
+        return PaceTally(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def costs(self) -> BlockCosts:
         """The costs these sums give; even shares where the log has too few
