@@ -513,7 +513,8 @@ class Replay:
 
     def _fetch_s(self, when_s: float) -> float:
         """How long a fetch started at `when_s` takes: the log's fetches' then,
-        scaled by the blocks on their way here against the log's own size's."""
+        scaled by the blocks on their way here against this moment's mean so
+        far, and that mean against the log's own size's (OriginLoad.scaled)."""
         duration = self.fetch_times.at(when_s)
         on_their_way = len(self._writing)
         bin_mean = self._tally.add(when_s, on_their_way)
