@@ -43,6 +43,7 @@ from sidecar.s3.auth import Authenticator
 from sidecar.s3.dataport import DataPort
 from sidecar.s3.held_send import quiet_sendfile_hangups
 from sidecar.s3.passthrough import PassThrough, PassThroughLimits
+from sidecar.s3.plain_ranges import PlainConnections, PlainRanges
 from sidecar.stop_deadline import StopDeadline
 from sidecar.telemetry.access_log import AccessLog, NodeFacts, fetch_entry
 from sidecar.telemetry.log_shipping import LogShipper
@@ -60,6 +61,8 @@ _CLOSING_CACHE = "the cache to close"
 # still logged and counted, cut off as `stopped`), and the rest of the bound
 # goes to the engine, the access log and the index snapshot.
 DRAIN_SHARE = 0.5
+# aiohttp's TCPSite's, for the data port's own listener (sidecar.s3.plain_ranges).
+LISTEN_BACKLOG = 128
 MAX_HEADER_LINE = 8190
 MAX_HEADERS = 128
 
@@ -109,6 +112,9 @@ class Sidecar:
         self._load = load
         self.metrics = Metrics(registry)
         self._runners: list[web.AppRunner] = []
+        # The data port's listener and the connections its plain-range path answers.
+        self._data_listeners: list[asyncio.Server] = []
+        self._plain = PlainConnections()
         self._executor = ThreadPoolExecutor(
             max_workers=config.server.io_threads, thread_name_prefix="sidecar-io",
             initializer=name_this_thread,
@@ -437,12 +443,37 @@ class Sidecar:
                                logger=MalformedRequestLog(logging.getLogger("aiohttp.server")))
         await runner.setup()
         self._runners.append(runner)
+        if name == "data" and self._data_port is not None:
+            return await self._listen_plain(runner, address, self._data_port)
         site = web.TCPSite(runner, address.host, address.port, reuse_address=True)
         try:
             await site.start()
         except OSError as exc:
             raise ConfigError(f"cannot listen on {address}: {exc.strerror}") from None
         host, port = runner.addresses[0][:2]
+        return HostPort(host, port).url
+
+    async def _listen_plain(self, runner: web.AppRunner, address: HostPort,
+                           data_port: DataPort) -> str:
+        """The data port's connections start in the plain-range path
+        (sidecar.s3.plain_ranges), which hands them to `runner`'s aiohttp server
+        for every request but a plain ranged read of a cached object."""
+        handler = runner.server
+        assert handler is not None  # set up above
+        idle_timeout_s = self.config.server.client_timeout_s
+        plain = self._plain
+
+        def connection() -> PlainRanges:
+            return PlainRanges(data_port, handler, plain, idle_timeout_s)
+
+        try:
+            listener = await asyncio.get_running_loop().create_server(
+                connection, address.host, address.port, reuse_address=True,
+                backlog=LISTEN_BACKLOG)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {address}: {exc.strerror}") from None
+        self._data_listeners.append(listener)
+        host, port = listener.sockets[0].getsockname()[:2]
         return HostPort(host, port).url
 
     def _show_mode(self, current: Mode, changed: bool = True) -> None:
@@ -470,7 +501,11 @@ class Sidecar:
             await asyncio.gather(self._watcher, return_exceptions=True)
         self.stop_step = "the listeners to close (requests in progress)"
         # Side by side: each port's requests get the same drain, not one after another's.
-        await asyncio.gather(*(runner.cleanup() for runner in self._runners))
+        for listener in self._data_listeners:
+            listener.close()
+        await asyncio.gather(
+            *(runner.cleanup() for runner in self._runners),
+            self._plain.close(self.config.server.stop_timeout_s * DRAIN_SHARE / 2))
         self.stop_step = "the engine to close (fetches in progress)"
         if self._engine is not None:
             await self._engine.close()

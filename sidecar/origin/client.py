@@ -202,6 +202,11 @@ class Origin:
         self._heads.forget(bucket, key)
         self._blocks.forget(bucket, key)
 
+    def remembered_head(self, bucket: str, key: str) -> ObjectInfo | None:
+        """The object's HEAD answer if one is remembered and fresh, without
+        asking the origin (plain ranged reads': sidecar.s3.plain_ranges)."""
+        return self._heads.remembered(bucket, key)
+
     async def head(self, bucket: str, key: str) -> ObjectInfo:
         """Size and ETag of an object (sidecar.origin.heads: remembered for
         head_ttl, one HEAD at a time per key, stale-if-error)."""

@@ -49,6 +49,11 @@ class HeadMemo:
         # weak reference to a task.
         self._running: set[asyncio.Task[ObjectInfo]] = set()
 
+    def remembered(self, bucket: str, key: str) -> ObjectInfo | None:
+        """The object's HEAD answer if it is remembered and fresh; else None
+        (nothing asked, nothing joined)."""
+        return self._fresh.get((bucket, key))
+
     async def get(
         self, bucket: str, key: str, ask: Callable[[], Awaitable[ObjectInfo]]
     ) -> ObjectInfo:

@@ -16,8 +16,9 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import aclosing
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from aiohttp import HttpVersion11, hdrs, web
@@ -48,11 +49,18 @@ from sidecar.s3.errors import (
     slow_down,
     stopping,
 )
-from sidecar.s3.held_send import offer_held, send_held
+from sidecar.s3.held_send import offer_held
 from sidecar.s3.operations import OTHER_OPERATION, Operation, classify, unclassified_name
 from sidecar.s3.passthrough import PassThrough, withhold_continue
 from sidecar.s3.payload import BadPayload, connection_named
-from sidecar.s3.preconditions import ReadOutcome, RequestHeaders, decide_read, http_date
+from sidecar.s3.preconditions import (
+    ReadDecision,
+    ReadOutcome,
+    RequestHeaders,
+    decide_read,
+    http_date,
+)
+from sidecar.s3.replies import AiohttpReply, Reply
 from sidecar.s3.sigv4 import Reason, SignatureRejected
 from sidecar.tally import ReadTally
 from sidecar.telemetry.access_log import BODY_BYTES, AccessLog, ReadFacts, entry
@@ -112,6 +120,62 @@ def new_host_id() -> str:
     """An x-amz-id-2 (an error body's HostId): opaque, as S3's is, base64 of
     random bytes, one per request like x-amz-request-id."""
     return base64.b64encode(secrets.token_bytes(48)).decode("ascii")
+
+
+def abort(transport: asyncio.Transport | None) -> None:
+    """Cut the connection of an answer whose headers (and Content-Length) are
+    gone, rather than let the client take a short body for a whole one."""
+    if transport is not None:
+        transport.abort()
+
+
+def object_headers(info: ObjectInfo, ids: tuple[str, str]) -> dict[str, str]:
+    """The headers of every answer about the object (S3 sends them on each)."""
+    return {
+        "ETag": info.etag,
+        "Last-Modified": http_date(info.last_modified),
+        "Accept-Ranges": "bytes",
+        **id_headers(*ids),
+    }
+
+
+def read_conditions(headers: Mapping[str, str]) -> RequestHeaders:
+    """A read's Range and preconditions, from its request's headers."""
+    return RequestHeaders(
+        range=headers.get("Range"),
+        if_match=headers.get("If-Match"),
+        if_none_match=headers.get("If-None-Match"),
+        if_modified_since=headers.get("If-Modified-Since"),
+        if_unmodified_since=headers.get("If-Unmodified-Since"),
+        if_range=headers.get("If-Range"),
+    )
+
+
+@dataclass(frozen=True)
+class BodyAnswer:
+    """A 200 or 206 with a body: its status and headers, its bytes [start, end]
+    of the object, and whether they are read as the client reads (lazy)."""
+
+    status: int
+    headers: dict[str, str]
+    start: int
+    end: int
+    lazy: bool
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start + 1
+
+
+@dataclass(frozen=True)
+class PlainPlan:
+    """A request the plain-range path answers: its operation's name, the object's
+    remembered HEAD, the answer, and its x-amz-request-id."""
+
+    operation: str
+    info: ObjectInfo
+    answer: BodyAnswer
+    request_id: str
 
 
 class DataPort:
@@ -244,20 +308,116 @@ class DataPort:
             # aiohttp answers the requests of a keep-alive connection in one task.
             CURRENT_REQUEST.reset(context)
         withhold_continue(request, response)  # answered without reading the body
-        elapsed = time.monotonic() - started
-        self._metrics.requests.labels(op, str(response.status)).inc()
-        self._metrics.request_duration.labels(op, cache_label).observe(elapsed)
-        if self._access_log is not None:
-            self._access_log.write(entry(
-                now=time.time(), request_id=request_id, method=request.method,
-                raw_path=request.raw_path, range_header=request.headers.get("Range"),
-                status=response.status, body_bytes=request.get(BODY_BYTES, 0),
-                cache=cache_label, duration_s=elapsed, node=self._access_log.node,
-                read=facts,
-            ))
+        self._record(op, response.status, cache_label, started, request_id, request.method,
+                     request.raw_path, request.headers.get("Range"),
+                     request.get(BODY_BYTES, 0), facts)
         if cancelled is not None:
             raise cancelled
         return response
+
+    def _record(self, op: str, status: int, cache_label: str, started: float,
+                request_id: str, method: str, raw_path: str, range_header: str | None,
+                body_bytes: int, facts: ReadFacts) -> None:
+        """A request answered: its metrics and its access log line."""
+        elapsed = time.monotonic() - started
+        self._metrics.requests.labels(op, str(status)).inc()
+        self._metrics.request_duration.labels(op, cache_label).observe(elapsed)
+        if self._access_log is not None:
+            self._access_log.write(entry(
+                now=time.time(), request_id=request_id, method=method,
+                raw_path=raw_path, range_header=range_header,
+                status=status, body_bytes=body_bytes,
+                cache=cache_label, duration_s=elapsed, node=self._access_log.node,
+                read=facts,
+            ))
+
+    def plain_plan(self, raw_path: str, headers: Mapping[str, str],
+                  fields: Sequence[tuple[str, str]]) -> PlainPlan | None:
+        """What a `GET` with a satisfiable Range of an object whose HEAD is
+        remembered, which the handler would let through, is answered with, for
+        the plain-range path (sidecar.s3.plain_ranges) to send; None for every
+        other request, which the handler answers (`handle`). Nothing is
+        counted, asked or logged here: a request that gets None goes to the
+        handler as it came."""
+        if self._active >= self._max_requests:
+            return None
+        try:
+            verified = None if self._auth is None else self._auth.check("GET", raw_path, fields)
+            bucket, key, query = split_path(raw_path)
+            operation = classify("GET", bucket, key, query, headers)
+            if not operation.cached or not bucket:
+                return None  # a listing, a pass-through: the handler's
+            validate_object_address(bucket, key)
+        except (SignatureRejected, S3Error, ValueError):
+            return None  # the handler says why (UnicodeError is a ValueError)
+        if self._auth is None:
+            caller = Caller("")  # no authentication at all (`_authenticate`)
+        elif verified is None:
+            caller = Caller(None)
+            if not self._auth.anonymous_may(operation.name):
+                return None
+        else:
+            caller = Caller(verified.access_key)
+        if any(name.startswith("response-") for name in query) \
+                or uncached_bucket_problem(bucket) is not None \
+                or self._access.refusal(caller, operation.name, bucket,
+                                        None, admin_header_of(fields)) is not None:
+            return None
+        info = self._origin.remembered_head(bucket, key)
+        if info is None:
+            return None
+        decision = decide_read(read_conditions(headers), size=info.size, etag=info.etag,
+                               last_modified=info.last_modified, now=datetime.now(UTC))
+        if decision.outcome is not ReadOutcome.PARTIAL:
+            return None
+        ids = (secrets.token_hex(8).upper(), new_host_id())
+        return PlainPlan(operation.name, info, self.body_answer(headers, info, decision, ids),
+                        ids[0])
+
+    async def answer_plain(self, plan: PlainPlan, reply: Reply, raw_path: str,
+                          range_header: str, body_bytes: Callable[[], int]) -> bool:
+        """Stream `plan`'s answer into `reply`, counted and logged as `handle`
+        counts and logs a request; False when nothing went out and the request
+        is the handler's to answer afresh (a failure before the first byte,
+        whose S3 error the handler knows how to say)."""
+        started = time.monotonic()
+        info, answer = plan.info, plan.answer
+        facts = ReadFacts(etag=info.etag, object_size=info.size, first_byte=answer.start,
+                          last_byte=answer.end, tally=ReadTally())
+        cancelled: asyncio.CancelledError | None = None
+        status, cache_label = answer.status, "none"
+        self._active += 1
+        context = CURRENT_REQUEST.set(plan.request_id)
+        try:
+            cache_label = await self.stream(reply, info, answer, facts)
+        except asyncio.CancelledError as exc:
+            # The sidecar stopping, past its drain (as `_stopped` records it).
+            cancelled = exc
+            if reply.prepared:
+                self.cut_off(reply.transport, facts, "stopped")
+            else:
+                status = stopping().status
+                abort(reply.transport)
+        except ConnectionResetError:
+            if reply.prepared:
+                raise
+            # The client left before its answer went out (handle's 499).
+            self._metrics.client_disconnects.inc()
+            status = CLIENT_CLOSED_REQUEST
+            abort(reply.transport)
+        except Exception:
+            if reply.prepared:
+                raise
+            return False
+        finally:
+            self._active -= 1
+            CURRENT_REQUEST.reset(context)
+        self._metrics.plain_range_requests.inc()
+        self._record(plan.operation, status, cache_label, started, plan.request_id, "GET",
+                     raw_path, range_header, body_bytes(), facts)
+        if cancelled is not None:
+            raise cancelled
+        return True
 
     def _stopped(self, request: web.Request, facts: ReadFacts) -> web.StreamResponse:
         """What a request cancelled as the sidecar stops is recorded as: the
@@ -265,7 +425,7 @@ class DataPort:
         answers before any byte (nothing is sent: the connection closes)."""
         sent: web.StreamResponse | None = request.get(_PREPARED)
         if sent is not None and sent.prepared:
-            self._cut_off(request, facts, "stopped")
+            self.cut_off(request.transport, facts, "stopped")
             return sent
         return web.Response(status=stopping().status)
 
@@ -368,28 +528,13 @@ class DataPort:
     ) -> tuple[web.StreamResponse, str]:
         headers = request.headers
         facts.etag, facts.object_size = info.etag, info.size
-        decision = decide_read(
-            RequestHeaders(
-                range=headers.get("Range"),
-                if_match=headers.get("If-Match"),
-                if_none_match=headers.get("If-None-Match"),
-                if_modified_since=headers.get("If-Modified-Since"),
-                if_unmodified_since=headers.get("If-Unmodified-Since"),
-                if_range=headers.get("If-Range"),
-            ),
-            size=info.size, etag=info.etag, last_modified=info.last_modified,
-            now=datetime.now(UTC),
-        )
-        common = {
-            "ETag": info.etag,
-            "Last-Modified": http_date(info.last_modified),
-            "Accept-Ranges": "bytes",
-            **id_headers(*ids),
-        }
+        decision = decide_read(read_conditions(headers), size=info.size, etag=info.etag,
+                               last_modified=info.last_modified, now=datetime.now(UTC))
         if decision.outcome is ReadOutcome.NOT_MODIFIED:
             # RFC 9110 section 15.4.5: a 304 carries the Cache-Control and
             # Expires a 200 would, so a cache revalidating the object keeps its
             # freshness as the object's metadata sets it.
+            common = object_headers(info, ids)
             common.update((name, value) for name, value in info.headers
                           if name.lower() in _KEPT_ON_304)
             return web.Response(status=304, headers=common), "none"
@@ -399,6 +544,21 @@ class DataPort:
                           details=(("Condition", decision.condition or ""),))
         if decision.outcome is ReadOutcome.NOT_SATISFIABLE:
             raise invalid_range(headers.get("Range", ""), info.size)
+        answer = self.body_answer(headers, info, decision, ids)
+        reply = AiohttpReply(request, answer.status, answer.headers, answer.length)
+        if answer.length:
+            facts.first_byte, facts.last_byte = answer.start, answer.end
+        if request.method == "HEAD" or not answer.length:
+            await reply.prepare()
+            return reply.response, "none"
+        facts.tally = ReadTally()
+        return reply.response, await self.stream(reply, info, answer, facts)
+
+    def body_answer(self, headers: Mapping[str, str], info: ObjectInfo, decision: ReadDecision,
+                    ids: tuple[str, str]) -> BodyAnswer:
+        """The status and headers of a 200 or 206 that `decision` (PARTIAL or
+        WHOLE) makes of the object, and the bytes its body holds."""
+        common = object_headers(info, ids)
         if decision.outcome is ReadOutcome.PARTIAL:
             assert decision.range is not None
             start, end, status = decision.range.start, decision.range.end, 206
@@ -415,87 +575,74 @@ class DataPort:
         # Whether the first byte comes without waiting for the origin: lets a
         # client (`sidecar replay`) report hit rates per fetch.
         common["x-sidecar-cache"] = "hit" if self._engine.will_hit(info, start) else "miss"
-        response = web.StreamResponse(status=status, headers=common)
-        response.content_length = end - start + 1
-        if end >= start:
-            facts.first_byte, facts.last_byte = start, end
-        if request.method == "HEAD" or end < start:
-            await response.prepare(request)
-            return response, "none"
         # An open-ended range or a whole-object GET is read as the client reads.
-        lazy = status == 200 or (request.headers.get("Range", "").rstrip().endswith("-"))
-        facts.tally = ReadTally()
-        return response, await self._stream(request, response, info, start, end, lazy, facts)
+        lazy = status == 200 or headers.get("Range", "").rstrip().endswith("-")
+        return BodyAnswer(status, common, start, end, lazy)
 
-    async def _stream(
-        self,
-        request: web.Request,
-        response: web.StreamResponse,
-        info: ObjectInfo,
-        start: int,
-        end: int,
-        lazy: bool,
-        facts: ReadFacts,
-    ) -> str:
+    async def stream(self, reply: Reply, info: ObjectInfo, answer: BodyAnswer,
+                     facts: ReadFacts) -> str:
+        """The answer's body from the engine into `reply` (its headers go out
+        with the first piece): the cache label of the access log. Raises what
+        failed before the headers went out; after, the connection is cut."""
         sources: set[Source] = set()
-        prepared = False
-        if lazy and request.transport is not None:
-            request.transport.set_write_buffer_limits(high=SEND_BUFFER_BYTES // 2)
-            sock = request.transport.get_extra_info("socket")
+        transport = reply.transport
+        if answer.lazy and transport is not None:
+            transport.set_write_buffer_limits(high=SEND_BUFFER_BYTES // 2)
+            sock = transport.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         try:
-            async with aclosing(self._engine.stream(info, start, end, lazy=lazy,
+            async with aclosing(self._engine.stream(info, answer.start, answer.end,
+                                                    lazy=answer.lazy,
                                                     tally=facts.tally)) as pieces:
                 async for piece, source in pieces:
                     try:
                         with sending_to_client():
-                            if not prepared:
-                                await response.prepare(request)
-                                prepared = True
-                            await self._send(request, response, piece, lazy)
+                            if not reply.prepared:
+                                await reply.prepare()
+                            await self._send(reply, piece, answer.lazy)
                     finally:
                         if isinstance(piece, TierSlice):
                             piece.release()  # sent or not: its region may be refilled
                     sources.add(source)
                     self._metrics.served_bytes.labels(source.value).inc(piece_length(piece))
-                    request[BODY_BYTES] = request.get(BODY_BYTES, 0) + piece_length(piece)
+                    reply.count(piece_length(piece))
         except ClientGone as gone:
             # The client went away (what it read was counted).
-            if not prepared:
+            if not reply.prepared:
                 # handle() records 499; no headers promising a body go out.
                 raise ConnectionResetError("the client left before its answer") from gone
             # A hang-up mid-body is how a Kafka fetch ends: counted, never logged.
             self._metrics.client_disconnects.inc()
-            self._abort(request)
+            abort(reply.transport)
         except ClientStalled:
             # Only a piece's sending has the timer, and that is after the headers.
             log.warning("cutting off a client that took no piece of its answer in %.0fs: s3://%s/%s",
                         self._client_timeout, info.bucket, info.key)
-            self._cut_off(request, facts, "client_timeout")
+            self.cut_off(reply.transport, facts, "client_timeout")
         except FetchStopped as exc:
             # The fetch of a block the answer needs was stopped (the engine
             # closing): neither the client's doing nor the origin's.
-            if not prepared:
+            if not reply.prepared:
                 raise stopping() from exc
             log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
-            self._cut_off(request, facts, "stopped")
+            self.cut_off(reply.transport, facts, "stopped")
         except (Overloaded, DownloadsPaused) as exc:
-            if not prepared:
+            if not reply.prepared:
                 raise
-            self._cut_off(request, facts,
-                          "overloaded" if isinstance(exc, Overloaded) else "paused")
+            self.cut_off(reply.transport, facts,
+                         "overloaded" if isinstance(exc, Overloaded) else "paused")
         except OriginError as exc:
-            if not prepared:
+            if not reply.prepared:
                 if isinstance(exc, OriginObjectChanged):
                     raise  # _read tries once more, with the object's new HEAD
                 raise error_for(exc, bucket=info.bucket, key=info.key) from exc
             log.warning("aborting s3://%s/%s mid-stream: %s", info.bucket, info.key, exc)
-            self._cut_off(request, facts, "origin")
+            self.cut_off(reply.transport, facts, "origin")
         except Exception as exc:
             # Anything else, a TimeoutError or ConnectionError of the engine's
             # own among it (the client's are ClientStalled and ClientGone).
-            if not prepared:
+            if not reply.prepared:
                 if isinstance(exc, ConnectionError):
                     # Not for handle() to take as a client that left (499).
                     raise RuntimeError(f"the engine failed: {exc!r}") from exc
@@ -503,19 +650,17 @@ class DataPort:
             # Anything else after the headers: handle() must not write a second
             # response into this body.
             log.exception("aborting s3://%s/%s mid-stream", info.bucket, info.key)
-            self._cut_off(request, facts, "error")
+            self.cut_off(reply.transport, facts, "error")
         if Source.CACHE in sources and Source.ORIGIN in sources:
             return "partial"
         return "hit" if sources == {Source.CACHE} else "miss"
 
-    async def _send(
-        self, request: web.Request, response: web.StreamResponse, piece: Piece, lazy: bool
-    ) -> None:
+    async def _send(self, reply: Reply, piece: Piece, lazy: bool) -> None:
         """One piece to the client; a client that takes none of it within
         client_timeout is cut off (its connection and the piece are let go).
 
         A piece of the memory tier goes out with sendfile: what the socket
-        takes at once (``offer_held``), then the rest (``send_held``).
+        takes at once (``offer_held``), then the rest (``Reply.send_held``).
 
         An open-ended read goes out SEND_BUFFER_BYTES at a time: what the socket
         does not take at once is copied into the transport's buffer, and a whole
@@ -525,37 +670,31 @@ class DataPort:
         sent = 0
         if isinstance(piece, TierSlice):
             # What the socket takes at once needs no timer and no wait.
-            sent = offer_held(request, piece)
+            sent = offer_held(reply.transport, piece)
             if sent == piece.count:
                 return
         async with asyncio.timeout(self._client_timeout):
             if isinstance(piece, TierSlice):
-                await send_held(request, response, piece, sent)
+                await reply.send_held(piece, sent)
                 return
             if not lazy:
-                await response.write(piece)
+                await reply.write(piece)
                 return
             view = memoryview(piece)
             for at in range(0, len(view), SEND_BUFFER_BYTES):
-                await response.write(view[at:at + SEND_BUFFER_BYTES])
+                await reply.write(view[at:at + SEND_BUFFER_BYTES])
 
-    def _cut_off(self, request: web.Request, facts: ReadFacts, reason: str) -> None:
+    def cut_off(self, transport: asyncio.Transport | None, facts: ReadFacts,
+                reason: str) -> None:
         """End an answer whose status already went out, short of its length:
         counted, and named in its access log line, since its status (200 or
         206, in sidecar_requests_total too) says nothing of it."""
         self._count_cut_off(facts, reason)
-        self._abort(request)
+        abort(transport)
 
     def _count_cut_off(self, facts: ReadFacts, reason: str) -> None:
         facts.cut_off = reason
         self._metrics.client_cutoffs.labels(reason).inc()
-
-    @staticmethod
-    def _abort(request: web.Request) -> None:
-        """Cut the connection of an answer whose headers (and Content-Length) are
-        gone, rather than let the client take a short body for a whole one."""
-        if request.transport is not None:
-            request.transport.abort()
 
     def _error_response(
         self, request: web.Request, error: S3Error, resource: str, ids: tuple[str, str],

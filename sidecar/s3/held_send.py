@@ -38,9 +38,8 @@ import io
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-from aiohttp import web
 
 from sidecar.engine import TierSlice
 
@@ -51,7 +50,7 @@ TCP_ESTABLISHED = 1  # linux/tcp.h (enum of tcpi_state)
 _HANG_UPS = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN})
 
 
-def offer_held(request: web.Request, held: TierSlice) -> int:
+def offer_held(transport: asyncio.Transport | None, held: TierSlice) -> int:
     """How much of ``held`` the socket takes now, with one sendfile(2) that
     does not wait: none while the transport has bytes queued (the headers, or
     a piece before this one), since those go first, and none on a transport
@@ -59,7 +58,6 @@ def offer_held(request: web.Request, held: TierSlice) -> int:
 
     Raises ConnectionResetError if the client is gone. Any other failure sends
     nothing: ``send_held`` then tries, and says what it cannot do."""
-    transport = request.transport
     if transport is None or transport.is_closing():
         raise ConnectionResetError("the client went away")
     if transport.get_write_buffer_size() or transport.get_extra_info("sslcontext"):
@@ -78,20 +76,23 @@ def offer_held(request: web.Request, held: TierSlice) -> int:
 
 
 async def send_held(
-    request: web.Request, response: web.StreamResponse, held: TierSlice, sent: int = 0
+    transport: asyncio.Transport | None,
+    write: Callable[[bytes], Awaitable[None]],
+    held: TierSlice,
+    sent: int = 0,
 ) -> None:
     """``held`` to the client from its byte ``sent`` on (what ``offer_held``
-    sent). The headers went out at prepare() (StreamResponse sends them at
-    once); loop.sendfile waits for the transport's buffer to empty before it
-    starts, as aiohttp's own FileResponse relies on. The slice stays pinned
-    until the caller releases it: the pages are handed over in several calls
-    as the socket drains.
+    sent). The headers went out already (aiohttp's prepare() sends them at
+    once, as the plain-range path does); loop.sendfile waits for the
+    transport's buffer to empty before it starts, as aiohttp's own
+    FileResponse relies on. The slice stays pinned until the caller releases
+    it: the pages are handed over in several calls as the socket drains.
 
     A transport that cannot send a file (TLS) gets a copy of the bytes
-    written instead: a transport may keep what it is handed until the socket
-    takes it (Python 3.12's do, without copying), and once the slice is
-    released the region's pages may be punched out and refilled."""
-    transport = request.transport
+    written instead (with ``write``, the response's own): a transport may
+    keep what it is handed until the socket takes it (Python 3.12's do,
+    without copying), and once the slice is released the region's pages may
+    be punched out and refilled."""
     if transport is None or transport.is_closing():
         raise ConnectionResetError("the client went away")
     # A TLS transport cannot send a file (asyncio would refuse it with a
@@ -107,7 +108,7 @@ async def send_held(
             except (asyncio.SendfileNotAvailableError, NotImplementedError):
                 if peer_gone(transport):
                     raise ConnectionResetError("the client went away") from None
-    await response.write(bytes(held.view()[sent:]))
+    await write(bytes(held.view()[sent:]))
 
 
 def peer_gone(transport: asyncio.BaseTransport) -> bool:

@@ -120,6 +120,12 @@ class Metrics:
             "Client request duration until the last byte, by whether the cache served it",
             ["op", "cache"], buckets=LATENCY_BUCKETS, registry=registry,
         )
+        self.plain_range_requests = Counter(
+            "sidecar_plain_range_requests",
+            "Of sidecar_requests_total, the ranged GETs answered on the data port's "
+            "plain-range path, without aiohttp's request handling (s3/plain_ranges.py)",
+            registry=registry,
+        )
         self.cache_lookups = Counter(
             "sidecar_cache_lookups", "Block lookups by clients", ["result"], registry=registry,
         )
