@@ -50,11 +50,11 @@ TCP_ESTABLISHED = 1  # linux/tcp.h (enum of tcpi_state)
 _HANG_UPS = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN})
 
 
-def offer_held(transport: asyncio.Transport | None, held: TierSlice) -> int:
-    """How much of ``held`` the socket takes now, with one sendfile(2) that
-    does not wait: none while the transport has bytes queued (the headers, or
-    a piece before this one), since those go first, and none on a transport
-    that cannot send a file (TLS).
+def offer_held(transport: asyncio.Transport | None, held: TierSlice, sent: int = 0) -> int:
+    """How much of ``held`` from its byte ``sent`` on the socket takes now,
+    with one sendfile(2) that does not wait: none while the transport has
+    bytes queued (the headers, or a piece before this one), since those go
+    first, and none on a transport that cannot send a file (TLS).
 
     Raises ConnectionResetError if the client is gone. Any other failure sends
     nothing: ``send_held`` then tries, and says what it cannot do."""
@@ -66,7 +66,7 @@ def offer_held(transport: asyncio.Transport | None, held: TierSlice) -> int:
     if sock is None:
         return 0
     try:
-        return os.sendfile(sock.fileno(), held.file, held.offset, held.count)
+        return os.sendfile(sock.fileno(), held.file, held.offset + sent, held.count - sent)
     except (BlockingIOError, InterruptedError):
         return 0
     except OSError as exc:

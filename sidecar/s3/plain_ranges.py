@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Callable
 from email.utils import formatdate
 from http import HTTPStatus
@@ -46,7 +47,7 @@ from multidict import CIMultiDict
 
 from sidecar.engine import TierSlice
 from sidecar.s3.dataport import DataPort, PlainPlan
-from sidecar.s3.held_send import send_held
+from sidecar.s3.held_send import offer_held, send_held
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,24 @@ def parse_head(head: bytes) -> tuple[str, list[tuple[str, str]]] | None:
     if "range" not in seen or "host" not in seen:
         return None
     return line.group(1).decode("ascii"), fields
+
+
+class _DateField:
+    """The Date field's value (RFC 9110 section 6.6.1), formatted once a second
+    (as aiohttp does)."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = ""
+
+    def now(self) -> str:
+        second = int(time.time())
+        if second != self._second:
+            self._second, self._value = second, formatdate(second, usegmt=True)
+        return self._value
+
+
+_DATE = _DateField()
 
 
 def status_line(status: int) -> str:
@@ -146,7 +165,7 @@ class PlainReply:
         lines = [status_line(answer.status),
                  *(f"{name}: {value}" for name, value in answer.headers.items()),
                  f"Content-Length: {answer.length}",
-                 f"Date: {formatdate(usegmt=True)}",
+                 f"Date: {_DATE.now()}",
                  f"Server: {SERVER_SOFTWARE}"]
         if not self._keep_alive:
             lines.append("Connection: close")
@@ -159,7 +178,36 @@ class PlainReply:
         await self._connection.drained()
 
     async def send_held(self, held: TierSlice, sent: int) -> None:
-        await send_held(self._connection.writable(), self.write, held, sent)
+        """The rest of ``held``, a sendfile(2) each time the socket has room.
+
+        When it has none, the next byte is copied into the transport, with
+        the transport's flow control at zero (paused while anything is
+        queued): its resume says the socket took that byte and has room
+        again. ``loop.sendfile`` (aiohttp's way, held_send.send_held) takes
+        the socket from its transport and gives it back on every call, with
+        an fstat and a seek: a good share of a tier hit's cost
+        (bench/ANALYSIS.md). The byte is a copy, so nothing queued refers to
+        the tier's pages once the slice is released."""
+        connection = self._connection
+        transport = connection.writable()
+        if transport.get_extra_info("sslcontext") is not None:
+            await send_held(transport, self.write, held, sent)  # never here: no TLS
+            return
+        low, high = transport.get_write_buffer_limits()
+        transport.set_write_buffer_limits(high=0, low=0)
+        try:
+            while sent < held.count:
+                transport = connection.writable()
+                taken = offer_held(transport, held, sent)
+                if taken:
+                    sent += taken
+                    continue
+                transport.write(held.view()[sent:sent + 1].tobytes())
+                sent += 1
+                await connection.drained()
+        finally:
+            if connection.transport is not None:
+                connection.transport.set_write_buffer_limits(high=high, low=low)
 
     def count(self, body_bytes: int) -> None:
         self.body_bytes += body_bytes

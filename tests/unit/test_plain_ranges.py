@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from sidecar.cache.memory_tier import MemoryTier
 from sidecar.engine import Engine, Piece, Source
 from sidecar.errors import FetchStopped, OriginUnavailable
 from sidecar.model import ObjectInfo
@@ -28,6 +30,8 @@ from sidecar.s3.dataport import DataPort
 from sidecar.s3.plain_ranges import PlainConnections, PlainRanges, parse_head
 from sidecar.telemetry.metrics import Metrics
 from tests.support.waiting import eventually_async
+from tests.unit.test_data_port_tier import FIRST, MIDDLE, SECOND, _SendfileSpy, _TierEngine
+from tests.unit.test_data_port_tier import _Origin as _DataPortTierOrigin
 
 DATA = bytes(range(256)) * 64  # 16 KiB
 INFO = ObjectInfo(bucket="bkt", key="seg.log", size=len(DATA), etag='"e1"',
@@ -330,3 +334,52 @@ async def test_a_client_that_half_closes_after_its_request_is_let_go_quietly(
                                "the request counted")
     assert metrics.value("sidecar_client_disconnects_total") == 1
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+class _TierOrigin(_DataPortTierOrigin):
+    def remembered_head(self, bucket: str, key: str) -> ObjectInfo | None:
+        return self.info
+
+
+async def test_tier_pieces_go_out_with_sendfile_from_where_the_socket_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slices larger than the socket takes at once, to a client that reads
+    slowly: each sendfile(2) starts after what went before it (a sendfile,
+    or the one byte copied into the transport while the socket was full),
+    every byte arrives once and in order, and the slices are released."""
+    region = 4 * 1024 * 1024
+    tier = MemoryTier(2 * region, region)
+    try:
+        first, second = os.urandom(region), os.urandom(region)
+        assert tier.put((FIRST, 1, 0), first) and tier.put((SECOND, 1, 0), second)
+        expected = first + MIDDLE + second[100:]
+        spy = _SendfileSpy(tier, monkeypatch)
+        engine = _TierEngine(tier)
+        engine.region = region
+        metrics = Metrics(CollectorRegistry())
+        port = DataPort(cast(Engine, engine), cast(Origin, _TierOrigin(len(expected))), metrics)
+        async with _served(port) as (number, _):
+            reader, writer = await asyncio.open_connection("127.0.0.1", number, limit=65536)
+            writer.write(_get("bytes=0-", close=True))
+            received = bytearray()
+            while chunk := await asyncio.wait_for(reader.read(65536), 5):
+                received += chunk
+                await asyncio.sleep(0.001)  # slower than the socket fills
+            writer.close()
+        assert _plain(metrics) == 1
+        assert received.partition(b"\r\n\r\n")[2] == expected
+        for held in (engine.handed[0], engine.handed[2]):
+            calls = spy.of(held)
+            assert len(calls) > 1 and calls[0] == (held.offset, held.count, calls[0][2])
+            ends = [offset + done for offset, _, done in calls]
+            # Each call asks for the rest, from the end of the one before it or
+            # the byte after it (the byte the transport took).
+            for (offset, count, _), end in zip(calls[1:], ends, strict=False):
+                assert offset in (end, end + 1) and offset + count == held.offset + held.count
+            copied = sum(offset - end for (offset, _, _), end in zip(calls[1:], ends,
+                                                                    strict=False))
+            assert copied > 0 and spy.sent(held) + copied == held.count
+        tier.release(tier.forget_object("bkt", "seg.log"))
+        assert tier.resident_bytes() == 0 and tier.used_bytes() == 0
+    finally:
+        tier.close()
