@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import time
 from collections.abc import Callable
@@ -202,7 +203,9 @@ class PlainReply:
                 if taken:
                     sent += taken
                     continue
-                transport.write(held.view()[sent:sent + 1].tobytes())
+                # Read with pread(2), not through the tier's mapping: a page
+                # touched there would count in the process's RSS.
+                transport.write(os.pread(held.file, 1, held.offset + sent))
                 sent += 1
                 await connection.drained()
         finally:
