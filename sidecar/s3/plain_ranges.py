@@ -3,10 +3,10 @@ read of a cached object is answered on the connection itself, without
 aiohttp's request machinery; every other request, and the rest of its
 connection, goes to aiohttp's handler (sidecar.s3.dataport.DataPort.handle).
 
-What a warm hit costs is mostly per request: Kafka's remote reader opens a
-connection for each fetch, and a tier hit's bytes go out with sendfile(2).
-aiohttp's request object, its handler task, its response and payload writer
-and its keep-alive bookkeeping were a good share of that cost
+What a warm hit costs is mostly per request (and per connection, for a
+client that opens one for each fetch), since a tier hit's bytes go out with
+sendfile(2): aiohttp's request object, its handler task, its response and
+payload writer and its keep-alive bookkeeping were a good share of that cost
 (bench/ANALYSIS.md).
 
 Which requests it takes: ``GET <path> HTTP/1.1`` whose head is plain
@@ -18,7 +18,9 @@ sidecar remembers; its Range satisfiable
 (folded or malformed fields, a head past ``HEAD_LIMIT``), is handed to
 aiohttp with every byte received so far, as if it had come there first: the
 request is answered, refused or counted exactly as before. A connection
-handed over stays with aiohttp.
+handed over stays with aiohttp: a client that pools its connections (the
+AWS SDK under Aiven's plugin) gets this path only on those that have
+carried nothing else.
 
 The answer is the handler's own (``DataPort.body_answer`` and
 ``DataPort.stream``): the same headers, the same pieces, the same cut-offs,
