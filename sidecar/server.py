@@ -460,6 +460,7 @@ class Sidecar:
         for every request but a plain ranged read of a cached object."""
         handler = runner.server
         assert handler is not None  # set up above
+        data_port.close_handled = True
         idle_timeout_s = self.config.server.client_timeout_s
         plain = self._plain
 

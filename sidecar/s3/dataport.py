@@ -112,10 +112,6 @@ _PREPARED: web.RequestKey[web.StreamResponse] = web.RequestKey(
     "sidecar_prepared", web.StreamResponse)
 
 
-async def _note_prepared(request: web.Request, response: web.StreamResponse) -> None:
-    request[_PREPARED] = response
-
-
 def new_host_id() -> str:
     """An x-amz-id-2 (an error body's HostId): opaque, as S3's is, base64 of
     random bytes, one per request like x-amz-request-id."""
@@ -201,6 +197,9 @@ class DataPort:
         self._client_timeout = client_timeout_s
         self._active = 0
         self._access_log = access_log
+        # Whether the handler's answers close their connections: set where
+        # the plain-range path (sidecar.s3.plain_ranges) fronts the port.
+        self.close_handled = False
 
     def configure(self, max_requests: int, client_timeout_s: float, auth: Authenticator,
                   access: AccessPolicy | None = None) -> None:
@@ -218,8 +217,19 @@ class DataPort:
         # with no S3 error, no metric and no access log line).
         application.router.add_route("*", r"/{tail:[\s\S]*}", self.handle,
                                      expect_handler=_continue_later)
-        application.on_response_prepare.append(_note_prepared)
+        application.on_response_prepare.append(self._note_prepared)
         return application
+
+    async def _note_prepared(self, request: web.Request, response: web.StreamResponse) -> None:
+        request[_PREPARED] = response
+        if self.close_handled:
+            # Connection: close (RFC 9112 section 9.6), so that a client that
+            # pools its connections (the AWS SDK under Aiven's plugin) sends
+            # its next request on a new one, which starts on the plain-range
+            # path: a connection handed to this handler stays with it. The
+            # header too: aiohttp has written its Connection field by now.
+            response.force_close()
+            response.headers[hdrs.CONNECTION] = "close"
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         mark_handled(request)  # counted below, not as refused by aiohttp

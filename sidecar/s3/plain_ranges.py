@@ -18,9 +18,10 @@ sidecar remembers; its Range satisfiable
 (folded or malformed fields, a head past ``HEAD_LIMIT``), is handed to
 aiohttp with every byte received so far, as if it had come there first: the
 request is answered, refused or counted exactly as before. A connection
-handed over stays with aiohttp: a client that pools its connections (the
-AWS SDK under Aiven's plugin) gets this path only on those that have
-carried nothing else.
+handed over stays with aiohttp, whose answers then say ``Connection:
+close`` (``DataPort.close_handled``): a client that pools its connections
+(the AWS SDK under Aiven's plugin) sends its next request on a new one,
+which starts here again.
 
 The answer is the handler's own (``DataPort.body_answer`` and
 ``DataPort.stream``): the same headers, the same pieces, the same cut-offs,

@@ -84,6 +84,7 @@ async def _served(port: DataPort, plain: bool = True,
                   idle_timeout_s: float = 30.0) -> AsyncIterator[tuple[int, PlainConnections]]:
     """The data port as the sidecar serves it: with the plain-range path in
     front of aiohttp's server, or aiohttp's alone (`plain` False)."""
+    port.close_handled = plain  # as the sidecar sets it
     runner = web.AppRunner(port.app())
     await runner.setup()
     handler = runner.server
@@ -221,18 +222,22 @@ async def test_pipelined_requests_are_answered_in_order_on_one_connection() -> N
 
 
 async def test_a_request_it_does_not_take_hands_the_connection_to_the_handler() -> None:
-    """A plain read, then one without a Range (a 200), then a plain read again:
-    the second and the third are aiohttp's, on the same connection."""
+    """A plain read, then one without a Range (a 200): the second is the
+    handler's, on the same connection, answered with Connection: close (a
+    pooled client's next request then starts on the plain-range path again),
+    and nothing pipelined after it is answered there."""
     metrics = Metrics(CollectorRegistry())
     whole = b"GET /bkt/seg.log HTTP/1.1\r\nHost: h\r\n\r\n"
     async with _served(_port(metrics=metrics)) as (port, _):
-        received = await _exchange(port, _get("bytes=0-99") + whole
-                                   + _get("bytes=5-9", close=True))
+        received = await _exchange(port, _get("bytes=0-99") + whole + _get("bytes=5-9"))
+        again = await _exchange(port, _get("bytes=5-9", close=True))
     answers = _answers(received)
     assert [status for status, _, _ in answers] == [
-        "HTTP/1.1 206 Partial Content", "HTTP/1.1 200 OK", "HTTP/1.1 206 Partial Content"]
-    assert [body for _, _, body in answers] == [DATA[:100], DATA, DATA[5:10]]
-    assert _plain(metrics) == 1
+        "HTTP/1.1 206 Partial Content", "HTTP/1.1 200 OK"]
+    assert [body for _, _, body in answers] == [DATA[:100], DATA]
+    assert "connection" not in answers[0][1] and answers[1][1]["connection"] == "close"
+    assert [body for _, _, body in _answers(again)] == [DATA[5:10]]
+    assert _plain(metrics) == 2
     assert metrics.total("sidecar_requests_total") == 3
 
 
