@@ -113,7 +113,7 @@ class Sidecar:
         self.metrics = Metrics(registry)
         self._runners: list[web.AppRunner] = []
         # The data port's listener and the connections its plain-range path answers.
-        self._data_listeners: list[asyncio.Server] = []
+        self._data_servers: list[asyncio.Server] = []
         self._plain = PlainConnections()
         self._executor = ThreadPoolExecutor(
             max_workers=config.server.io_threads, thread_name_prefix="sidecar-io",
@@ -473,7 +473,7 @@ class Sidecar:
                 backlog=LISTEN_BACKLOG)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {address}: {exc.strerror}") from None
-        self._data_listeners.append(listener)
+        self._data_servers.append(listener)
         host, port = listener.sockets[0].getsockname()[:2]
         return HostPort(host, port).url
 
@@ -502,7 +502,7 @@ class Sidecar:
             await asyncio.gather(self._watcher, return_exceptions=True)
         self.stop_step = "the listeners to close (requests in progress)"
         # Side by side: each port's requests get the same drain, not one after another's.
-        for listener in self._data_listeners:
+        for listener in self._data_servers:
             listener.close()
         await asyncio.gather(
             *(runner.cleanup() for runner in self._runners),

@@ -234,7 +234,6 @@ class PlainRanges(asyncio.Protocol):
         self._idle: asyncio.TimerHandle | None = None
         self._drain: asyncio.Future[None] | None = None
         self._paused = False
-        self._lost = False
 
     # asyncio.Protocol
 
@@ -265,7 +264,6 @@ class PlainRanges(asyncio.Protocol):
         # (asyncio's, closed by the client's EOF once its buffer drained,
         # has let go of its loop), so none is handed out after.
         self.transport = None
-        self._lost = True
         self._connections.open.discard(self)
         self._stop_idle()
         if self._drain is not None and not self._drain.done():
@@ -275,7 +273,7 @@ class PlainRanges(asyncio.Protocol):
 
     def writable(self) -> asyncio.Transport:
         """The transport, or ConnectionResetError once the client is gone."""
-        if self.transport is None or self._lost or self.transport.is_closing():
+        if self.transport is None or self.transport.is_closing():
             raise ConnectionResetError("the client went away")
         return self.transport
 
@@ -331,8 +329,8 @@ class PlainRanges(asyncio.Protocol):
             self._received[:0] = head
             self._hand_over()
             return
-        if not keep_alive or self._lost or self._connections.closing \
-                or self.transport is None or self.transport.is_closing():
+        if not keep_alive or self._connections.closing or self.transport is None \
+                or self.transport.is_closing():
             self.close()
             return
         self.transport.resume_reading()
@@ -345,7 +343,7 @@ class PlainRanges(asyncio.Protocol):
         self._stop_idle()
         self._connections.open.discard(self)
         transport = self.transport
-        if transport is None or self._lost or transport.is_closing():
+        if transport is None or transport.is_closing():
             return
         handler = self._handler()
         transport.set_protocol(handler)

@@ -10,6 +10,7 @@ import datetime as dt
 import os
 import ssl
 from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -112,6 +113,24 @@ class _SendfileSpy:
         return sum(done for _, _, done in self.of(held))
 
 
+@contextmanager
+def large_slices(monkeypatch: pytest.MonkeyPatch
+                 ) -> Iterator[tuple[_TierEngine, _SendfileSpy, bytes]]:
+    """Two tier chunks of 4 MiB, more than a socket takes at once: the engine
+    that yields them (bytes of its own between them), a spy on their
+    sendfile(2) calls, and the body a client should get."""
+    region = 4 * 1024 * 1024
+    tier = MemoryTier(2 * region, region)
+    try:
+        first, second = os.urandom(region), os.urandom(region)
+        assert tier.put((FIRST, 1, 0), first) and tier.put((SECOND, 1, 0), second)
+        engine = _TierEngine(tier)
+        engine.region = region
+        yield engine, _SendfileSpy(tier, monkeypatch), first + MIDDLE + second[100:]
+    finally:
+        tier.close()
+
+
 async def _serve(tier: MemoryTier, expected_size: int, tmp_path: Path, tls: bool,
                  engine: _TierEngine) -> bytes:
     port = DataPort(cast(Engine, engine), cast(Origin, _Origin(expected_size)),
@@ -159,16 +178,8 @@ async def test_what_the_socket_does_not_take_at_once_follows_from_where_it_stopp
     """Slices larger than the socket takes at once (the port bounds a whole
     object's send buffer): the first sendfile(2) sends part, loop.sendfile the
     rest from that byte on, and the client gets every byte once, in order."""
-    region = 4 * 1024 * 1024
-    tier = MemoryTier(2 * region, region)
-    try:
-        first, second = os.urandom(region), os.urandom(region)
-        assert tier.put((FIRST, 1, 0), first) and tier.put((SECOND, 1, 0), second)
-        expected = first + MIDDLE + second[100:]
-        spy = _SendfileSpy(tier, monkeypatch)
-        engine = _TierEngine(tier)
-        engine.region = region
-        answer = await _serve(tier, len(expected), tmp_path, False, engine)
+    with large_slices(monkeypatch) as (engine, spy, expected):
+        answer = await _serve(engine.tier, len(expected), tmp_path, False, engine)
         assert answer.partition(b"\r\n\r\n")[2] == expected
         for held in (engine.handed[0], engine.handed[2]):
             calls = spy.of(held)
@@ -178,5 +189,4 @@ async def test_what_the_socket_does_not_take_at_once_follows_from_where_it_stopp
                 (held.offset + done, held.count - done)
                 for done in (sum(call[2] for call in calls[:n]) for n in range(len(calls)))]
             assert spy.sent(held) == held.count
-    finally:
-        tier.close()
+

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -21,7 +20,6 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from sidecar.cache.memory_tier import MemoryTier
 from sidecar.engine import Engine, Piece, Source
 from sidecar.errors import FetchStopped, OriginUnavailable
 from sidecar.model import ObjectInfo
@@ -30,8 +28,8 @@ from sidecar.s3.dataport import DataPort
 from sidecar.s3.plain_ranges import PlainConnections, PlainRanges, parse_head
 from sidecar.telemetry.metrics import Metrics
 from tests.support.waiting import eventually_async
-from tests.unit.test_data_port_tier import FIRST, MIDDLE, SECOND, _SendfileSpy, _TierEngine
 from tests.unit.test_data_port_tier import _Origin as _DataPortTierOrigin
+from tests.unit.test_data_port_tier import large_slices
 
 DATA = bytes(range(256)) * 64  # 16 KiB
 INFO = ObjectInfo(bucket="bkt", key="seg.log", size=len(DATA), etag='"e1"',
@@ -352,15 +350,7 @@ async def test_tier_pieces_go_out_with_sendfile_from_where_the_socket_stopped(
     slowly: each sendfile(2) starts after what went before it (a sendfile,
     or the one byte copied into the transport while the socket was full),
     every byte arrives once and in order, and the slices are released."""
-    region = 4 * 1024 * 1024
-    tier = MemoryTier(2 * region, region)
-    try:
-        first, second = os.urandom(region), os.urandom(region)
-        assert tier.put((FIRST, 1, 0), first) and tier.put((SECOND, 1, 0), second)
-        expected = first + MIDDLE + second[100:]
-        spy = _SendfileSpy(tier, monkeypatch)
-        engine = _TierEngine(tier)
-        engine.region = region
+    with large_slices(monkeypatch) as (engine, spy, expected):
         metrics = Metrics(CollectorRegistry())
         port = DataPort(cast(Engine, engine), cast(Origin, _TierOrigin(len(expected))), metrics)
         async with _served(port) as (number, _):
@@ -384,7 +374,6 @@ async def test_tier_pieces_go_out_with_sendfile_from_where_the_socket_stopped(
             copied = sum(offset - end for (offset, _, _), end in zip(calls[1:], ends,
                                                                     strict=False))
             assert copied > 0 and spy.sent(held) + copied == held.count
-        tier.release(tier.forget_object("bkt", "seg.log"))
-        assert tier.resident_bytes() == 0 and tier.used_bytes() == 0
-    finally:
-        tier.close()
+        engine.tier.release(engine.tier.forget_object("bkt", "seg.log"))
+        assert engine.tier.resident_bytes() == 0 and engine.tier.used_bytes() == 0
+
